@@ -1,0 +1,275 @@
+//! Per-endpoint state: readiness, capabilities, wire-id correlation and the endpoint's own log.
+
+use std::collections::{BTreeSet, HashMap, VecDeque};
+
+use serde_json::{Value, json};
+
+use super::types::{EndpointId, JobId, OwnerId};
+use super::wire::{Capabilities, Violation};
+use crate::Millis;
+
+/// How an endpoint learns its worker's capabilities.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Hello {
+    /// Queue runs until the worker's hello arrives, or until `timeout_ms` passes (then the base
+    /// AIUI protocol is assumed and the endpoint log says so).
+    Await { timeout_ms: Millis },
+    /// Ready at once with the base protocol (an unmodified AIUI worker). A later hello still
+    /// upgrades the capabilities of runs started after it.
+    Skip,
+    /// The host knows the capabilities (e.g. an in-process runner).
+    Declared(Capabilities),
+}
+
+/// Parameters of a new endpoint.
+#[derive(Clone, Debug)]
+pub struct EndpointSpec {
+    pub owner: OwnerId,
+    /// Human label (script path, Worker URL).
+    pub label: String,
+    pub hello: Hello,
+    /// How long a cancelled run without `cancelAck` must stay quiet before it counts as stopped.
+    pub quiet_ms: Millis,
+    /// At most this many runs at once; further jobs stay queued.
+    pub max_concurrent: Option<usize>,
+    /// Messages larger than this are refused as protocol errors.
+    pub max_message_bytes: usize,
+}
+
+impl EndpointSpec {
+    /// Defaults: await hello for 1 s, quiet period 500 ms, unlimited runs, 16 MiB messages.
+    pub fn new(owner: impl Into<String>, label: impl Into<String>) -> Self {
+        EndpointSpec {
+            owner: OwnerId(owner.into()),
+            label: label.into(),
+            hello: Hello::Await { timeout_ms: 1000 },
+            quiet_ms: 500,
+            max_concurrent: None,
+            max_message_bytes: 16 << 20,
+        }
+    }
+}
+
+/// Whether an endpoint dispatches runs.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum EndpointState {
+    /// Waiting for the worker's hello.
+    Starting,
+    /// Dispatching runs.
+    Ready,
+    /// Gone; the reason says why.
+    Closed { reason: String },
+}
+
+/// Something that happened to an endpoint (not to one run).
+#[derive(Clone, Debug, PartialEq)]
+pub enum EndpointEventKind {
+    Opened {
+        label: String,
+    },
+    Hello {
+        protocol: Option<String>,
+        capabilities: Capabilities,
+    },
+    /// No hello arrived in time; the base protocol is assumed.
+    HelloTimedOut {
+        timeout_ms: Millis,
+    },
+    /// A malformed message; `id` is set when the message named a run.
+    ProtocolError {
+        id: Option<u64>,
+        violation: Violation,
+    },
+    /// A reply for a wire id this endpoint never issued.
+    UnknownRun {
+        id: u64,
+        reply: String,
+    },
+    /// A reply for a run whose job was disposed with its owner.
+    DisposedRun {
+        id: u64,
+        job: JobId,
+        reply: String,
+    },
+    Closed {
+        reason: String,
+        terminated: bool,
+    },
+}
+
+/// One endpoint log record.
+#[derive(Clone, Debug, PartialEq)]
+pub struct EndpointEvent {
+    pub seq: u64,
+    pub at: Millis,
+    pub kind: EndpointEventKind,
+}
+
+impl EndpointEvent {
+    /// The JSON form.
+    pub fn to_json(&self) -> Value {
+        let mut o = json!({"seq": self.seq, "at": self.at});
+        let (t, extra) = match &self.kind {
+            EndpointEventKind::Opened { label } => ("opened", json!({"label": label})),
+            EndpointEventKind::Hello {
+                protocol,
+                capabilities,
+            } => ("hello", json!({"protocol": protocol, "capabilities": capabilities})),
+            EndpointEventKind::HelloTimedOut { timeout_ms } => {
+                ("hello_timed_out", json!({"timeoutMs": timeout_ms}))
+            }
+            EndpointEventKind::ProtocolError { id, violation } => (
+                "protocol_error",
+                json!({"id": id, "violation": violation, "message": violation.describe()}),
+            ),
+            EndpointEventKind::UnknownRun { id, reply } => {
+                ("unknown_run", json!({"id": id, "reply": reply}))
+            }
+            EndpointEventKind::DisposedRun { id, job, reply } => {
+                ("disposed_run", json!({"id": id, "job": job.0, "reply": reply}))
+            }
+            EndpointEventKind::Closed { reason, terminated } => {
+                ("closed", json!({"reason": reason, "terminated": terminated}))
+            }
+        };
+        o["type"] = json!(t);
+        if let (Value::Object(m), Value::Object(x)) = (&mut o, extra) {
+            m.extend(x);
+        }
+        o
+    }
+}
+
+/// An endpoint as the registry keeps it.
+#[derive(Clone, Debug)]
+pub struct Endpoint {
+    pub id: EndpointId,
+    pub owner: OwnerId,
+    pub label: String,
+    pub state: EndpointState,
+    /// What runs started from now on can do.
+    pub capabilities: Capabilities,
+    pub quiet_ms: Millis,
+    pub max_concurrent: Option<usize>,
+    pub max_message_bytes: usize,
+    pub(crate) next_wire: u64,
+    /// Every wire id ever issued, with its job (ids are never reused).
+    pub(crate) wire: HashMap<u64, JobId>,
+    pub(crate) queue: VecDeque<JobId>,
+    pub(crate) running: BTreeSet<JobId>,
+    events: Vec<EndpointEvent>,
+    hello_timeout: Option<Millis>,
+}
+
+impl Endpoint {
+    pub(crate) fn open(id: EndpointId, now: Millis, spec: EndpointSpec) -> (Self, Option<Millis>) {
+        let (state, capabilities, deadline, hello_timeout) = match spec.hello {
+            Hello::Await { timeout_ms } => (
+                EndpointState::Starting,
+                Capabilities::default(),
+                Some(now + timeout_ms),
+                Some(timeout_ms),
+            ),
+            Hello::Skip => (EndpointState::Ready, Capabilities::default(), None, None),
+            Hello::Declared(c) => (EndpointState::Ready, c, None, None),
+        };
+        let mut ep = Endpoint {
+            id,
+            owner: spec.owner,
+            label: spec.label.clone(),
+            state,
+            capabilities,
+            quiet_ms: spec.quiet_ms,
+            max_concurrent: spec.max_concurrent,
+            max_message_bytes: spec.max_message_bytes,
+            next_wire: 1,
+            wire: HashMap::new(),
+            queue: VecDeque::new(),
+            running: BTreeSet::new(),
+            events: Vec::new(),
+            hello_timeout,
+        };
+        ep.record(now, EndpointEventKind::Opened { label: spec.label });
+        (ep, deadline)
+    }
+
+    /// The endpoint's own log: hello, protocol errors, replies for unknown runs, closure.
+    pub fn events(&self) -> &[EndpointEvent] {
+        &self.events
+    }
+
+    /// Number of protocol errors recorded.
+    pub fn protocol_errors(&self) -> usize {
+        self.events
+            .iter()
+            .filter(|e| matches!(e.kind, EndpointEventKind::ProtocolError { .. }))
+            .count()
+    }
+
+    /// Jobs waiting for dispatch.
+    pub fn queued(&self) -> impl Iterator<Item = &JobId> {
+        self.queue.iter()
+    }
+
+    /// Jobs currently dispatched.
+    pub fn running(&self) -> impl Iterator<Item = &JobId> {
+        self.running.iter()
+    }
+
+    /// The JSON form (without the log).
+    pub fn to_json(&self) -> Value {
+        let state = match &self.state {
+            EndpointState::Starting => json!("starting"),
+            EndpointState::Ready => json!("ready"),
+            EndpointState::Closed { reason } => json!({"closed": reason}),
+        };
+        json!({
+            "endpoint": self.id.0, "owner": self.owner.0, "label": self.label, "state": state,
+            "capabilities": self.capabilities, "running": self.running.len(),
+            "queued": self.queue.len(), "protocolErrors": self.protocol_errors(),
+        })
+    }
+
+    pub(crate) fn record(&mut self, at: Millis, kind: EndpointEventKind) {
+        let seq = self.events.len() as u64 + 1;
+        self.events.push(EndpointEvent { seq, at, kind });
+    }
+
+    /// Returns true when the hello made a starting endpoint ready.
+    pub(crate) fn on_hello(
+        &mut self,
+        now: Millis,
+        protocol: Option<String>,
+        capabilities: Capabilities,
+    ) -> bool {
+        self.record(
+            now,
+            EndpointEventKind::Hello {
+                protocol,
+                capabilities,
+            },
+        );
+        if matches!(self.state, EndpointState::Closed { .. }) {
+            return false;
+        }
+        self.capabilities = capabilities;
+        let was_starting = self.state == EndpointState::Starting;
+        self.state = EndpointState::Ready;
+        was_starting
+    }
+
+    /// Returns true when the timeout made a starting endpoint ready.
+    pub(crate) fn on_hello_timeout(&mut self, now: Millis) -> bool {
+        if self.state != EndpointState::Starting {
+            return false;
+        }
+        self.record(
+            now,
+            EndpointEventKind::HelloTimedOut {
+                timeout_ms: self.hello_timeout.unwrap_or_default(),
+            },
+        );
+        self.state = EndpointState::Ready;
+        true
+    }
+}

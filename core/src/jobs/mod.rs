@@ -1,0 +1,1085 @@
+//! The portable job registry.
+//!
+//! A job is one execution with an owner, an origin and exactly one accepted terminal outcome.
+//! The registry is sans-IO: hosts feed it calls, worker messages, closures and time, and drain
+//! [`Output`]s (messages to send, waits that ended, notes queued). Every rule — what a cancel
+//! means, when late evidence is late, what closing an owner does — is decided here, once.
+//!
+//! Lifecycle: `queued → running → succeeded | failed | cancelled | lost`. A cancel request is
+//! recorded as `cancel_requested` and changes no outcome by itself: `cancelled` needs evidence
+//! that the execution stopped (it never started, the worker acknowledged, or — for workers that
+//! cannot acknowledge — the run went quiet, recorded as `no_acknowledgement`). A transport that
+//! dies makes its running jobs `lost`: their effects are unknown.
+
+mod endpoint;
+mod types;
+pub mod wire;
+
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+
+use thiserror::Error;
+
+pub use endpoint::{Endpoint, EndpointEvent, EndpointEventKind, EndpointSpec, EndpointState, Hello};
+pub use types::*;
+pub use wire::Capabilities;
+use wire::{Reply, WireRequest};
+
+use crate::Millis;
+use crate::value::Payload;
+
+/// Errors of the job registry. Each has a stable code (see [`JobsError::code`]).
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+#[non_exhaustive]
+pub enum JobsError {
+    #[error("no job {0} (it never existed or its owner was closed)")]
+    UnknownJob(JobId),
+    #[error("no endpoint {0}")]
+    UnknownEndpoint(EndpointId),
+    #[error("{0} is closed; submit to an open endpoint")]
+    EndpointClosed(EndpointId),
+    #[error("reuse key `{key}` belongs to {job}, which was submitted with a different payload")]
+    ReuseConflict { key: String, job: JobId },
+    #[error("{0} does not accept input: its worker did not announce the `input` capability")]
+    InputUnsupported(JobId),
+    #[error("{job} is {state}; input is delivered only to running jobs")]
+    JobNotRunning { job: JobId, state: &'static str },
+    #[error("no wait {0} (it already ended)")]
+    UnknownWait(WaitId),
+    #[error("no subscription {0}")]
+    UnknownSubscription(SubscriptionId),
+    #[error("invalid argument: {0}")]
+    InvalidArgument(String),
+}
+
+impl JobsError {
+    /// The stable string code, as JS `.code` and HTTP problem `code`.
+    pub fn code(&self) -> &'static str {
+        match self {
+            JobsError::UnknownJob(_) => "UNKNOWN_JOB",
+            JobsError::UnknownEndpoint(_) => "UNKNOWN_ENDPOINT",
+            JobsError::EndpointClosed(_) => "ENDPOINT_CLOSED",
+            JobsError::ReuseConflict { .. } => "REUSE_CONFLICT",
+            JobsError::InputUnsupported(_) => "INPUT_UNSUPPORTED",
+            JobsError::JobNotRunning { .. } => "JOB_NOT_RUNNING",
+            JobsError::UnknownWait(_) => "UNKNOWN_WAIT",
+            JobsError::UnknownSubscription(_) => "UNKNOWN_SUBSCRIPTION",
+            JobsError::InvalidArgument(_) => "INVALID_ARGUMENT",
+        }
+    }
+}
+
+impl crate::ErrorCode for JobsError {
+    fn code(&self) -> &'static str {
+        JobsError::code(self)
+    }
+}
+
+/// A request to run `payload` on `endpoint` on behalf of `owner`.
+#[derive(Clone, Debug)]
+pub struct Submit<V> {
+    pub owner: OwnerId,
+    pub origin: Origin,
+    pub endpoint: EndpointId,
+    pub payload: V,
+    /// When set, a job of the same owner with this key is returned instead of a new one.
+    pub reuse_key: Option<String>,
+    /// Queue a completion note for the owner (default true).
+    pub note: bool,
+    /// Ask the host to wake the owner when the job finishes (default false).
+    pub wake: bool,
+}
+
+impl<V> Submit<V> {
+    /// A submission with the defaults: no origin, no reuse, a note, no wake.
+    pub fn new(owner: impl Into<String>, endpoint: EndpointId, payload: V) -> Self {
+        Submit {
+            owner: OwnerId(owner.into()),
+            origin: Origin::default(),
+            endpoint,
+            payload,
+            reuse_key: None,
+            note: true,
+            wake: false,
+        }
+    }
+}
+
+/// Registry construction parameters.
+#[derive(Clone, Debug)]
+pub struct RegistryConfig {
+    /// The first job id handed out (hosts may seed it so ids differ across sessions).
+    pub first_job_id: u64,
+}
+
+impl Default for RegistryConfig {
+    fn default() -> Self {
+        RegistryConfig { first_job_id: 1 }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum Timer {
+    Wait(WaitId),
+    Quiet(JobId),
+    Hello(EndpointId),
+}
+
+#[derive(Debug)]
+struct Subscription<V> {
+    job: JobId,
+    capacity: usize,
+    queued_events: usize,
+    queue: VecDeque<Delivery<V>>,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Wait {
+    job: JobId,
+    deadline: Option<Millis>,
+}
+
+#[derive(Debug, Default)]
+struct OwnerState {
+    jobs: BTreeSet<JobId>,
+    endpoints: BTreeSet<EndpointId>,
+    mailbox: VecDeque<Note>,
+    reuse: HashMap<String, JobId>,
+}
+
+/// The job registry. `V` is the payload representation (JSON natively, `JsValue` in wasm).
+#[derive(Debug)]
+pub struct Registry<V> {
+    jobs: BTreeMap<JobId, Job<V>>,
+    endpoints: BTreeMap<EndpointId, Endpoint>,
+    owners: BTreeMap<OwnerId, OwnerState>,
+    subs: HashMap<SubscriptionId, Subscription<V>>,
+    waits: HashMap<WaitId, Wait>,
+    timers: BTreeSet<(Millis, Timer)>,
+    outputs: VecDeque<Output<V>>,
+    next_job: u64,
+    next_endpoint: u64,
+    next_sub: u64,
+    next_wait: u64,
+    events_recorded: u64,
+}
+
+impl<V: Payload> Default for Registry<V> {
+    fn default() -> Self {
+        Self::new(RegistryConfig::default())
+    }
+}
+
+impl<V: Payload> Registry<V> {
+    /// An empty registry.
+    pub fn new(config: RegistryConfig) -> Self {
+        Registry {
+            jobs: BTreeMap::new(),
+            endpoints: BTreeMap::new(),
+            owners: BTreeMap::new(),
+            subs: HashMap::new(),
+            waits: HashMap::new(),
+            timers: BTreeSet::new(),
+            outputs: VecDeque::new(),
+            next_job: config.first_job_id,
+            next_endpoint: 1,
+            next_sub: 1,
+            next_wait: 1,
+            events_recorded: 0,
+        }
+    }
+
+    // ----- endpoints ------------------------------------------------------------------------
+
+    /// Registers a transport. Runs are dispatched once it is ready (see [`Hello`]).
+    pub fn open_endpoint(&mut self, now: Millis, spec: EndpointSpec) -> EndpointId {
+        let id = EndpointId(self.next_endpoint);
+        self.next_endpoint += 1;
+        let owner = spec.owner.clone();
+        let (ep, hello_deadline) = Endpoint::open(id, now, spec);
+        if let Some(d) = hello_deadline {
+            self.timers.insert((d, Timer::Hello(id)));
+        }
+        self.endpoints.insert(id, ep);
+        self.owners.entry(owner).or_default().endpoints.insert(id);
+        id
+    }
+
+    /// A message arrived from the endpoint's execution host. Malformed messages are recorded
+    /// as protocol errors; they never affect another run.
+    pub fn on_message(&mut self, now: Millis, endpoint: EndpointId, msg: &V) -> Result<(), JobsError> {
+        let ep = self
+            .endpoints
+            .get_mut(&endpoint)
+            .ok_or(JobsError::UnknownEndpoint(endpoint))?;
+        let reply = match wire::parse_reply(msg, ep.max_message_bytes) {
+            Ok(r) => r,
+            Err(refused) => {
+                ep.record(
+                    now,
+                    EndpointEventKind::ProtocolError {
+                        id: refused.id,
+                        violation: refused.violation.clone(),
+                    },
+                );
+                // Show the violation in the named run's journal too, when that run is ours.
+                if let Some(job) = refused.id.and_then(|w| ep.wire.get(&w).copied()) {
+                    if let Some(j) = self.jobs.get(&job)
+                        && !j.is_finished()
+                    {
+                        self.record(
+                            job,
+                            now,
+                            Source::Endpoint(endpoint),
+                            EventKind::ProtocolError {
+                                violation: refused.violation,
+                            },
+                        );
+                    }
+                }
+                return Ok(());
+            }
+        };
+        let Some(wire_id) = reply.id() else {
+            // A hello.
+            if let Reply::Hello {
+                protocol,
+                capabilities,
+            } = reply
+            {
+                let became_ready = ep.on_hello(now, protocol, capabilities);
+                if became_ready {
+                    self.timers.retain(|(_, t)| *t != Timer::Hello(endpoint));
+                    self.pump(endpoint, now);
+                }
+            }
+            return Ok(());
+        };
+        let closed = matches!(ep.state, EndpointState::Closed { .. });
+        let Some(&job) = ep.wire.get(&wire_id) else {
+            ep.record(
+                now,
+                EndpointEventKind::UnknownRun {
+                    id: wire_id,
+                    reply: reply.kind().into(),
+                },
+            );
+            return Ok(());
+        };
+        if !self.jobs.contains_key(&job) {
+            ep.record(
+                now,
+                EndpointEventKind::DisposedRun {
+                    id: wire_id,
+                    job,
+                    reply: reply.kind().into(),
+                },
+            );
+            return Ok(());
+        }
+        let source = Source::Endpoint(endpoint);
+        let j = self.jobs.get(&job).expect("checked");
+        if j.is_finished() || closed {
+            self.record(job, now, source, EventKind::LateEvidence { reply });
+            return Ok(());
+        }
+        // Any message from a run that was asked to stop resets its quiet period.
+        if j.cancel_requested_at.is_some() && j.quiet_deadline.is_some() {
+            let quiet = self.endpoints[&endpoint].quiet_ms;
+            self.set_quiet(job, Some(now + quiet));
+        }
+        match reply {
+            Reply::Hello { .. } => unreachable!("hello has no id"),
+            Reply::Progress { value, .. } => {
+                self.record(job, now, source, EventKind::Progress { value });
+            }
+            Reply::Partial { value, .. } => {
+                self.record(job, now, source, EventKind::Partial { value });
+            }
+            Reply::Done { value, .. } => {
+                self.finish(job, now, source, Outcome::Succeeded { value });
+            }
+            Reply::Error { message, code, .. } => {
+                self.finish(
+                    job,
+                    now,
+                    source,
+                    Outcome::Failed {
+                        message,
+                        code,
+                        started: true,
+                    },
+                );
+            }
+            Reply::Cancelled { .. } => {
+                self.record(job, now, source, EventKind::CancelAcknowledged);
+                self.finish(
+                    job,
+                    now,
+                    source,
+                    Outcome::Cancelled {
+                        evidence: CancelEvidence::Acknowledged,
+                    },
+                );
+            }
+            Reply::InputApplied { input_id, .. } => {
+                self.record(job, now, source, EventKind::InputApplied { input_id });
+            }
+            Reply::InputRejected {
+                input_id, message, ..
+            } => {
+                self.record(
+                    job,
+                    now,
+                    source,
+                    EventKind::InputRejected {
+                        input_id,
+                        by: InputRejector::Worker,
+                        reason: message,
+                    },
+                );
+            }
+        }
+        Ok(())
+    }
+
+    /// The endpoint's execution host went away on its own (the Worker threw or exited, the
+    /// process died, the connection dropped). Running jobs become `lost`; queued jobs fail
+    /// without having started.
+    pub fn on_endpoint_closed(
+        &mut self,
+        now: Millis,
+        endpoint: EndpointId,
+        reason: &str,
+    ) -> Result<(), JobsError> {
+        self.close_endpoint_inner(now, endpoint, reason, false)
+    }
+
+    /// Terminates the endpoint on the caller's behalf: emits [`Output::Terminate`]; running
+    /// jobs become `lost` (termination is not an acknowledgement: effects are unknown).
+    pub fn terminate_endpoint(
+        &mut self,
+        now: Millis,
+        endpoint: EndpointId,
+        reason: &str,
+    ) -> Result<(), JobsError> {
+        self.close_endpoint_inner(now, endpoint, reason, true)
+    }
+
+    fn close_endpoint_inner(
+        &mut self,
+        now: Millis,
+        endpoint: EndpointId,
+        reason: &str,
+        terminate: bool,
+    ) -> Result<(), JobsError> {
+        let ep = self
+            .endpoints
+            .get_mut(&endpoint)
+            .ok_or(JobsError::UnknownEndpoint(endpoint))?;
+        if matches!(ep.state, EndpointState::Closed { .. }) {
+            return Ok(());
+        }
+        ep.state = EndpointState::Closed {
+            reason: reason.into(),
+        };
+        ep.record(
+            now,
+            EndpointEventKind::Closed {
+                reason: reason.into(),
+                terminated: terminate,
+            },
+        );
+        let running: Vec<JobId> = std::mem::take(&mut ep.running).into_iter().collect();
+        let queued: Vec<JobId> = std::mem::take(&mut ep.queue).into_iter().collect();
+        self.timers.retain(|(_, t)| *t != Timer::Hello(endpoint));
+        if terminate {
+            self.outputs.push_back(Output::Terminate { endpoint });
+        }
+        let source = if terminate {
+            Source::Registry
+        } else {
+            Source::Endpoint(endpoint)
+        };
+        for job in running {
+            self.record(
+                job,
+                now,
+                source,
+                EventKind::Terminated {
+                    reason: reason.into(),
+                },
+            );
+            self.finish(
+                job,
+                now,
+                source,
+                Outcome::Lost {
+                    reason: reason.into(),
+                },
+            );
+        }
+        for job in queued {
+            self.finish(
+                job,
+                now,
+                source,
+                Outcome::Failed {
+                    message: format!("{endpoint} closed before the job started ({reason}); it never ran"),
+                    code: Some("ENDPOINT_CLOSED".into()),
+                    started: false,
+                },
+            );
+        }
+        Ok(())
+    }
+
+    /// The endpoint record (state, capabilities, its own event log).
+    pub fn endpoint(&self, id: EndpointId) -> Option<&Endpoint> {
+        self.endpoints.get(&id)
+    }
+
+    /// All endpoints, in id order.
+    pub fn endpoints(&self) -> impl Iterator<Item = &Endpoint> {
+        self.endpoints.values()
+    }
+
+    // ----- jobs -----------------------------------------------------------------------------
+
+    /// Accepts a discrete request and returns its identity. Equal requests stay separate
+    /// unless a reuse key is given.
+    pub fn submit(&mut self, now: Millis, req: Submit<V>) -> Result<Submitted, JobsError> {
+        let ep = self
+            .endpoints
+            .get(&req.endpoint)
+            .ok_or(JobsError::UnknownEndpoint(req.endpoint))?;
+        if matches!(ep.state, EndpointState::Closed { .. }) {
+            return Err(JobsError::EndpointClosed(req.endpoint));
+        }
+        if let Some(key) = &req.reuse_key {
+            if key.is_empty() {
+                return Err(JobsError::InvalidArgument("reuse key must not be empty".into()));
+            }
+            if let Some(&existing) = self.owners.get(&req.owner).and_then(|o| o.reuse.get(key)) {
+                let j = &self.jobs[&existing];
+                if j.payload().same_as(&req.payload) {
+                    return Ok(Submitted {
+                        job: existing,
+                        reused: true,
+                    });
+                }
+                return Err(JobsError::ReuseConflict {
+                    key: key.clone(),
+                    job: existing,
+                });
+            }
+        }
+        let id = JobId(self.next_job);
+        self.next_job += 1;
+        let owner_state = self.owners.entry(req.owner.clone()).or_default();
+        owner_state.jobs.insert(id);
+        if let Some(key) = &req.reuse_key {
+            owner_state.reuse.insert(key.clone(), id);
+        }
+        let job = Job {
+            id,
+            owner: req.owner,
+            origin: req.origin,
+            endpoint: req.endpoint,
+            state: JobState::Queued,
+            wire_id: None,
+            capabilities: None,
+            cancel_requested_at: None,
+            note: req.note,
+            wake: req.wake,
+            journal: Vec::with_capacity(4),
+            finished_at: None,
+            quiet_deadline: None,
+            subs: Vec::new(),
+            waits: Vec::new(),
+            input_seq: 0,
+        };
+        self.jobs.insert(id, job);
+        self.record(
+            id,
+            now,
+            Source::Caller,
+            EventKind::Submitted {
+                payload: req.payload,
+                reuse_key: req.reuse_key,
+            },
+        );
+        self.endpoints
+            .get_mut(&req.endpoint)
+            .expect("checked")
+            .queue
+            .push_back(id);
+        self.pump(req.endpoint, now);
+        Ok(Submitted { job: id, reused: false })
+    }
+
+    /// Asks the job's execution to stop. Records `cancel_requested`; the outcome changes only
+    /// with evidence (never started, acknowledgement, or quiet period without acknowledgement).
+    pub fn cancel(&mut self, now: Millis, job: JobId, reason: &str) -> Result<CancelStatus, JobsError> {
+        let j = self.jobs.get(&job).ok_or(JobsError::UnknownJob(job))?;
+        match j.state {
+            JobState::Finished(k) => Ok(CancelStatus::AlreadyFinished(k)),
+            _ if j.cancel_requested_at.is_some() => Ok(CancelStatus::AlreadyRequested),
+            JobState::Queued => {
+                let endpoint = j.endpoint;
+                if let Some(ep) = self.endpoints.get_mut(&endpoint) {
+                    ep.queue.retain(|q| *q != job);
+                }
+                self.jobs.get_mut(&job).expect("exists").cancel_requested_at = Some(now);
+                self.record(
+                    job,
+                    now,
+                    Source::Caller,
+                    EventKind::CancelRequested {
+                        reason: reason.into(),
+                    },
+                );
+                self.finish(
+                    job,
+                    now,
+                    Source::Registry,
+                    Outcome::Cancelled {
+                        evidence: CancelEvidence::NeverStarted,
+                    },
+                );
+                Ok(CancelStatus::CancelledBeforeStart)
+            }
+            JobState::Running => {
+                let endpoint = j.endpoint;
+                let wire_id = j.wire_id.expect("running jobs have a wire id");
+                let ack = j.capabilities.unwrap_or_default().cancel_ack;
+                self.jobs.get_mut(&job).expect("exists").cancel_requested_at = Some(now);
+                self.record(
+                    job,
+                    now,
+                    Source::Caller,
+                    EventKind::CancelRequested {
+                        reason: reason.into(),
+                    },
+                );
+                self.outputs.push_back(Output::Send {
+                    endpoint,
+                    request: WireRequest::Cancel { id: wire_id },
+                });
+                if !ack {
+                    let quiet = self.endpoints[&endpoint].quiet_ms;
+                    self.set_quiet(job, Some(now + quiet));
+                }
+                Ok(CancelStatus::Requested { ack_expected: ack })
+            }
+        }
+    }
+
+    /// Delivers structured input to a running job whose worker announced `input`. Returns the
+    /// input id; `input_applied` follows when the worker applies it.
+    pub fn send_input(
+        &mut self,
+        now: Millis,
+        job: JobId,
+        input_id: Option<String>,
+        value: V,
+    ) -> Result<String, JobsError> {
+        let j = self.jobs.get_mut(&job).ok_or(JobsError::UnknownJob(job))?;
+        j.input_seq += 1;
+        let input_id = input_id.unwrap_or_else(|| format!("input-{}", j.input_seq));
+        let refuse = match j.state {
+            JobState::Finished(_) => {
+                return Err(JobsError::JobNotRunning {
+                    job,
+                    state: j.state.as_str(),
+                });
+            }
+            JobState::Queued => Some(JobsError::JobNotRunning {
+                job,
+                state: "queued",
+            }),
+            JobState::Running if !j.capabilities.unwrap_or_default().input => {
+                Some(JobsError::InputUnsupported(job))
+            }
+            JobState::Running => None,
+        };
+        if let Some(err) = refuse {
+            self.record(
+                job,
+                now,
+                Source::Caller,
+                EventKind::InputRejected {
+                    input_id,
+                    by: InputRejector::Registry,
+                    reason: err.code().into(),
+                },
+            );
+            return Err(err);
+        }
+        let (endpoint, wire_id) = (j.endpoint, j.wire_id.expect("running"));
+        self.record(
+            job,
+            now,
+            Source::Caller,
+            EventKind::InputDelivered {
+                input_id: input_id.clone(),
+            },
+        );
+        self.outputs.push_back(Output::Send {
+            endpoint,
+            request: WireRequest::Input {
+                id: wire_id,
+                input_id: input_id.clone(),
+                value,
+            },
+        });
+        Ok(input_id)
+    }
+
+    /// The job record.
+    pub fn job(&self, id: JobId) -> Option<&Job<V>> {
+        self.jobs.get(&id)
+    }
+
+    /// All retained jobs (finished ones stay until their owner closes), in id order.
+    pub fn jobs(&self) -> impl Iterator<Item = &Job<V>> {
+        self.jobs.values()
+    }
+
+    /// The retained jobs of one owner.
+    pub fn jobs_of<'a>(&'a self, owner: &'a OwnerId) -> impl Iterator<Item = &'a Job<V>> + 'a {
+        self.owners
+            .get(owner)
+            .into_iter()
+            .flat_map(|o| o.jobs.iter())
+            .filter_map(|id| self.jobs.get(id))
+    }
+
+    /// Number of journal events recorded since creation.
+    pub fn events_recorded(&self) -> u64 {
+        self.events_recorded
+    }
+
+    // ----- observation ----------------------------------------------------------------------
+
+    /// Subscribes to a job's journal. `from_seq = Some(n)` replays from event `n` (1 = the
+    /// whole history); `None` delivers only new events. At most `capacity` events wait in the
+    /// queue; beyond that the observer is told exactly which sequence numbers it missed.
+    pub fn observe(
+        &mut self,
+        job: JobId,
+        from_seq: Option<u64>,
+        capacity: usize,
+    ) -> Result<SubscriptionId, JobsError> {
+        if capacity == 0 {
+            return Err(JobsError::InvalidArgument("capacity must be at least 1".into()));
+        }
+        let j = self.jobs.get_mut(&job).ok_or(JobsError::UnknownJob(job))?;
+        let id = SubscriptionId(self.next_sub);
+        self.next_sub += 1;
+        j.subs.push(id);
+        let mut sub = Subscription {
+            job,
+            capacity,
+            queued_events: 0,
+            queue: VecDeque::new(),
+        };
+        if let Some(from) = from_seq {
+            for ev in j.journal.iter().filter(|e| e.seq >= from) {
+                push_delivery(&mut sub, ev);
+            }
+        }
+        let has = !sub.queue.is_empty();
+        self.subs.insert(id, sub);
+        if has {
+            self.outputs.push_back(Output::Observed { subscription: id });
+        }
+        Ok(id)
+    }
+
+    /// Takes the queued deliveries of a subscription (events and missed ranges, in order).
+    pub fn take_deliveries(&mut self, sub: SubscriptionId) -> Result<Vec<Delivery<V>>, JobsError> {
+        let s = self
+            .subs
+            .get_mut(&sub)
+            .ok_or(JobsError::UnknownSubscription(sub))?;
+        s.queued_events = 0;
+        Ok(s.queue.drain(..).collect())
+    }
+
+    /// Stops an observation. The job is untouched. Returns false if it was already gone.
+    pub fn unsubscribe(&mut self, sub: SubscriptionId) -> bool {
+        match self.subs.remove(&sub) {
+            Some(s) => {
+                if let Some(j) = self.jobs.get_mut(&s.job) {
+                    j.subs.retain(|x| *x != sub);
+                }
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Waits for the job's terminal outcome; ends with [`Output::WaitSettled`]. A timeout or
+    /// [`Registry::cancel_wait`] ends only the wait.
+    pub fn wait(&mut self, now: Millis, job: JobId, timeout_ms: Option<Millis>) -> Result<WaitId, JobsError> {
+        let j = self.jobs.get_mut(&job).ok_or(JobsError::UnknownJob(job))?;
+        let id = WaitId(self.next_wait);
+        self.next_wait += 1;
+        if let JobState::Finished(k) = j.state {
+            self.outputs.push_back(Output::WaitSettled {
+                wait: id,
+                job,
+                end: WaitEnd::Finished(k),
+            });
+            return Ok(id);
+        }
+        j.waits.push(id);
+        let deadline = timeout_ms.map(|t| now.saturating_add(t));
+        if let Some(d) = deadline {
+            self.timers.insert((d, Timer::Wait(id)));
+        }
+        self.waits.insert(id, Wait { job, deadline });
+        Ok(id)
+    }
+
+    /// Cancels a wait. The job keeps running.
+    pub fn cancel_wait(&mut self, wait: WaitId) -> Result<(), JobsError> {
+        self.end_wait(wait, WaitEnd::Cancelled)
+            .then_some(())
+            .ok_or(JobsError::UnknownWait(wait))
+    }
+
+    fn end_wait(&mut self, wait: WaitId, end: WaitEnd) -> bool {
+        let Some(w) = self.waits.remove(&wait) else {
+            return false;
+        };
+        if let Some(d) = w.deadline {
+            self.timers.remove(&(d, Timer::Wait(wait)));
+        }
+        if let Some(j) = self.jobs.get_mut(&w.job) {
+            j.waits.retain(|x| *x != wait);
+        }
+        self.outputs.push_back(Output::WaitSettled {
+            wait,
+            job: w.job,
+            end,
+        });
+        true
+    }
+
+    // ----- owners and mailboxes -------------------------------------------------------------
+
+    /// Takes the owner's unread completion notes (reading is explicit).
+    pub fn read_mailbox(&mut self, owner: &OwnerId) -> Vec<Note> {
+        self.owners
+            .get_mut(owner)
+            .map(|o| o.mailbox.drain(..).collect())
+            .unwrap_or_default()
+    }
+
+    /// The owner's unread notes, without taking them.
+    pub fn peek_mailbox(&self, owner: &OwnerId) -> impl Iterator<Item = &Note> {
+        self.owners.get(owner).into_iter().flat_map(|o| o.mailbox.iter())
+    }
+
+    /// Disposes everything the owner owns. Unfinished jobs get an explicit outcome: queued jobs
+    /// are cancelled (never started); running jobs become `lost` — their endpoint is
+    /// terminated when the owner owns it, otherwise a cancel is sent and the stop is
+    /// unconfirmed. Finished jobs keep their outcome. All of the owner's jobs are then removed.
+    pub fn close_owner(&mut self, now: Millis, owner: &OwnerId) -> CloseReport {
+        let Some(state) = self.owners.get(owner) else {
+            return CloseReport {
+                owner: owner.clone(),
+                jobs: vec![],
+                endpoints: vec![],
+                unread_notes: vec![],
+            };
+        };
+        let job_ids: Vec<JobId> = state.jobs.iter().copied().collect();
+        let owned_endpoints: Vec<EndpointId> = state.endpoints.iter().copied().collect();
+        let was: Vec<(JobId, &'static str)> =
+            job_ids.iter().map(|id| (*id, self.jobs[id].state.as_str())).collect();
+        // Suppress notes: the report is the owner's notice.
+        for id in &job_ids {
+            self.jobs.get_mut(id).expect("owned").note = false;
+        }
+        let mut terminated = Vec::new();
+        for ep in owned_endpoints {
+            if !matches!(self.endpoints[&ep].state, EndpointState::Closed { .. }) {
+                let _ = self.close_endpoint_inner(now, ep, "owner closed: endpoint terminated", true);
+                terminated.push(ep);
+            }
+            // Jobs of other owners on this endpoint were handled by the close above.
+        }
+        for id in &job_ids {
+            let j = &self.jobs[id];
+            match j.state {
+                JobState::Finished(_) => {}
+                JobState::Queued => {
+                    let _ = self.cancel(now, *id, "owner closed");
+                }
+                JobState::Running => {
+                    let (endpoint, wire_id) = (j.endpoint, j.wire_id.expect("running"));
+                    if j.cancel_requested_at.is_none() {
+                        self.jobs.get_mut(id).expect("owned").cancel_requested_at = Some(now);
+                        self.record(
+                            *id,
+                            now,
+                            Source::Registry,
+                            EventKind::CancelRequested {
+                                reason: "owner closed".into(),
+                            },
+                        );
+                        self.outputs.push_back(Output::Send {
+                            endpoint,
+                            request: WireRequest::Cancel { id: wire_id },
+                        });
+                    }
+                    self.finish(
+                        *id,
+                        now,
+                        Source::Registry,
+                        Outcome::Lost {
+                            reason: "owner closed while the run was active; cancel sent, stop not confirmed"
+                                .into(),
+                        },
+                    );
+                }
+            }
+        }
+        let mut jobs = Vec::new();
+        for (id, was) in was {
+            let j = self.jobs.remove(&id).expect("owned");
+            for w in j.waits {
+                self.waits.remove(&w);
+            }
+            // Subscriptions keep their queued deliveries until the observer drains them.
+            if let Some(ep) = self.endpoints.get_mut(&j.endpoint) {
+                ep.queue.retain(|q| *q != id);
+                ep.running.remove(&id);
+            }
+            if let Some(d) = j.quiet_deadline {
+                self.timers.remove(&(d, Timer::Quiet(id)));
+            }
+            let outcome = match &j.journal[j.finished_at.expect("all finished")].kind {
+                EventKind::Finished { outcome } => outcome,
+                _ => unreachable!(),
+            };
+            jobs.push(ClosedJob {
+                job: id,
+                was: was.into(),
+                outcome: outcome.kind(),
+                summary: outcome.summary(),
+            });
+        }
+        let state = self.owners.remove(owner).expect("checked");
+        CloseReport {
+            owner: owner.clone(),
+            jobs,
+            endpoints: terminated,
+            unread_notes: state.mailbox.into_iter().collect(),
+        }
+    }
+
+    // ----- time and outputs -----------------------------------------------------------------
+
+    /// The earliest time at which [`Registry::handle_timeout`] has something to do.
+    pub fn poll_timeout(&self) -> Option<Millis> {
+        self.timers.first().map(|(t, _)| *t)
+    }
+
+    /// Fires every timer due at `now`: wait timeouts, quiet periods, hello timeouts.
+    pub fn handle_timeout(&mut self, now: Millis) {
+        while let Some(&(at, timer)) = self.timers.first() {
+            if at > now {
+                break;
+            }
+            self.timers.pop_first();
+            match timer {
+                Timer::Wait(w) => {
+                    self.end_wait(w, WaitEnd::TimedOut);
+                }
+                Timer::Quiet(job) => {
+                    let Some(j) = self.jobs.get_mut(&job) else { continue };
+                    if j.quiet_deadline != Some(at) || j.is_finished() {
+                        continue;
+                    }
+                    j.quiet_deadline = None;
+                    let quiet_ms = self.endpoints[&j.endpoint].quiet_ms;
+                    self.record(job, now, Source::Registry, EventKind::NoAcknowledgement { quiet_ms });
+                    self.finish(
+                        job,
+                        now,
+                        Source::Registry,
+                        Outcome::Cancelled {
+                            evidence: CancelEvidence::Quiet { quiet_ms },
+                        },
+                    );
+                }
+                Timer::Hello(ep) => {
+                    let e = self.endpoints.get_mut(&ep).expect("endpoints are never removed");
+                    if e.on_hello_timeout(now) {
+                        self.pump(ep, now);
+                    }
+                }
+            }
+        }
+    }
+
+    /// The next output for the host.
+    pub fn poll_output(&mut self) -> Option<Output<V>> {
+        self.outputs.pop_front()
+    }
+
+    /// All pending outputs, in order.
+    pub fn drain_outputs(&mut self) -> std::collections::vec_deque::Drain<'_, Output<V>> {
+        self.outputs.drain(..)
+    }
+
+    // ----- internals ------------------------------------------------------------------------
+
+    /// Dispatches queued jobs while the endpoint is ready and under its concurrency limit.
+    fn pump(&mut self, endpoint: EndpointId, now: Millis) {
+        loop {
+            let ep = self.endpoints.get_mut(&endpoint).expect("exists");
+            let EndpointState::Ready = ep.state else { return };
+            if ep.max_concurrent.is_some_and(|m| ep.running.len() >= m) {
+                return;
+            }
+            let Some(job) = ep.queue.pop_front() else { return };
+            let wire_id = ep.next_wire;
+            ep.next_wire += 1;
+            ep.wire.insert(wire_id, job);
+            ep.running.insert(job);
+            let capabilities = ep.capabilities;
+            let j = self.jobs.get_mut(&job).expect("queued jobs exist");
+            j.state = JobState::Running;
+            j.wire_id = Some(wire_id);
+            j.capabilities = Some(capabilities);
+            let payload = j.payload().clone();
+            self.record(
+                job,
+                now,
+                Source::Registry,
+                EventKind::Started {
+                    wire_id,
+                    capabilities,
+                },
+            );
+            self.outputs.push_back(Output::Send {
+                endpoint,
+                request: WireRequest::Run { id: wire_id, payload },
+            });
+        }
+    }
+
+    fn set_quiet(&mut self, job: JobId, deadline: Option<Millis>) {
+        let j = self.jobs.get_mut(&job).expect("exists");
+        if let Some(old) = j.quiet_deadline.take() {
+            self.timers.remove(&(old, Timer::Quiet(job)));
+        }
+        if let Some(d) = deadline {
+            j.quiet_deadline = Some(d);
+            self.timers.insert((d, Timer::Quiet(job)));
+        }
+    }
+
+    /// Appends an event to the job's journal and fans it out to observers.
+    fn record(&mut self, job: JobId, at: Millis, source: Source, kind: EventKind<V>) {
+        let j = self.jobs.get_mut(&job).expect("recording for an existing job");
+        let ev = JobEvent {
+            job,
+            seq: j.journal.len() as u64 + 1,
+            at,
+            source,
+            kind,
+        };
+        for sub in &j.subs {
+            if let Some(s) = self.subs.get_mut(sub) {
+                let was_empty = s.queue.is_empty();
+                push_delivery(s, &ev);
+                if was_empty && !s.queue.is_empty() {
+                    self.outputs.push_back(Output::Observed { subscription: *sub });
+                }
+            }
+        }
+        j.journal.push(ev);
+        self.events_recorded += 1;
+    }
+
+    /// Records the one terminal outcome and settles everything that depends on it.
+    fn finish(&mut self, job: JobId, at: Millis, source: Source, outcome: Outcome<V>) {
+        let j = self.jobs.get(&job).expect("exists");
+        debug_assert!(!j.is_finished(), "a job has exactly one terminal outcome");
+        let kind = outcome.kind();
+        let note = j.note.then(|| Note {
+            correlation: format!("{}:{}", j.id, kind.as_str()),
+            job,
+            owner: j.owner.clone(),
+            origin: j.origin.clone(),
+            outcome: kind,
+            summary: format!("{} {}", j.id, outcome.summary()),
+            at,
+        });
+        let (owner, wake, endpoint) = (j.owner.clone(), j.wake, j.endpoint);
+        self.set_quiet(job, None);
+        self.record(job, at, source, EventKind::Finished { outcome });
+        let j = self.jobs.get_mut(&job).expect("exists");
+        j.finished_at = Some(j.journal.len() - 1);
+        j.state = JobState::Finished(kind);
+        let waits = std::mem::take(&mut j.waits);
+        self.outputs.push_back(Output::JobFinished { job, outcome: kind });
+        for w in waits {
+            if let Some(wait) = self.waits.remove(&w) {
+                if let Some(d) = wait.deadline {
+                    self.timers.remove(&(d, Timer::Wait(w)));
+                }
+                self.outputs.push_back(Output::WaitSettled {
+                    wait: w,
+                    job,
+                    end: WaitEnd::Finished(kind),
+                });
+            }
+        }
+        if let Some(note) = note {
+            self.owners
+                .get_mut(&owner)
+                .expect("owner of a live job")
+                .mailbox
+                .push_back(note);
+            self.outputs.push_back(Output::NoteQueued {
+                owner: owner.clone(),
+                job,
+            });
+        }
+        if wake {
+            self.outputs.push_back(Output::Wake { owner, job });
+        }
+        let ep = self.endpoints.get_mut(&endpoint).expect("exists");
+        if ep.running.remove(&job) {
+            self.pump(endpoint, at);
+        }
+    }
+}
+
+fn push_delivery<V: Clone>(s: &mut Subscription<V>, ev: &JobEvent<V>) {
+    if s.queued_events < s.capacity {
+        s.queued_events += 1;
+        s.queue.push_back(Delivery::Event(ev.clone()));
+        return;
+    }
+    if let Some(Delivery::Missed { to, .. }) = s.queue.back_mut()
+        && *to + 1 == ev.seq
+    {
+        *to = ev.seq;
+        return;
+    }
+    s.queue.push_back(Delivery::Missed {
+        job: ev.job,
+        from: ev.seq,
+        to: ev.seq,
+    });
+}
+
+#[cfg(test)]
+mod tests;

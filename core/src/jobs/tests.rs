@@ -1,0 +1,277 @@
+//! Unit and property tests of the registry. Scenario coverage lives in the conformance vectors
+//! (`tests/vectors/jobs.json`), which every host runs.
+
+use std::collections::HashMap;
+
+use proptest::prelude::*;
+use serde_json::{Value, json};
+
+use super::*;
+
+fn caps(input: bool, cancel_ack: bool) -> Capabilities {
+    Capabilities {
+        input,
+        cancel_ack,
+        error_code: true,
+    }
+}
+
+fn endpoint(reg: &mut Registry<Value>, owner: &str, c: Capabilities) -> EndpointId {
+    let mut spec = EndpointSpec::new(owner, "test");
+    spec.hello = Hello::Declared(c);
+    spec.quiet_ms = 100;
+    reg.open_endpoint(0, spec)
+}
+
+#[test]
+fn late_done_after_acknowledged_cancel_is_evidence_not_completion() {
+    let mut reg = Registry::default();
+    let ep = endpoint(&mut reg, "app", caps(false, true));
+    let job = reg.submit(0, Submit::new("a", ep, json!(1))).unwrap().job;
+    assert_eq!(
+        reg.cancel(5, job, "user").unwrap(),
+        CancelStatus::Requested { ack_expected: true }
+    );
+    reg.on_message(6, ep, &json!({"id": 1, "type": "cancelled"})).unwrap();
+    reg.on_message(7, ep, &json!({"id": 1, "type": "done", "value": 42})).unwrap();
+    let j = reg.job(job).unwrap();
+    assert_eq!(j.state, JobState::Finished(OutcomeKind::Cancelled));
+    let names: Vec<_> = j.journal().iter().map(|e| e.kind.name()).collect();
+    assert_eq!(
+        names,
+        ["submitted", "started", "cancel_requested", "cancel_acknowledged", "outcome", "late_evidence"]
+    );
+    // One note, for the one outcome.
+    assert_eq!(reg.read_mailbox(&OwnerId::new("a")).len(), 1);
+}
+
+#[test]
+fn slow_observer_is_told_exactly_what_it_missed() {
+    let mut reg = Registry::default();
+    let ep = endpoint(&mut reg, "app", caps(false, false));
+    let job = reg.submit(0, Submit::new("a", ep, json!(null))).unwrap().job;
+    let sub = reg.observe(job, Some(1), 3).unwrap();
+    for i in 0..10 {
+        reg.on_message(i, ep, &json!({"id": 1, "type": "progress", "value": i})).unwrap();
+    }
+    let d = reg.take_deliveries(sub).unwrap();
+    // submitted, started, progress 0 queued; progress 1..9 = seq 4..12 missed.
+    assert_eq!(d.len(), 4);
+    assert_eq!(
+        d[3],
+        Delivery::Missed {
+            job,
+            from: 4,
+            to: 12
+        }
+    );
+    assert_eq!(reg.job(job).unwrap().journal().len(), 12, "the journal loses nothing");
+    reg.on_message(20, ep, &json!({"id": 1, "type": "done", "value": 1})).unwrap();
+    let d = reg.take_deliveries(sub).unwrap();
+    assert!(matches!(&d[0], Delivery::Event(e) if e.seq == 13));
+}
+
+#[test]
+fn wait_timeout_and_cancel_leave_the_job_running() {
+    let mut reg = Registry::default();
+    let ep = endpoint(&mut reg, "app", caps(false, false));
+    let job = reg.submit(0, Submit::new("a", ep, json!(null))).unwrap().job;
+    let w1 = reg.wait(0, job, Some(50)).unwrap();
+    let w2 = reg.wait(0, job, None).unwrap();
+    reg.handle_timeout(50);
+    reg.cancel_wait(w2).unwrap();
+    assert_eq!(reg.cancel_wait(w2), Err(JobsError::UnknownWait(w2)));
+    let outs: Vec<_> = reg.drain_outputs().collect();
+    assert!(outs.contains(&Output::WaitSettled {
+        wait: w1,
+        job,
+        end: WaitEnd::TimedOut
+    }));
+    assert!(outs.contains(&Output::WaitSettled {
+        wait: w2,
+        job,
+        end: WaitEnd::Cancelled
+    }));
+    assert_eq!(reg.job(job).unwrap().state, JobState::Running);
+}
+
+// ----- property test: random interleavings ------------------------------------------------
+
+#[derive(Clone, Debug)]
+enum Op {
+    Submit { owner: u8, ep: u8 },
+    Cancel { job: u8 },
+    Reply { ep: u8, wire: u8, kind: u8 },
+    Malformed { ep: u8, shape: u8 },
+    Closed { ep: u8 },
+    CloseOwner { owner: u8 },
+    Advance { ms: u16 },
+    Wait { job: u8, timeout: Option<u16> },
+    Input { job: u8 },
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        3 => (0u8..3, 0u8..3).prop_map(|(owner, ep)| Op::Submit { owner, ep }),
+        2 => (0u8..16).prop_map(|job| Op::Cancel { job }),
+        5 => (0u8..3, 0u8..10, 0u8..7).prop_map(|(ep, wire, kind)| Op::Reply { ep, wire, kind }),
+        1 => (0u8..3, 0u8..5).prop_map(|(ep, shape)| Op::Malformed { ep, shape }),
+        1 => (0u8..3).prop_map(|ep| Op::Closed { ep }),
+        1 => (0u8..3).prop_map(|owner| Op::CloseOwner { owner }),
+        2 => (0u16..300).prop_map(|ms| Op::Advance { ms }),
+        1 => (0u8..16, proptest::option::of(0u16..200)).prop_map(|(job, timeout)| Op::Wait { job, timeout }),
+        1 => (0u8..16).prop_map(|job| Op::Input { job }),
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(400))]
+    #[test]
+    fn interleavings_keep_the_registry_invariants(ops in proptest::collection::vec(op(), 1..80)) {
+        let mut reg: Registry<Value> = Registry::default();
+        let owners = ["a", "b", "c"];
+        let mut now = 0u64;
+        // Endpoint 0 acknowledges cancels and takes input, 1 does neither, 2 awaits a hello.
+        let mut eps = vec![
+            endpoint(&mut reg, "a", caps(true, true)),
+            endpoint(&mut reg, "app", caps(false, false)),
+        ];
+        let mut spec = EndpointSpec::new("b", "late hello");
+        spec.hello = Hello::Await { timeout_ms: 40 };
+        spec.max_concurrent = Some(2);
+        eps.push(reg.open_endpoint(0, spec));
+        let mut submitted: Vec<JobId> = Vec::new();
+        let mut token = 0u64;
+        // token -> (endpoint, wire id) of the reply that carried it
+        let mut sent: HashMap<u64, (EndpointId, u64)> = HashMap::new();
+        let mut finished_outputs: HashMap<JobId, usize> = HashMap::new();
+        let mut disposed: Vec<JobId> = Vec::new();
+        for op in ops {
+            now += 1;
+            while let Some(d) = reg.poll_timeout().filter(|d| *d <= now) {
+                reg.handle_timeout(d);
+            }
+            match op {
+                Op::Submit { owner, ep } => {
+                    if let Ok(s) = reg.submit(now, Submit::new(owners[owner as usize], eps[ep as usize], json!(token))) {
+                        submitted.push(s.job);
+                    }
+                }
+                Op::Cancel { job } => {
+                    if let Some(&j) = submitted.get(job as usize) {
+                        let r = reg.cancel(now, j, "prop");
+                        prop_assert_eq!(r.is_err(), disposed.contains(&j));
+                    }
+                }
+                Op::Reply { ep, wire, kind } => {
+                    token += 1;
+                    let e = eps[ep as usize];
+                    let id = wire as u64 + 1;
+                    sent.insert(token, (e, id));
+                    let msg = match kind {
+                        0 => json!({"id": id, "type": "progress", "value": token}),
+                        1 => json!({"id": id, "type": "partial", "value": token}),
+                        2 => json!({"id": id, "type": "done", "value": token}),
+                        3 => json!({"id": id, "type": "error", "message": format!("{token}")}),
+                        4 => json!({"id": id, "type": "cancelled"}),
+                        5 => json!({"type": "hello", "capabilities": {"cancelAck": true}}),
+                        _ => json!({"id": id, "type": "input_applied", "inputId": "input-1"}),
+                    };
+                    reg.on_message(now, e, &msg).unwrap();
+                }
+                Op::Malformed { ep, shape } => {
+                    let msg = match shape {
+                        0 => json!("nonsense"),
+                        1 => json!({"type": "done"}),
+                        2 => json!({"id": "1", "type": "done"}),
+                        3 => json!({"id": 1, "type": "warp"}),
+                        _ => json!({"id": 1, "type": "error", "message": 3}),
+                    };
+                    let before: Vec<_> = reg.jobs().map(|j| (j.id, j.state)).collect();
+                    reg.on_message(now, eps[ep as usize], &msg).unwrap();
+                    let after: Vec<_> = reg.jobs().map(|j| (j.id, j.state)).collect();
+                    prop_assert_eq!(before, after, "a malformed message changes no job state");
+                }
+                Op::Closed { ep } => reg.on_endpoint_closed(now, eps[ep as usize], "crash").unwrap(),
+                Op::CloseOwner { owner } => {
+                    let o = OwnerId::new(owners[owner as usize]);
+                    let report = reg.close_owner(now, &o);
+                    for cj in report.jobs {
+                        disposed.push(cj.job);
+                        prop_assert!(reg.job(cj.job).is_none());
+                    }
+                }
+                Op::Advance { ms } => {
+                    now += ms as u64;
+                    while let Some(d) = reg.poll_timeout().filter(|d| *d <= now) {
+                        reg.handle_timeout(d);
+                    }
+                }
+                Op::Wait { job, timeout } => {
+                    if let Some(&j) = submitted.get(job as usize) {
+                        let _ = reg.wait(now, j, timeout.map(u64::from));
+                    }
+                }
+                Op::Input { job } => {
+                    if let Some(&j) = submitted.get(job as usize) {
+                        let _ = reg.send_input(now, j, None, json!(1));
+                    }
+                }
+            }
+            for out in reg.drain_outputs() {
+                if let Output::JobFinished { job, .. } = out {
+                    *finished_outputs.entry(job).or_default() += 1;
+                }
+            }
+        }
+        for (job, n) in &finished_outputs {
+            prop_assert_eq!(*n, 1, "{} finished more than once", job);
+        }
+        for j in reg.jobs() {
+            let mut finished = 0;
+            let mut saw_started = false;
+            for (i, e) in j.journal().iter().enumerate() {
+                prop_assert_eq!(e.job, j.id, "event attributed to another job");
+                prop_assert_eq!(e.seq, i as u64 + 1, "journal sequence is strict");
+                if i > 0 {
+                    prop_assert!(e.at >= j.journal()[i - 1].at);
+                }
+                if finished > 0 {
+                    prop_assert!(matches!(e.kind, EventKind::LateEvidence { .. }), "only late evidence after the outcome");
+                }
+                match &e.kind {
+                    EventKind::Started { .. } => saw_started = true,
+                    EventKind::Finished { outcome } => {
+                        finished += 1;
+                        if let Outcome::Cancelled { evidence } = outcome {
+                            let prev = &j.journal()[i - 1].kind;
+                            match evidence {
+                                CancelEvidence::NeverStarted => prop_assert!(!saw_started, "never started"),
+                                CancelEvidence::Acknowledged => prop_assert!(matches!(prev, EventKind::CancelAcknowledged), "ack precedes"),
+                                CancelEvidence::Quiet { .. } => {
+                                    prop_assert!(matches!(prev, EventKind::NoAcknowledgement { .. }), "no-ack precedes");
+                                    prop_assert!(j.cancel_requested_at.is_some());
+                                }
+                            }
+                        }
+                    }
+                    _ => {}
+                }
+                let token = match &e.kind {
+                    EventKind::Progress { value } | EventKind::Partial { value } => value.as_u64(),
+                    EventKind::Finished { outcome: Outcome::Succeeded { value } } => value.as_u64(),
+                    EventKind::LateEvidence { reply } => match reply {
+                        Reply::Progress { value, .. } | Reply::Partial { value, .. } | Reply::Done { value, .. } => value.as_u64(),
+                        _ => None,
+                    },
+                    _ => None,
+                };
+                if let Some(t) = token {
+                    prop_assert_eq!(sent.get(&t), Some(&(j.endpoint, j.wire_id.unwrap())), "reply adopted by the wrong job");
+                }
+            }
+            prop_assert_eq!(finished, usize::from(j.is_finished()));
+            prop_assert_eq!(j.is_finished(), matches!(j.state, JobState::Finished(_)));
+        }
+    }
+}

@@ -1,0 +1,694 @@
+//! Identities, records and events of the job registry.
+
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+
+use super::wire::{Capabilities, Reply, Violation};
+use crate::Millis;
+use crate::value::Payload;
+
+macro_rules! numeric_id {
+    ($(#[$doc:meta])* $name:ident, $prefix:literal) => {
+        $(#[$doc])*
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+        #[serde(transparent)]
+        pub struct $name(pub u64);
+        impl fmt::Display for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                write!(f, concat!($prefix, "{}"), self.0)
+            }
+        }
+    };
+}
+
+numeric_id!(
+    /// One execution. Never reused within a registry.
+    JobId,
+    "job-"
+);
+numeric_id!(
+    /// One transport to an execution host (a Worker, a child process, an in-process runner).
+    EndpointId,
+    "endpoint-"
+);
+numeric_id!(
+    /// One wait for a job's terminal outcome. Cancelling it leaves the job alone.
+    WaitId,
+    "wait-"
+);
+numeric_id!(
+    /// One observer of a job's journal.
+    SubscriptionId,
+    "subscription-"
+);
+
+/// Who owns jobs and endpoints: an agent session, an application, a tool. Closing the owner
+/// disposes what it owns; its mailbox receives completion notes.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct OwnerId(pub String);
+
+impl OwnerId {
+    /// An owner id from any string.
+    pub fn new(s: impl Into<String>) -> Self {
+        OwnerId(s.into())
+    }
+}
+
+impl fmt::Display for OwnerId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// What caused a job: explains causality without tying the job's lifetime to the turn.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct Origin {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub thread: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub turn: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tool_call: Option<String>,
+}
+
+/// Where a journal event was observed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Source {
+    /// A call by the registry's user (submit, cancel, send input).
+    Caller,
+    /// A decision of the registry itself (a timer, an owner close).
+    Registry,
+    /// A message or closure of this endpoint.
+    Endpoint(EndpointId),
+}
+
+impl Source {
+    /// `"caller"`, `"registry"` or `"endpoint-N"`.
+    pub fn label(&self) -> String {
+        match self {
+            Source::Caller => "caller".into(),
+            Source::Registry => "registry".into(),
+            Source::Endpoint(e) => e.to_string(),
+        }
+    }
+}
+
+/// Why stopping is known: the only evidence that makes an outcome `cancelled`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CancelEvidence {
+    /// The run was never dispatched.
+    NeverStarted,
+    /// The worker acknowledged the cancel.
+    Acknowledged,
+    /// The worker cannot acknowledge; the run stayed quiet for `quiet_ms` after the cancel.
+    Quiet { quiet_ms: Millis },
+}
+
+impl CancelEvidence {
+    /// Stable name: `never_started`, `acknowledged`, `quiet_no_ack`.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            CancelEvidence::NeverStarted => "never_started",
+            CancelEvidence::Acknowledged => "acknowledged",
+            CancelEvidence::Quiet { .. } => "quiet_no_ack",
+        }
+    }
+}
+
+/// The one accepted terminal outcome of a job.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Outcome<V> {
+    /// The execution reported a result.
+    Succeeded { value: V },
+    /// The execution (or the registry, before start) reported failure.
+    Failed {
+        message: String,
+        code: Option<String>,
+        started: bool,
+    },
+    /// The execution stopped after a cancel, with this evidence.
+    Cancelled { evidence: CancelEvidence },
+    /// The transport died or was terminated: whether the work ran, and what it did, is unknown.
+    Lost { reason: String },
+}
+
+/// The kind of a terminal outcome.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OutcomeKind {
+    Succeeded,
+    Failed,
+    Cancelled,
+    Lost,
+}
+
+impl OutcomeKind {
+    /// `succeeded`, `failed`, `cancelled` or `lost`.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            OutcomeKind::Succeeded => "succeeded",
+            OutcomeKind::Failed => "failed",
+            OutcomeKind::Cancelled => "cancelled",
+            OutcomeKind::Lost => "lost",
+        }
+    }
+}
+
+impl fmt::Display for OutcomeKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl<V: Payload> Outcome<V> {
+    /// The outcome's kind.
+    pub fn kind(&self) -> OutcomeKind {
+        match self {
+            Outcome::Succeeded { .. } => OutcomeKind::Succeeded,
+            Outcome::Failed { .. } => OutcomeKind::Failed,
+            Outcome::Cancelled { .. } => OutcomeKind::Cancelled,
+            Outcome::Lost { .. } => OutcomeKind::Lost,
+        }
+    }
+
+    /// A one-line human summary, used in completion notes and the CLI.
+    pub fn summary(&self) -> String {
+        match self {
+            Outcome::Succeeded { .. } => "succeeded".into(),
+            Outcome::Failed {
+                message,
+                code: Some(code),
+                ..
+            } => format!("failed [{code}]: {message}"),
+            Outcome::Failed { message, .. } => format!("failed: {message}"),
+            Outcome::Cancelled {
+                evidence: CancelEvidence::NeverStarted,
+            } => "cancelled before it started".into(),
+            Outcome::Cancelled {
+                evidence: CancelEvidence::Acknowledged,
+            } => "cancelled; the worker acknowledged it stopped".into(),
+            Outcome::Cancelled {
+                evidence: CancelEvidence::Quiet { quiet_ms },
+            } => format!(
+                "cancelled; no acknowledgement available, the run was quiet for {quiet_ms} ms"
+            ),
+            Outcome::Lost { reason } => format!("lost ({reason}); effects unknown"),
+        }
+    }
+
+    /// The JSON form: `{"outcome": kind, ...details}`.
+    pub fn to_json(&self) -> Value {
+        match self {
+            Outcome::Succeeded { value } => json!({"outcome": "succeeded", "value": value.to_json()}),
+            Outcome::Failed {
+                message,
+                code,
+                started,
+            } => json!({"outcome": "failed", "message": message, "code": code, "started": started}),
+            Outcome::Cancelled { evidence } => {
+                let mut o = json!({"outcome": "cancelled", "evidence": evidence.as_str()});
+                if let CancelEvidence::Quiet { quiet_ms } = evidence {
+                    o["quietMs"] = json!(quiet_ms);
+                }
+                o
+            }
+            Outcome::Lost { reason } => json!({"outcome": "lost", "reason": reason}),
+        }
+    }
+}
+
+/// Who refused an input.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum InputRejector {
+    /// The registry refused to deliver it.
+    Registry,
+    /// The worker received and refused it.
+    Worker,
+}
+
+/// What happened to a job, in the order it was recorded.
+#[derive(Clone, Debug, PartialEq)]
+pub enum EventKind<V> {
+    /// The job was accepted (owner, origin and endpoint are on the job record).
+    Submitted {
+        payload: V,
+        reuse_key: Option<String>,
+    },
+    /// The run was dispatched to its endpoint under `wire_id`.
+    Started {
+        wire_id: u64,
+        capabilities: Capabilities,
+    },
+    Progress {
+        value: V,
+    },
+    Partial {
+        value: V,
+    },
+    InputDelivered {
+        input_id: String,
+    },
+    InputApplied {
+        input_id: String,
+    },
+    InputRejected {
+        input_id: String,
+        by: InputRejector,
+        reason: String,
+    },
+    /// Someone asked the execution to stop. Not, by itself, evidence that it stopped.
+    CancelRequested {
+        reason: String,
+    },
+    /// The worker said it stopped.
+    CancelAcknowledged,
+    /// The worker cannot acknowledge cancels; the run stayed quiet for `quiet_ms`.
+    NoAcknowledgement {
+        quiet_ms: Millis,
+    },
+    /// The execution's host went away (exit, crash, terminate, disconnect).
+    Terminated {
+        reason: String,
+    },
+    /// A malformed message that named this run.
+    ProtocolError {
+        violation: Violation,
+    },
+    /// The one accepted terminal outcome.
+    Finished {
+        outcome: Outcome<V>,
+    },
+    /// A reply that arrived after the terminal outcome. Never a second completion.
+    LateEvidence {
+        reply: Reply<V>,
+    },
+}
+
+impl<V> EventKind<V> {
+    /// The event's stable type name.
+    pub fn name(&self) -> &'static str {
+        match self {
+            EventKind::Submitted { .. } => "submitted",
+            EventKind::Started { .. } => "started",
+            EventKind::Progress { .. } => "progress",
+            EventKind::Partial { .. } => "partial",
+            EventKind::InputDelivered { .. } => "input_delivered",
+            EventKind::InputApplied { .. } => "input_applied",
+            EventKind::InputRejected { .. } => "input_rejected",
+            EventKind::CancelRequested { .. } => "cancel_requested",
+            EventKind::CancelAcknowledged => "cancel_acknowledged",
+            EventKind::NoAcknowledgement { .. } => "no_acknowledgement",
+            EventKind::Terminated { .. } => "terminated",
+            EventKind::ProtocolError { .. } => "protocol_error",
+            EventKind::Finished { .. } => "outcome",
+            EventKind::LateEvidence { .. } => "late_evidence",
+        }
+    }
+}
+
+/// One journal record: per-job sequence number, time, source, type and payload.
+#[derive(Clone, Debug, PartialEq)]
+pub struct JobEvent<V> {
+    pub job: JobId,
+    pub seq: u64,
+    pub at: Millis,
+    pub source: Source,
+    pub kind: EventKind<V>,
+}
+
+impl<V: Payload> JobEvent<V> {
+    /// The JSON form: `{"job","seq","at","source","type", ...payload}`.
+    pub fn to_json(&self) -> Value {
+        let mut o = json!({
+            "job": self.job.0, "seq": self.seq, "at": self.at,
+            "source": self.source.label(), "type": self.kind.name(),
+        });
+        let m = o.as_object_mut().expect("object");
+        match &self.kind {
+            EventKind::Submitted { payload, reuse_key } => {
+                m.insert("payload".into(), payload.to_json());
+                if let Some(k) = reuse_key {
+                    m.insert("reuseKey".into(), json!(k));
+                }
+            }
+            EventKind::Started {
+                wire_id,
+                capabilities,
+            } => {
+                m.insert("wireId".into(), json!(wire_id));
+                m.insert("capabilities".into(), json!(capabilities));
+            }
+            EventKind::Progress { value } | EventKind::Partial { value } => {
+                m.insert("value".into(), value.to_json());
+            }
+            EventKind::InputDelivered { input_id } | EventKind::InputApplied { input_id } => {
+                m.insert("inputId".into(), json!(input_id));
+            }
+            EventKind::InputRejected {
+                input_id,
+                by,
+                reason,
+            } => {
+                m.insert("inputId".into(), json!(input_id));
+                let by = match by {
+                    InputRejector::Registry => "registry",
+                    InputRejector::Worker => "worker",
+                };
+                m.insert("by".into(), json!(by));
+                m.insert("reason".into(), json!(reason));
+            }
+            EventKind::CancelRequested { reason } | EventKind::Terminated { reason } => {
+                m.insert("reason".into(), json!(reason));
+            }
+            EventKind::CancelAcknowledged => {}
+            EventKind::NoAcknowledgement { quiet_ms } => {
+                m.insert("quietMs".into(), json!(quiet_ms));
+                m.insert(
+                    "note".into(),
+                    json!("no acknowledgement available: the worker does not announce cancelAck"),
+                );
+            }
+            EventKind::ProtocolError { violation } => {
+                m.insert("violation".into(), json!(violation));
+                m.insert("message".into(), json!(violation.describe()));
+            }
+            EventKind::Finished { outcome } => {
+                if let Value::Object(o) = outcome.to_json() {
+                    m.extend(o);
+                }
+            }
+            EventKind::LateEvidence { reply } => {
+                m.insert("reply".into(), reply_to_json(reply));
+            }
+        }
+        o
+    }
+}
+
+/// The JSON form of a parsed reply (as it was on the wire).
+pub fn reply_to_json<V: Payload>(reply: &Reply<V>) -> Value {
+    let mut o = json!({"type": reply.kind()});
+    if let Some(id) = reply.id() {
+        o["id"] = json!(id);
+    }
+    match reply {
+        Reply::Hello {
+            protocol,
+            capabilities,
+        } => {
+            o["protocol"] = json!(protocol);
+            o["capabilities"] = json!(capabilities);
+        }
+        Reply::Partial { value, .. } | Reply::Progress { value, .. } | Reply::Done { value, .. } => {
+            o["value"] = value.to_json();
+        }
+        Reply::Error { message, code, .. } => {
+            o["message"] = json!(message);
+            if let Some(c) = code {
+                o["code"] = json!(c);
+            }
+        }
+        Reply::Cancelled { .. } => {}
+        Reply::InputApplied { input_id, .. } => o["inputId"] = json!(input_id),
+        Reply::InputRejected {
+            input_id, message, ..
+        } => {
+            o["inputId"] = json!(input_id);
+            o["message"] = json!(message);
+        }
+    }
+    o
+}
+
+/// Where a job is in its lifecycle.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum JobState {
+    /// Accepted, not dispatched (endpoint starting or at its concurrency limit).
+    Queued,
+    /// Dispatched to its endpoint.
+    Running,
+    /// Has its one terminal outcome.
+    Finished(OutcomeKind),
+}
+
+impl JobState {
+    /// `queued`, `running`, or the outcome name.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            JobState::Queued => "queued",
+            JobState::Running => "running",
+            JobState::Finished(k) => k.as_str(),
+        }
+    }
+}
+
+/// A job as the registry keeps it. Its journal is complete; nothing is dropped.
+#[derive(Clone, Debug)]
+pub struct Job<V> {
+    pub id: JobId,
+    pub owner: OwnerId,
+    pub origin: Origin,
+    pub endpoint: EndpointId,
+    pub state: JobState,
+    /// The id of the run on its endpoint, once dispatched.
+    pub wire_id: Option<u64>,
+    /// What the execution can do, known once dispatched.
+    pub capabilities: Option<Capabilities>,
+    /// Set when a cancel was requested (time of the request).
+    pub cancel_requested_at: Option<Millis>,
+    /// Queue a completion note in the owner's mailbox when finished.
+    pub note: bool,
+    /// Ask the host to wake the owning agent when finished.
+    pub wake: bool,
+    pub(crate) journal: Vec<JobEvent<V>>,
+    pub(crate) finished_at: Option<usize>,
+    pub(crate) quiet_deadline: Option<Millis>,
+    pub(crate) subs: Vec<SubscriptionId>,
+    pub(crate) waits: Vec<WaitId>,
+    pub(crate) input_seq: u64,
+}
+
+impl<V: Payload> Job<V> {
+    /// The full, ordered journal.
+    pub fn journal(&self) -> &[JobEvent<V>] {
+        &self.journal
+    }
+
+    /// The submitted payload.
+    pub fn payload(&self) -> &V {
+        match &self.journal[0].kind {
+            EventKind::Submitted { payload, .. } => payload,
+            _ => unreachable!("the first journal event is always `submitted`"),
+        }
+    }
+
+    /// The reuse key given at submission.
+    pub fn reuse_key(&self) -> Option<&str> {
+        match &self.journal[0].kind {
+            EventKind::Submitted { reuse_key, .. } => reuse_key.as_deref(),
+            _ => None,
+        }
+    }
+
+    /// The terminal outcome, once there is one.
+    pub fn outcome(&self) -> Option<&Outcome<V>> {
+        self.finished_at.map(|i| match &self.journal[i].kind {
+            EventKind::Finished { outcome } => outcome,
+            _ => unreachable!("finished_at indexes the outcome event"),
+        })
+    }
+
+    /// Whether the job has its terminal outcome.
+    pub fn is_finished(&self) -> bool {
+        self.finished_at.is_some()
+    }
+
+    /// A JSON summary (without the journal).
+    pub fn to_json(&self) -> Value {
+        json!({
+            "job": self.id.0,
+            "owner": self.owner.0,
+            "origin": self.origin,
+            "endpoint": self.endpoint.0,
+            "state": self.state.as_str(),
+            "wireId": self.wire_id,
+            "capabilities": self.capabilities,
+            "cancelRequested": self.cancel_requested_at.is_some(),
+            "outcome": self.outcome().map(|o| o.to_json()),
+            "events": self.journal.len(),
+        })
+    }
+}
+
+/// One item handed to an observer: an event, or the exact range it missed.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Delivery<V> {
+    Event(JobEvent<V>),
+    /// The observer's queue was full: events `from..=to` of `job` were not queued for it. They
+    /// remain in the journal.
+    Missed { job: JobId, from: u64, to: u64 },
+}
+
+impl<V: Payload> Delivery<V> {
+    /// The JSON form: an event, or `{"type":"missed","job","from","to"}`.
+    pub fn to_json(&self) -> Value {
+        match self {
+            Delivery::Event(e) => e.to_json(),
+            Delivery::Missed { job, from, to } => {
+                json!({"type": "missed", "job": job.0, "from": from, "to": to})
+            }
+        }
+    }
+}
+
+/// An attributed completion note in an owner's mailbox.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Note {
+    /// Stable across observers: lets them recognise the same terminal outcome.
+    pub correlation: String,
+    pub job: JobId,
+    pub owner: OwnerId,
+    pub origin: Origin,
+    pub outcome: OutcomeKind,
+    pub summary: String,
+    pub at: Millis,
+}
+
+/// How a wait ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WaitEnd {
+    /// The job reached its terminal outcome.
+    Finished(OutcomeKind),
+    /// The wait's timeout elapsed; the job is untouched.
+    TimedOut,
+    /// The wait was cancelled; the job is untouched.
+    Cancelled,
+}
+
+impl WaitEnd {
+    /// `finished`, `timed_out` or `cancelled`.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            WaitEnd::Finished(_) => "finished",
+            WaitEnd::TimedOut => "timed_out",
+            WaitEnd::Cancelled => "cancelled",
+        }
+    }
+}
+
+/// Work for the host, drained after every input.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Output<V> {
+    /// Put this request on the endpoint's transport.
+    Send {
+        endpoint: EndpointId,
+        request: super::wire::WireRequest<V>,
+    },
+    /// Terminate the endpoint's execution host (Worker.terminate, kill the process).
+    Terminate { endpoint: EndpointId },
+    /// A wait ended.
+    WaitSettled {
+        wait: WaitId,
+        job: JobId,
+        end: WaitEnd,
+    },
+    /// The subscription has deliveries to take.
+    Observed { subscription: SubscriptionId },
+    /// A job reached its terminal outcome.
+    JobFinished { job: JobId, outcome: OutcomeKind },
+    /// A completion note was queued for `owner`.
+    NoteQueued { owner: OwnerId, job: JobId },
+    /// The job asked to wake its owner on completion.
+    Wake { owner: OwnerId, job: JobId },
+}
+
+impl<V: Payload> Output<V> {
+    /// The JSON form, for vectors and logs.
+    pub fn to_json(&self) -> Value {
+        match self {
+            Output::Send { endpoint, request } => {
+                json!({"output": "send", "endpoint": endpoint.0, "message": request.to_json()})
+            }
+            Output::Terminate { endpoint } => json!({"output": "terminate", "endpoint": endpoint.0}),
+            Output::WaitSettled { wait, job, end } => {
+                let mut o = json!({"output": "wait_settled", "wait": wait.0, "job": job.0, "end": end.as_str()});
+                if let WaitEnd::Finished(k) = end {
+                    o["outcome"] = json!(k.as_str());
+                }
+                o
+            }
+            Output::Observed { subscription } => {
+                json!({"output": "observed", "subscription": subscription.0})
+            }
+            Output::JobFinished { job, outcome } => {
+                json!({"output": "job_finished", "job": job.0, "outcome": outcome.as_str()})
+            }
+            Output::NoteQueued { owner, job } => {
+                json!({"output": "note_queued", "owner": owner.0, "job": job.0})
+            }
+            Output::Wake { owner, job } => json!({"output": "wake", "owner": owner.0, "job": job.0}),
+        }
+    }
+}
+
+/// What `cancel` did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CancelStatus {
+    /// The job had not started: it is now `cancelled` (never started).
+    CancelledBeforeStart,
+    /// A cancel was sent; an acknowledgement is expected.
+    Requested { ack_expected: bool },
+    /// A cancel was already requested earlier.
+    AlreadyRequested,
+    /// The job had already finished; nothing changed.
+    AlreadyFinished(OutcomeKind),
+}
+
+impl CancelStatus {
+    /// Stable name of the status.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            CancelStatus::CancelledBeforeStart => "cancelled_before_start",
+            CancelStatus::Requested { .. } => "requested",
+            CancelStatus::AlreadyRequested => "already_requested",
+            CancelStatus::AlreadyFinished(_) => "already_finished",
+        }
+    }
+}
+
+/// The result of `submit`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Submitted {
+    pub job: JobId,
+    /// True when an existing job was returned for the reuse key.
+    pub reused: bool,
+}
+
+/// One unfinished job's fate when its owner closed.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ClosedJob {
+    pub job: JobId,
+    /// `queued`, `running` or the outcome it already had.
+    pub was: String,
+    pub outcome: OutcomeKind,
+    pub summary: String,
+}
+
+/// What `close_owner` did, job by job.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CloseReport {
+    pub owner: OwnerId,
+    /// Every job the owner had, with the outcome it ended with.
+    pub jobs: Vec<ClosedJob>,
+    /// Endpoints terminated because the owner owned them.
+    pub endpoints: Vec<EndpointId>,
+    /// Completion notes that were still unread.
+    pub unread_notes: Vec<Note>,
+}

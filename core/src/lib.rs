@@ -1,0 +1,24 @@
+//! weft-core: every rule of weft, with no I/O.
+//!
+//! The core is driven by explicit inputs that carry the current time and produces outputs the
+//! host drains (sans-IO, in the style of quinn-proto). It never touches files, sockets,
+//! threads, clocks, randomness or the environment, so one implementation runs natively under
+//! Tokio and as WebAssembly in browsers and Node.
+//!
+//! Capabilities, one module each:
+//! * [`jobs`] — the portable job registry and the Worker endpoint protocol.
+//! * [`conformance`] — the data-driven vectors every host runs against this core.
+
+pub mod conformance;
+pub mod jobs;
+pub mod value;
+
+/// Milliseconds on the host's monotonic clock. The core never reads a clock itself.
+pub type Millis = u64;
+
+/// Errors with a stable, machine-readable code (`STALE_FRAME`, `INPUT_UNSUPPORTED`, ...):
+/// hosts expose it as JS `Error.code` and HTTP problem `code`.
+pub trait ErrorCode: std::error::Error {
+    /// The stable code.
+    fn code(&self) -> &'static str;
+}

@@ -1,0 +1,97 @@
+//! The payload seam: the core carries application values without owning their representation.
+//!
+//! Natively a payload is a [`serde_json::Value`]; in the browser it is a `JsValue`, so typed
+//! arrays and large objects cross no serializer. The core reads wire messages only through this
+//! trait, which keeps every protocol rule in the core while hosts pass messages through untouched.
+
+use std::fmt::Debug;
+
+/// A value the core can inspect field by field, compare and export as JSON.
+pub trait Payload: Clone + Debug {
+    /// The value at `key` when `self` is an object that has it (own or inherited).
+    fn field(&self, key: &str) -> Option<Self>;
+    /// The value as a finite or non-finite number, when it is a number.
+    fn as_f64(&self) -> Option<f64>;
+    /// The value as text, when it is a string.
+    fn as_text(&self) -> Option<String>;
+    /// The value as a boolean, when it is one.
+    fn as_bool(&self) -> Option<bool>;
+    /// A short name of the value's type, for error messages (`"object"`, `"string"`, ...).
+    fn type_name(&self) -> &'static str;
+    /// Whether the value is a plain object (a wire message must be one).
+    fn is_object(&self) -> bool {
+        self.type_name() == "object"
+    }
+    /// Whether the value's encoded size is at most `limit` bytes. Implementations may stop
+    /// walking as soon as the limit is exceeded.
+    fn fits_within(&self, limit: usize) -> bool;
+    /// Structural equality (used for reuse keys).
+    fn same_as(&self, other: &Self) -> bool;
+    /// The JSON form, for journals and exports.
+    fn to_json(&self) -> serde_json::Value;
+    /// The JSON `null` of this representation.
+    fn null() -> Self;
+}
+
+impl Payload for serde_json::Value {
+    fn field(&self, key: &str) -> Option<Self> {
+        self.as_object().and_then(|o| o.get(key)).cloned()
+    }
+    fn as_f64(&self) -> Option<f64> {
+        serde_json::Value::as_f64(self)
+    }
+    fn as_text(&self) -> Option<String> {
+        self.as_str().map(str::to_owned)
+    }
+    fn as_bool(&self) -> Option<bool> {
+        serde_json::Value::as_bool(self)
+    }
+    fn type_name(&self) -> &'static str {
+        json_type_name(self)
+    }
+    fn fits_within(&self, limit: usize) -> bool {
+        let mut budget = limit as i64;
+        json_fits(self, &mut budget)
+    }
+    fn same_as(&self, other: &Self) -> bool {
+        self == other
+    }
+    fn to_json(&self) -> serde_json::Value {
+        self.clone()
+    }
+    fn null() -> Self {
+        serde_json::Value::Null
+    }
+}
+
+/// The JSON type name of a value.
+pub fn json_type_name(v: &serde_json::Value) -> &'static str {
+    match v {
+        serde_json::Value::Null => "null",
+        serde_json::Value::Bool(_) => "boolean",
+        serde_json::Value::Number(_) => "number",
+        serde_json::Value::String(_) => "string",
+        serde_json::Value::Array(_) => "array",
+        serde_json::Value::Object(_) => "object",
+    }
+}
+
+/// Decrements `budget` by an estimate of the encoded size; false once it goes negative.
+fn json_fits(v: &serde_json::Value, budget: &mut i64) -> bool {
+    use serde_json::Value::*;
+    *budget -= match v {
+        Null | Bool(_) => 5,
+        Number(_) => 24,
+        String(s) => s.len() as i64 + 2,
+        Array(a) => a.len() as i64 + 2,
+        Object(o) => o.keys().map(|k| k.len() as i64 + 4).sum::<i64>() + 2,
+    };
+    if *budget < 0 {
+        return false;
+    }
+    match v {
+        Array(a) => a.iter().all(|x| json_fits(x, budget)),
+        Object(o) => o.values().all(|x| json_fits(x, budget)),
+        _ => true,
+    }
+}

@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Installs what the tests need, skipping whatever is already there: the wasm32 target,
+# wasm-bindgen-cli 0.2.130, Debian's Chromium + ChromeDriver, and the npm packages of tests/js.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+
+if ! rustup target list --installed | grep -qx wasm32-unknown-unknown; then
+  echo "setup: adding the wasm32-unknown-unknown target"
+  rustup target add wasm32-unknown-unknown
+fi
+
+if [ "$(wasm-bindgen --version 2>/dev/null || true)" != "wasm-bindgen 0.2.130" ]; then
+  echo "setup: installing wasm-bindgen-cli 0.2.130 (about 3 minutes)"
+  cargo install wasm-bindgen-cli --version 0.2.130
+fi
+
+if [ ! -x /usr/bin/chromium ] || [ ! -x /usr/bin/chromedriver ]; then
+  echo "setup: installing chromium and chromium-driver"
+  $SUDO apt-get update -qq
+  $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver
+fi
+
+npm_install() { # dir: npm ci when the lock changed since the last install
+  local dir=$1
+  if [ ! -f "$dir/node_modules/.weft-lock" ] || ! cmp -s "$dir/package-lock.json" "$dir/node_modules/.weft-lock"; then
+    echo "setup: npm ci in $dir"
+    (cd "$dir" && npm ci --no-audit --no-fund --loglevel=error)
+    cp "$dir/package-lock.json" "$dir/node_modules/.weft-lock"
+  fi
+}
+for lock in tests/js/package-lock.json examples/*/package-lock.json; do
+  [ -f "$lock" ] && npm_install "$(dirname "$lock")"
+done
+exit 0
