@@ -1,1 +1,35 @@
-fn main() {}
+//! `weft`: the native host. Every subcommand drives weft-core; none holds a rule of its own.
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+mod run;
+
+/// weft — a portable runtime for applications that people and agents drive together.
+#[derive(Parser)]
+#[command(name = "weft", version, about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run a worker script as a child process (JSON lines on stdio) and follow its job.
+    Run(run::RunArgs),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("tokio runtime");
+    rt.block_on(async {
+        match cli.command {
+            Command::Run(args) => run::main(args).await,
+        }
+    })
+}
