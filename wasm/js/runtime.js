@@ -442,7 +442,8 @@ export class Job {
   }
 
   /**
-   * Async iteration over journal events; ends after the `outcome` event. A consumer slower
+   * Async iteration over journal events; ends after the `outcome` event (or once the job has
+   * ended and everything was delivered or reported missed). A consumer slower
    * than `capacity` events receives `{type:"missed"}` records for what it skipped.
    */
   events({ from = 1, capacity = 1024 } = {}) {
@@ -459,7 +460,12 @@ export class Job {
       },
     });
     rt._pump();
+    const isFinished = () => {
+      const st = rt.registry.job(this.id)?.state;
+      return st === undefined || !['queued', 'running'].includes(st);
+    };
     const finish = () => {
+      if (done) return { value: undefined, done: true };
       done = true;
       rt._dropSub(sub);
       return { value: undefined, done: true };
@@ -474,10 +480,11 @@ export class Job {
           if (buffered.length === 0) buffered = Array.from(rt.registry.takeDeliveries(sub));
           if (buffered.length > 0) {
             const value = buffered.shift();
-            if (value.type === 'outcome') done = true;
-            if (done) rt._dropSub(sub);
+            if (value.type === 'outcome') finish();
             return { value, done: false };
           }
+          // Everything up to the outcome is delivered or reported missed once the job ended.
+          if (isFinished()) return finish();
           await new Promise((resolve) => {
             wake = resolve;
           });
