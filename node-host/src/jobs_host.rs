@@ -342,8 +342,16 @@ impl JobsHost {
             }
             Some(Inbound::Closed(ep, reason)) => {
                 let mut reason = reason.clone();
-                if let Some(last) = self.stderr_tail.get(ep).and_then(|t| t.last()) {
-                    reason = format!("{reason}; last stderr: {}", truncate(last, 200));
+                if let Some(tail) = self.stderr_tail.get(ep) {
+                    // The most telling stderr line: the last error line, else the last line.
+                    let line = tail
+                        .iter()
+                        .rev()
+                        .find(|l| l.contains("Error") || l.contains("Exception"))
+                        .or(tail.last());
+                    if let Some(line) = line {
+                        reason = format!("{reason}; stderr: {}", truncate(line.trim(), 200));
+                    }
                 }
                 let _ = self.registry.on_endpoint_closed(now, *ep, &reason);
                 self.transports.remove(ep);

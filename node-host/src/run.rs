@@ -179,7 +179,10 @@ pub async fn main(args: RunArgs) -> ExitCode {
             let text = value.to_string();
             if std::io::stdout().is_terminal() && text.len() > 400 {
                 let cut: String = text.chars().take(300).collect();
-                println!("{cut}… ({} bytes; redirect stdout for the whole result)", text.len());
+                println!(
+                    "{cut}… ({} bytes; redirect stdout for the whole result)",
+                    text.len()
+                );
             } else {
                 println!("{text}");
             }

@@ -229,19 +229,17 @@ impl<V: Payload> Registry<V> {
                     },
                 );
                 // Show the violation in the named run's journal too, when that run is ours.
-                if let Some(job) = refused.id.and_then(|w| ep.wire.get(&w).copied()) {
-                    if let Some(j) = self.jobs.get(&job)
-                        && !j.is_finished()
-                    {
-                        self.record(
-                            job,
-                            now,
-                            Source::Endpoint(endpoint),
-                            EventKind::ProtocolError {
-                                violation: refused.violation,
-                            },
-                        );
-                    }
+                if let Some(job) = refused.id.and_then(|w| ep.wire.get(&w).copied())
+                    && self.jobs.get(&job).is_some_and(|j| !j.is_finished())
+                {
+                    self.record(
+                        job,
+                        now,
+                        Source::Endpoint(endpoint),
+                        EventKind::ProtocolError {
+                            violation: refused.violation,
+                        },
+                    );
                 }
                 return Ok(());
             }
