@@ -6,9 +6,12 @@
 //! Tokio and as WebAssembly in browsers and Node.
 //!
 //! Capabilities, one module each:
+//! * [`actors`] — agent chat as a persisted graph of actor nodes: spawn lineage, metathread,
+//!   wait graph, close-out policy, projections; the storage seam its hosts implement.
 //! * [`jobs`] — the portable job registry and the Worker endpoint protocol.
 //! * [`conformance`] — the data-driven vectors every host runs against this core.
 
+pub mod actors;
 pub mod conformance;
 pub mod jobs;
 pub mod value;
