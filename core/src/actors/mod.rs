@@ -423,6 +423,29 @@ impl ActorGraph {
         out
     }
 
+    /// Node ids in creation order (`createdAt`, then spawn order): the order of grid tiles
+    /// and worker lists.
+    pub fn creation_order(&self) -> Vec<NodeId> {
+        let mut ids: Vec<(Option<Millis>, usize, NodeId)> = self
+            .node_ids()
+            .into_iter()
+            .enumerate()
+            .map(|(i, id)| {
+                (
+                    self.nodes[&id]
+                        .meta
+                        .created_at
+                        .as_deref()
+                        .and_then(time::parse_timestamp),
+                    i,
+                    id,
+                )
+            })
+            .collect();
+        ids.sort_by_key(|(t, i, _)| (t.unwrap_or(Millis::MAX), *i));
+        ids.into_iter().map(|(_, _, id)| id).collect()
+    }
+
     /// A node's record.
     pub fn node(&self, id: &str) -> Option<&Node> {
         self.nodes.get(id).map(|n| &n.meta)

@@ -409,7 +409,8 @@ impl ActorGraph {
             })
             .map(|id| self.node_json(id))
             .collect();
-        let workers: Vec<Value> = ids
+        let workers: Vec<Value> = self
+            .creation_order()
             .iter()
             .filter(|id| {
                 let m = &self.state(id).meta;
@@ -463,7 +464,7 @@ impl ActorGraph {
             }
         }
         let mut tasks: Vec<NodeId> = self
-            .node_ids()
+            .creation_order()
             .into_iter()
             .filter(|id| {
                 let m = &self.state(id).meta;
