@@ -3,7 +3,7 @@
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
-use weft_host::run;
+use weft_host::{actors, run};
 
 /// weft — a portable runtime for applications that people and agents drive together.
 #[derive(Parser)]
@@ -17,6 +17,8 @@ struct Cli {
 enum Command {
     /// Run a worker script as a child process (JSON lines on stdio) and follow its job.
     Run(run::RunArgs),
+    /// Agent chat as a persisted graph of actor nodes ($CHAT_ROOT): spawn, route, status, audit, desk.
+    Actors(actors::cli::ActorsArgs),
 }
 
 fn main() -> ExitCode {
@@ -29,6 +31,7 @@ fn main() -> ExitCode {
     rt.block_on(async {
         match cli.command {
             Command::Run(args) => run::main(args).await,
+            Command::Actors(args) => actors::cli::main(args).await,
         }
     })
 }
