@@ -683,6 +683,17 @@ impl ActorGraph {
             node_type: t.to_string(),
             reason,
         };
+        if let Role::Other(r) = &l.role {
+            return Err(ActorsError::InvalidArgument(format!(
+                "unknown role `{r}` (expected one of {})",
+                Role::KNOWN
+                    .iter()
+                    .filter(|k| **k != "routing")
+                    .copied()
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )));
+        }
         if l.role == Role::Routing {
             return Err(ActorsError::InvalidArgument(
                 "routing markers are written by spawn and resolve, not appended".into(),

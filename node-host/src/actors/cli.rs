@@ -18,8 +18,8 @@ use std::time::Duration;
 use serde_json::{Value, json};
 use weft_core::actors::time::{format_rfc3339, parse_timestamp};
 use weft_core::actors::{
-    ActorsError, Candidate, GitCloseout, HarnessConfig, HeuristicProposer, NewLine, NodeType, RelatedKind, Role,
-    RouteOutcome, Scope, SpawnOutcome, SpawnRequest, Status, Trigger, WaitMode,
+    ActorsError, Candidate, GitCloseout, HarnessConfig, HeuristicProposer, NewLine, NodeType,
+    RelatedKind, Role, RouteOutcome, Scope, SpawnOutcome, SpawnRequest, Status, Trigger, WaitMode,
 };
 
 use super::{Session, config_from_env, wall_ms};
@@ -86,6 +86,7 @@ pub enum ActorsCommand {
         c: Common,
         #[arg(long)]
         node: String,
+        /// The text; `-` reads it from stdin.
         #[arg(long)]
         text: String,
         /// user, assistant, system, tool, progress, completion.
@@ -257,7 +258,9 @@ pub enum ActorsCommand {
 
 fn exit_code(e: &ActorsError) -> u8 {
     match e {
-        ActorsError::InvalidArgument(_) | ActorsError::InvalidNodeId { .. } | ActorsError::Config { .. } => 64,
+        ActorsError::InvalidArgument(_)
+        | ActorsError::InvalidNodeId { .. }
+        | ActorsError::Config { .. } => 64,
         ActorsError::NotInitialized => 66,
         ActorsError::StoreIo(_) => 74,
         ActorsError::StoreLocked(_) => 75,
@@ -267,7 +270,10 @@ fn exit_code(e: &ActorsError) -> u8 {
 
 fn fail(e: &ActorsError, json: bool) -> ExitCode {
     if json {
-        println!("{}", json!({"error": {"code": e.code(), "message": e.to_string()}}));
+        println!(
+            "{}",
+            json!({"error": {"code": e.code(), "message": e.to_string()}})
+        );
     }
     eprintln!("weft actors: error[{}]: {e}", e.code());
     ExitCode::from(exit_code(e))
@@ -295,7 +301,9 @@ fn parse_mode(s: &str) -> Result<Option<WaitMode>, ActorsError> {
         "none" => Ok(None),
         "warn" => Ok(Some(WaitMode::Warn)),
         "enforce" => Ok(Some(WaitMode::Enforce)),
-        _ => Err(ActorsError::InvalidArgument(format!("wait mode `{s}` (expected warn, enforce or none)"))),
+        _ => Err(ActorsError::InvalidArgument(format!(
+            "wait mode `{s}` (expected warn, enforce or none)"
+        ))),
     }
 }
 
@@ -338,14 +346,25 @@ pub async fn main(args: ActorsArgs) -> ExitCode {
     for n in &notes {
         eprintln!("weft actors: note: {n}");
     }
-    if config.node_store == weft_core::actors::NodeStoreMode::Off && !matches!(args.command, ActorsCommand::Desk { .. }) {
+    if config.node_store == weft_core::actors::NodeStoreMode::Off
+        && !matches!(args.command, ActorsCommand::Desk { .. })
+    {
         return fail(
-            &ActorsError::InvalidArgument("ACTOR_NODE_STORE=off: nothing would persist; the CLI needs a store".into()),
+            &ActorsError::InvalidArgument(
+                "ACTOR_NODE_STORE=off: nothing would persist; the CLI needs a store".into(),
+            ),
             json,
         );
     }
     if let ActorsCommand::Desk { c, listen } = args.command {
-        return match crate::desk::serve_root(&c.root, config, &listen, Duration::from_millis(c.lock_timeout_ms)).await {
+        return match crate::desk::serve_root(
+            &c.root,
+            config,
+            &listen,
+            Duration::from_millis(c.lock_timeout_ms),
+        )
+        .await
+        {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => fail(&e, json),
         };
@@ -373,7 +392,13 @@ fn writer(c: &Common, config: HarnessConfig) -> Result<Session, ActorsError> {
         s.store.set_failpoint(Some(f));
     }
     for d in &s.report.diagnostics {
-        eprintln!("weft actors: {} {}{}: {}", d.code, d.file, d.line.map(|l| format!(":{l}")).unwrap_or_default(), d.message);
+        eprintln!(
+            "weft actors: {} {}{}: {}",
+            d.code,
+            d.file,
+            d.line.map(|l| format!(":{l}")).unwrap_or_default(),
+            d.message
+        );
     }
     for r in &s.report.repairs {
         eprintln!("weft actors: recovered: {r}");
@@ -383,7 +408,13 @@ fn writer(c: &Common, config: HarnessConfig) -> Result<Session, ActorsError> {
 
 fn report_diagnostics(s: &Session) {
     for d in &s.report.diagnostics {
-        eprintln!("weft actors: {} {}{}: {}", d.code, d.file, d.line.map(|l| format!(":{l}")).unwrap_or_default(), d.message);
+        eprintln!(
+            "weft actors: {} {}{}: {}",
+            d.code,
+            d.file,
+            d.line.map(|l| format!(":{l}")).unwrap_or_default(),
+            d.message
+        );
     }
 }
 
@@ -391,7 +422,10 @@ fn tree_text(v: &Value) -> String {
     let mut out = String::new();
     for n in v["nodes"].as_array().into_iter().flatten() {
         let depth = n["depth"].as_u64().unwrap_or(0) as usize;
-        let paused = n["pausedBy"].as_str().map(|p| format!(" (paused by {p})")).unwrap_or_default();
+        let paused = n["pausedBy"]
+            .as_str()
+            .map(|p| format!(" (paused by {p})"))
+            .unwrap_or_default();
         out.push_str(&format!(
             "{}{} [{}] {} — {}{}\n",
             "  ".repeat(depth),
@@ -409,11 +443,32 @@ fn run(cmd: ActorsCommand, config: HarnessConfig) -> Result<(Value, String), Act
     let now = wall_ms();
     match cmd {
         ActorsCommand::Init { c, title } => {
-            let s = Session::init(&c.root, config, &title, Duration::from_millis(c.lock_timeout_ms))?;
+            let s = Session::init(
+                &c.root,
+                config,
+                &title,
+                Duration::from_millis(c.lock_timeout_ms),
+            )?;
             let v = json!({"root": s.graph.root(), "path": s.store.address(), "title": title});
-            Ok((v, format!("initialised {} (root node `coordinator`)", s.store.address())))
+            Ok((
+                v,
+                format!(
+                    "initialised {} (root node `coordinator`)",
+                    s.store.address()
+                ),
+            ))
         }
-        ActorsCommand::Spawn { c, parent, node_type, id, title, topic, reason, git_closeout, wait_on } => {
+        ActorsCommand::Spawn {
+            c,
+            parent,
+            node_type,
+            id,
+            title,
+            topic,
+            reason,
+            git_closeout,
+            wait_on,
+        } => {
             let mut r = SpawnRequest::new(parent, parse_type(&node_type)?);
             r.id = id;
             r.title = title;
@@ -423,29 +478,61 @@ fn run(cmd: ActorsCommand, config: HarnessConfig) -> Result<(Value, String), Act
             r.git_closeout = git_closeout.as_deref().map(parse_closeout).transpose()?;
             for w in wait_on {
                 let (n, m) = w.split_once(':').unwrap_or((&w, "warn"));
-                let m = parse_mode(m)?.ok_or_else(|| ActorsError::InvalidArgument("--wait-on mode none".into()))?;
+                let m = parse_mode(m)?
+                    .ok_or_else(|| ActorsError::InvalidArgument("--wait-on mode none".into()))?;
                 r.wait_on.push((n.to_owned(), m));
             }
             let mut s = writer(&c, config)?;
             let o = s.graph.spawn(now, r)?;
             s.flush()?;
             let v = spawn_json(&o, &s);
-            Ok((v, format!("spawned {} `{}` under `{}`", o.node_type, o.child, o.parent)))
+            Ok((
+                v,
+                format!("spawned {} `{}` under `{}`", o.node_type, o.child, o.parent),
+            ))
         }
-        ActorsCommand::Message { c, node, text, role, tokens, from } => {
+        ActorsCommand::Message {
+            c,
+            node,
+            text,
+            role,
+            tokens,
+            from,
+        } => {
+            let text = if text == "-" {
+                let mut t = String::new();
+                std::io::Read::read_to_string(&mut std::io::stdin(), &mut t)
+                    .map_err(|e| ActorsError::InvalidArgument(format!("stdin: {e}")))?;
+                t.trim_end_matches('\n').to_owned()
+            } else {
+                text
+            };
             let mut s = writer(&c, config)?;
-            let line = s.graph.append(now, &node, NewLine { role: Role::parse(&role), text, tokens, from })?;
+            let line = s.graph.append(
+                now,
+                &node,
+                NewLine {
+                    role: Role::parse(&role),
+                    text,
+                    tokens,
+                    from,
+                },
+            )?;
             s.flush()?;
-            Ok((json!({"node": node, "line": line}), format!("{node}:{line}")))
+            Ok((
+                json!({"node": node, "line": line}),
+                format!("{node}:{line}"),
+            ))
         }
         ActorsCommand::Route { c, node, text } => {
             let mut s = writer(&c, config)?;
             let out = s.graph.route(now, &node, &text, None, &HeuristicProposer)?;
             s.flush()?;
             Ok(match out {
-                RouteOutcome::Continued { node, line } => {
-                    (json!({"outcome": "continued", "node": node, "line": line}), format!("continued in {node}:{line}"))
-                }
+                RouteOutcome::Continued { node, line } => (
+                    json!({"outcome": "continued", "node": node, "line": line}),
+                    format!("continued in {node}:{line}"),
+                ),
                 RouteOutcome::Spawned { trigger, spawn } => {
                     let mut v = spawn_json(&spawn, &s);
                     v["outcome"] = json!("spawned");
@@ -456,19 +543,35 @@ fn run(cmd: ActorsCommand, config: HarnessConfig) -> Result<(Value, String), Act
                         spawn.child,
                         spawn.node_type,
                         spawn.parent,
-                        if spawn.paused_parent { "; the parent is paused until it resolves" } else { "" }
+                        if spawn.paused_parent {
+                            "; the parent is paused until it resolves"
+                        } else {
+                            ""
+                        }
                     );
                     (v, h)
                 }
             })
         }
-        ActorsCommand::Status { c, node, set, summary, awaiting_user } => {
+        ActorsCommand::Status {
+            c,
+            node,
+            set,
+            summary,
+            awaiting_user,
+        } => {
             if let Some(st) = set {
-                let node = node.ok_or_else(|| ActorsError::InvalidArgument("--set needs --node".into()))?;
+                let node =
+                    node.ok_or_else(|| ActorsError::InvalidArgument("--set needs --node".into()))?;
                 let mut s = writer(&c, config)?;
-                let mb = s.graph.set_status(now, &node, Status::parse(&st), summary, awaiting_user)?;
+                let mb =
+                    s.graph
+                        .set_status(now, &node, Status::parse(&st), summary, awaiting_user)?;
                 s.flush()?;
-                let h = format!("{node}: {} — {} (mailbox v{})", mb.status, mb.summary, mb.version);
+                let h = format!(
+                    "{node}: {} — {} (mailbox v{})",
+                    mb.status, mb.summary, mb.version
+                );
                 return Ok((serde_json::to_value(mb).expect("serializes"), h));
             }
             let s = Session::reader(&c.root, config)?;
@@ -492,7 +595,13 @@ fn run(cmd: ActorsCommand, config: HarnessConfig) -> Result<(Value, String), Act
                 }
             }
         }
-        ActorsCommand::Graph { c, view, at, scope, node } => {
+        ActorsCommand::Graph {
+            c,
+            view,
+            at,
+            scope,
+            node,
+        } => {
             let s = Session::reader(&c.root, config)?;
             report_diagnostics(&s);
             let v = match view.as_str() {
@@ -503,13 +612,20 @@ fn run(cmd: ActorsCommand, config: HarnessConfig) -> Result<(Value, String), Act
                 "metathread" => s.graph.metathread_view(None),
                 "temporal" => {
                     let at = at
-                        .map(|a| parse_timestamp(&a).ok_or_else(|| ActorsError::InvalidArgument(format!("--at {a:?}"))))
+                        .map(|a| {
+                            parse_timestamp(&a)
+                                .ok_or_else(|| ActorsError::InvalidArgument(format!("--at {a:?}")))
+                        })
                         .transpose()?;
                     s.graph.temporal_view(now, &Scope::parse(&scope)?, at, 24)?
                 }
                 other => return Err(ActorsError::InvalidArgument(format!("--view {other}"))),
             };
-            let h = if view == "graph" || view == "tree" { tree_text(&s.graph.tree_view()) } else { v.to_string() };
+            let h = if view == "graph" || view == "tree" {
+                tree_text(&s.graph.tree_view())
+            } else {
+                v.to_string()
+            };
             Ok((v, h))
         }
         ActorsCommand::Audit { c } => {
@@ -528,7 +644,10 @@ fn run(cmd: ActorsCommand, config: HarnessConfig) -> Result<(Value, String), Act
                 Err(ActorsError::StoreLocked(h)) => json!({"written": false, "reason": h}),
                 Err(e) => return Err(e),
             };
-            let mut h = format!("{} refs, {} ok, {} problems ({ms:.2} ms)", report.refs, report.ok, report.problems);
+            let mut h = format!(
+                "{} refs, {} ok, {} problems ({ms:.2} ms)",
+                report.refs, report.ok, report.problems
+            );
             for e in report.entries.iter().filter(|e| !e.ok) {
                 h.push_str(&format!(
                     "\n  meta line {}: {} {}:{} — {}",
@@ -549,9 +668,19 @@ fn run(cmd: ActorsCommand, config: HarnessConfig) -> Result<(Value, String), Act
             let n = s.graph.export(now)?;
             s.flush()?;
             let p = c.root.join("thread.jsonl");
-            Ok((json!({"lines": n, "path": p}), format!("exported {n} lines to {}", p.display())))
+            Ok((
+                json!({"lines": n, "path": p}),
+                format!("exported {n} lines to {}", p.display()),
+            ))
         }
-        ActorsCommand::Resolve { c, node, continue_parent, into, new, note } => {
+        ActorsCommand::Resolve {
+            c,
+            node,
+            continue_parent,
+            into,
+            new,
+            note,
+        } => {
             let mut cands = Vec::new();
             if continue_parent {
                 cands.push(Candidate::Continue);
@@ -559,19 +688,35 @@ fn run(cmd: ActorsCommand, config: HarnessConfig) -> Result<(Value, String), Act
             cands.extend(into.into_iter().map(Candidate::Existing));
             for n in new {
                 let (t, title) = n.split_once(':').unwrap_or(("task", &n));
-                cands.push(Candidate::New { node_type: parse_type(t)?, title: title.to_owned(), topic: String::new() });
+                cands.push(Candidate::New {
+                    node_type: parse_type(t)?,
+                    title: title.to_owned(),
+                    topic: String::new(),
+                });
             }
             let mut s = writer(&c, config)?;
             let r = s.graph.resolve(now, &node, cands, &note)?;
             s.flush()?;
-            let v = json!({"parent": r.parent, "into": r.into, "created": r.created, "batch": r.batch});
-            Ok((v, format!("`{node}` resolved; `{}` continues routing", r.parent)))
+            let v =
+                json!({"parent": r.parent, "into": r.into, "created": r.created, "batch": r.batch});
+            Ok((
+                v,
+                format!("`{node}` resolved; `{}` continues routing", r.parent),
+            ))
         }
-        ActorsCommand::Ref { c, node, line, summary } => {
+        ActorsCommand::Ref {
+            c,
+            node,
+            line,
+            summary,
+        } => {
             let mut s = writer(&c, config)?;
             let n = s.graph.add_ref(now, &node, line, &summary)?;
             s.flush()?;
-            Ok((json!({"metaLine": n}), format!("ref {node}:{line} at metathread line {n}")))
+            Ok((
+                json!({"metaLine": n}),
+                format!("ref {node}:{line} at metathread line {n}"),
+            ))
         }
         ActorsCommand::Narrate { c, text } => {
             let mut s = writer(&c, config)?;
@@ -585,24 +730,40 @@ fn run(cmd: ActorsCommand, config: HarnessConfig) -> Result<(Value, String), Act
             s.graph.set_wait(now, &node, &on, mode)?;
             s.flush()?;
             let v = serde_json::to_value(s.graph.wait_checks(&node)?).expect("serializes");
-            Ok((json!({"node": node, "waits": v}), format!("{node} waits: {v}")))
+            Ok((
+                json!({"node": node, "waits": v}),
+                format!("{node} waits: {v}"),
+            ))
         }
         ActorsCommand::Relate { c, from, to, kind } => {
             let mut s = writer(&c, config)?;
             s.graph.relate(now, &from, &to, RelatedKind::parse(&kind))?;
             s.flush()?;
-            Ok((json!({"from": from, "to": to, "kind": kind}), format!("{from} —{kind}→ {to}")))
+            Ok((
+                json!({"from": from, "to": to, "kind": kind}),
+                format!("{from} —{kind}→ {to}"),
+            ))
         }
-        ActorsCommand::Bookmark { c, scope, text, keywords } => {
+        ActorsCommand::Bookmark {
+            c,
+            scope,
+            text,
+            keywords,
+        } => {
             let scope = Scope::parse(&scope)?;
             let mut s = writer(&c, config)?;
             let n = s.graph.bookmark(now, &scope, keywords, &text, None)?;
             s.flush()?;
-            Ok((json!({"bookmark": n, "scope": scope.to_string()}), format!("bookmark {n}")))
+            Ok((
+                json!({"bookmark": n, "scope": scope.to_string()}),
+                format!("bookmark {n}"),
+            ))
         }
         ActorsCommand::Epoch { c, reason, nodes } => {
             let mut s = writer(&c, config)?;
-            let n = s.graph.reframe_epoch(now, &reason, (!nodes.is_empty()).then_some(nodes))?;
+            let n = s
+                .graph
+                .reframe_epoch(now, &reason, (!nodes.is_empty()).then_some(nodes))?;
             s.flush()?;
             Ok((json!({"epoch": n}), format!("views/epoch-{n}.json")))
         }
@@ -610,14 +771,21 @@ fn run(cmd: ActorsCommand, config: HarnessConfig) -> Result<(Value, String), Act
             let mut s = writer(&c, config)?;
             s.graph.archive(now, &node, !restore)?;
             s.flush()?;
-            Ok((json!({"node": node, "hidden": !restore}), format!("{node} {}", if restore { "restored" } else { "archived" })))
+            Ok((
+                json!({"node": node, "hidden": !restore}),
+                format!("{node} {}", if restore { "restored" } else { "archived" }),
+            ))
         }
         ActorsCommand::Reset { c, before } => {
-            let t = parse_timestamp(&before).ok_or_else(|| ActorsError::InvalidArgument(format!("--before {before:?}")))?;
+            let t = parse_timestamp(&before)
+                .ok_or_else(|| ActorsError::InvalidArgument(format!("--before {before:?}")))?;
             let mut s = writer(&c, config)?;
             let ids = s.graph.reset(now, t, None)?;
             s.flush()?;
-            Ok((json!({"archived": ids, "before": format_rfc3339(t)}), format!("archived {} nodes", ids.len())))
+            Ok((
+                json!({"archived": ids, "before": format_rfc3339(t)}),
+                format!("archived {} nodes", ids.len()),
+            ))
         }
         ActorsCommand::Recover { c } => {
             let s = writer(&c, config)?;
@@ -627,7 +795,11 @@ fn run(cmd: ActorsCommand, config: HarnessConfig) -> Result<(Value, String), Act
                 s.graph.node_ids().len(),
                 s.report.diagnostics.len(),
                 s.report.repairs.len(),
-                if s.graph.lineage_violations().is_empty() { "consistent" } else { "INCONSISTENT" }
+                if s.graph.lineage_violations().is_empty() {
+                    "consistent"
+                } else {
+                    "INCONSISTENT"
+                }
             );
             Ok((v, h))
         }

@@ -22,7 +22,9 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use weft_core::actors::store::{ActorStore, Op, Snapshot, WriteBatch, check_path, is_snapshot_path};
+use weft_core::actors::store::{
+    ActorStore, Op, Snapshot, WriteBatch, check_path, is_snapshot_path,
+};
 use weft_core::actors::{ActorsError, NodeId};
 
 /// The lock file a writer holds.
@@ -72,7 +74,11 @@ fn fsync_dir(dir: &Path) -> std::io::Result<()> {
 }
 
 /// Runs fsyncs concurrently (at most 8 threads): the file system groups them into one commit.
-fn sync_all(files: &[(PathBuf, File)], dirs: &[PathBuf], stats: &FsStats) -> Result<(), ActorsError> {
+fn sync_all(
+    files: &[(PathBuf, File)],
+    dirs: &[PathBuf],
+    stats: &FsStats,
+) -> Result<(), ActorsError> {
     let total = files.len() + dirs.len();
     if total == 0 {
         return Ok(());
@@ -80,7 +86,9 @@ fn sync_all(files: &[(PathBuf, File)], dirs: &[PathBuf], stats: &FsStats) -> Res
     stats.fsyncs.fetch_add(total as u64, Ordering::Relaxed);
     if total == 1 {
         return match (files.first(), dirs.first()) {
-            (Some((p, f)), _) => f.sync_all().map_err(|e| io(format!("fsync {}", p.display()), e)),
+            (Some((p, f)), _) => f
+                .sync_all()
+                .map_err(|e| io(format!("fsync {}", p.display()), e)),
             (None, Some(d)) => fsync_dir(d).map_err(|e| io(format!("fsync {}", d.display()), e)),
             _ => Ok(()),
         };
@@ -89,15 +97,23 @@ fn sync_all(files: &[(PathBuf, File)], dirs: &[PathBuf], stats: &FsStats) -> Res
         F(&'a Path, &'a File),
         D(&'a Path),
     }
-    let jobs: Vec<Job> = files.iter().map(|(p, f)| Job::F(p, f)).chain(dirs.iter().map(|d| Job::D(d))).collect();
+    let jobs: Vec<Job> = files
+        .iter()
+        .map(|(p, f)| Job::F(p, f))
+        .chain(dirs.iter().map(|d| Job::D(d)))
+        .collect();
     std::thread::scope(|s| {
         let mut errs = Vec::new();
         for chunk in jobs.chunks(jobs.len().div_ceil(8)) {
             let h = s.spawn(move || {
                 for j in chunk {
                     match j {
-                        Job::F(p, f) => f.sync_all().map_err(|e| io(format!("fsync {}", p.display()), e))?,
-                        Job::D(d) => fsync_dir(d).map_err(|e| io(format!("fsync {}", d.display()), e))?,
+                        Job::F(p, f) => f
+                            .sync_all()
+                            .map_err(|e| io(format!("fsync {}", p.display()), e))?,
+                        Job::D(d) => {
+                            fsync_dir(d).map_err(|e| io(format!("fsync {}", d.display()), e))?
+                        }
                     }
                 }
                 Ok::<(), ActorsError>(())
@@ -118,7 +134,13 @@ impl FsStore {
         if !root.is_dir() {
             return Err(ActorsError::NotInitialized);
         }
-        Ok(FsStore { root: root.to_owned(), lock: None, stats: FsStats::default(), failpoint: None, steps: 0 })
+        Ok(FsStore {
+            root: root.to_owned(),
+            lock: None,
+            stats: FsStats::default(),
+            failpoint: None,
+            steps: 0,
+        })
     }
 
     /// Opens `root` as its one writer, creating the directory if needed. Waits up to `wait`
@@ -146,17 +168,33 @@ impl FsStore {
                         return Err(ActorsError::StoreLocked(format!(
                             "{} is held by {}",
                             root.display(),
-                            if holder.is_empty() { "another process" } else { holder }
+                            if holder.is_empty() {
+                                "another process"
+                            } else {
+                                holder
+                            }
                         )));
                     }
                     std::thread::sleep(Duration::from_millis(5));
                 }
-                Err(fs::TryLockError::Error(e)) => return Err(io(format!("lock {}", path.display()), e)),
+                Err(fs::TryLockError::Error(e)) => {
+                    return Err(io(format!("lock {}", path.display()), e));
+                }
             }
         }
-        let me = format!("pid {} ({})", std::process::id(), std::env::args().take(3).collect::<Vec<_>>().join(" "));
+        let me = format!(
+            "pid {} ({})",
+            std::process::id(),
+            std::env::args().take(3).collect::<Vec<_>>().join(" ")
+        );
         let _ = f.set_len(0).and_then(|_| (&f).write_all(me.as_bytes()));
-        let mut s = FsStore { root: root.to_owned(), lock: Some(f), stats: FsStats::default(), failpoint: None, steps: 0 };
+        let mut s = FsStore {
+            root: root.to_owned(),
+            lock: Some(f),
+            stats: FsStats::default(),
+            failpoint: None,
+            steps: 0,
+        };
         s.clean_temporaries()?;
         Ok(s)
     }
@@ -189,7 +227,8 @@ impl FsStore {
             for e in rd.flatten() {
                 let name = e.file_name().to_string_lossy().into_owned();
                 if name.starts_with(NODE_TMP_PREFIX) {
-                    fs::remove_dir_all(e.path()).map_err(|er| io(format!("remove {}", e.path().display()), er))?;
+                    fs::remove_dir_all(e.path())
+                        .map_err(|er| io(format!("remove {}", e.path().display()), er))?;
                     removed = true;
                 }
             }
@@ -222,7 +261,9 @@ impl FsStore {
                     Err(_) => continue,
                 };
                 if ft.is_dir() {
-                    if d.ends_with("nodes") && e.file_name().to_string_lossy().starts_with(NODE_TMP_PREFIX) {
+                    if d.ends_with("nodes")
+                        && e.file_name().to_string_lossy().starts_with(NODE_TMP_PREFIX)
+                    {
                         continue;
                     }
                     stack.push(e.path());
@@ -236,7 +277,10 @@ impl FsStore {
 
     fn rel(&self, p: &Path) -> Option<String> {
         let r = p.strip_prefix(&self.root).ok()?;
-        let parts: Vec<String> = r.components().map(|c| c.as_os_str().to_string_lossy().into_owned()).collect();
+        let parts: Vec<String> = r
+            .components()
+            .map(|c| c.as_os_str().to_string_lossy().into_owned())
+            .collect();
         Some(parts.join("/"))
     }
 
@@ -256,7 +300,8 @@ impl FsStore {
     }
 
     fn tear_now(&self) -> bool {
-        self.failpoint.is_some_and(|f| f.tear && f.at_step == self.steps + 1)
+        self.failpoint
+            .is_some_and(|f| f.tear && f.at_step == self.steps + 1)
     }
 
     /// Creates the missing directories of `dir` (and notes each new one's parent for fsync).
@@ -291,7 +336,8 @@ impl FsStore {
             .truncate(true)
             .open(path)
             .map_err(|e| io(format!("create {}", path.display()), e))?;
-        f.write_all(text.as_bytes()).map_err(|e| io(format!("write {}", path.display()), e))?;
+        f.write_all(text.as_bytes())
+            .map_err(|e| io(format!("write {}", path.display()), e))?;
         Ok(f)
     }
 
@@ -303,16 +349,22 @@ impl FsStore {
         for op in ops {
             match op {
                 Op::CreateNode { id, files: init } => {
-                    NodeId::parse(id).map_err(|why| ActorsError::InvalidArgument(format!("node id {id:?} {why}")))?;
+                    NodeId::parse(id).map_err(|why| {
+                        ActorsError::InvalidArgument(format!("node id {id:?} {why}"))
+                    })?;
                     let nodes = self.root.join("nodes");
                     self.ensure_dir(&nodes, &mut dirty)?;
                     let dest = nodes.join(id);
                     if dest.exists() {
-                        return Err(ActorsError::StoreIo(format!("{} already exists", dest.display())));
+                        return Err(ActorsError::StoreIo(format!(
+                            "{} already exists",
+                            dest.display()
+                        )));
                     }
                     let tmp = nodes.join(format!("{NODE_TMP_PREFIX}{id}-{batch}"));
                     if tmp.exists() {
-                        fs::remove_dir_all(&tmp).map_err(|e| io(format!("remove {}", tmp.display()), e))?;
+                        fs::remove_dir_all(&tmp)
+                            .map_err(|e| io(format!("remove {}", tmp.display()), e))?;
                     }
                     fs::create_dir(&tmp).map_err(|e| io(format!("create {}", tmp.display()), e))?;
                     for (name, text) in init {
@@ -321,7 +373,8 @@ impl FsStore {
                         if let Some(parent) = p.parent()
                             && parent != tmp
                         {
-                            fs::create_dir_all(parent).map_err(|e| io(format!("create {}", parent.display()), e))?;
+                            fs::create_dir_all(parent)
+                                .map_err(|e| io(format!("create {}", parent.display()), e))?;
                             early_dirs.push(parent.to_owned());
                         }
                         self.step();
@@ -358,14 +411,19 @@ impl FsStore {
                         let _ = f.write_all(&bytes[..bytes.len() / 2]);
                     }
                     self.step();
-                    f.write_all(bytes).map_err(|e| io(format!("append {}", dest.display()), e))?;
+                    f.write_all(bytes)
+                        .map_err(|e| io(format!("append {}", dest.display()), e))?;
                     files.push((dest, f));
                 }
                 Op::Truncate { path, len } => {
                     let dest = self.path(path)?;
-                    let f = OpenOptions::new().write(true).open(&dest).map_err(|e| io(format!("open {}", dest.display()), e))?;
+                    let f = OpenOptions::new()
+                        .write(true)
+                        .open(&dest)
+                        .map_err(|e| io(format!("open {}", dest.display()), e))?;
                     self.step();
-                    f.set_len(*len).map_err(|e| io(format!("truncate {}", dest.display()), e))?;
+                    f.set_len(*len)
+                        .map_err(|e| io(format!("truncate {}", dest.display()), e))?;
                     files.push((dest, f));
                 }
                 Op::Rename { from, to } => {
@@ -382,7 +440,8 @@ impl FsStore {
         drop(files);
         for (a, b) in &renames {
             self.step();
-            fs::rename(a, b).map_err(|e| io(format!("rename {} → {}", a.display(), b.display()), e))?;
+            fs::rename(a, b)
+                .map_err(|e| io(format!("rename {} → {}", a.display(), b.display()), e))?;
         }
         self.step();
         let dirs: Vec<PathBuf> = dirty.into_iter().collect();
@@ -418,7 +477,9 @@ impl ActorStore for FsStore {
 
     fn apply(&mut self, batch: &WriteBatch) -> Result<(), ActorsError> {
         if self.lock.is_none() {
-            return Err(ActorsError::InvalidArgument("the store was opened read-only".into()));
+            return Err(ActorsError::InvalidArgument(
+                "the store was opened read-only".into(),
+            ));
         }
         for ops in &batch.stages {
             self.apply_stage(batch.id, ops)?;

@@ -14,7 +14,9 @@ pub use fs_store::FsStore;
 
 /// Wall-clock milliseconds since the Unix epoch (actor timestamps are persisted).
 pub fn wall_ms() -> Millis {
-    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as Millis)
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as Millis)
 }
 
 /// The harness variables from the environment (`ACTOR_*`, `GIT_CLOSEOUT`, deprecated
@@ -29,7 +31,10 @@ pub fn config_from_env() -> Result<(HarnessConfig, Vec<String>), ActorsError> {
 
 /// Performs and acknowledges every queued batch. On a store error the graph is told (it then
 /// refuses writes until reopened) and the error is returned.
-pub fn flush(g: &mut ActorGraph, store: &mut impl ActorStore<Error = ActorsError>) -> Result<usize, ActorsError> {
+pub fn flush(
+    g: &mut ActorGraph,
+    store: &mut impl ActorStore<Error = ActorsError>,
+) -> Result<usize, ActorsError> {
     let batches = g.take_batches();
     let n = batches.len();
     for b in batches {
@@ -52,12 +57,20 @@ pub struct Session {
 impl Session {
     /// Opens `root` as its writer: takes the lock (waiting up to `wait`), loads, recovers
     /// (the recovery batch is applied before anything else).
-    pub fn writer(root: &Path, config: HarnessConfig, wait: Duration) -> Result<Session, ActorsError> {
+    pub fn writer(
+        root: &Path,
+        config: HarnessConfig,
+        wait: Duration,
+    ) -> Result<Session, ActorsError> {
         let mut store = FsStore::open_writer(root, wait)?;
         let snap = store.load()?;
         let (mut graph, report) = ActorGraph::open(config, &store.address(), &snap, wall_ms())?;
         flush(&mut graph, &mut store)?;
-        Ok(Session { graph, store, report })
+        Ok(Session {
+            graph,
+            store,
+            report,
+        })
     }
 
     /// Opens `root` read-only: no lock, repairs computed in memory but never written.
@@ -66,16 +79,29 @@ impl Session {
         let snap = store.load()?;
         let (mut graph, report) = ActorGraph::open(config, &store.address(), &snap, wall_ms())?;
         graph.discard_batches();
-        Ok(Session { graph, store, report })
+        Ok(Session {
+            graph,
+            store,
+            report,
+        })
     }
 
     /// Creates a new graph in an empty (or absent) root.
-    pub fn init(root: &Path, config: HarnessConfig, title: &str, wait: Duration) -> Result<Session, ActorsError> {
+    pub fn init(
+        root: &Path,
+        config: HarnessConfig,
+        title: &str,
+        wait: Duration,
+    ) -> Result<Session, ActorsError> {
         let mut store = FsStore::open_writer(root, wait)?;
         let snap: Snapshot = store.load()?;
         let mut graph = ActorGraph::init(config, &store.address(), &snap, wall_ms(), title)?;
         flush(&mut graph, &mut store)?;
-        Ok(Session { graph, store, report: OpenReport::default() })
+        Ok(Session {
+            graph,
+            store,
+            report: OpenReport::default(),
+        })
     }
 
     /// Performs the queued batches.

@@ -35,8 +35,9 @@ use serde_json::{Value, json};
 use tokio::sync::watch;
 use weft_core::actors::time::parse_timestamp;
 use weft_core::actors::{
-    ActorGraph, ActorStore, ActorsError, Candidate, GitCloseout, HarnessConfig, HeuristicProposer, MemoryStore, NewLine,
-    NodeStoreMode, NodeType, Role, RouteOutcome, Scope, SpawnOutcome, SpawnRequest, Status, Trigger, WaitMode,
+    ActorGraph, ActorStore, ActorsError, Candidate, GitCloseout, HarnessConfig, HeuristicProposer,
+    MemoryStore, NewLine, NodeStoreMode, NodeType, Role, RouteOutcome, Scope, SpawnOutcome,
+    SpawnRequest, Status, Trigger, WaitMode,
 };
 
 use crate::actors::{FsStore, Session, flush, wall_ms};
@@ -81,10 +82,18 @@ impl DeskState {
     /// Opens `root` as its writer (the desk holds the writer lock while it runs; CLI writers
     /// then wait and time out with `STORE_LOCKED`). `ACTOR_NODE_STORE=off` keeps the graph in
     /// memory only. An empty root is initialised.
-    pub fn open(root: &Path, config: HarnessConfig, wait: Duration) -> Result<DeskState, ActorsError> {
+    pub fn open(
+        root: &Path,
+        config: HarnessConfig,
+        wait: Duration,
+    ) -> Result<DeskState, ActorsError> {
         let inner = if config.node_store == NodeStoreMode::Off {
-            let graph = ActorGraph::init(config, "memory:", &Default::default(), wall_ms(), "Desk")?;
-            let mut i = Inner { graph, store: Store::Memory(MemoryStore::default()) };
+            let graph =
+                ActorGraph::init(config, "memory:", &Default::default(), wall_ms(), "Desk")?;
+            let mut i = Inner {
+                graph,
+                store: Store::Memory(MemoryStore::default()),
+            };
             i.flush()?;
             i
         } else {
@@ -95,10 +104,16 @@ impl DeskState {
             for d in &s.report.diagnostics {
                 eprintln!("weft desk: {} {}: {}", d.code, d.file, d.message);
             }
-            Inner { graph: s.graph, store: Store::Fs(s.store) }
+            Inner {
+                graph: s.graph,
+                store: Store::Fs(s.store),
+            }
         };
         let (changes, _) = watch::channel(inner.graph.version());
-        Ok(DeskState { inner: Arc::new(Mutex::new(inner)), changes })
+        Ok(DeskState {
+            inner: Arc::new(Mutex::new(inner)),
+            changes,
+        })
     }
 
     /// Runs `f` on the graph in the blocking pool; performs and acknowledges what it queued;
@@ -152,7 +167,12 @@ impl IntoResponse for Problem {
             "code": self.0.code(),
             "detail": self.0.to_string(),
         });
-        (status, [(header::CONTENT_TYPE, "application/problem+json")], body.to_string()).into_response()
+        (
+            status,
+            [(header::CONTENT_TYPE, "application/problem+json")],
+            body.to_string(),
+        )
+            .into_response()
     }
 }
 
@@ -172,16 +192,19 @@ fn body(b: &Bytes) -> Result<Value, ActorsError> {
     if b.is_empty() {
         return Ok(json!({}));
     }
-    let v: Value =
-        serde_json::from_slice(b).map_err(|e| ActorsError::InvalidArgument(format!("the request body is not JSON: {e}")))?;
+    let v: Value = serde_json::from_slice(b)
+        .map_err(|e| ActorsError::InvalidArgument(format!("the request body is not JSON: {e}")))?;
     if !v.is_object() {
-        return Err(ActorsError::InvalidArgument("the request body must be a JSON object".into()));
+        return Err(ActorsError::InvalidArgument(
+            "the request body must be a JSON object".into(),
+        ));
     }
     Ok(v)
 }
 
 fn field<'a>(v: &'a Value, k: &str) -> Result<&'a str, ActorsError> {
-    v[k].as_str().ok_or_else(|| ActorsError::InvalidArgument(format!("`{k}` (a string) is required")))
+    v[k].as_str()
+        .ok_or_else(|| ActorsError::InvalidArgument(format!("`{k}` (a string) is required")))
 }
 
 fn opt(v: &Value, k: &str) -> Option<String> {
@@ -196,10 +219,37 @@ fn spawn_json(o: &SpawnOutcome) -> Value {
 /// The desk routes (see the module docs), with `state`.
 pub fn router(state: DeskState) -> Router {
     Router::new()
-        .route("/actors", get(|| async { axum::response::Redirect::permanent("/actors/") }))
-        .route("/actors/", get(|| async { ([(header::CONTENT_TYPE, "text/html; charset=utf-8")], INDEX_HTML) }))
-        .route("/actors/desk.js", get(|| async { ([(header::CONTENT_TYPE, "text/javascript; charset=utf-8")], DESK_JS) }))
-        .route("/actors/desk.css", get(|| async { ([(header::CONTENT_TYPE, "text/css; charset=utf-8")], DESK_CSS) }))
+        .route(
+            "/actors",
+            get(|| async { axum::response::Redirect::permanent("/actors/") }),
+        )
+        .route(
+            "/actors/",
+            get(|| async {
+                (
+                    [(header::CONTENT_TYPE, "text/html; charset=utf-8")],
+                    INDEX_HTML,
+                )
+            }),
+        )
+        .route(
+            "/actors/desk.js",
+            get(|| async {
+                (
+                    [(header::CONTENT_TYPE, "text/javascript; charset=utf-8")],
+                    DESK_JS,
+                )
+            }),
+        )
+        .route(
+            "/actors/desk.css",
+            get(|| async {
+                (
+                    [(header::CONTENT_TYPE, "text/css; charset=utf-8")],
+                    DESK_CSS,
+                )
+            }),
+        )
         .route("/api/actors/graph", get(graph))
         .route("/api/actors/views/{view}", get(view))
         .route("/api/actors/nodes/{id}", get(fork))
@@ -224,7 +274,12 @@ pub fn router(state: DeskState) -> Router {
 }
 
 /// Opens `root` and serves the desk alone on `listen` until Ctrl-C. Prints the URL.
-pub async fn serve_root(root: &Path, config: HarnessConfig, listen: &str, wait: Duration) -> Result<(), ActorsError> {
+pub async fn serve_root(
+    root: &Path,
+    config: HarnessConfig,
+    listen: &str,
+    wait: Duration,
+) -> Result<(), ActorsError> {
     let state = {
         let root = root.to_owned();
         tokio::task::spawn_blocking(move || DeskState::open(&root, config, wait))
@@ -234,7 +289,9 @@ pub async fn serve_root(root: &Path, config: HarnessConfig, listen: &str, wait: 
     let listener = tokio::net::TcpListener::bind(listen)
         .await
         .map_err(|e| ActorsError::StoreIo(format!("listen on {listen}: {e}")))?;
-    let addr = listener.local_addr().map_err(|e| ActorsError::StoreIo(e.to_string()))?;
+    let addr = listener
+        .local_addr()
+        .map_err(|e| ActorsError::StoreIo(e.to_string()))?;
     println!("weft desk: http://{addr}/actors/ (root {})", root.display());
     axum::serve(listener, router(state))
         .with_graceful_shutdown(async {
@@ -248,7 +305,11 @@ async fn graph(State(s): State<DeskState>) -> Reply {
     Ok(ok(s.with(|g| Ok(g.graph_view())).await?))
 }
 
-async fn view(State(s): State<DeskState>, UrlPath(view): UrlPath<String>, Query(q): Query<HashMap<String, String>>) -> Reply {
+async fn view(
+    State(s): State<DeskState>,
+    UrlPath(view): UrlPath<String>,
+    Query(q): Query<HashMap<String, String>>,
+) -> Reply {
     let v = s
         .with(move |g| {
             let now = wall_ms();
@@ -281,8 +342,14 @@ async fn fork(State(s): State<DeskState>, UrlPath(id): UrlPath<String>) -> Reply
     Ok(ok(s.with(move |g| g.fork_view(&id)).await?))
 }
 
-async fn mailbox(State(s): State<DeskState>, UrlPath(id): UrlPath<String>, Query(q): Query<HashMap<String, String>>) -> Reply {
-    Ok(ok(s.with(move |g| g.read_mailbox(q.get("reader").map(String::as_str), &id)).await?))
+async fn mailbox(
+    State(s): State<DeskState>,
+    UrlPath(id): UrlPath<String>,
+    Query(q): Query<HashMap<String, String>>,
+) -> Reply {
+    Ok(ok(s
+        .with(move |g| g.read_mailbox(q.get("reader").map(String::as_str), &id))
+        .await?))
 }
 
 async fn model(State(s): State<DeskState>, UrlPath(id): UrlPath<String>) -> Reply {
@@ -290,7 +357,9 @@ async fn model(State(s): State<DeskState>, UrlPath(id): UrlPath<String>) -> Repl
 }
 
 async fn audit(State(s): State<DeskState>) -> Reply {
-    Ok(ok(s.with(|g| Ok(serde_json::to_value(g.audit()).expect("serializes"))).await?))
+    Ok(ok(s
+        .with(|g| Ok(serde_json::to_value(g.audit()).expect("serializes")))
+        .await?))
 }
 
 async fn events(State(s): State<DeskState>) -> impl IntoResponse {
@@ -298,11 +367,23 @@ async fn events(State(s): State<DeskState>) -> impl IntoResponse {
     let first = *rx.borrow();
     let stream = futures_util::stream::unfold((rx, Some(first)), |(mut rx, pending)| async move {
         if let Some(v) = pending {
-            return Some((Ok::<Event, Infallible>(Event::default().event("change").data(json!({"version": v}).to_string())), (rx, None)));
+            return Some((
+                Ok::<Event, Infallible>(
+                    Event::default()
+                        .event("change")
+                        .data(json!({"version": v}).to_string()),
+                ),
+                (rx, None),
+            ));
         }
         rx.changed().await.ok()?;
         let v = *rx.borrow_and_update();
-        Some((Ok(Event::default().event("change").data(json!({"version": v}).to_string())), (rx, None)))
+        Some((
+            Ok(Event::default()
+                .event("change")
+                .data(json!({"version": v}).to_string())),
+            (rx, None),
+        ))
     });
     Sse::new(stream).keep_alive(KeepAlive::new().interval(Duration::from_secs(15)))
 }
@@ -319,11 +400,16 @@ async fn spawn(State(s): State<DeskState>, b: Bytes) -> Reply {
             r.reason = opt(&v, "reason").unwrap_or_default();
             r.trigger = Trigger::User;
             r.git_closeout = match opt(&v, "gitCloseout").map(|c| GitCloseout::parse(&c)) {
-                Some(GitCloseout::Other(c)) => return Err(ActorsError::InvalidArgument(format!("gitCloseout `{c}`"))),
+                Some(GitCloseout::Other(c)) => {
+                    return Err(ActorsError::InvalidArgument(format!("gitCloseout `{c}`")));
+                }
                 c => c,
             };
             for w in v["waitOn"].as_array().into_iter().flatten() {
-                r.wait_on.push((field(w, "node")?.to_owned(), WaitMode::parse(w["mode"].as_str().unwrap_or("warn"))));
+                r.wait_on.push((
+                    field(w, "node")?.to_owned(),
+                    WaitMode::parse(w["mode"].as_str().unwrap_or("warn")),
+                ));
             }
             g.spawn(wall_ms(), r)
         })
@@ -336,7 +422,16 @@ async fn message(State(s): State<DeskState>, UrlPath(id): UrlPath<String>, b: By
     let line = s
         .with(move |g| {
             let role = Role::parse(v["role"].as_str().unwrap_or("user"));
-            g.append(wall_ms(), &id, NewLine { role, text: field(&v, "text")?.to_owned(), tokens: v["tokens"].as_u64(), from: opt(&v, "from") })
+            g.append(
+                wall_ms(),
+                &id,
+                NewLine {
+                    role,
+                    text: field(&v, "text")?.to_owned(),
+                    tokens: v["tokens"].as_u64(),
+                    from: opt(&v, "from"),
+                },
+            )
         })
         .await?;
     Ok(ok(json!({"line": line})))
@@ -344,9 +439,21 @@ async fn message(State(s): State<DeskState>, UrlPath(id): UrlPath<String>, b: By
 
 async fn route(State(s): State<DeskState>, UrlPath(id): UrlPath<String>, b: Bytes) -> Reply {
     let v = body(&b)?;
-    let out = s.with(move |g| g.route(wall_ms(), &id, field(&v, "text")?, v["tokens"].as_u64(), &HeuristicProposer)).await?;
+    let out = s
+        .with(move |g| {
+            g.route(
+                wall_ms(),
+                &id,
+                field(&v, "text")?,
+                v["tokens"].as_u64(),
+                &HeuristicProposer,
+            )
+        })
+        .await?;
     Ok(ok(match out {
-        RouteOutcome::Continued { node, line } => json!({"outcome": "continued", "node": node, "line": line}),
+        RouteOutcome::Continued { node, line } => {
+            json!({"outcome": "continued", "node": node, "line": line})
+        }
         RouteOutcome::Spawned { trigger, spawn } => {
             let mut j = spawn_json(&spawn);
             j["outcome"] = json!("spawned");
@@ -359,7 +466,15 @@ async fn route(State(s): State<DeskState>, UrlPath(id): UrlPath<String>, b: Byte
 async fn status(State(s): State<DeskState>, UrlPath(id): UrlPath<String>, b: Bytes) -> Reply {
     let v = body(&b)?;
     let mb = s
-        .with(move |g| g.set_status(wall_ms(), &id, Status::parse(field(&v, "status")?), opt(&v, "summary"), v["awaitingUser"].as_bool()))
+        .with(move |g| {
+            g.set_status(
+                wall_ms(),
+                &id,
+                Status::parse(field(&v, "status")?),
+                opt(&v, "summary"),
+                v["awaitingUser"].as_bool(),
+            )
+        })
         .await?;
     Ok(ok(serde_json::to_value(mb).expect("serializes")))
 }
@@ -372,7 +487,9 @@ async fn resolve(State(s): State<DeskState>, UrlPath(id): UrlPath<String>, b: By
             for c in v["candidates"].as_array().into_iter().flatten() {
                 cands.push(match c {
                     Value::String(x) if x == "continue" => Candidate::Continue,
-                    Value::Object(o) if o.contains_key("node") => Candidate::Existing(field(c, "node")?.to_owned()),
+                    Value::Object(o) if o.contains_key("node") => {
+                        Candidate::Existing(field(c, "node")?.to_owned())
+                    }
                     Value::Object(_) => Candidate::New {
                         node_type: NodeType::parse(c["type"].as_str().unwrap_or("task")),
                         title: opt(c, "title").unwrap_or_default(),
@@ -384,7 +501,9 @@ async fn resolve(State(s): State<DeskState>, UrlPath(id): UrlPath<String>, b: By
             g.resolve(wall_ms(), &id, cands, v["note"].as_str().unwrap_or(""))
         })
         .await?;
-    Ok(ok(json!({"parent": r.parent, "into": r.into, "created": r.created, "batch": r.batch})))
+    Ok(ok(
+        json!({"parent": r.parent, "into": r.into, "created": r.created, "batch": r.batch}),
+    ))
 }
 
 async fn archive(State(s): State<DeskState>, UrlPath(id): UrlPath<String>, b: Bytes) -> Reply {
@@ -413,8 +532,15 @@ async fn add_ref(State(s): State<DeskState>, b: Bytes) -> Reply {
     let v = body(&b)?;
     let n = s
         .with(move |g| {
-            let line = v["line"].as_u64().ok_or_else(|| ActorsError::InvalidArgument("`line` (a number) is required".into()))?;
-            g.add_ref(wall_ms(), field(&v, "node")?, line, v["summary"].as_str().unwrap_or(""))
+            let line = v["line"].as_u64().ok_or_else(|| {
+                ActorsError::InvalidArgument("`line` (a number) is required".into())
+            })?;
+            g.add_ref(
+                wall_ms(),
+                field(&v, "node")?,
+                line,
+                v["summary"].as_str().unwrap_or(""),
+            )
         })
         .await?;
     Ok(ok(json!({"metaLine": n})))
@@ -422,7 +548,9 @@ async fn add_ref(State(s): State<DeskState>, b: Bytes) -> Reply {
 
 async fn narrate(State(s): State<DeskState>, b: Bytes) -> Reply {
     let v = body(&b)?;
-    let n = s.with(move |g| g.narrate(wall_ms(), field(&v, "text")?)).await?;
+    let n = s
+        .with(move |g| g.narrate(wall_ms(), field(&v, "text")?))
+        .await?;
     Ok(ok(json!({"metaLine": n})))
 }
 
@@ -431,8 +559,19 @@ async fn bookmark(State(s): State<DeskState>, b: Bytes) -> Reply {
     let n = s
         .with(move |g| {
             let scope = Scope::parse(v["scope"].as_str().unwrap_or("global"))?;
-            let kw = v["keywords"].as_array().into_iter().flatten().filter_map(|k| k.as_str().map(str::to_owned)).collect();
-            g.bookmark(wall_ms(), &scope, kw, v["text"].as_str().unwrap_or(""), v["image"].as_str())
+            let kw = v["keywords"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|k| k.as_str().map(str::to_owned))
+                .collect();
+            g.bookmark(
+                wall_ms(),
+                &scope,
+                kw,
+                v["text"].as_str().unwrap_or(""),
+                v["image"].as_str(),
+            )
         })
         .await?;
     Ok(ok(json!({"bookmark": n})))
@@ -442,7 +581,11 @@ async fn epoch(State(s): State<DeskState>, b: Bytes) -> Reply {
     let v = body(&b)?;
     let n = s
         .with(move |g| {
-            let nodes = v["nodes"].as_array().map(|a| a.iter().filter_map(|n| n.as_str().map(str::to_owned)).collect());
+            let nodes = v["nodes"].as_array().map(|a| {
+                a.iter()
+                    .filter_map(|n| n.as_str().map(str::to_owned))
+                    .collect()
+            });
             g.reframe_epoch(wall_ms(), v["reason"].as_str().unwrap_or(""), nodes)
         })
         .await?;
@@ -454,7 +597,8 @@ async fn reset(State(s): State<DeskState>, b: Bytes) -> Reply {
     let ids = s
         .with(move |g| {
             let before = field(&v, "before")?;
-            let t = parse_timestamp(before).ok_or_else(|| ActorsError::InvalidArgument(format!("before={before:?}")))?;
+            let t = parse_timestamp(before)
+                .ok_or_else(|| ActorsError::InvalidArgument(format!("before={before:?}")))?;
             g.reset(wall_ms(), t, None)
         })
         .await?;
