@@ -79,7 +79,7 @@ fn sigkill_at_random_points_during_200_spawns_loses_no_lineage() {
     let (mut killed, mut completed) = (0, 0);
     for i in 0..200 {
         let parent = parents[(rng.next() % parents.len() as u64) as usize].clone();
-        let kind = if rng.next() % 3 == 0 {
+        let kind = if rng.next().is_multiple_of(3) {
             "discussion"
         } else {
             "task"
