@@ -14,6 +14,7 @@
 //! compaction chain, the wait graph, cadence separation, git close-out, archive/reset, epochs,
 //! and crash recovery of half-finished spawns on open ([`ActorGraph::open`]).
 
+pub mod api;
 pub mod closeout;
 pub mod config;
 pub mod id;

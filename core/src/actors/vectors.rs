@@ -13,11 +13,7 @@
 use serde_json::{Value, json};
 
 use super::store::{ActorStore, MemoryStore, Op, Snapshot, WriteBatch};
-use super::views::Scope;
-use super::{
-    ActorGraph, ActorsError, Candidate, HarnessConfig, HeuristicProposer, NewLine, NodeType,
-    RelatedKind, Role, RouteOutcome, SpawnRequest, Status, Trigger, WaitMode,
-};
+use super::{ActorGraph, ActorsError, HarnessConfig, HeuristicProposer};
 use crate::Millis;
 use crate::conformance::{VectorResult, subset};
 
@@ -43,10 +39,6 @@ fn aerr(e: ActorsError) -> (String, String) {
 
 fn s<'a>(step: &'a Value, k: &str) -> &'a str {
     step[k].as_str().unwrap_or("")
-}
-
-fn opt_s(step: &Value, k: &str) -> Option<String> {
-    step[k].as_str().map(str::to_owned)
 }
 
 fn req_s<'a>(step: &'a Value, k: &str) -> Result<&'a str, (String, String)> {
@@ -80,13 +72,6 @@ fn file_json(bytes: &[u8], path: &str) -> Value {
         );
     }
     serde_json::from_str(&text).unwrap_or_else(|_| Value::String(text.into_owned()))
-}
-
-fn spawn_json(o: &super::SpawnOutcome) -> Value {
-    json!({
-        "parent": o.parent, "child": o.child, "type": o.node_type, "markerLine": o.marker_line,
-        "childLine": o.child_line, "gitCloseout": o.git_closeout, "pausedParent": o.paused_parent, "batch": o.batch,
-    })
 }
 
 impl Run {
@@ -148,144 +133,15 @@ impl Run {
                 .map_err(aerr)?;
                 json!({"config": c, "notes": notes})
             }
-            "spawn" => {
-                let mut r =
-                    SpawnRequest::new(req_s(st, "parent")?, NodeType::parse(req_s(st, "type")?));
-                r.id = opt_s(st, "id");
-                r.title = s(st, "title").to_owned();
-                r.topic = s(st, "topic").to_owned();
-                r.reason = s(st, "reason").to_owned();
-                r.trigger = match s(st, "trigger") {
-                    "model" => Trigger::Model,
-                    "policy" => Trigger::Policy,
-                    _ => Trigger::User,
-                };
-                r.git_closeout = opt_s(st, "gitCloseout").map(|c| super::GitCloseout::parse(&c));
-                for w in st["waitOn"].as_array().into_iter().flatten() {
-                    r.wait_on.push((
-                        s(w, "node").to_owned(),
-                        WaitMode::parse(w["mode"].as_str().unwrap_or("warn")),
-                    ));
-                }
-                spawn_json(&self.g()?.spawn(at, r).map_err(aerr)?)
-            }
-            "message" => {
-                let l = NewLine {
-                    role: Role::parse(st["role"].as_str().unwrap_or("user")),
-                    text: s(st, "text").to_owned(),
-                    tokens: st["tokens"].as_u64(),
-                    from: opt_s(st, "from"),
-                };
-                json!({"line": self.g()?.append(at, req_s(st, "node")?, l).map_err(aerr)?})
-            }
-            "route" => match self
-                .g()?
-                .route(at, req_s(st, "node")?, s(st, "text"), None, &proposer)
-                .map_err(aerr)?
-            {
-                RouteOutcome::Continued { node, line } => {
-                    json!({"outcome": "continued", "node": node, "line": line})
-                }
-                RouteOutcome::Spawned { trigger, spawn } => {
-                    let mut v = spawn_json(&spawn);
-                    v["outcome"] = json!("spawned");
-                    v["trigger"] = json!(trigger.as_str());
-                    v
-                }
-            },
-            "status" => {
-                let status = Status::parse(req_s(st, "status")?);
-                let mb = self
-                    .g()?
-                    .set_status(
-                        at,
-                        req_s(st, "node")?,
-                        status,
-                        opt_s(st, "summary"),
-                        st["awaitingUser"].as_bool(),
-                    )
-                    .map_err(aerr)?;
-                serde_json::to_value(mb).expect("serializes")
-            }
-            "resolve" => {
-                let mut cands = Vec::new();
-                for c in st["candidates"].as_array().into_iter().flatten() {
-                    cands.push(match c {
-                        Value::String(x) if x == "continue" => Candidate::Continue,
-                        Value::Object(o) if o.contains_key("node") => {
-                            Candidate::Existing(s(c, "node").to_owned())
-                        }
-                        Value::Object(_) => Candidate::New {
-                            node_type: NodeType::parse(c["type"].as_str().unwrap_or("task")),
-                            title: s(c, "title").to_owned(),
-                            topic: s(c, "topic").to_owned(),
-                        },
-                        _ => return Err(verr(format!("bad candidate {c}"))),
-                    });
-                }
-                let r = self
-                    .g()?
-                    .resolve(at, req_s(st, "node")?, cands, s(st, "note"))
-                    .map_err(aerr)?;
-                json!({"parent": r.parent, "into": r.into, "created": r.created, "batch": r.batch})
-            }
-            "ref" => {
-                let line = st["line"]
-                    .as_u64()
-                    .ok_or_else(|| verr("ref needs `line`"))?;
-                json!({"metaLine": self.g()?.add_ref(at, req_s(st, "node")?, line, s(st, "summary")).map_err(aerr)?})
-            }
-            "narrate" => json!({"metaLine": self.g()?.narrate(at, s(st, "text")).map_err(aerr)?}),
-            "wait" => {
-                let mode = st["mode"].as_str().map(WaitMode::parse);
-                self.g()?
-                    .set_wait(at, req_s(st, "node")?, req_s(st, "target")?, mode)
-                    .map_err(aerr)?;
-                Value::Null
-            }
-            "relate" => {
-                let kind = RelatedKind::parse(st["kind"].as_str().unwrap_or("references"));
-                self.g()?
-                    .relate(at, req_s(st, "from")?, req_s(st, "to")?, kind)
-                    .map_err(aerr)?;
-                Value::Null
-            }
-            "archive" => {
-                self.g()?
-                    .archive(
-                        at,
-                        req_s(st, "node")?,
-                        st["hidden"].as_bool().unwrap_or(true),
-                    )
-                    .map_err(aerr)?;
-                Value::Null
-            }
             "reset" => {
-                let before = BASE
-                    + st["before"]
+                let mut args = st.clone();
+                args["before"] = json!(
+                    BASE + st["before"]
                         .as_u64()
-                        .ok_or_else(|| verr("reset needs `before`"))?;
-                json!({"archived": self.g()?.reset(at, before, None).map_err(aerr)?})
+                        .ok_or_else(|| verr("reset needs `before`"))?
+                );
+                super::api::call(self.g()?, at, "reset", &args, &proposer).map_err(aerr)?
             }
-            "bookmark" => {
-                let scope = Scope::parse(s(st, "scope")).map_err(aerr)?;
-                let kw: Vec<String> = st["keywords"]
-                    .as_array()
-                    .into_iter()
-                    .flatten()
-                    .filter_map(|k| k.as_str().map(str::to_owned))
-                    .collect();
-                json!({"line": self.g()?.bookmark(at, &scope, kw, s(st, "text"), None).map_err(aerr)?})
-            }
-            "epoch" => {
-                let nodes = st["nodes"].as_array().map(|a| {
-                    a.iter()
-                        .filter_map(|n| n.as_str().map(str::to_owned))
-                        .collect::<Vec<_>>()
-                });
-                json!({"epoch": self.g()?.reframe_epoch(at, s(st, "reason"), nodes).map_err(aerr)?})
-            }
-            "export" => json!({"lines": self.g()?.export(at).map_err(aerr)?}),
             "take" => {
                 let b = self.g()?.take_batches();
                 self.held.extend(b);
@@ -380,34 +236,15 @@ impl Run {
                 )
             }
             "view" => {
-                let g = self.g.as_ref().ok_or_else(|| verr("no graph"))?;
-                let node = s(st, "node");
-                match req_s(st, "view")? {
-                    "graph" => g.graph_view(),
-                    "linear" => g.linear_view(st["node"].as_str()).map_err(aerr)?,
-                    "grid" => g.grid_view(at),
-                    "tree" => g.tree_view(),
-                    "temporal" => {
-                        let scope = Scope::parse(s(st, "scope")).map_err(aerr)?;
-                        let t = st["time"].as_u64().map(|t| BASE + t);
-                        g.temporal_view(at, &scope, t, st["buckets"].as_u64().unwrap_or(8) as usize)
-                            .map_err(aerr)?
-                    }
-                    "fork" => g.fork_view(node).map_err(aerr)?,
-                    "metathread" => g.metathread_view(None),
-                    "audit" => serde_json::to_value(g.audit()).expect("serializes"),
-                    "index" => g.index_aggregate(at),
-                    "lineage" => json!(g.lineage_violations()),
-                    "waits" => serde_json::to_value(g.wait_checks(node).map_err(aerr)?)
-                        .expect("serializes"),
-                    "model" => g
-                        .begin_model_call(node, st["recent"].as_u64().unwrap_or(8) as usize)
-                        .map_err(aerr)?,
-                    "mailbox" => g.read_mailbox(st["reader"].as_str(), node).map_err(aerr)?,
-                    v => return Err(verr(format!("unknown view `{v}`"))),
+                let mut args = st.clone();
+                args["at"] = st["time"].as_u64().map_or(Value::Null, |t| json!(BASE + t));
+                if args["buckets"].is_null() {
+                    args["buckets"] = json!(8);
                 }
+                let view = req_s(st, "view")?;
+                super::api::call(self.g()?, at, view, &args, &proposer).map_err(aerr)?
             }
-            other => return Err(verr(format!("unknown op `{other}`"))),
+            op => super::api::call(self.g()?, at, op, st, &proposer).map_err(aerr)?,
         })
     }
 }

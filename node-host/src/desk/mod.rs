@@ -33,11 +33,9 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use serde_json::{Value, json};
 use tokio::sync::watch;
-use weft_core::actors::time::parse_timestamp;
 use weft_core::actors::{
-    ActorGraph, ActorStore, ActorsError, Candidate, GitCloseout, HarnessConfig, HeuristicProposer,
-    MemoryStore, NewLine, NodeStoreMode, NodeType, Role, RouteOutcome, Scope, SpawnOutcome,
-    SpawnRequest, Status, Trigger, WaitMode,
+    ActorGraph, ActorStore, ActorsError, HarnessConfig, HeuristicProposer, MemoryStore,
+    NodeStoreMode, api,
 };
 
 use crate::actors::{FsStore, Session, flush, wall_ms};
@@ -202,20 +200,6 @@ fn body(b: &Bytes) -> Result<Value, ActorsError> {
     Ok(v)
 }
 
-fn field<'a>(v: &'a Value, k: &str) -> Result<&'a str, ActorsError> {
-    v[k].as_str()
-        .ok_or_else(|| ActorsError::InvalidArgument(format!("`{k}` (a string) is required")))
-}
-
-fn opt(v: &Value, k: &str) -> Option<String> {
-    v[k].as_str().map(str::to_owned)
-}
-
-fn spawn_json(o: &SpawnOutcome) -> Value {
-    json!({"id": o.child, "type": o.node_type, "parent": o.parent, "markerLine": o.marker_line, "childLine": o.child_line,
-           "gitCloseout": o.git_closeout, "pausedParent": o.paused_parent, "batch": o.batch})
-}
-
 /// The desk routes (see the module docs), with `state`.
 pub fn router(state: DeskState) -> Router {
     Router::new()
@@ -301,8 +285,41 @@ pub async fn serve_root(
         .map_err(|e| ActorsError::StoreIo(e.to_string()))
 }
 
+/// Runs a core operation (`weft_core::actors::api`) with `args` and answers with its JSON.
+async fn call(s: &DeskState, op: &'static str, args: Value) -> Result<Value, Problem> {
+    Ok(
+        s.with(move |g| api::call(g, wall_ms(), op, &args, &HeuristicProposer))
+            .await?,
+    )
+}
+
+fn with_node(mut args: Value, id: String) -> Value {
+    args["node"] = Value::String(id);
+    args
+}
+
+/// `GET` of a view: the query string becomes the arguments.
+async fn read(
+    s: DeskState,
+    op: &'static str,
+    q: HashMap<String, String>,
+    node: Option<String>,
+) -> Reply {
+    let mut args = json!({});
+    for (k, v) in q {
+        args[k.as_str()] = match v.parse::<u64>() {
+            Ok(n) if k != "node" && k != "reader" && k != "scope" => json!(n),
+            _ => json!(v),
+        };
+    }
+    if let Some(id) = node {
+        args["node"] = json!(id);
+    }
+    Ok(ok(call(&s, op, args).await?))
+}
+
 async fn graph(State(s): State<DeskState>) -> Reply {
-    Ok(ok(s.with(|g| Ok(g.graph_view())).await?))
+    read(s, "graph", HashMap::new(), None).await
 }
 
 async fn view(
@@ -310,36 +327,19 @@ async fn view(
     UrlPath(view): UrlPath<String>,
     Query(q): Query<HashMap<String, String>>,
 ) -> Reply {
-    let v = s
-        .with(move |g| {
-            let now = wall_ms();
-            Ok(match view.as_str() {
-                "linear" => g.linear_view(q.get("node").map(String::as_str))?,
-                "grid" => g.grid_view(now),
-                "tree" => g.tree_view(),
-                "metathread" => g.metathread_view(q.get("limit").and_then(|l| l.parse().ok())),
-                "temporal" => {
-                    let scope = Scope::parse(q.get("scope").map_or("global", String::as_str))?;
-                    let at = match q.get("at") {
-                        Some(a) if !a.is_empty() => Some(
-                            parse_timestamp(a)
-                                .or_else(|| a.parse().ok())
-                                .ok_or_else(|| ActorsError::InvalidArgument(format!("at={a:?}")))?,
-                        ),
-                        _ => None,
-                    };
-                    let buckets = q.get("buckets").and_then(|b| b.parse().ok()).unwrap_or(48);
-                    g.temporal_view(now, &scope, at, buckets)?
-                }
-                other => return Err(ActorsError::InvalidArgument(format!("no view `{other}`"))),
-            })
-        })
-        .await?;
-    Ok(ok(v))
+    let op = match view.as_str() {
+        "linear" => "linear",
+        "grid" => "grid",
+        "tree" => "tree",
+        "temporal" => "temporal",
+        "metathread" => "metathread",
+        other => return Err(ActorsError::InvalidArgument(format!("no view `{other}`")).into()),
+    };
+    read(s, op, q, None).await
 }
 
 async fn fork(State(s): State<DeskState>, UrlPath(id): UrlPath<String>) -> Reply {
-    Ok(ok(s.with(move |g| g.fork_view(&id)).await?))
+    read(s, "fork", HashMap::new(), Some(id)).await
 }
 
 async fn mailbox(
@@ -347,265 +347,77 @@ async fn mailbox(
     UrlPath(id): UrlPath<String>,
     Query(q): Query<HashMap<String, String>>,
 ) -> Reply {
-    Ok(ok(s
-        .with(move |g| g.read_mailbox(q.get("reader").map(String::as_str), &id))
-        .await?))
+    read(s, "mailbox", q, Some(id)).await
 }
 
 async fn model(State(s): State<DeskState>, UrlPath(id): UrlPath<String>) -> Reply {
-    Ok(ok(s.with(move |g| g.begin_model_call(&id, 12)).await?))
+    read(
+        s,
+        "model",
+        HashMap::from([("recent".to_owned(), "12".to_owned())]),
+        Some(id),
+    )
+    .await
 }
 
 async fn audit(State(s): State<DeskState>) -> Reply {
-    Ok(ok(s
-        .with(|g| Ok(serde_json::to_value(g.audit()).expect("serializes")))
-        .await?))
+    read(s, "audit", HashMap::new(), None).await
 }
 
 async fn events(State(s): State<DeskState>) -> impl IntoResponse {
     let rx = s.changes.subscribe();
     let first = *rx.borrow();
     let stream = futures_util::stream::unfold((rx, Some(first)), |(mut rx, pending)| async move {
-        if let Some(v) = pending {
-            return Some((
-                Ok::<Event, Infallible>(
-                    Event::default()
-                        .event("change")
-                        .data(json!({"version": v}).to_string()),
-                ),
-                (rx, None),
-            ));
-        }
-        rx.changed().await.ok()?;
-        let v = *rx.borrow_and_update();
-        Some((
-            Ok(Event::default()
-                .event("change")
-                .data(json!({"version": v}).to_string())),
-            (rx, None),
-        ))
+        let v = match pending {
+            Some(v) => v,
+            None => {
+                rx.changed().await.ok()?;
+                *rx.borrow_and_update()
+            }
+        };
+        let ev = Event::default()
+            .event("change")
+            .data(json!({"version": v}).to_string());
+        Some((Ok::<Event, Infallible>(ev), (rx, None)))
     });
     Sse::new(stream).keep_alive(KeepAlive::new().interval(Duration::from_secs(15)))
 }
 
 async fn spawn(State(s): State<DeskState>, b: Bytes) -> Reply {
-    let v = body(&b)?;
-    let out = s
-        .with(move |g| {
-            let t = field(&v, "type").unwrap_or("task");
-            let mut r = SpawnRequest::new(field(&v, "parent")?, NodeType::parse(t));
-            r.id = opt(&v, "id");
-            r.title = opt(&v, "title").unwrap_or_default();
-            r.topic = opt(&v, "topic").unwrap_or_default();
-            r.reason = opt(&v, "reason").unwrap_or_default();
-            r.trigger = Trigger::User;
-            r.git_closeout = match opt(&v, "gitCloseout").map(|c| GitCloseout::parse(&c)) {
-                Some(GitCloseout::Other(c)) => {
-                    return Err(ActorsError::InvalidArgument(format!("gitCloseout `{c}`")));
-                }
-                c => c,
-            };
-            for w in v["waitOn"].as_array().into_iter().flatten() {
-                r.wait_on.push((
-                    field(w, "node")?.to_owned(),
-                    WaitMode::parse(w["mode"].as_str().unwrap_or("warn")),
-                ));
-            }
-            g.spawn(wall_ms(), r)
-        })
-        .await?;
-    Ok((StatusCode::CREATED, ok(spawn_json(&out))).into_response())
+    let mut args = body(&b)?;
+    args["trigger"] = json!("user");
+    Ok((StatusCode::CREATED, ok(call(&s, "spawn", args).await?)).into_response())
 }
 
-async fn message(State(s): State<DeskState>, UrlPath(id): UrlPath<String>, b: Bytes) -> Reply {
-    let v = body(&b)?;
-    let line = s
-        .with(move |g| {
-            let role = Role::parse(v["role"].as_str().unwrap_or("user"));
-            g.append(
-                wall_ms(),
-                &id,
-                NewLine {
-                    role,
-                    text: field(&v, "text")?.to_owned(),
-                    tokens: v["tokens"].as_u64(),
-                    from: opt(&v, "from"),
-                },
-            )
-        })
-        .await?;
-    Ok(ok(json!({"line": line})))
-}
-
-async fn route(State(s): State<DeskState>, UrlPath(id): UrlPath<String>, b: Bytes) -> Reply {
-    let v = body(&b)?;
-    let out = s
-        .with(move |g| {
-            g.route(
-                wall_ms(),
-                &id,
-                field(&v, "text")?,
-                v["tokens"].as_u64(),
-                &HeuristicProposer,
-            )
-        })
-        .await?;
-    Ok(ok(match out {
-        RouteOutcome::Continued { node, line } => {
-            json!({"outcome": "continued", "node": node, "line": line})
+macro_rules! node_op {
+    ($name:ident, $op:literal) => {
+        async fn $name(
+            State(s): State<DeskState>,
+            UrlPath(id): UrlPath<String>,
+            b: Bytes,
+        ) -> Reply {
+            Ok(ok(call(&s, $op, with_node(body(&b)?, id)).await?))
         }
-        RouteOutcome::Spawned { trigger, spawn } => {
-            let mut j = spawn_json(&spawn);
-            j["outcome"] = json!("spawned");
-            j["trigger"] = json!(trigger.as_str());
-            j
+    };
+}
+
+macro_rules! root_op {
+    ($name:ident, $op:literal) => {
+        async fn $name(State(s): State<DeskState>, b: Bytes) -> Reply {
+            Ok(ok(call(&s, $op, body(&b)?).await?))
         }
-    }))
+    };
 }
 
-async fn status(State(s): State<DeskState>, UrlPath(id): UrlPath<String>, b: Bytes) -> Reply {
-    let v = body(&b)?;
-    let mb = s
-        .with(move |g| {
-            g.set_status(
-                wall_ms(),
-                &id,
-                Status::parse(field(&v, "status")?),
-                opt(&v, "summary"),
-                v["awaitingUser"].as_bool(),
-            )
-        })
-        .await?;
-    Ok(ok(serde_json::to_value(mb).expect("serializes")))
-}
-
-async fn resolve(State(s): State<DeskState>, UrlPath(id): UrlPath<String>, b: Bytes) -> Reply {
-    let v = body(&b)?;
-    let r = s
-        .with(move |g| {
-            let mut cands = Vec::new();
-            for c in v["candidates"].as_array().into_iter().flatten() {
-                cands.push(match c {
-                    Value::String(x) if x == "continue" => Candidate::Continue,
-                    Value::Object(o) if o.contains_key("node") => {
-                        Candidate::Existing(field(c, "node")?.to_owned())
-                    }
-                    Value::Object(_) => Candidate::New {
-                        node_type: NodeType::parse(c["type"].as_str().unwrap_or("task")),
-                        title: opt(c, "title").unwrap_or_default(),
-                        topic: opt(c, "topic").unwrap_or_default(),
-                    },
-                    _ => return Err(ActorsError::InvalidArgument(format!("candidate {c}"))),
-                });
-            }
-            g.resolve(wall_ms(), &id, cands, v["note"].as_str().unwrap_or(""))
-        })
-        .await?;
-    Ok(ok(
-        json!({"parent": r.parent, "into": r.into, "created": r.created, "batch": r.batch}),
-    ))
-}
-
-async fn archive(State(s): State<DeskState>, UrlPath(id): UrlPath<String>, b: Bytes) -> Reply {
-    let v = body(&b)?;
-    let hidden = v["hidden"].as_bool().unwrap_or(true);
-    s.with(move |g| g.archive(wall_ms(), &id, hidden)).await?;
-    Ok(ok(json!({"hidden": hidden})))
-}
-
-async fn wait(State(s): State<DeskState>, UrlPath(id): UrlPath<String>, b: Bytes) -> Reply {
-    let v = body(&b)?;
-    let checks = s
-        .with(move |g| {
-            let mode = match v["mode"].as_str().unwrap_or("warn") {
-                "none" => None,
-                m => Some(WaitMode::parse(m)),
-            };
-            g.set_wait(wall_ms(), &id, field(&v, "on")?, mode)?;
-            g.wait_checks(&id)
-        })
-        .await?;
-    Ok(ok(serde_json::to_value(checks).expect("serializes")))
-}
-
-async fn add_ref(State(s): State<DeskState>, b: Bytes) -> Reply {
-    let v = body(&b)?;
-    let n = s
-        .with(move |g| {
-            let line = v["line"].as_u64().ok_or_else(|| {
-                ActorsError::InvalidArgument("`line` (a number) is required".into())
-            })?;
-            g.add_ref(
-                wall_ms(),
-                field(&v, "node")?,
-                line,
-                v["summary"].as_str().unwrap_or(""),
-            )
-        })
-        .await?;
-    Ok(ok(json!({"metaLine": n})))
-}
-
-async fn narrate(State(s): State<DeskState>, b: Bytes) -> Reply {
-    let v = body(&b)?;
-    let n = s
-        .with(move |g| g.narrate(wall_ms(), field(&v, "text")?))
-        .await?;
-    Ok(ok(json!({"metaLine": n})))
-}
-
-async fn bookmark(State(s): State<DeskState>, b: Bytes) -> Reply {
-    let v = body(&b)?;
-    let n = s
-        .with(move |g| {
-            let scope = Scope::parse(v["scope"].as_str().unwrap_or("global"))?;
-            let kw = v["keywords"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .filter_map(|k| k.as_str().map(str::to_owned))
-                .collect();
-            g.bookmark(
-                wall_ms(),
-                &scope,
-                kw,
-                v["text"].as_str().unwrap_or(""),
-                v["image"].as_str(),
-            )
-        })
-        .await?;
-    Ok(ok(json!({"bookmark": n})))
-}
-
-async fn epoch(State(s): State<DeskState>, b: Bytes) -> Reply {
-    let v = body(&b)?;
-    let n = s
-        .with(move |g| {
-            let nodes = v["nodes"].as_array().map(|a| {
-                a.iter()
-                    .filter_map(|n| n.as_str().map(str::to_owned))
-                    .collect()
-            });
-            g.reframe_epoch(wall_ms(), v["reason"].as_str().unwrap_or(""), nodes)
-        })
-        .await?;
-    Ok(ok(json!({"epoch": n})))
-}
-
-async fn reset(State(s): State<DeskState>, b: Bytes) -> Reply {
-    let v = body(&b)?;
-    let ids = s
-        .with(move |g| {
-            let before = field(&v, "before")?;
-            let t = parse_timestamp(before)
-                .ok_or_else(|| ActorsError::InvalidArgument(format!("before={before:?}")))?;
-            g.reset(wall_ms(), t, None)
-        })
-        .await?;
-    Ok(ok(json!({"archived": ids})))
-}
-
-async fn export(State(s): State<DeskState>) -> Reply {
-    let n = s.with(|g| g.export(wall_ms())).await?;
-    Ok(ok(json!({"lines": n})))
-}
+node_op!(message, "message");
+node_op!(route, "route");
+node_op!(status, "status");
+node_op!(resolve, "resolve");
+node_op!(archive, "archive");
+node_op!(wait, "wait");
+root_op!(add_ref, "ref");
+root_op!(narrate, "narrate");
+root_op!(bookmark, "bookmark");
+root_op!(epoch, "epoch");
+root_op!(reset, "reset");
+root_op!(export, "export");
