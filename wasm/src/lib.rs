@@ -3,7 +3,9 @@
 //! The bindings translate only: JS values in, core calls, JS values out. The hand-written JS
 //! package (`wasm/js`) adds transports (DOM Worker, `worker_threads`), timers and Promises.
 
+mod actors;
 mod jobs;
 mod js;
 
+pub use actors::{ActorGraphJs, actor_config};
 pub use jobs::JobRegistry;
