@@ -60,6 +60,7 @@ impl Failpoint {
 pub struct FsStore {
     root: PathBuf,
     lock: Option<File>,
+    pool: Option<SyncPool>,
     pub stats: FsStats,
     failpoint: Option<Failpoint>,
     steps: u64,
@@ -73,58 +74,93 @@ fn fsync_dir(dir: &Path) -> std::io::Result<()> {
     File::open(dir)?.sync_all()
 }
 
-/// Runs fsyncs concurrently (at most 8 threads): the file system groups them into one commit.
-fn sync_all(
-    files: &[(PathBuf, File)],
-    dirs: &[PathBuf],
-    stats: &FsStats,
-) -> Result<(), ActorsError> {
-    let total = files.len() + dirs.len();
-    if total == 0 {
-        return Ok(());
-    }
-    stats.fsyncs.fetch_add(total as u64, Ordering::Relaxed);
-    if total == 1 {
-        return match (files.first(), dirs.first()) {
-            (Some((p, f)), _) => f
+/// One fsync to perform: a file (its handle moves to the worker) or a directory (by path).
+enum SyncJob {
+    File(PathBuf, File),
+    Dir(PathBuf),
+}
+
+impl SyncJob {
+    fn run(self) -> Result<(), ActorsError> {
+        match self {
+            SyncJob::File(p, f) => f
                 .sync_all()
                 .map_err(|e| io(format!("fsync {}", p.display()), e)),
-            (None, Some(d)) => fsync_dir(d).map_err(|e| io(format!("fsync {}", d.display()), e)),
-            _ => Ok(()),
-        };
+            SyncJob::Dir(d) => fsync_dir(&d).map_err(|e| io(format!("fsync {}", d.display()), e)),
+        }
     }
-    enum Job<'a> {
-        F(&'a Path, &'a File),
-        D(&'a Path),
-    }
-    let jobs: Vec<Job> = files
-        .iter()
-        .map(|(p, f)| Job::F(p, f))
-        .chain(dirs.iter().map(|d| Job::D(d)))
-        .collect();
-    std::thread::scope(|s| {
-        let mut errs = Vec::new();
-        for chunk in jobs.chunks(jobs.len().div_ceil(8)) {
-            let h = s.spawn(move || {
-                for j in chunk {
-                    match j {
-                        Job::F(p, f) => f
-                            .sync_all()
-                            .map_err(|e| io(format!("fsync {}", p.display()), e))?,
-                        Job::D(d) => {
-                            fsync_dir(d).map_err(|e| io(format!("fsync {}", d.display()), e))?
+}
+
+type SyncReply = std::sync::mpsc::Sender<Result<(), ActorsError>>;
+
+/// A small pool of threads that issue fsyncs concurrently, so that the file system commits a
+/// stage's fsyncs together instead of one after another. Created once per store (spawning
+/// threads per stage costs more than the fsyncs on a fast disk).
+struct SyncPool {
+    tx: Option<std::sync::mpsc::Sender<(SyncJob, SyncReply)>>,
+    workers: Vec<std::thread::JoinHandle<()>>,
+}
+
+impl SyncPool {
+    const THREADS: usize = 7;
+
+    fn new() -> SyncPool {
+        let (tx, rx) = std::sync::mpsc::channel::<(SyncJob, SyncReply)>();
+        let rx = std::sync::Arc::new(std::sync::Mutex::new(rx));
+        let workers = (0..Self::THREADS)
+            .map(|i| {
+                let rx = rx.clone();
+                std::thread::Builder::new()
+                    .name(format!("weft-fsync-{i}"))
+                    .spawn(move || {
+                        loop {
+                            let job = rx.lock().unwrap_or_else(|p| p.into_inner()).recv();
+                            let Ok((job, reply)) = job else { break };
+                            let _ = reply.send(job.run());
                         }
-                    }
-                }
-                Ok::<(), ActorsError>(())
-            });
-            errs.push(h);
+                    })
+                    .expect("fsync thread")
+            })
+            .collect();
+        SyncPool {
+            tx: Some(tx),
+            workers,
         }
-        for h in errs {
-            h.join().expect("fsync thread")?;
+    }
+
+    /// Runs every job, concurrently, and returns the first error.
+    fn run(&self, mut jobs: Vec<SyncJob>, stats: &FsStats) -> Result<(), ActorsError> {
+        stats.fsyncs.fetch_add(jobs.len() as u64, Ordering::Relaxed);
+        let Some(mine) = jobs.pop() else {
+            return Ok(());
+        };
+        let (reply, results) = std::sync::mpsc::channel();
+        let n = jobs.len();
+        for j in jobs {
+            self.tx
+                .as_ref()
+                .expect("pool open")
+                .send((j, reply.clone()))
+                .expect("fsync pool alive");
         }
-        Ok(())
-    })
+        let mut out = mine.run();
+        for _ in 0..n {
+            let r = results.recv().expect("fsync worker replies");
+            if out.is_ok() {
+                out = r;
+            }
+        }
+        out
+    }
+}
+
+impl Drop for SyncPool {
+    fn drop(&mut self) {
+        self.tx.take();
+        for w in self.workers.drain(..) {
+            let _ = w.join();
+        }
+    }
 }
 
 impl FsStore {
@@ -137,6 +173,7 @@ impl FsStore {
         Ok(FsStore {
             root: root.to_owned(),
             lock: None,
+            pool: None,
             stats: FsStats::default(),
             failpoint: None,
             steps: 0,
@@ -191,6 +228,7 @@ impl FsStore {
         let mut s = FsStore {
             root: root.to_owned(),
             lock: Some(f),
+            pool: Some(SyncPool::new()),
             stats: FsStats::default(),
             failpoint: None,
             steps: 0,
@@ -240,7 +278,7 @@ impl FsStore {
             }
         }
         if removed && nodes.is_dir() {
-            fsync_dir(&nodes).map_err(|e| io("fsync nodes", e))?;
+            self.sync(vec![SyncJob::Dir(nodes)])?;
         }
         Ok(())
     }
@@ -302,6 +340,13 @@ impl FsStore {
     fn tear_now(&self) -> bool {
         self.failpoint
             .is_some_and(|f| f.tear && f.at_step == self.steps + 1)
+    }
+
+    fn sync(&self, jobs: Vec<SyncJob>) -> Result<(), ActorsError> {
+        self.pool
+            .as_ref()
+            .expect("writers have a pool")
+            .run(jobs, &self.stats)
     }
 
     /// Creates the missing directories of `dir` (and notes each new one's parent for fsync).
@@ -436,16 +481,19 @@ impl FsStore {
             }
         }
         self.step();
-        sync_all(&files, &early_dirs, &self.stats)?;
-        drop(files);
+        let mut jobs: Vec<SyncJob> = files
+            .into_iter()
+            .map(|(p, f)| SyncJob::File(p, f))
+            .collect();
+        jobs.extend(early_dirs.into_iter().map(SyncJob::Dir));
+        self.sync(jobs)?;
         for (a, b) in &renames {
             self.step();
             fs::rename(a, b)
                 .map_err(|e| io(format!("rename {} → {}", a.display(), b.display()), e))?;
         }
         self.step();
-        let dirs: Vec<PathBuf> = dirty.into_iter().collect();
-        sync_all(&[], &dirs, &self.stats)?;
+        self.sync(dirty.into_iter().map(SyncJob::Dir).collect())?;
         Ok(())
     }
 }
@@ -490,8 +538,8 @@ impl ActorStore for FsStore {
 }
 
 /// Measures the raw rate of this disk: `n` appends of `bytes` bytes, each followed by an
-/// fsync, in a file under `dir`. Returns writes per second (the physical limit benchmarks
-/// compare against).
+/// fsync (`sync_all`, the call the store makes), in a file under `dir`. Returns writes per
+/// second (the physical limit benchmarks compare against).
 pub fn raw_fsync_rate(dir: &Path, n: usize, bytes: usize) -> std::io::Result<f64> {
     let p = dir.join(".weft-fsync-probe");
     let mut f = OpenOptions::new().create(true).append(true).open(&p)?;
@@ -499,7 +547,7 @@ pub fn raw_fsync_rate(dir: &Path, n: usize, bytes: usize) -> std::io::Result<f64
     let start = Instant::now();
     for _ in 0..n {
         f.write_all(&line)?;
-        f.sync_data()?;
+        f.sync_all()?;
     }
     let rate = n as f64 / start.elapsed().as_secs_f64();
     drop(f);
