@@ -8,6 +8,8 @@ echo "== wasm package size (release: lto, opt-level s)"
 wasm/build.sh 2>/dev/null | tail -n 1
 echo "== registry throughput, native"
 cargo run -q --release -p weft-bench --bin registry 2>/dev/null
+echo "== actor graph: durable spawns/messages vs the raw fsync rate, audit walk"
+cargo run -q --release -p weft-bench --bin actors 2>/dev/null
 cd tests/js
 echo "== registry throughput, wasm under Node"
 node --expose-gc bench/registry.mjs 2>/dev/null

@@ -9,8 +9,11 @@
 //!   directory, rename it to `nodes/<id>`, fsync `nodes/` — the node appears whole or not at all;
 //! * `truncate` / `rename`: fsync the file / the directory.
 //!
-//! A stage's fsyncs are issued concurrently (the file system commits them together); a stage
-//! starts only when the previous one is durable. One writer at a time: a writer holds an
+//! A stage's fsyncs are issued concurrently (the file system commits them together), in at
+//! most two rounds (new files and directories before their rename, then appends and the
+//! directories that changed); a stage starts only when the previous one is durable. The
+//! temporaries of every `put` are written and fsynced in the first stage's round — they are
+//! invisible until renamed, so this changes nothing a crash can expose. One writer at a time: a writer holds an
 //! exclusive lock on `$CHAT_ROOT/.weft-lock` (released by the kernel when the process dies, so
 //! `kill -9` never leaves a stale lock). Opening as a writer removes temporaries a crashed
 //! writer left behind; the core's recovery then completes half-finished spawns.
@@ -36,6 +39,8 @@ const NODE_TMP_PREFIX: &str = ".tmp-";
 #[derive(Debug, Default)]
 pub struct FsStats {
     pub fsyncs: AtomicU64,
+    /// Rounds of concurrent fsyncs (each waits for the slowest of its fsyncs).
+    pub rounds: AtomicU64,
     pub batches: AtomicU64,
 }
 
@@ -61,6 +66,8 @@ pub struct FsStore {
     root: PathBuf,
     lock: Option<File>,
     pool: Option<SyncPool>,
+    /// Fsyncs owed by prewritten temporaries, joined to the next stage's first round.
+    pending_sync: Vec<SyncJob>,
     pub stats: FsStats,
     failpoint: Option<Failpoint>,
     steps: u64,
@@ -134,6 +141,7 @@ impl SyncPool {
         let Some(mine) = jobs.pop() else {
             return Ok(());
         };
+        stats.rounds.fetch_add(1, Ordering::Relaxed);
         let (reply, results) = std::sync::mpsc::channel();
         let n = jobs.len();
         for j in jobs {
@@ -174,6 +182,7 @@ impl FsStore {
             root: root.to_owned(),
             lock: None,
             pool: None,
+            pending_sync: Vec::new(),
             stats: FsStats::default(),
             failpoint: None,
             steps: 0,
@@ -229,6 +238,7 @@ impl FsStore {
             root: root.to_owned(),
             lock: Some(f),
             pool: Some(SyncPool::new()),
+            pending_sync: Vec::new(),
             stats: FsStats::default(),
             failpoint: None,
             steps: 0,
@@ -272,7 +282,9 @@ impl FsStore {
             }
         }
         for p in self.walk()? {
-            if p.to_string_lossy().ends_with(TMP_SUFFIX) {
+            if p.file_name()
+                .is_some_and(|n| n.to_string_lossy().contains(TMP_SUFFIX))
+            {
                 fs::remove_file(&p).map_err(|e| io(format!("remove {}", p.display()), e))?;
                 removed = true;
             }
@@ -386,19 +398,56 @@ impl FsStore {
         Ok(f)
     }
 
-    fn apply_stage(&mut self, batch: u64, ops: &[Op]) -> Result<(), ActorsError> {
-        let mut files: Vec<(PathBuf, File)> = Vec::new();
-        let mut early_dirs: Vec<PathBuf> = Vec::new();
+    /// Writes the temporary files of every `put` of the batch up front: they are invisible
+    /// until renamed, so their fsyncs can join the first stage's round.
+    fn prewrite_puts(
+        &mut self,
+        batch: &WriteBatch,
+        dirty: &mut BTreeSet<PathBuf>,
+    ) -> Result<Vec<PathBuf>, ActorsError> {
+        let mut temps = Vec::new();
+        let mut files = Vec::new();
+        for (si, ops) in batch.stages.iter().enumerate() {
+            for (oi, op) in ops.iter().enumerate() {
+                if let Op::Put { path, text } = op {
+                    let dest = self.path(path)?;
+                    let parent = dest.parent().expect("under root").to_owned();
+                    self.ensure_dir(&parent, dirty)?;
+                    let tmp = PathBuf::from(format!(
+                        "{}{TMP_SUFFIX}-{}-{si}-{oi}",
+                        dest.display(),
+                        batch.id
+                    ));
+                    self.step();
+                    files.push(SyncJob::File(tmp.clone(), Self::write_new(&tmp, text)?));
+                    temps.push(tmp);
+                }
+            }
+        }
+        self.pending_sync = files;
+        Ok(temps)
+    }
+
+    /// One stage: write what it creates or appends, fsync new files and directories (with the
+    /// prewritten put temporaries on the first stage), rename into place, then fsync the
+    /// appends and every directory that changed — all in at most two concurrent rounds.
+    fn apply_stage(
+        &mut self,
+        batch: &WriteBatch,
+        si: usize,
+        dirty: &mut BTreeSet<PathBuf>,
+    ) -> Result<(), ActorsError> {
+        let mut first: Vec<SyncJob> = std::mem::take(&mut self.pending_sync);
+        let mut second: Vec<SyncJob> = Vec::new();
         let mut renames: Vec<(PathBuf, PathBuf)> = Vec::new();
-        let mut dirty: BTreeSet<PathBuf> = BTreeSet::new();
-        for op in ops {
+        for (oi, op) in batch.stages[si].iter().enumerate() {
             match op {
                 Op::CreateNode { id, files: init } => {
                     NodeId::parse(id).map_err(|why| {
                         ActorsError::InvalidArgument(format!("node id {id:?} {why}"))
                     })?;
                     let nodes = self.root.join("nodes");
-                    self.ensure_dir(&nodes, &mut dirty)?;
+                    self.ensure_dir(&nodes, dirty)?;
                     let dest = nodes.join(id);
                     if dest.exists() {
                         return Err(ActorsError::StoreIo(format!(
@@ -406,7 +455,7 @@ impl FsStore {
                             dest.display()
                         )));
                     }
-                    let tmp = nodes.join(format!("{NODE_TMP_PREFIX}{id}-{batch}"));
+                    let tmp = nodes.join(format!("{NODE_TMP_PREFIX}{id}-{}", batch.id));
                     if tmp.exists() {
                         fs::remove_dir_all(&tmp)
                             .map_err(|e| io(format!("remove {}", tmp.display()), e))?;
@@ -420,29 +469,29 @@ impl FsStore {
                         {
                             fs::create_dir_all(parent)
                                 .map_err(|e| io(format!("create {}", parent.display()), e))?;
-                            early_dirs.push(parent.to_owned());
+                            first.push(SyncJob::Dir(parent.to_owned()));
                         }
                         self.step();
-                        files.push((p.clone(), Self::write_new(&p, text)?));
+                        first.push(SyncJob::File(p.clone(), Self::write_new(&p, text)?));
                     }
-                    early_dirs.push(tmp.clone());
+                    first.push(SyncJob::Dir(tmp.clone()));
                     renames.push((tmp, dest));
                     dirty.insert(nodes);
                 }
-                Op::Put { path, text } => {
+                Op::Put { path, .. } => {
                     let dest = self.path(path)?;
-                    let parent = dest.parent().expect("under root").to_owned();
-                    self.ensure_dir(&parent, &mut dirty)?;
-                    let tmp = PathBuf::from(format!("{}{TMP_SUFFIX}", dest.display()));
-                    self.step();
-                    files.push((tmp.clone(), Self::write_new(&tmp, text)?));
+                    let tmp = PathBuf::from(format!(
+                        "{}{TMP_SUFFIX}-{}-{si}-{oi}",
+                        dest.display(),
+                        batch.id
+                    ));
+                    dirty.insert(dest.parent().expect("under root").to_owned());
                     renames.push((tmp, dest));
-                    dirty.insert(parent);
                 }
                 Op::Append { path, text } => {
                     let dest = self.path(path)?;
                     let parent = dest.parent().expect("under root").to_owned();
-                    self.ensure_dir(&parent, &mut dirty)?;
+                    self.ensure_dir(&parent, dirty)?;
                     if !dest.exists() {
                         dirty.insert(parent);
                     }
@@ -458,7 +507,7 @@ impl FsStore {
                     self.step();
                     f.write_all(bytes)
                         .map_err(|e| io(format!("append {}", dest.display()), e))?;
-                    files.push((dest, f));
+                    second.push(SyncJob::File(dest, f));
                 }
                 Op::Truncate { path, len } => {
                     let dest = self.path(path)?;
@@ -469,7 +518,7 @@ impl FsStore {
                     self.step();
                     f.set_len(*len)
                         .map_err(|e| io(format!("truncate {}", dest.display()), e))?;
-                    files.push((dest, f));
+                    second.push(SyncJob::File(dest, f));
                 }
                 Op::Rename { from, to } => {
                     let (a, b) = (self.path(from)?, self.path(to)?);
@@ -480,20 +529,18 @@ impl FsStore {
                 }
             }
         }
-        self.step();
-        let mut jobs: Vec<SyncJob> = files
-            .into_iter()
-            .map(|(p, f)| SyncJob::File(p, f))
-            .collect();
-        jobs.extend(early_dirs.into_iter().map(SyncJob::Dir));
-        self.sync(jobs)?;
+        if !first.is_empty() {
+            self.step();
+            self.sync(first)?;
+        }
         for (a, b) in &renames {
             self.step();
             fs::rename(a, b)
                 .map_err(|e| io(format!("rename {} → {}", a.display(), b.display()), e))?;
         }
         self.step();
-        self.sync(dirty.into_iter().map(SyncJob::Dir).collect())?;
+        second.extend(std::mem::take(dirty).into_iter().map(SyncJob::Dir));
+        self.sync(second)?;
         Ok(())
     }
 }
@@ -529,8 +576,16 @@ impl ActorStore for FsStore {
                 "the store was opened read-only".into(),
             ));
         }
-        for ops in &batch.stages {
-            self.apply_stage(batch.id, ops)?;
+        let mut dirty = BTreeSet::new();
+        if let Err(e) = self.prewrite_puts(batch, &mut dirty) {
+            self.pending_sync.clear();
+            return Err(e);
+        }
+        for si in 0..batch.stages.len() {
+            if let Err(e) = self.apply_stage(batch, si, &mut dirty) {
+                self.pending_sync.clear();
+                return Err(e);
+            }
         }
         self.stats.batches.fetch_add(1, Ordering::Relaxed);
         Ok(())

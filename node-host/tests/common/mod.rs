@@ -157,7 +157,7 @@ pub fn read_disk(root: &Path) -> Disk {
         );
     }
     for (p, _) in snapshot(root) {
-        if p.ends_with(".weft-tmp") {
+        if p.contains(".weft-tmp") {
             leftovers.push(p);
         }
     }

@@ -59,7 +59,8 @@ fn main() {
     flush(&mut g, &mut store).expect("init batch");
     let rounds = 10;
     let (mut raw_n, mut raw_t) = (0usize, 0.0f64);
-    let (mut sp_n, mut sp_t, mut sp_core, mut sp_fsyncs) = (0usize, 0.0f64, 0.0f64, 0u64);
+    let (mut sp_n, mut sp_t, mut sp_core, mut sp_fsyncs, mut sp_rounds) =
+        (0usize, 0.0f64, 0.0f64, 0u64, 0u64);
     let (mut msg_n, mut msg_t, mut msg_fsyncs) = (0usize, 0.0f64, 0u64);
     let mut round_ratios = Vec::new();
     for round in 0..rounds {
@@ -70,6 +71,7 @@ fn main() {
         raw_t += n as f64 / rate;
         // Durable spawns, through the core and the filesystem store, as the CLI and desk do.
         let f0 = store.stats.fsyncs.load(Ordering::Relaxed);
+        let r0 = store.stats.rounds.load(Ordering::Relaxed);
         let t = Instant::now();
         let per = spawns / rounds;
         for i in 0..per {
@@ -92,6 +94,7 @@ fn main() {
         sp_t += dt;
         sp_n += per;
         sp_fsyncs += store.stats.fsyncs.load(Ordering::Relaxed) - f0;
+        sp_rounds += store.stats.rounds.load(Ordering::Relaxed) - r0;
         round_ratios.push((per as f64 / dt) / (rate / WRITES_PER_SPAWN));
         // Durable messages: one fsynced append each.
         let f0 = store.stats.fsyncs.load(Ordering::Relaxed);
@@ -120,10 +123,11 @@ fn main() {
         "raw fsync-per-write rate        {raw:>9.0} writes/s  (200-byte append + fsync, {raw_n} writes in {rounds} rounds)"
     );
     println!(
-        "durable spawns                  {spawn_rate:>9.1} spawns/s  ({:.2} ms each: {:.3} ms in the core, {:.1} fsyncs in 4 concurrent rounds)",
+        "durable spawns                  {spawn_rate:>9.1} spawns/s  ({:.2} ms each: {:.3} ms in the core, {:.1} fsyncs in {:.1} concurrent rounds)",
         sp_t * 1000.0 / sp_n as f64,
         sp_core * 1000.0 / sp_n as f64,
-        sp_fsyncs as f64 / sp_n as f64
+        sp_fsyncs as f64 / sp_n as f64,
+        sp_rounds as f64 / sp_n as f64
     );
     println!(
         "  vs raw / {WRITES_PER_SPAWN} writes per spawn = {:.1} spawns/s: {:.0}% (target ≥ 50%, i.e. ≥ {target:.1} spawns/s: {}); per round {:.0}%..{:.0}% (median {:.0}%)",
