@@ -45,12 +45,29 @@ fn desk(root: &str) -> Desk {
 
 /// One HTTP/1.1 request; returns (status, content type, body).
 fn http(addr: &str, method: &str, path: &str, body: Option<&str>) -> (u16, String, String) {
+    raw(
+        addr,
+        method,
+        path,
+        body,
+        &format!("host: {addr}\r\ncontent-type: application/json\r\n"),
+    )
+}
+
+/// One HTTP/1.1 request with the given header lines.
+fn raw(
+    addr: &str,
+    method: &str,
+    path: &str,
+    body: Option<&str>,
+    headers: &str,
+) -> (u16, String, String) {
     let mut s = TcpStream::connect(addr).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
     let body = body.unwrap_or("");
     write!(
         s,
-        "{method} {path} HTTP/1.1\r\nhost: {addr}\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+        "{method} {path} HTTP/1.1\r\n{headers}content-length: {}\r\nconnection: close\r\n\r\n{body}",
         body.len()
     )
     .unwrap();
@@ -104,7 +121,8 @@ fn the_desk_serves_the_ui_and_the_api_and_pushes_changes() {
     ev.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
     write!(
         ev,
-        "GET /api/actors/events HTTP/1.1\r\nhost: x\r\naccept: text/event-stream\r\n\r\n"
+        "GET /api/actors/events HTTP/1.1\r\nhost: {}\r\naccept: text/event-stream\r\n\r\n",
+        d.addr
     )
     .unwrap();
     let mut evr = BufReader::new(ev);
@@ -255,4 +273,44 @@ fn the_desk_serves_the_ui_and_the_api_and_pushes_changes() {
     assert_eq!(st, 409, "{b}");
     assert!(b.contains("WAIT_BLOCKED"));
     assert!(lineage_problems(&read_disk(&r)).is_empty());
+
+    // The standalone desk only answers its own origin on a loopback Host, and writes must be
+    // JSON (so a cross-site form or no-cors fetch cannot reach them).
+    let spawn = r#"{"parent": "coordinator", "id": "csrf"}"#;
+    let a = d.addr.clone();
+    let (st, _, b) = raw(
+        &a,
+        "POST",
+        "/api/actors/spawn",
+        Some(spawn),
+        "host: evil.example\r\ncontent-type: application/json\r\n",
+    );
+    assert_eq!(st, 403, "{b}");
+    assert!(b.contains("UNTRUSTED_HOST"));
+    let (st, _, b) = raw(
+        &a,
+        "POST",
+        "/api/actors/spawn",
+        Some(spawn),
+        &format!("host: {a}\r\norigin: http://evil.example\r\ncontent-type: application/json\r\n"),
+    );
+    assert_eq!(st, 403, "{b}");
+    assert!(b.contains("UNTRUSTED_ORIGIN"));
+    let (st, _, b) = raw(
+        &a,
+        "POST",
+        "/api/actors/spawn",
+        Some(spawn),
+        &format!("host: {a}\r\ncontent-type: text/plain\r\n"),
+    );
+    assert_eq!(st, 400, "{b}");
+    let (st, _, _) = raw(
+        &a,
+        "POST",
+        "/api/actors/spawn",
+        Some(spawn),
+        &format!("host: {a}\r\norigin: http://{a}\r\ncontent-type: application/json\r\n"),
+    );
+    assert_eq!(st, 201, "the desk's own origin may write");
+    assert!(read_disk(&r).metas.contains_key("csrf"));
 }

@@ -20,14 +20,17 @@
 
 use std::collections::HashMap;
 use std::convert::Infallible;
+use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use axum::Router;
 use axum::body::Bytes;
+use axum::extract::Request;
 use axum::extract::{Path as UrlPath, Query, State};
-use axum::http::{StatusCode, header};
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::middleware::Next;
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -186,7 +189,22 @@ fn ok(v: Value) -> Response {
 
 type Reply = Result<Response, Problem>;
 
-fn body(b: &Bytes) -> Result<Value, ActorsError> {
+/// A write's JSON body. Writes must say `content-type: application/json`: a browser cannot send
+/// that cross-origin without a CORS preflight, which the desk never answers.
+fn body(h: &HeaderMap, b: &Bytes) -> Result<Value, ActorsError> {
+    let json_type = h
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| {
+            v.split(';')
+                .next()
+                .is_some_and(|t| t.trim().eq_ignore_ascii_case("application/json"))
+        });
+    if !json_type {
+        return Err(ActorsError::InvalidArgument(
+            "writes need `content-type: application/json`".into(),
+        ));
+    }
     if b.is_empty() {
         return Ok(json!({}));
     }
@@ -277,12 +295,59 @@ pub async fn serve_root(
         .local_addr()
         .map_err(|e| ActorsError::StoreIo(e.to_string()))?;
     println!("weft desk: http://{addr}/actors/ (root {})", root.display());
-    axum::serve(listener, router(state))
+    let app = router(state).layer(axum::middleware::from_fn_with_state(addr, boundary));
+    axum::serve(listener, app)
         .with_graceful_shutdown(async {
             let _ = tokio::signal::ctrl_c().await;
         })
         .await
         .map_err(|e| ActorsError::StoreIo(e.to_string()))
+}
+
+fn forbidden(code: &str, detail: String) -> Response {
+    let body = json!({"type": "about:blank", "title": "Forbidden", "status": 403, "code": code, "detail": detail});
+    (
+        StatusCode::FORBIDDEN,
+        [(header::CONTENT_TYPE, "application/problem+json")],
+        body.to_string(),
+    )
+        .into_response()
+}
+
+/// The standalone desk's boundary (when mounted in `weft serve`, that server's boundary
+/// applies instead): on a loopback address only loopback `Host` names are answered (no DNS
+/// rebinding), and a request carrying an `Origin` must come from the desk's own origin.
+async fn boundary(State(addr): State<SocketAddr>, req: Request, next: Next) -> Response {
+    let host = req
+        .headers()
+        .get(header::HOST)
+        .and_then(|h| h.to_str().ok())
+        .unwrap_or("")
+        .to_owned();
+    if addr.ip().is_loopback() {
+        let port = addr.port();
+        let ok = [
+            format!("127.0.0.1:{port}"),
+            format!("localhost:{port}"),
+            format!("[::1]:{port}"),
+        ]
+        .contains(&host);
+        if !ok {
+            return forbidden("UNTRUSTED_HOST", format!("unexpected Host header `{host}`"));
+        }
+    }
+    if let Some(origin) = req
+        .headers()
+        .get(header::ORIGIN)
+        .and_then(|o| o.to_str().ok())
+        && origin != format!("http://{host}")
+    {
+        return forbidden(
+            "UNTRUSTED_ORIGIN",
+            format!("cross-origin requests from {origin} are not accepted"),
+        );
+    }
+    next.run(req).await
 }
 
 /// Runs a core operation (`weft_core::actors::api`) with `args` and answers with its JSON.
@@ -383,8 +448,8 @@ async fn events(State(s): State<DeskState>) -> impl IntoResponse {
     Sse::new(stream).keep_alive(KeepAlive::new().interval(Duration::from_secs(15)))
 }
 
-async fn spawn(State(s): State<DeskState>, b: Bytes) -> Reply {
-    let mut args = body(&b)?;
+async fn spawn(State(s): State<DeskState>, h: HeaderMap, b: Bytes) -> Reply {
+    let mut args = body(&h, &b)?;
     args["trigger"] = json!("user");
     Ok((StatusCode::CREATED, ok(call(&s, "spawn", args).await?)).into_response())
 }
@@ -394,17 +459,18 @@ macro_rules! node_op {
         async fn $name(
             State(s): State<DeskState>,
             UrlPath(id): UrlPath<String>,
+            h: HeaderMap,
             b: Bytes,
         ) -> Reply {
-            Ok(ok(call(&s, $op, with_node(body(&b)?, id)).await?))
+            Ok(ok(call(&s, $op, with_node(body(&h, &b)?, id)).await?))
         }
     };
 }
 
 macro_rules! root_op {
     ($name:ident, $op:literal) => {
-        async fn $name(State(s): State<DeskState>, b: Bytes) -> Reply {
-            Ok(ok(call(&s, $op, body(&b)?).await?))
+        async fn $name(State(s): State<DeskState>, h: HeaderMap, b: Bytes) -> Reply {
+            Ok(ok(call(&s, $op, body(&h, &b)?).await?))
         }
     };
 }
