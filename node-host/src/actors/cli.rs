@@ -256,6 +256,33 @@ pub enum ActorsCommand {
     },
 }
 
+impl ActorsCommand {
+    /// The options every command has.
+    pub fn common(&self) -> &Common {
+        match self {
+            ActorsCommand::Init { c, .. }
+            | ActorsCommand::Spawn { c, .. }
+            | ActorsCommand::Message { c, .. }
+            | ActorsCommand::Route { c, .. }
+            | ActorsCommand::Status { c, .. }
+            | ActorsCommand::Graph { c, .. }
+            | ActorsCommand::Audit { c }
+            | ActorsCommand::Export { c }
+            | ActorsCommand::Resolve { c, .. }
+            | ActorsCommand::Ref { c, .. }
+            | ActorsCommand::Narrate { c, .. }
+            | ActorsCommand::Wait { c, .. }
+            | ActorsCommand::Relate { c, .. }
+            | ActorsCommand::Bookmark { c, .. }
+            | ActorsCommand::Epoch { c, .. }
+            | ActorsCommand::Archive { c, .. }
+            | ActorsCommand::Reset { c, .. }
+            | ActorsCommand::Recover { c }
+            | ActorsCommand::Desk { c, .. } => c,
+        }
+    }
+}
+
 fn exit_code(e: &ActorsError) -> u8 {
     match e {
         ActorsError::InvalidArgument(_)
@@ -318,27 +345,7 @@ fn spawn_json(o: &SpawnOutcome, s: &Session) -> Value {
 
 /// Runs `weft actors …`.
 pub async fn main(args: ActorsArgs) -> ExitCode {
-    let json = match &args.command {
-        ActorsCommand::Init { c, .. }
-        | ActorsCommand::Spawn { c, .. }
-        | ActorsCommand::Message { c, .. }
-        | ActorsCommand::Route { c, .. }
-        | ActorsCommand::Status { c, .. }
-        | ActorsCommand::Graph { c, .. }
-        | ActorsCommand::Audit { c }
-        | ActorsCommand::Export { c }
-        | ActorsCommand::Resolve { c, .. }
-        | ActorsCommand::Ref { c, .. }
-        | ActorsCommand::Narrate { c, .. }
-        | ActorsCommand::Wait { c, .. }
-        | ActorsCommand::Relate { c, .. }
-        | ActorsCommand::Bookmark { c, .. }
-        | ActorsCommand::Epoch { c, .. }
-        | ActorsCommand::Archive { c, .. }
-        | ActorsCommand::Reset { c, .. }
-        | ActorsCommand::Recover { c }
-        | ActorsCommand::Desk { c, .. } => c.json,
-    };
+    let json = args.command.common().json;
     let (config, notes) = match config_from_env() {
         Ok(c) => c,
         Err(e) => return fail(&e, json),
@@ -391,15 +398,7 @@ fn writer(c: &Common, config: HarnessConfig) -> Result<Session, ActorsError> {
     if let Some(f) = super::fs_store::Failpoint::from_env() {
         s.store.set_failpoint(Some(f));
     }
-    for d in &s.report.diagnostics {
-        eprintln!(
-            "weft actors: {} {}{}: {}",
-            d.code,
-            d.file,
-            d.line.map(|l| format!(":{l}")).unwrap_or_default(),
-            d.message
-        );
-    }
+    report_diagnostics(&s);
     for r in &s.report.repairs {
         eprintln!("weft actors: recovered: {r}");
     }
