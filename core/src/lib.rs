@@ -7,10 +7,12 @@
 //!
 //! Capabilities, one module each:
 //! * [`jobs`] — the portable job registry and the Worker endpoint protocol.
+//! * [`ops`] — published controls, the cell graph, calculations and operations.
 //! * [`conformance`] — the data-driven vectors every host runs against this core.
 
 pub mod conformance;
 pub mod jobs;
+pub mod ops;
 pub mod value;
 
 /// Milliseconds on the host's monotonic clock. The core never reads a clock itself.
