@@ -1,0 +1,45 @@
+// The weft package for Node: the same runtime, with `worker_threads` Workers.
+import { readFileSync } from 'node:fs';
+import { setFlagsFromString } from 'node:v8';
+import { resolve } from 'node:path';
+import { pathToFileURL } from 'node:url';
+import { Worker } from 'node:worker_threads';
+import { initSync } from './weft_wasm.js';
+import { setWorkerFactory } from './runtime.js';
+
+// Node 20 ships V8 11.3, whose inlining of JS→wasm calls into optimized code intermittently
+// aborts the process ("Fatal error ... unreachable code" in the deoptimizer) under sustained
+// calls into this module (reproduced with tests/js/bench/registry.mjs: 5 of 8 runs crashed,
+// 0 of 8 with the inlining off). Turn that one optimization off before any call is optimized.
+if (/^11\./.test(process.versions.v8)) setFlagsFromString('--no-turbo-inline-js-wasm-calls');
+
+const wasm = initSync({ module: readFileSync(new URL('./weft_wasm_bg.wasm', import.meta.url)) });
+
+/** Bytes of wasm linear memory in use by the core (it grows, never shrinks). */
+export function wasmMemoryBytes() {
+  return wasm.memory.buffer.byteLength;
+}
+
+const shim = new URL('./worker-shim.mjs', import.meta.url);
+
+function scriptUrl(specifier) {
+  if (specifier instanceof URL) return specifier.href;
+  const s = String(specifier);
+  return /^[a-z]+:/i.test(s) ? s : pathToFileURL(resolve(s)).href;
+}
+
+/**
+ * The worker_threads transport. The script is written for a DOM Worker (`self.onmessage`,
+ * `self.postMessage`); a shim provides those globals, so the same file runs in browsers too.
+ */
+setWorkerFactory((specifier, options = {}) => (h) => {
+  const w = new Worker(shim, { workerData: { script: scriptUrl(specifier) } });
+  w.on('message', (d) => h.message(d));
+  w.on('messageerror', (err) => h.undecodable(`messageerror: ${err?.message ?? err}`));
+  w.on('error', (err) => h.closed(`worker threw an uncaught error: ${err?.stack ?? err}`));
+  w.on('exit', (code) => h.closed(`worker exited with code ${code}`));
+  if (options.unref) w.unref();
+  return { post: (m) => w.postMessage(m), terminate: () => void w.terminate() };
+});
+
+export { createRuntime, Runtime, Endpoint, Job, WeftError } from './runtime.js';

@@ -1,0 +1,637 @@
+//! Bindings of the job registry. The JS runtime (`wasm/js/runtime.js`) owns the transports and
+//! timers; every decision is made by `weft_core::jobs::Registry`.
+
+use js_sys::Array;
+use wasm_bindgen::prelude::*;
+use weft_core::jobs::wire::{Capabilities, Reply, Violation, WireRequest};
+use weft_core::jobs::{
+    CancelEvidence, Delivery, EndpointId, EndpointSpec, EventKind, Hello, InputRejector, Job,
+    JobEvent, JobId, JobsError, Origin, Outcome, Output, OwnerId, Registry, RegistryConfig, Submit,
+    SubscriptionId, WaitEnd, WaitId,
+};
+
+use crate::js::{Js, array, error, json, object, opt, opt_bool, opt_f64, opt_string, set};
+
+// Object builders: one JS call per object instead of one per property (hot paths).
+#[wasm_bindgen(inline_js = r#"
+const END = ['finished', 'timed_out', 'cancelled'];
+const KIND = ['succeeded', 'failed', 'cancelled', 'lost'];
+const EVIDENCE = ['never_started', 'acknowledged', 'quiet_no_ack'];
+export function outSend(endpoint, id, kind, value, inputId) {
+  const message = kind === 0 ? { id, type: 'run', payload: value }
+    : kind === 1 ? { id, type: 'cancel' } : { id, type: 'input', inputId, value };
+  return { output: 'send', endpoint, message };
+}
+export function outWait(wait, job, end, outcome) {
+  const o = { output: 'wait_settled', wait, job, end: END[end] };
+  if (outcome !== undefined) { o.outcome = outcome.outcome; o.result = outcome; }
+  return o;
+}
+export function outJob(kind, job, outcome, owner) {
+  switch (kind) {
+    case 0: return { output: 'job_finished', job, outcome: KIND[outcome] };
+    case 1: return { output: 'note_queued', owner, job };
+    case 2: return { output: 'wake', owner, job };
+    case 3: return { output: 'terminate', endpoint: job };
+    default: return { output: 'observed', subscription: job };
+  }
+}
+export function mkOutcome(kind, value, message, code, started, evidence, quietMs, reason) {
+  switch (kind) {
+    case 0: return { outcome: 'succeeded', value };
+    case 1: return { outcome: 'failed', message, code: code ?? null, started };
+    case 2: { const o = { outcome: 'cancelled', evidence: EVIDENCE[evidence] }; if (evidence === 2) o.quietMs = quietMs; return o; }
+    default: return { outcome: 'lost', reason };
+  }
+}
+export function mkSubmitted(job, reused) { return { job, reused }; }
+"#)]
+extern "C" {
+    #[wasm_bindgen(js_name = outSend)]
+    fn out_send(endpoint: f64, id: f64, kind: u32, value: &JsValue, input_id: Option<String>) -> JsValue;
+    #[wasm_bindgen(js_name = outWait)]
+    fn out_wait(wait: f64, job: f64, end: u32, outcome: &JsValue) -> JsValue;
+    #[wasm_bindgen(js_name = outJob)]
+    fn out_job(kind: u32, job: f64, outcome: u32, owner: &JsValue) -> JsValue;
+    #[wasm_bindgen(js_name = mkOutcome)]
+    #[allow(clippy::too_many_arguments)]
+    fn mk_outcome(
+        kind: u32,
+        value: &JsValue,
+        message: Option<String>,
+        code: Option<String>,
+        started: bool,
+        evidence: u32,
+        quiet_ms: f64,
+        reason: Option<String>,
+    ) -> JsValue;
+    #[wasm_bindgen(js_name = mkSubmitted)]
+    fn mk_submitted(job: f64, reused: bool) -> JsValue;
+}
+
+fn ms(now: f64) -> u64 {
+    if now.is_finite() && now > 0.0 {
+        now as u64
+    } else {
+        0
+    }
+}
+
+/// The portable job registry, as a JS class. Times are milliseconds on a monotonic clock the
+/// caller chooses (the JS runtime uses `performance.now()`).
+#[wasm_bindgen]
+pub struct JobRegistry {
+    inner: Registry<Js>,
+    owner_strings: std::collections::HashMap<String, JsValue>,
+}
+
+impl Default for JobRegistry {
+    fn default() -> Self {
+        Self::new(None)
+    }
+}
+
+#[wasm_bindgen]
+impl JobRegistry {
+    /// A new registry; job ids start at `firstJobId` (default 1).
+    #[wasm_bindgen(constructor)]
+    pub fn new(first_job_id: Option<f64>) -> JobRegistry {
+        JobRegistry {
+            inner: Registry::new(RegistryConfig {
+                first_job_id: first_job_id.map(ms).unwrap_or(1).max(1),
+            }),
+            owner_strings: Default::default(),
+        }
+    }
+
+    /// Registers an endpoint. `spec`: `{owner, label, hello: "await"|"skip"|{declared:caps},
+    /// helloTimeoutMs, quietMs, maxConcurrent, maxMessageBytes}`.
+    #[wasm_bindgen(js_name = openEndpoint)]
+    pub fn open_endpoint(&mut self, now: f64, spec: JsValue) -> Result<f64, JsValue> {
+        let mut s = EndpointSpec::new(
+            opt_string(&spec, "owner").unwrap_or_else(|| "app".into()),
+            opt_string(&spec, "label").unwrap_or_else(|| "worker".into()),
+        );
+        s.hello = match opt(&spec, "hello") {
+            Some(h) if h.as_string().as_deref() == Some("skip") => Hello::Skip,
+            Some(h) if h.as_bool() == Some(false) => Hello::Skip,
+            Some(h) if h.is_object() => {
+                let declared = opt(&h, "declared").unwrap_or(h);
+                Hello::Declared(Capabilities {
+                    input: opt_bool(&declared, "input").unwrap_or(false),
+                    cancel_ack: opt_bool(&declared, "cancelAck").unwrap_or(false),
+                    error_code: opt_bool(&declared, "errorCode").unwrap_or(false),
+                })
+            }
+            Some(h) if h.as_string().as_deref() != Some("await") && h.as_bool() != Some(true) => {
+                return Err(crate::js::coded_error(
+                    "INVALID_ARGUMENT",
+                    "hello must be \"await\", \"skip\" or {declared: {input, cancelAck, errorCode}}",
+                ));
+            }
+            _ => Hello::Await {
+                timeout_ms: opt_f64(&spec, "helloTimeoutMs").map(ms).unwrap_or(1000),
+            },
+        };
+        if let Some(q) = opt_f64(&spec, "quietMs") {
+            s.quiet_ms = ms(q);
+        }
+        if let Some(m) = opt_f64(&spec, "maxConcurrent") {
+            if m < 1.0 {
+                return Err(crate::js::coded_error(
+                    "INVALID_ARGUMENT",
+                    "maxConcurrent must be at least 1",
+                ));
+            }
+            s.max_concurrent = Some(m as usize);
+        }
+        if let Some(m) = opt_f64(&spec, "maxMessageBytes") {
+            s.max_message_bytes = m as usize;
+        }
+        Ok(self.inner.open_endpoint(ms(now), s).0 as f64)
+    }
+
+    /// A message from the endpoint's worker, passed through untouched.
+    #[wasm_bindgen(js_name = onMessage)]
+    pub fn on_message(&mut self, now: f64, endpoint: f64, msg: JsValue) -> Result<(), JsValue> {
+        self.inner
+            .on_message(ms(now), EndpointId(endpoint as u64), &Js::from_js(msg))
+            .map_err(|e| error(&e))
+    }
+
+    /// A message the transport could not decode (e.g. `messageerror`).
+    #[wasm_bindgen(js_name = onUndecodable)]
+    pub fn on_undecodable(&mut self, now: f64, endpoint: f64, detail: &str) -> Result<(), JsValue> {
+        self.inner
+            .on_undecodable(ms(now), EndpointId(endpoint as u64), detail)
+            .map_err(|e| error(&e))
+    }
+
+    /// The worker went away on its own (threw, exited, disconnected).
+    #[wasm_bindgen(js_name = onEndpointClosed)]
+    pub fn on_endpoint_closed(
+        &mut self,
+        now: f64,
+        endpoint: f64,
+        reason: &str,
+    ) -> Result<(), JsValue> {
+        self.inner
+            .on_endpoint_closed(ms(now), EndpointId(endpoint as u64), reason)
+            .map_err(|e| error(&e))
+    }
+
+    /// Terminates the endpoint (emits a `terminate` output; running jobs become `lost`).
+    #[wasm_bindgen(js_name = terminateEndpoint)]
+    pub fn terminate_endpoint(
+        &mut self,
+        now: f64,
+        endpoint: f64,
+        reason: &str,
+    ) -> Result<(), JsValue> {
+        self.inner
+            .terminate_endpoint(ms(now), EndpointId(endpoint as u64), reason)
+            .map_err(|e| error(&e))
+    }
+
+    /// Submits a job. `opts`: `{owner, origin: {thread, turn, toolCall}, reuseKey, note, wake}`.
+    /// Returns `{job, reused}`.
+    pub fn submit(
+        &mut self,
+        now: f64,
+        endpoint: f64,
+        payload: JsValue,
+        opts: JsValue,
+    ) -> Result<JsValue, JsValue> {
+        let mut req = Submit::new(
+            opt_string(&opts, "owner").unwrap_or_else(|| "app".into()),
+            EndpointId(endpoint as u64),
+            Js::from_js(payload),
+        );
+        if let Some(o) = opt(&opts, "origin") {
+            req.origin = Origin {
+                thread: opt_string(&o, "thread"),
+                turn: opt_string(&o, "turn"),
+                tool_call: opt_string(&o, "toolCall"),
+            };
+        }
+        req.reuse_key = opt_string(&opts, "reuseKey");
+        req.note = opt_bool(&opts, "note").unwrap_or(true);
+        req.wake = opt_bool(&opts, "wake").unwrap_or(false);
+        let r = self.inner.submit(ms(now), req).map_err(|e| error(&e))?;
+        Ok(mk_submitted(r.job.0 as f64, r.reused))
+    }
+
+    /// Asks the job's execution to stop; returns the status name.
+    pub fn cancel(&mut self, now: f64, job: f64, reason: &str) -> Result<String, JsValue> {
+        self.inner
+            .cancel(ms(now), JobId(job as u64), reason)
+            .map(|s| s.as_str().to_owned())
+            .map_err(|e| error(&e))
+    }
+
+    /// Delivers structured input; returns the input id.
+    #[wasm_bindgen(js_name = sendInput)]
+    pub fn send_input(
+        &mut self,
+        now: f64,
+        job: f64,
+        value: JsValue,
+        input_id: Option<String>,
+    ) -> Result<String, JsValue> {
+        self.inner
+            .send_input(ms(now), JobId(job as u64), input_id, Js::from_js(value))
+            .map_err(|e| error(&e))
+    }
+
+    /// Starts a wait; ends with a `wait_settled` output.
+    pub fn wait(&mut self, now: f64, job: f64, timeout_ms: Option<f64>) -> Result<f64, JsValue> {
+        self.inner
+            .wait(ms(now), JobId(job as u64), timeout_ms.map(ms))
+            .map(|w| w.0 as f64)
+            .map_err(|e| error(&e))
+    }
+
+    /// Cancels a wait (the job keeps running).
+    #[wasm_bindgen(js_name = cancelWait)]
+    pub fn cancel_wait(&mut self, wait: f64) -> Result<(), JsValue> {
+        self.inner
+            .cancel_wait(WaitId(wait as u64))
+            .map_err(|e| error(&e))
+    }
+
+    /// Subscribes to a job's journal (`from`: replay from that sequence number).
+    pub fn observe(&mut self, job: f64, from: Option<f64>, capacity: f64) -> Result<f64, JsValue> {
+        self.inner
+            .observe(JobId(job as u64), from.map(ms), capacity as usize)
+            .map(|s| s.0 as f64)
+            .map_err(|e| error(&e))
+    }
+
+    /// Takes a subscription's queued deliveries (events and `{type:"missed"}` ranges).
+    #[wasm_bindgen(js_name = takeDeliveries)]
+    pub fn take_deliveries(&mut self, sub: f64) -> Result<Array, JsValue> {
+        let d = self
+            .inner
+            .take_deliveries(SubscriptionId(sub as u64))
+            .map_err(|e| error(&e))?;
+        Ok(array(d.iter().map(|d| match d {
+            Delivery::Event(e) => event_js(e),
+            Delivery::Missed { job, from, to } => object(&[
+                ("type", "missed".into()),
+                ("job", (job.0 as f64).into()),
+                ("from", (*from as f64).into()),
+                ("to", (*to as f64).into()),
+            ]),
+        })))
+    }
+
+    /// Stops an observation.
+    pub fn unsubscribe(&mut self, sub: f64) -> bool {
+        self.inner.unsubscribe(SubscriptionId(sub as u64))
+    }
+
+    /// Takes the owner's unread completion notes.
+    #[wasm_bindgen(js_name = readMailbox)]
+    pub fn read_mailbox(&mut self, owner: &str) -> JsValue {
+        json(&self.inner.read_mailbox(&OwnerId::new(owner)))
+    }
+
+    /// Number of unread notes of the owner.
+    #[wasm_bindgen(js_name = mailboxLength)]
+    pub fn mailbox_length(&self, owner: &str) -> f64 {
+        self.inner.peek_mailbox(&OwnerId::new(owner)).count() as f64
+    }
+
+    /// Disposes what the owner owns; returns the report.
+    #[wasm_bindgen(js_name = closeOwner)]
+    pub fn close_owner(&mut self, now: f64, owner: &str) -> JsValue {
+        json(&self.inner.close_owner(ms(now), &OwnerId::new(owner)))
+    }
+
+    /// The next deadline (ms), if any.
+    #[wasm_bindgen(js_name = pollTimeout)]
+    pub fn poll_timeout(&self) -> Option<f64> {
+        self.inner.poll_timeout().map(|t| t as f64)
+    }
+
+    /// Fires the timers due at `now`.
+    #[wasm_bindgen(js_name = handleTimeout)]
+    pub fn handle_timeout(&mut self, now: f64) {
+        self.inner.handle_timeout(ms(now));
+    }
+
+    /// All pending outputs, as JS objects (`{output: "send" | "terminate" | ...}`).
+    #[wasm_bindgen(js_name = drainOutputs)]
+    pub fn drain_outputs(&mut self) -> Array {
+        let outputs: Vec<_> = self.inner.drain_outputs().collect();
+        let out = Array::new();
+        for o in outputs {
+            out.push(&self.output_js(o));
+        }
+        out
+    }
+
+    /// A job summary (`undefined` when unknown).
+    pub fn job(&self, job: f64) -> JsValue {
+        self.inner
+            .job(JobId(job as u64))
+            .map(job_js)
+            .unwrap_or(JsValue::UNDEFINED)
+    }
+
+    /// The job's journal from sequence number `from` (default 1).
+    pub fn journal(&self, job: f64, from: Option<f64>) -> Result<Array, JsValue> {
+        let j = self
+            .inner
+            .job(JobId(job as u64))
+            .ok_or_else(|| error(&JobsError::UnknownJob(JobId(job as u64))))?;
+        let from = from.map(ms).unwrap_or(1);
+        Ok(array(
+            j.journal().iter().filter(|e| e.seq >= from).map(event_js),
+        ))
+    }
+
+    /// The job's journal as JSON text (values via JSON.stringify), for export.
+    #[wasm_bindgen(js_name = journalJson)]
+    pub fn journal_json(&self, job: f64) -> Result<String, JsValue> {
+        let j = self
+            .inner
+            .job(JobId(job as u64))
+            .ok_or_else(|| error(&JobsError::UnknownJob(JobId(job as u64))))?;
+        let v: Vec<_> = j.journal().iter().map(|e| e.to_json()).collect();
+        Ok(serde_json::to_string(&v).expect("json"))
+    }
+
+    /// Summaries of the retained jobs, optionally of one owner.
+    pub fn jobs(&self, owner: Option<String>) -> Array {
+        match owner {
+            Some(o) => {
+                let o = OwnerId::new(o);
+                array(self.inner.jobs_of(&o).map(job_js))
+            }
+            None => array(self.inner.jobs().map(job_js)),
+        }
+    }
+
+    /// An endpoint's summary with its log (`undefined` when unknown).
+    pub fn endpoint(&self, endpoint: f64) -> JsValue {
+        match self.inner.endpoint(EndpointId(endpoint as u64)) {
+            Some(e) => {
+                let mut v = e.to_json();
+                v["events"] = e.events().iter().map(|e| e.to_json()).collect();
+                json(&v)
+            }
+            None => JsValue::UNDEFINED,
+        }
+    }
+
+    /// Journal events recorded since creation (for benchmarks).
+    #[wasm_bindgen(js_name = eventsRecorded)]
+    pub fn events_recorded(&self) -> f64 {
+        self.inner.events_recorded() as f64
+    }
+}
+
+fn caps_js(c: &Capabilities) -> JsValue {
+    object(&[
+        ("input", c.input.into()),
+        ("cancelAck", c.cancel_ack.into()),
+        ("errorCode", c.error_code.into()),
+    ])
+}
+
+fn origin_js(o: &Origin) -> JsValue {
+    json(o)
+}
+
+/// The outcome as `{outcome, value | message, code, started | evidence, quietMs | reason}`.
+pub fn outcome_js(o: &Outcome<Js>) -> JsValue {
+    let undef = JsValue::UNDEFINED;
+    match o {
+        Outcome::Succeeded { value } => mk_outcome(0, &value.to_js(), None, None, false, 0, 0.0, None),
+        Outcome::Failed { message, code, started } => {
+            mk_outcome(1, &undef, Some(message.clone()), code.clone(), *started, 0, 0.0, None)
+        }
+        Outcome::Cancelled { evidence } => {
+            let (e, q) = match evidence {
+                CancelEvidence::NeverStarted => (0, 0.0),
+                CancelEvidence::Acknowledged => (1, 0.0),
+                CancelEvidence::Quiet { quiet_ms } => (2, *quiet_ms as f64),
+            };
+            mk_outcome(2, &undef, None, None, false, e, q, None)
+        }
+        Outcome::Lost { reason } => mk_outcome(3, &undef, None, None, false, 0, 0.0, Some(reason.clone())),
+    }
+}
+
+fn job_js(j: &Job<Js>) -> JsValue {
+    object(&[
+        ("job", (j.id.0 as f64).into()),
+        ("owner", j.owner.0.as_str().into()),
+        ("origin", origin_js(&j.origin)),
+        ("endpoint", (j.endpoint.0 as f64).into()),
+        ("state", j.state.as_str().into()),
+        (
+            "wireId",
+            j.wire_id
+                .map(|w| JsValue::from(w as f64))
+                .unwrap_or(JsValue::NULL),
+        ),
+        (
+            "capabilities",
+            j.capabilities
+                .as_ref()
+                .map(caps_js)
+                .unwrap_or(JsValue::NULL),
+        ),
+        ("cancelRequested", j.cancel_requested_at.is_some().into()),
+        (
+            "outcome",
+            j.outcome().map(outcome_js).unwrap_or(JsValue::NULL),
+        ),
+        ("events", (j.journal().len() as f64).into()),
+    ])
+}
+
+fn violation_js(v: &Violation) -> JsValue {
+    let o = json(v);
+    set(&o, "message", v.describe());
+    o
+}
+
+fn reply_js(r: &Reply<Js>) -> JsValue {
+    let o = object(&[("type", r.kind().into())]);
+    if let Some(id) = r.id() {
+        set(&o, "id", id as f64);
+    }
+    match r {
+        Reply::Hello {
+            protocol,
+            capabilities,
+        } => {
+            set(
+                &o,
+                "protocol",
+                protocol
+                    .as_deref()
+                    .map(JsValue::from_str)
+                    .unwrap_or(JsValue::NULL),
+            );
+            set(&o, "capabilities", caps_js(capabilities));
+        }
+        Reply::Partial { value, .. }
+        | Reply::Progress { value, .. }
+        | Reply::Done { value, .. } => {
+            set(&o, "value", value.to_js());
+        }
+        Reply::Error { message, code, .. } => {
+            set(&o, "message", message.as_str());
+            if let Some(c) = code {
+                set(&o, "code", c.as_str());
+            }
+        }
+        Reply::Cancelled { .. } => {}
+        Reply::InputApplied { input_id, .. } => set(&o, "inputId", input_id.as_str()),
+        Reply::InputRejected {
+            input_id, message, ..
+        } => {
+            set(&o, "inputId", input_id.as_str());
+            set(&o, "message", message.as_str());
+        }
+    }
+    o
+}
+
+/// A journal event as a JS object; values are the original JS values.
+pub fn event_js(e: &JobEvent<Js>) -> JsValue {
+    let o = object(&[
+        ("job", (e.job.0 as f64).into()),
+        ("seq", (e.seq as f64).into()),
+        ("at", (e.at as f64).into()),
+        ("source", e.source.label().into()),
+        ("type", e.kind.name().into()),
+    ]);
+    match &e.kind {
+        EventKind::Submitted { payload, reuse_key } => {
+            set(&o, "payload", payload.to_js());
+            if let Some(k) = reuse_key {
+                set(&o, "reuseKey", k.as_str());
+            }
+        }
+        EventKind::Started {
+            wire_id,
+            capabilities,
+        } => {
+            set(&o, "wireId", *wire_id as f64);
+            set(&o, "capabilities", caps_js(capabilities));
+        }
+        EventKind::Progress { value } | EventKind::Partial { value } => {
+            set(&o, "value", value.to_js())
+        }
+        EventKind::InputDelivered { input_id } | EventKind::InputApplied { input_id } => {
+            set(&o, "inputId", input_id.as_str())
+        }
+        EventKind::InputRejected {
+            input_id,
+            by,
+            reason,
+        } => {
+            set(&o, "inputId", input_id.as_str());
+            set(
+                &o,
+                "by",
+                match by {
+                    InputRejector::Registry => "registry",
+                    InputRejector::Worker => "worker",
+                },
+            );
+            set(&o, "reason", reason.as_str());
+        }
+        EventKind::CancelRequested { reason } | EventKind::Terminated { reason } => {
+            set(&o, "reason", reason.as_str())
+        }
+        EventKind::CancelAcknowledged => {}
+        EventKind::NoAcknowledgement { quiet_ms } => {
+            set(&o, "quietMs", *quiet_ms as f64);
+            set(
+                &o,
+                "note",
+                "no acknowledgement available: the worker does not announce cancelAck",
+            );
+        }
+        EventKind::ProtocolError { violation } => {
+            set(&o, "violation", violation_js(violation));
+            set(&o, "message", violation.describe());
+        }
+        EventKind::Finished { outcome } => {
+            let oc = outcome_js(outcome);
+            js_sys::Object::assign(
+                o.unchecked_ref::<js_sys::Object>(),
+                oc.unchecked_ref::<js_sys::Object>(),
+            );
+        }
+        EventKind::LateEvidence { reply } => set(&o, "reply", reply_js(reply)),
+    }
+    o
+}
+
+fn kind_code(k: weft_core::jobs::OutcomeKind) -> u32 {
+    use weft_core::jobs::OutcomeKind::*;
+    match k {
+        Succeeded => 0,
+        Failed => 1,
+        Cancelled => 2,
+        Lost => 3,
+    }
+}
+
+impl JobRegistry {
+    fn owner_js(&mut self, owner: &OwnerId) -> JsValue {
+        if let Some(v) = self.owner_strings.get(&owner.0) {
+            return v.clone();
+        }
+        let v = JsValue::from_str(&owner.0);
+        if self.owner_strings.len() < 1024 {
+            self.owner_strings.insert(owner.0.clone(), v.clone());
+        }
+        v
+    }
+
+    fn output_js(&mut self, o: Output<Js>) -> JsValue {
+        let none = JsValue::UNDEFINED;
+        match o {
+            Output::Send { endpoint, request } => {
+                let ep = endpoint.0 as f64;
+                match request {
+                    WireRequest::Run { id, payload } => out_send(ep, id as f64, 0, &payload.to_js(), None),
+                    WireRequest::Cancel { id } => out_send(ep, id as f64, 1, &none, None),
+                    WireRequest::Input { id, input_id, value } => {
+                        out_send(ep, id as f64, 2, &value.to_js(), Some(input_id))
+                    }
+                }
+            }
+            Output::Terminate { endpoint } => out_job(3, endpoint.0 as f64, 0, &none),
+            Output::WaitSettled { wait, job, end } => {
+                let (code, outcome) = match end {
+                    WaitEnd::Finished(_) => (
+                        0,
+                        self.inner.job(job).and_then(|j| j.outcome()).map(outcome_js).unwrap_or(none),
+                    ),
+                    WaitEnd::TimedOut => (1, none),
+                    WaitEnd::Cancelled => (2, none),
+                };
+                out_wait(wait.0 as f64, job.0 as f64, code, &outcome)
+            }
+            Output::Observed { subscription } => out_job(4, subscription.0 as f64, 0, &none),
+            Output::JobFinished { job, outcome } => out_job(0, job.0 as f64, kind_code(outcome), &none),
+            Output::NoteQueued { owner, job } => {
+                let owner = self.owner_js(&owner);
+                out_job(1, job.0 as f64, 0, &owner)
+            }
+            Output::Wake { owner, job } => {
+                let owner = self.owner_js(&owner);
+                out_job(2, job.0 as f64, 0, &owner)
+            }
+        }
+    }
+}
