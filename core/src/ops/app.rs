@@ -1,10 +1,12 @@
 //! The application graph: controls, cells, calculations, writes, and the bridge to the job
 //! registry for Worker cells. Operations live in `operation.rs` (same struct, more methods).
 
+use std::borrow::BorrowMut;
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
+
 use serde_json::{Value, json};
 
 use super::control::{
@@ -256,9 +258,13 @@ pub(crate) struct Calc {
 }
 
 /// The application: controls, actions, the cell graph, writes, calculations, operations and
-/// the embedded job registry. Sans-IO: every input carries `now`; the host drains outputs.
+/// the job registry its Worker cells and hosted operations use. Sans-IO: every input carries
+/// `now`; the host drains outputs.
+///
+/// `R` is how the app holds its registry: the registry itself (the default), or a host's
+/// wrapper around one (the wasm bindings keep their JS conversion caches next to it).
 #[derive(Debug)]
-pub struct App<V> {
+pub struct App<V, R = Registry<V>> {
     pub(crate) instance: u64,
     used_instances: BTreeSet<u64>,
     next_generation: u64,
@@ -279,7 +285,7 @@ pub struct App<V> {
     pub(crate) pending_ops: Vec<OpId>,
     pub(crate) next_op: u64,
     pub(crate) op_timers: BTreeSet<(Millis, OpId)>,
-    pub(crate) registry: Registry<V>,
+    pub(crate) registry: R,
     pub(crate) ops_endpoint: Option<EndpointId>,
     pub(crate) op_wires: HashMap<u64, OpId>,
     job_calcs: BTreeMap<JobId, (CalcId, usize)>,
@@ -287,10 +293,26 @@ pub struct App<V> {
     loaded: bool,
 }
 
-impl<V: OpsValue> App<V> {
-    /// An empty app; publish its surface with [`App::load`] (after opening the endpoints its
-    /// Worker cells use, via [`App::jobs_mut`]).
+pub(crate) fn reg_mut<V, R: BorrowMut<Registry<V>>>(r: &mut R) -> &mut Registry<V> {
+    r.borrow_mut()
+}
+
+pub(crate) fn reg_ref<V, R: BorrowMut<Registry<V>>>(r: &R) -> &Registry<V> {
+    r.borrow()
+}
+
+impl<V: OpsValue> App<V, Registry<V>> {
+    /// An empty app with its own registry; publish its surface with [`App::load`] (after
+    /// opening the endpoints its Worker cells use, via [`App::jobs_mut`]).
     pub fn new(config: AppConfig) -> Self {
+        let registry = Registry::new(config.registry.clone());
+        App::with_registry(config, registry)
+    }
+}
+
+impl<V: OpsValue, R: BorrowMut<Registry<V>>> App<V, R> {
+    /// An empty app over a registry the host holds (`config.registry` is not used).
+    pub fn with_registry(config: AppConfig, registry: R) -> Self {
         App {
             instance: config.instance,
             used_instances: BTreeSet::from([config.instance]),
@@ -312,7 +334,7 @@ impl<V: OpsValue> App<V> {
             pending_ops: Vec::new(),
             next_op: config.first_op,
             op_timers: BTreeSet::new(),
-            registry: Registry::new(config.registry),
+            registry,
             ops_endpoint: None,
             op_wires: HashMap::new(),
             job_calcs: BTreeMap::new(),
@@ -321,15 +343,28 @@ impl<V: OpsValue> App<V> {
         }
     }
 
-    /// The embedded job registry (read-only).
+    /// The job registry (read-only).
     pub fn jobs(&self) -> &Registry<V> {
-        &self.registry
+        reg_ref(&self.registry)
     }
 
-    /// The embedded job registry, e.g. to open Worker endpoints before [`App::load`]. Feed
-    /// worker messages through [`App::on_worker_message`] so cells see them.
+    /// The job registry, e.g. to open Worker endpoints before [`App::load`]. After changing it
+    /// directly, call [`App::sync_jobs_now`] so cells and operations see the change (or use
+    /// [`App::jobs_call`], which does both).
     pub fn jobs_mut(&mut self) -> &mut Registry<V> {
+        reg_mut(&mut self.registry)
+    }
+
+    /// The host's registry holder.
+    pub fn registry_host_mut(&mut self) -> &mut R {
         &mut self.registry
+    }
+
+    /// Lets cells and operations see what changed in the registry since the last input.
+    pub fn sync_jobs_now(&mut self, now: Millis) {
+        self.begin();
+        self.pump_registry(now);
+        self.settle(now);
     }
 
     /// Publishes the surface and starts the first graph instance: every cell whose gate is open
@@ -460,7 +495,7 @@ impl<V: OpsValue> App<V> {
                 },
             };
             if let ComputeSpec::Worker { endpoint } = s.compute
-                && self.registry.endpoint(endpoint).is_none()
+                && reg_ref(&self.registry).endpoint(endpoint).is_none()
             {
                 return Err(OpsError::InvalidGraph(format!(
                     "cell `{name}` runs on {endpoint}, which is not open"
@@ -1021,7 +1056,7 @@ impl<V: OpsValue> App<V> {
             });
         }
         if let Some(job) = job {
-            let _ = self.registry.cancel(now, job, &detail);
+            let _ = reg_mut(&mut self.registry).cancel(now, job, &detail);
         }
     }
 
@@ -1121,7 +1156,7 @@ impl<V: OpsValue> App<V> {
                     turn: None,
                     tool_call: Some(format!("calc {id} of {name}")),
                 };
-                match self.registry.submit(now, req) {
+                match reg_mut(&mut self.registry).submit(now, req) {
                     Ok(s) => {
                         calc.job = Some(s.job);
                         calc.state = CalcState::Queued;
@@ -1324,9 +1359,9 @@ impl<V: OpsValue> App<V> {
 
     /// Runs `f` on the embedded registry (cancel a job, wait for one, close an owner, ...) and
     /// then lets the graph and the operations see what changed.
-    pub fn jobs_call<R>(&mut self, now: Millis, f: impl FnOnce(&mut Registry<V>) -> R) -> R {
+    pub fn jobs_call<T>(&mut self, now: Millis, f: impl FnOnce(&mut Registry<V>) -> T) -> T {
         self.begin();
-        let r = f(&mut self.registry);
+        let r = f(reg_mut(&mut self.registry));
         self.pump_registry(now);
         self.settle(now);
         r
@@ -1340,7 +1375,7 @@ impl<V: OpsValue> App<V> {
         msg: &V,
     ) -> Result<(), OpsError> {
         self.begin();
-        self.registry.on_message(now, endpoint, msg)?;
+        reg_mut(&mut self.registry).on_message(now, endpoint, msg)?;
         self.pump_registry(now);
         self.settle(now);
         Ok(())
@@ -1354,7 +1389,7 @@ impl<V: OpsValue> App<V> {
         reason: &str,
     ) -> Result<(), OpsError> {
         self.begin();
-        self.registry.on_endpoint_closed(now, endpoint, reason)?;
+        reg_mut(&mut self.registry).on_endpoint_closed(now, endpoint, reason)?;
         self.pump_registry(now);
         self.settle(now);
         Ok(())
@@ -1364,7 +1399,7 @@ impl<V: OpsValue> App<V> {
     /// else goes to the host; then Worker-cell journals are read for new events.
     pub(crate) fn pump_registry(&mut self, now: Millis) {
         loop {
-            let outs: Vec<jobs::Output<V>> = self.registry.drain_outputs().collect();
+            let outs: Vec<jobs::Output<V>> = reg_mut(&mut self.registry).drain_outputs().collect();
             if outs.is_empty() {
                 break;
             }
@@ -1388,7 +1423,7 @@ impl<V: OpsValue> App<V> {
         let jobs: Vec<JobId> = self.job_calcs.keys().copied().collect();
         for job in jobs {
             while let Some(&(calc, seen)) = self.job_calcs.get(&job) {
-                let Some(j) = self.registry.job(job) else {
+                let Some(j) = reg_mut(&mut self.registry).job(job) else {
                     self.job_calcs.remove(&job);
                     break;
                 };
@@ -1488,7 +1523,7 @@ impl<V: OpsValue> App<V> {
     /// The earliest time at which [`App::handle_timeout`] has something to do.
     pub fn poll_timeout(&self) -> Option<Millis> {
         let own = self.op_timers.first().map(|(t, _)| *t);
-        match (own, self.registry.poll_timeout()) {
+        match (own, reg_ref(&self.registry).poll_timeout()) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
         }
@@ -1497,7 +1532,7 @@ impl<V: OpsValue> App<V> {
     /// Fires every timer due at `now`: operation timeouts and the registry's timers.
     pub fn handle_timeout(&mut self, now: Millis) {
         self.begin();
-        self.registry.handle_timeout(now);
+        reg_mut(&mut self.registry).handle_timeout(now);
         self.pump_registry(now);
         while let Some(&(at, op)) = self.op_timers.first() {
             if at > now {
@@ -1949,7 +1984,7 @@ impl<V: OpsValue> App<V> {
         let mut req = Submit::new(owner, endpoint, V::object(fields));
         req.origin = origin;
         self.begin();
-        let job = self.registry.submit(now, req)?.job;
+        let job = reg_mut(&mut self.registry).submit(now, req)?.job;
         self.pump_registry(now);
         Ok(job)
     }
@@ -1964,7 +1999,7 @@ impl<V: OpsValue> App<V> {
             cancel_ack: true,
             error_code: true,
         });
-        let e = self.registry.open_endpoint(now, spec);
+        let e = reg_mut(&mut self.registry).open_endpoint(now, spec);
         self.ops_endpoint = Some(e);
         e
     }

@@ -10,14 +10,16 @@
 
 use std::sync::Arc;
 
+use std::borrow::BorrowMut;
+
 use serde_json::{Value, json};
 
-use super::app::App;
+use super::app::{App, reg_mut};
 use super::control::ControlValue;
 use super::types::*;
 use super::{OpsError, OpsValue};
 use crate::Millis;
-use crate::jobs::{JobId, Origin, Submit, wire::WireRequest};
+use crate::jobs::{JobId, Origin, Registry, Submit, wire::WireRequest};
 use crate::value::Payload;
 
 /// What an operation returns when it settles.
@@ -152,7 +154,7 @@ impl<V> Operation<V> {
     }
 }
 
-impl<V: OpsValue> App<V> {
+impl<V: OpsValue, R: BorrowMut<Registry<V>>> App<V, R> {
     /// Starts an operation: validates everything (wait set, selection, every write) before
     /// staging anything; the writes become effective at the next [`App::flush`].
     pub fn observe<P: Payload>(
@@ -323,7 +325,7 @@ impl<V: OpsValue> App<V> {
             {
                 let msg = V::from_json(&json!({"id": wire, "type": "progress",
                     "value": {"cell": name, "calc": calc.to_json(), "progress": fraction}}));
-                let _ = self.registry.on_message(now, ep, &msg);
+                let _ = reg_mut(&mut self.registry).on_message(now, ep, &msg);
             }
         }
     }
@@ -674,7 +676,7 @@ impl<V: OpsValue> App<V> {
                     "code": other.as_str().to_uppercase()})
                 }
             };
-            let _ = self.registry.on_message(now, ep, &V::from_json(&msg));
+            let _ = reg_mut(&mut self.registry).on_message(now, ep, &V::from_json(&msg));
         }
     }
 
@@ -812,7 +814,7 @@ impl<V: OpsValue> App<V> {
         let ep = self.ensure_ops_endpoint(now);
         let mut req = Submit::new(owner, ep, V::from_json(&json!({"operation": id.0})));
         req.origin = origin;
-        let job = self.registry.submit(now, req)?.job;
+        let job = reg_mut(&mut self.registry).submit(now, req)?.job;
         let revision = self.revision;
         let op = self.ops.get_mut(&id).expect("exists");
         op.job = Some(job);

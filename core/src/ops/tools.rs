@@ -8,13 +8,15 @@
 //! finished or the call's `waitMs` elapsed (a still-waiting operation is then hosted as a job
 //! and returned as a handle).
 
+use std::borrow::BorrowMut;
+
 use serde_json::{Map, Value, json};
 
 use super::operation::{ObserveRequest, Selection};
 use super::types::*;
 use super::{App, OpsError, OpsValue};
 use crate::Millis;
-use crate::jobs::Origin;
+use crate::jobs::{Origin, Registry};
 
 /// The default time an `observe` or `wait` call waits before returning a handle.
 pub const DEFAULT_WAIT_MS: Millis = 10_000;
@@ -137,7 +139,7 @@ fn names_arg(tool: &str, o: &Map<String, Value>, key: &str) -> Result<Vec<String
     }
 }
 
-impl<V: OpsValue> App<V> {
+impl<V: OpsValue, R: BorrowMut<Registry<V>>> App<V, R> {
     /// The published tools, with JSON Schemas built from the live surface.
     pub fn tool_definitions(&self) -> Vec<ToolDef> {
         let controls: Vec<Value> = self.controls.iter().map(|c| json!(c.name)).collect();
