@@ -186,3 +186,199 @@ export function createRuntime(options?: { now?: () => number; firstJobId?: numbe
 
 /** Bytes of wasm linear memory in use by the core (it grows, never shrinks). */
 export function wasmMemoryBytes(): number;
+
+// ----- operations: change published controls, observe the consequences ----------------------
+
+export type ControlScalar = number | string | boolean;
+
+export type ControlSpec = {
+  name: string;
+  scope?: string;
+  description?: string;
+  value: ControlScalar;
+} & (
+  | { type: 'number'; min?: number; max?: number; step?: number; unit?: string }
+  | { type: 'enum'; options: ControlScalar[] }
+  | { type: 'boolean' }
+  | { type: 'string' }
+);
+
+export type Effect =
+  | { set: string; to: { value: ControlScalar } | { arg: string } | { increment: number } }
+  | { rerun: string };
+
+export interface ActionSpec {
+  name: string;
+  scope?: string;
+  description?: string;
+  params?: ({ name: string; required?: boolean; description?: string } & Omit<ControlSpec, 'name' | 'scope' | 'value' | 'description'>)[];
+  /** Declared effects: validated together and applied all-or-nothing. */
+  effects: Effect[];
+}
+
+export interface CellContext<P = unknown> {
+  /** "instance:generation" of this calculation. */
+  calc: string;
+  /** Aborted when the calculation is superseded, held or its graph disposed. */
+  signal: AbortSignal;
+  /** The cell's last final value. */
+  previous: P | undefined;
+  progress(fraction: number): void;
+  partial(value: P): void;
+}
+
+export interface CellSpec {
+  name: string;
+  scope?: string;
+  description?: string;
+  /** Control or cell names, or `{key, from}` to read `from` under `key`. */
+  deps?: (string | { key: string; from: string })[];
+  /** Constant input fields (e.g. a Worker's tuning). */
+  constants?: Record<string, unknown>;
+  /** The cell holds (nothing runs) unless `control` has one of the `open` values. */
+  gate?: { control: string; open: ControlScalar[] };
+  /** Host compute: a value, a Promise, or an AsyncIterable of partials. */
+  compute?: (inputs: any, ctx: CellContext) => unknown;
+  /** Or: run as a Worker job on this endpoint (the inputs are the run payload). */
+  worker?: Endpoint | number;
+}
+
+export type CellState = 'unresolved' | 'pending' | 'streaming' | 'refreshing' | 'held' | 'ready' | 'errored';
+
+export interface CellView<T = unknown> {
+  state: CellState;
+  /** The latest value (survives errors and holds). */
+  value: T | undefined;
+  valueCalc: string | null;
+  valueRevision: number | null;
+  /** Not a partial, nor derived from one. */
+  final: boolean;
+  /** Computed from the current version of every control it depends on. */
+  upToDate: boolean;
+  /** The calculation in flight. */
+  calc: string | null;
+  progress: number | null;
+  error: { cell: string; calc: string; message: string; code: string | null } | null;
+  /** Control → the revision of the value this cell value was computed from. */
+  provenance: Record<string, number>;
+}
+
+export interface Snapshot {
+  revision: number;
+  instance: number;
+  controls: Record<string, ControlScalar>;
+  versions: Record<string, number>;
+  cells: Record<string, CellView>;
+}
+
+export interface Receipt {
+  write: number;
+  control: string;
+  requested: ControlScalar;
+  accepted: ControlScalar;
+  adjusted: ('snapped' | 'clamped')[];
+  status: 'staged' | 'effective' | 'overwritten' | 'discarded';
+  revision?: number;
+  changed?: boolean;
+  overwrittenBy?: number;
+  by: string;
+  operation?: number;
+  invocation?: number;
+  toolCall?: string;
+  acceptedAt: number;
+}
+
+export type OpOutcomeKind = 'settled' | 'superseded' | 'failed' | 'cancelled' | 'timed_out';
+
+export interface OpOutcome<R = unknown> {
+  operation: number;
+  outcome: OpOutcomeKind;
+  message: string;
+  revision: number;
+  at: number;
+  writes: Receipt[];
+  /** The relevant controls at `revision`: what the result corresponds to. */
+  inputs: Record<string, ControlScalar>;
+  cells: Record<string, { state: CellState | null; valueCalc: string | null; processed: boolean; calc: string | null; noop: boolean | null }>;
+  calculations: string[];
+  /** Named outputs or the selector's return value (settled only). */
+  result?: R;
+  superseded?: {
+    stage: 'before_effective' | 'before_execution' | 'during_execution';
+    by: Receipt[];
+    changedInputs: string[];
+    calculations: { cell: string; calc: string; state: string }[];
+  };
+  failures?: { reason: 'errored' | 'held' | 'removed'; cell?: string; calc?: string | null; message: string; code?: string | null }[];
+  intervening?: Receipt[];
+  job?: number;
+}
+
+export interface ObserveRequest {
+  writes?: Record<string, ControlScalar>;
+  waitFor?: string[];
+  select?: string[];
+  selector?: string;
+  onSupersede?: 'end' | 'follow';
+  onFailure?: 'end' | 'collect';
+  timeoutMs?: number;
+  by?: string;
+  toolCall?: string;
+  signal?: AbortSignal;
+}
+
+export interface ToolDefinition {
+  name: 'report' | 'set' | 'act' | 'observe' | 'wait' | 'inspect' | 'cancel';
+  description: string;
+  inputSchema: Record<string, unknown>;
+}
+
+export class Operation<R = unknown> {
+  readonly id: number;
+  readonly outcome: OpOutcome<R> | null;
+  inspect(): Record<string, unknown>;
+  /** Ends only this wait on abort/timeout (WAIT_CANCELLED / WAIT_TIMED_OUT). */
+  wait(options?: { signal?: AbortSignal; timeoutMs?: number }): Promise<OpOutcome<R>>;
+  /** Cancels the observation only; returns the outcome name. */
+  cancel(reason?: string): OpOutcomeKind;
+}
+
+export class App {
+  readonly runtime: Runtime;
+  readonly revision: number;
+  openWorker(specifier: string | URL | Worker, options?: WorkerOptions): Endpoint;
+  openLocal(fn: (payload: any, ctx: LocalContext) => unknown, options?: EndpointOptions & { input?: boolean }): Endpoint;
+  load(spec: {
+    controls?: ControlSpec[];
+    actions?: ActionSpec[];
+    cells?: CellSpec[];
+    selectors?: Record<string, ((snapshot: Snapshot, outcome: OpOutcome) => unknown) | { description?: string; select: (snapshot: Snapshot, outcome: OpOutcome) => unknown }>;
+  }): void;
+  replaceGraph(instance: number, cells: CellSpec[]): void;
+  disposeGraph(): void;
+  flush(): number | undefined;
+  set(name: string, value: ControlScalar, options?: { by?: string; toolCall?: string }): Receipt;
+  setMany(writes: Record<string, ControlScalar>, options?: { by?: string; toolCall?: string }): Receipt[];
+  act(name: string, args?: Record<string, ControlScalar>, options?: { by?: string; toolCall?: string }): { invocation: number; writes: Receipt[] };
+  start<R = unknown>(request: ObserveRequest): Operation<R>;
+  /** Aborting `signal` cancels the observation (never the calculations) and rejects. */
+  observe<R = unknown>(request: ObserveRequest): Promise<OpOutcome<R>>;
+  operation<R = unknown>(id: number): Operation<R>;
+  submitTask(cell: string, overrides?: Record<string, ControlScalar>, options?: { owner?: string; origin?: Origin; toolCall?: string }): Job;
+  readonly tools: {
+    list(): ToolDefinition[];
+    call(name: string, args?: Record<string, unknown>, options?: { by?: string; toolCall?: string; owner?: string; signal?: AbortSignal }): Promise<any>;
+  };
+  snapshot(): Snapshot;
+  cell<T = unknown>(name: string): CellView<T>;
+  report(options?: { full?: boolean }): Record<string, unknown>;
+  inspect(op: number): Record<string, unknown>;
+  calc(id: string): Record<string, unknown>;
+  calcsOf(cell: string): string[];
+  receipt(write: number): Receipt | undefined;
+  retained(): { calcs: number; writes: number; operations: number };
+  subscribe(listener: (app: App) => void): () => void;
+  dispose(): void;
+}
+
+export function createApp(options?: { now?: () => number; instance?: number; firstOp?: number; firstJobId?: number }): App;

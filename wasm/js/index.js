@@ -27,3 +27,4 @@ setWorkerFactory((specifier, options = {}) => (h) => {
 });
 
 export { createRuntime, Runtime, Endpoint, Job, WeftError } from './runtime.js';
+export { createApp, App, Operation } from './ops.js';

@@ -5,5 +5,7 @@
 
 mod jobs;
 mod js;
+mod ops;
 
 pub use jobs::JobRegistry;
+pub use ops::OpsApp;

@@ -711,11 +711,12 @@ impl<V: OpsValue, R: BorrowMut<Registry<V>>> App<V, R> {
         match kind {
             OpOutcomeKind::Settled => {
                 let cells = op.wait_names.join(", ");
+                let verb = if op.wait_names.len() == 1 { "reflects" } else { "reflect" };
                 if op.intervening.is_empty() {
-                    format!("settled at revision {}: {cells} reflect the request", self.revision)
+                    format!("settled at revision {}: {cells} {verb} the request", self.revision)
                 } else {
                     format!(
-                        "settled at revision {} after {} intervening change(s): {cells} reflect the current inputs (see `inputs`), not only the request",
+                        "settled at revision {} after {} intervening change(s): {cells} {verb} the current inputs (see `inputs`), not only the request",
                         self.revision,
                         op.intervening.len()
                     )
