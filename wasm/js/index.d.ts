@@ -373,6 +373,7 @@ export class App {
   cell<T = unknown>(name: string): CellView<T>;
   report(options?: { full?: boolean }): Record<string, unknown>;
   inspect(op: number): Record<string, unknown>;
+  operations(): { operation: number; state: OpOutcomeKind | 'waiting'; by: string }[];
   calc(id: string): Record<string, unknown>;
   calcsOf(cell: string): string[];
   receipt(write: number): Receipt | undefined;

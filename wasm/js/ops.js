@@ -268,6 +268,11 @@ export class App {
     return this.#core.report(full);
   }
 
+  /** Every retained operation, briefly: `{operation, state, by}`. */
+  operations() {
+    return this.#core.operations();
+  }
+
   /** An operation's whole record (what the `inspect` tool returns). */
   inspect(op) {
     return this.#core.operation(op);

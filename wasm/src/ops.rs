@@ -428,6 +428,19 @@ impl OpsApp {
         ))
     }
 
+    /// Every retained operation, briefly: `{operation, state, by}`.
+    pub fn operations(&self) -> JsValue {
+        let list: Vec<_> = self
+            .app
+            .operations()
+            .map(|o| {
+                serde_json::json!({"operation": o.id.0, "by": o.actor.by,
+                    "state": o.outcome.as_ref().map(|x| x.kind.as_str()).unwrap_or("waiting")})
+            })
+            .collect();
+        json(&list)
+    }
+
     /// The outcome record (`null` while waiting); `result` is the live JS value.
     pub fn outcome(&self, op: f64) -> JsValue {
         let id = OpId(op as u64);
