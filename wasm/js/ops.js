@@ -359,11 +359,20 @@ export class App {
       this.#report('calcFailed', calc, `no compute function for ${o.cell}`, 'NO_COMPUTE');
       return;
     }
-    const ac = new AbortController();
-    this.#running.set(calc, ac);
+    // The AbortController is made on first use: a synchronous compute never needs one.
+    let ac = null;
+    const controller = () => {
+      if (!ac) {
+        ac = new AbortController();
+        this.#running.set(calc, ac);
+      }
+      return ac;
+    };
     const ctx = {
       calc,
-      signal: ac.signal,
+      get signal() {
+        return controller().signal;
+      },
       previous: o.previous,
       progress: (fraction) => this.#report('calcProgress', calc, fraction),
       partial: (value) => this.#report('calcPartial', calc, value),
@@ -373,10 +382,11 @@ export class App {
     try {
       out = fn(o.inputs, ctx);
     } catch (err) {
-      this.#running.delete(calc);
+      if (ac) this.#running.delete(calc);
       fail(err);
       return;
     }
+    if (isAsyncIterable(out) || (out != null && typeof out.then === 'function')) controller();
     if (isAsyncIterable(out)) {
       (async () => {
         let last;
@@ -401,7 +411,7 @@ export class App {
         (err) => fail(err),
       ).finally(() => this.#running.delete(calc));
     } else {
-      this.#running.delete(calc);
+      if (ac) this.#running.delete(calc);
       this.#report('calcDone', calc, out);
     }
   }

@@ -18,7 +18,14 @@ use weft_core::ops::{
 };
 
 use crate::jobs::JobRegistry;
-use crate::js::{Js, array, error, json, key, opt, opt_f64, opt_string};
+use crate::js::{Js, array, error, key, opt, opt_f64, opt_string};
+
+/// A JSON value as a JS value: one string and the engine's JSON.parse, much cheaper than a
+/// property-by-property conversion for records like outcomes and journals.
+fn jv(v: &serde_json::Value) -> JsValue {
+    let text = serde_json::to_string(v).expect("JSON values serialize");
+    js_sys::JSON::parse(&text).expect("valid JSON")
+}
 
 impl OpsValue for Js {
     fn from_json(v: &serde_json::Value) -> Self {
@@ -26,7 +33,7 @@ impl OpsValue for Js {
             serde_json::Value::Null => Js::Null,
             serde_json::Value::Bool(b) => Js::Bool(*b),
             serde_json::Value::Number(n) => Js::Num(n.as_f64().unwrap_or(f64::NAN)),
-            other => Js::Val(json(other)),
+            other => Js::Val(jv(other)),
         }
     }
     fn object(fields: Vec<(String, Self)>) -> Self {
@@ -178,7 +185,7 @@ fn cell_js(c: &CellView<Js>) -> JsValue {
     put(
         "error",
         match &c.error {
-            Some((cell, calc, m, code)) => json(
+            Some((cell, calc, m, code)) => jv(
                 &serde_json::json!({"cell": cell, "calc": calc.to_string(), "message": m, "code": code}),
             ),
             None => JsValue::NULL,
@@ -291,7 +298,7 @@ impl OpsApp {
             .app
             .set(t, name, &Js::from_js(value), actor_of(&actor))
             .map_err(ops_err)?;
-        Ok(json(&self.app.receipt_json(w)))
+        Ok(jv(&self.app.receipt_json(w)))
     }
 
     /// Accepts several writes all-or-nothing; returns their receipts.
@@ -307,7 +314,7 @@ impl OpsApp {
             .app
             .set_many(t, &pairs(&writes)?, actor_of(&actor))
             .map_err(ops_err)?;
-        Ok(array(ws.iter().map(|w| json(&self.app.receipt_json(*w)))))
+        Ok(array(ws.iter().map(|w| jv(&self.app.receipt_json(*w)))))
     }
 
     /// Invokes an action; returns `{invocation, writes}`.
@@ -324,7 +331,7 @@ impl OpsApp {
             .act(t, name, &pairs(&args)?, actor_of(&actor))
             .map_err(ops_err)?;
         let receipts: Vec<_> = ws.iter().map(|w| self.app.receipt_json(*w)).collect();
-        Ok(json(
+        Ok(jv(
             &serde_json::json!({"invocation": inv.0, "writes": receipts}),
         ))
     }
@@ -344,7 +351,7 @@ impl OpsApp {
     /// A write's receipt.
     pub fn receipt(&self, write: f64) -> JsValue {
         match self.app.write_record(WriteId(write as u64)) {
-            Some(_) => json(&self.app.receipt_json(WriteId(write as u64))),
+            Some(_) => jv(&self.app.receipt_json(WriteId(write as u64))),
             None => JsValue::UNDEFINED,
         }
     }
@@ -423,9 +430,10 @@ impl OpsApp {
 
     /// The whole operation record (as `inspect` returns it).
     pub fn operation(&self, op: f64) -> Result<JsValue, JsValue> {
-        Ok(json(
-            &self.app.operation_json(OpId(op as u64)).map_err(ops_err)?,
-        ))
+        Ok(jv(&self
+            .app
+            .operation_json(OpId(op as u64))
+            .map_err(ops_err)?))
     }
 
     /// Every retained operation, briefly: `{operation, state, by}`.
@@ -438,7 +446,7 @@ impl OpsApp {
                     "state": o.outcome.as_ref().map(|x| x.kind.as_str()).unwrap_or("waiting")})
             })
             .collect();
-        json(&list)
+        jv(&serde_json::Value::Array(list))
     }
 
     /// The outcome record (`null` while waiting); `result` is the live JS value.
@@ -448,7 +456,7 @@ impl OpsApp {
         if v.is_null() {
             return JsValue::NULL;
         }
-        let o = json(&v);
+        let o = jv(&v);
         if let Some(r) = self
             .app
             .operation(id)
@@ -532,12 +540,12 @@ impl OpsApp {
 
     /// The report (`full`: metadata, provenance, current calculations).
     pub fn report(&self, full: bool) -> JsValue {
-        json(&self.app.report(full))
+        jv(&self.app.report(full))
     }
 
     /// A calculation's record and journal.
     pub fn calc(&self, calc: &str) -> Result<JsValue, JsValue> {
-        Ok(json(&self.app.calc_json(calc_arg(calc)?).map_err(ops_err)?))
+        Ok(jv(&self.app.calc_json(calc_arg(calc)?).map_err(ops_err)?))
     }
 
     /// The retained calculations of a cell, oldest first.
@@ -562,14 +570,13 @@ impl OpsApp {
     /// The published tools with their JSON Schemas.
     #[wasm_bindgen(js_name = toolDefinitions)]
     pub fn tool_definitions(&self) -> JsValue {
-        json(
-            &self
-                .app
-                .tool_definitions()
-                .iter()
-                .map(|t| t.to_json())
-                .collect::<Vec<_>>(),
-        )
+        let defs: Vec<_> = self
+            .app
+            .tool_definitions()
+            .iter()
+            .map(|t| t.to_json())
+            .collect();
+        jv(&serde_json::Value::Array(defs))
     }
 
     /// Calls a tool: `{ready: result}` or `{wait: op, waitMs}` (keep driving, then
@@ -589,9 +596,9 @@ impl OpsApp {
             tool_call: opt_string(&actor, "toolCall"),
         };
         match self.app.call_tool(t, name, &args, actor).map_err(ops_err)? {
-            ToolReply::Ready(v) => Ok(json(&serde_json::json!({"ready": v}))),
+            ToolReply::Ready(v) => Ok(jv(&serde_json::json!({"ready": v}))),
             ToolReply::Wait { op, wait_ms } => {
-                Ok(json(&serde_json::json!({"wait": op.0, "waitMs": wait_ms})))
+                Ok(jv(&serde_json::json!({"wait": op.0, "waitMs": wait_ms})))
             }
         }
     }
@@ -606,12 +613,10 @@ impl OpsApp {
         options: JsValue,
     ) -> Result<JsValue, JsValue> {
         let t = self.t(now);
-        Ok(json(
-            &self
-                .app
-                .tool_op_reply(t, OpId(op as u64), owner, origin_of(&options))
-                .map_err(ops_err)?,
-        ))
+        Ok(jv(&self
+            .app
+            .tool_op_reply(t, OpId(op as u64), owner, origin_of(&options))
+            .map_err(ops_err)?))
     }
 
     /// Submits an independent task running a Worker cell on explicit inputs; returns the job.
@@ -859,7 +864,7 @@ impl OpsApp {
                 Reflect::set(&o, &key("previous"), &prev).expect("set");
                 o.into()
             }
-            AppOutput::Abort { calc, cell, reason } => json(
+            AppOutput::Abort { calc, cell, reason } => jv(
                 &serde_json::json!({"output": "abort", "calc": calc.to_string(), "cell": cell, "reason": reason}),
             ),
             AppOutput::OpFinished {
@@ -867,7 +872,7 @@ impl OpsApp {
                 outcome,
                 snapshot,
             } => {
-                let o = json(
+                let o = jv(
                     &serde_json::json!({"output": "op_finished", "op": op.0, "outcome": outcome.as_str()}),
                 );
                 if let Some(s) = snapshot {

@@ -148,8 +148,8 @@ pub enum AppOutput<V> {
     },
     /// An output of the embedded job registry (messages for Worker endpoints, waits, notes).
     Jobs(jobs::Output<V>),
-    /// An operation reached its outcome. `snapshot` is the consistent state it settled at
-    /// (present for `settled`), over which the host runs a registered selector.
+    /// An operation reached its outcome. `snapshot` is the consistent state it settled at,
+    /// present when it settled with a registered selector, which the host runs over it.
     OpFinished {
         op: OpId,
         outcome: OpOutcomeKind,
@@ -281,7 +281,8 @@ pub struct App<V, R = Registry<V>> {
     pub(crate) revision: Revision,
     bumped: bool,
     next_invocation: u64,
-    pub(crate) ops: BTreeMap<OpId, Operation<V>>,
+    /// Boxed: retained records stay exactly their size (no B-tree node slack).
+    pub(crate) ops: BTreeMap<OpId, Box<Operation<V>>>,
     pub(crate) pending_ops: Vec<OpId>,
     pub(crate) next_op: u64,
     pub(crate) op_timers: BTreeSet<(Millis, OpId)>,
@@ -1304,6 +1305,7 @@ impl<V: OpsValue, R: BorrowMut<Registry<V>>> App<V, R> {
         } else {
             calc.state = CalcState::Ended(CalcEnd::Succeeded);
             push_calc_event(calc, now, revision, CalcEventKind::Succeeded);
+            calc.journal.shrink_to_fit();
         }
         let cell = &mut self.cells[x];
         cell.value = Some(CellValue {

@@ -242,7 +242,7 @@ impl<V: OpsValue, R: BorrowMut<Registry<V>>> App<V, R> {
         if let Some(d) = deadline {
             self.op_timers.insert((d, id));
         }
-        self.ops.insert(id, op);
+        self.ops.insert(id, Box::new(op));
         self.pending_ops.push(id);
         if self.ops[&id].writes.is_empty() {
             self.make_effective(now, id, vec![], vec![]);
@@ -655,11 +655,16 @@ impl<V: OpsValue, R: BorrowMut<Registry<V>>> App<V, R> {
         let op = self.ops.get_mut(&id).expect("exists");
         op.push(now, revision, OpEventKind::Finished { outcome: kind });
         op.outcome = Some(outcome);
+        // Retained for inspection from now on: keep only what it holds.
+        op.journal.shrink_to_fit();
         self.pending_ops.retain(|o| *o != id);
         if let Some(d) = deadline {
             self.op_timers.remove(&(d, id));
         }
-        let snapshot = (kind == OpOutcomeKind::Settled).then(|| Arc::new(self.snapshot()));
+        // The host needs the settled state only to run a registered selector over it.
+        let snapshot = (kind == OpOutcomeKind::Settled
+            && matches!(self.ops[&id].select, Selection::Selector(_)))
+        .then(|| Arc::new(self.snapshot()));
         self.outputs.push_back(super::AppOutput::OpFinished {
             op: id,
             outcome: kind,
@@ -928,12 +933,12 @@ impl<V: OpsValue, R: BorrowMut<Registry<V>>> App<V, R> {
 
     /// The operation record.
     pub fn operation(&self, id: OpId) -> Option<&Operation<V>> {
-        self.ops.get(&id)
+        self.ops.get(&id).map(|o| &**o)
     }
 
     /// Every retained operation, in id order.
     pub fn operations(&self) -> impl Iterator<Item = &Operation<V>> {
-        self.ops.values()
+        self.ops.values().map(|o| &**o)
     }
 
     /// The outcome record as JSON (`null` while waiting).

@@ -294,6 +294,8 @@ proptest! {
                     writes.retain(|w| seen.insert(w.0.clone()));
                     let mut req = ObserveRequest::new(writes, wait.into_iter().map(|w| CELLS[w].to_owned()).collect());
                     req.on_supersede = if follow { OnSupersede::Follow } else { OnSupersede::End };
+                    // A selector, so the host receives the settled snapshot to check.
+                    req.select = Selection::Selector("summary".into());
                     req.timeout_ms = timeout;
                     ops.push(app.observe(now, req).unwrap());
                 }
