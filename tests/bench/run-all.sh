@@ -8,9 +8,13 @@ echo "== wasm package size (release: lto, opt-level s)"
 wasm/build.sh 2>/dev/null | tail -n 1
 echo "== registry throughput, native"
 cargo run -q --release -p weft-bench --bin registry 2>/dev/null
+echo "== operation overhead (observe round trips), native"
+cargo run -q --release -p weft-bench --bin ops 2>/dev/null
 cd tests/js
 echo "== registry throughput, wasm under Node"
 node --expose-gc bench/registry.mjs 2>/dev/null
+echo "== operation overhead (observe round trips), wasm under Node"
+node --expose-gc bench/ops.mjs 2>/dev/null
 echo "== worker round trip (weft vs piscina vs workerpool)"
 node bench/roundtrip.mjs
 echo "== cancel latency (Node and Chromium, weft vs workerpool)"

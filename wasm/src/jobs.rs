@@ -48,7 +48,13 @@ export function mkSubmitted(job, reused) { return { job, reused }; }
 "#)]
 extern "C" {
     #[wasm_bindgen(js_name = outSend)]
-    fn out_send(endpoint: f64, id: f64, kind: u32, value: &JsValue, input_id: Option<String>) -> JsValue;
+    fn out_send(
+        endpoint: f64,
+        id: f64,
+        kind: u32,
+        value: &JsValue,
+        input_id: Option<String>,
+    ) -> JsValue;
     #[wasm_bindgen(js_name = outWait)]
     fn out_wait(wait: f64, job: f64, end: u32, outcome: &JsValue) -> JsValue;
     #[wasm_bindgen(js_name = outJob)]
@@ -408,10 +414,23 @@ fn origin_js(o: &Origin) -> JsValue {
 pub fn outcome_js(o: &Outcome<Js>) -> JsValue {
     let undef = JsValue::UNDEFINED;
     match o {
-        Outcome::Succeeded { value } => mk_outcome(0, &value.to_js(), None, None, false, 0, 0.0, None),
-        Outcome::Failed { message, code, started } => {
-            mk_outcome(1, &undef, Some(message.clone()), code.clone(), *started, 0, 0.0, None)
+        Outcome::Succeeded { value } => {
+            mk_outcome(0, &value.to_js(), None, None, false, 0, 0.0, None)
         }
+        Outcome::Failed {
+            message,
+            code,
+            started,
+        } => mk_outcome(
+            1,
+            &undef,
+            Some(message.clone()),
+            code.clone(),
+            *started,
+            0,
+            0.0,
+            None,
+        ),
         Outcome::Cancelled { evidence } => {
             let (e, q) = match evidence {
                 CancelEvidence::NeverStarted => (0, 0.0),
@@ -420,7 +439,9 @@ pub fn outcome_js(o: &Outcome<Js>) -> JsValue {
             };
             mk_outcome(2, &undef, None, None, false, e, q, None)
         }
-        Outcome::Lost { reason } => mk_outcome(3, &undef, None, None, false, 0, 0.0, Some(reason.clone())),
+        Outcome::Lost { reason } => {
+            mk_outcome(3, &undef, None, None, false, 0, 0.0, Some(reason.clone()))
+        }
     }
 }
 
@@ -603,11 +624,15 @@ impl JobRegistry {
             Output::Send { endpoint, request } => {
                 let ep = endpoint.0 as f64;
                 match request {
-                    WireRequest::Run { id, payload } => out_send(ep, id as f64, 0, &payload.to_js(), None),
-                    WireRequest::Cancel { id } => out_send(ep, id as f64, 1, &none, None),
-                    WireRequest::Input { id, input_id, value } => {
-                        out_send(ep, id as f64, 2, &value.to_js(), Some(input_id))
+                    WireRequest::Run { id, payload } => {
+                        out_send(ep, id as f64, 0, &payload.to_js(), None)
                     }
+                    WireRequest::Cancel { id } => out_send(ep, id as f64, 1, &none, None),
+                    WireRequest::Input {
+                        id,
+                        input_id,
+                        value,
+                    } => out_send(ep, id as f64, 2, &value.to_js(), Some(input_id)),
                 }
             }
             Output::Terminate { endpoint } => out_job(3, endpoint.0 as f64, 0, &none),
@@ -615,7 +640,11 @@ impl JobRegistry {
                 let (code, outcome) = match end {
                     WaitEnd::Finished(_) => (
                         0,
-                        self.inner.job(job).and_then(|j| j.outcome()).map(outcome_js).unwrap_or(none),
+                        self.inner
+                            .job(job)
+                            .and_then(|j| j.outcome())
+                            .map(outcome_js)
+                            .unwrap_or(none),
                     ),
                     WaitEnd::TimedOut => (1, none),
                     WaitEnd::Cancelled => (2, none),
@@ -623,7 +652,9 @@ impl JobRegistry {
                 out_wait(wait.0 as f64, job.0 as f64, code, &outcome)
             }
             Output::Observed { subscription } => out_job(4, subscription.0 as f64, 0, &none),
-            Output::JobFinished { job, outcome } => out_job(0, job.0 as f64, kind_code(outcome), &none),
+            Output::JobFinished { job, outcome } => {
+                out_job(0, job.0 as f64, kind_code(outcome), &none)
+            }
             Output::NoteQueued { owner, job } => {
                 let owner = self.owner_js(&owner);
                 out_job(1, job.0 as f64, 0, &owner)

@@ -63,9 +63,28 @@ extern "C" {
 /// Property names the bindings read and write, created in JS once (passing a Rust string to
 /// JS costs a UTF-8 decode; these are hot).
 const KEYS: &[&str] = &[
-    "type", "id", "value", "message", "code", "inputId", "protocol", "capabilities", "input",
-    "cancelAck", "errorCode", "owner", "label", "hello", "helloTimeoutMs", "quietMs",
-    "maxConcurrent", "maxMessageBytes", "declared", "thread", "turn", "toolCall",
+    "type",
+    "id",
+    "value",
+    "message",
+    "code",
+    "inputId",
+    "protocol",
+    "capabilities",
+    "input",
+    "cancelAck",
+    "errorCode",
+    "owner",
+    "label",
+    "hello",
+    "helloTimeoutMs",
+    "quietMs",
+    "maxConcurrent",
+    "maxMessageBytes",
+    "declared",
+    "thread",
+    "turn",
+    "toolCall",
 ];
 
 thread_local! {
@@ -142,8 +161,16 @@ impl Payload for Js {
     }
     fn type_name(&self) -> &'static str {
         const NAMES: [&str; 10] = [
-            "null", "array", "object", "string", "number", "boolean", "undefined", "bigint",
-            "function", "symbol",
+            "null",
+            "array",
+            "object",
+            "string",
+            "number",
+            "boolean",
+            "undefined",
+            "bigint",
+            "function",
+            "symbol",
         ];
         match self {
             Js::Undefined => "undefined",

@@ -13,7 +13,10 @@ use weft_core::jobs::{EndpointSpec, Hello, Registry, Submit};
 static ALLOC: Counting = Counting;
 
 fn main() {
-    let n: u64 = std::env::args().nth(1).and_then(|s| s.parse().ok()).unwrap_or(100_000);
+    let n: u64 = std::env::args()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(100_000);
     let mut best = f64::MAX;
     let mut report = String::new();
     for round in 0..3 {
@@ -25,12 +28,16 @@ fn main() {
         let progress = json!({"id": 0, "type": "progress", "value": 0.5});
         let t = Instant::now();
         for i in 0..n {
-            let job = reg.submit(i, Submit::new("agent", ep, json!({"n": i}))).unwrap().job;
+            let job = reg
+                .submit(i, Submit::new("agent", ep, json!({"n": i})))
+                .unwrap()
+                .job;
             let wire = reg.job(job).unwrap().wire_id.unwrap();
             let mut p = progress.clone();
             p["id"] = json!(wire);
             reg.on_message(i, ep, &p).unwrap();
-            reg.on_message(i, ep, &json!({"id": wire, "type": "done", "value": i})).unwrap();
+            reg.on_message(i, ep, &json!({"id": wire, "type": "done", "value": i}))
+                .unwrap();
             reg.drain_outputs().for_each(drop);
         }
         let secs = t.elapsed().as_secs_f64();
