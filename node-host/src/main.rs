@@ -1,10 +1,9 @@
-//! `weft`: the native host. Every subcommand drives weft-core; none holds a rule of its own.
+//! `weft`: the native host's CLI. Every subcommand drives weft-core; none holds a rule.
 
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
-
-mod run;
+use weft_host::run;
 
 /// weft — a portable runtime for applications that people and agents drive together.
 #[derive(Parser)]
