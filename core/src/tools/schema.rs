@@ -441,7 +441,7 @@ mod tests {
             [
                 "/: missing required property `path`",
                 "/count: must be <= 10",
-                "/extra: property `extra` is not allowed",
+                "/: property `extra` is not allowed",
                 "/mode: must be one of [\"r\",\"w\"]",
                 "/tags: items 0 and 2 are equal; items must be unique",
                 "/tags/1: expected string, got integer",

@@ -60,7 +60,7 @@ pub struct SessionStats {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum SlotState {
     Pending,
-    Running { started_at: Millis },
+    Running,
     Done,
 }
 
@@ -507,6 +507,7 @@ impl<V: Payload> Session<V> {
             interrupted: None,
         });
         self.phase = Phase::RunningTools { turn, step };
+        self.preflight();
         self.run_groups(now, turn);
         Ok(())
     }
@@ -553,76 +554,90 @@ impl<V: Payload> Session<V> {
 
     // ----- the scheduler --------------------------------------------------------------------
 
-    /// Starts the next group; repeats while groups complete without anything to wait for.
+    /// Starts the next group of calls, or finishes the batch when every call has its result.
     fn run_groups(&mut self, now: Millis, turn: TurnId) {
-        loop {
-            let b = self.batch.as_mut().expect("running tools");
-            b.group_start = b.group_end;
-            if b.group_start == b.slots.len() {
-                return self.finish_batch(now, turn);
+        let b = self.batch.as_mut().expect("running tools");
+        let mut start = b.group_end;
+        // Refused calls were settled before the step ran; they take no part in scheduling.
+        while start < b.slots.len() && b.slots[start].state == SlotState::Done {
+            start += 1;
+        }
+        b.group_start = start;
+        if start == b.slots.len() {
+            return self.finish_batch(now, turn);
+        }
+        let Message::Assistant { calls, .. } = &self.history[b.message] else {
+            unreachable!("the batch indexes its assistant message")
+        };
+        // Group boundaries: adjacent parallel-eligible calls overlap; an exclusive call
+        // runs alone.
+        let eligible = |i: usize| {
+            b.snapshot
+                .get(&calls[i].name)
+                .is_some_and(|t| t.decl.supports_parallel)
+        };
+        let mut end = start + 1;
+        if eligible(start) {
+            while end < b.slots.len() && (b.slots[end].state == SlotState::Done || eligible(end)) {
+                end += 1;
             }
-            let Message::Assistant { calls, .. } = &self.history[b.message] else {
-                unreachable!("the batch indexes its assistant message")
-            };
-            // Group boundaries: adjacent parallel-eligible calls overlap; an exclusive call
-            // (or one whose tool the snapshot does not know) runs alone.
-            let eligible = |i: usize| {
-                b.snapshot
-                    .get(&calls[i].name)
-                    .is_some_and(|t| t.decl.supports_parallel)
-            };
-            let mut end = b.group_start + 1;
-            if eligible(b.group_start) {
-                while end < b.slots.len() && eligible(end) {
-                    end += 1;
+        }
+        b.group_end = end;
+        for (i, call) in calls.iter().enumerate().take(end).skip(start) {
+            let slot = &mut b.slots[i];
+            if slot.state != SlotState::Pending {
+                continue;
+            }
+            let entry = b.snapshot.get(&call.name).expect("refused calls are done");
+            slot.state = SlotState::Running;
+            b.running += 1;
+            self.stats.calls_started += 1;
+            self.outputs.push_back(Output::StartCall {
+                invocation: InvocationId(b.first + i as u64),
+                step: b.step,
+                handler: entry.handler,
+                tool: call.name.clone(),
+                call_id: call.id.clone(),
+                arguments: call.arguments.clone(),
+            });
+        }
+        debug_assert!(b.running > 0, "a group has at least one call to start");
+    }
+
+    /// Refuses, before anything runs, the calls that cannot start: tools the step's snapshot
+    /// does not offer, and arguments that are not JSON or fail the tool's schema.
+    fn preflight(&mut self) {
+        let b = self.batch.as_mut().expect("a batch");
+        let Message::Assistant { calls, .. } = &self.history[b.message] else {
+            unreachable!("the batch indexes its assistant message")
+        };
+        for (i, call) in calls.iter().enumerate() {
+            let refusal = match b.snapshot.get(&call.name) {
+                None => Some((
+                    "UNKNOWN_TOOL",
+                    format!("no tool `{}` was offered in {}", call.name, b.step),
+                )),
+                Some(_) if call.malformed.is_some() => Some((
+                    "INVALID_ARGUMENTS",
+                    call.malformed.clone().expect("checked"),
+                )),
+                Some(t) => {
+                    let errors = schema::validate(&t.decl.parameters, &call.arguments);
+                    (!errors.is_empty()).then(|| ("INVALID_ARGUMENTS", errors.join("; ")))
                 }
-            }
-            b.group_end = end;
-            for (i, call) in calls.iter().enumerate().take(end).skip(b.group_start) {
-                let invocation = InvocationId(b.first + i as u64);
-                let refusal = match b.snapshot.get(&call.name) {
-                    None => Some((
-                        "UNKNOWN_TOOL",
-                        format!("no tool `{}` was offered in {}", call.name, b.step),
-                    )),
-                    Some(_) if call.malformed.is_some() => Some((
-                        "INVALID_ARGUMENTS",
-                        call.malformed.clone().expect("checked"),
-                    )),
-                    Some(t) => {
-                        let errors = schema::validate(&t.decl.parameters, &call.arguments);
-                        (!errors.is_empty()).then(|| ("INVALID_ARGUMENTS", errors.join("; ")))
-                    }
-                };
+            };
+            if let Some((code, message)) = refusal {
                 let slot = &mut b.slots[i];
-                if let Some((code, message)) = refusal {
-                    slot.state = SlotState::Done;
-                    slot.outcome = Some(CallOutcome::Rejected {
-                        code: code.into(),
-                        message,
-                    });
-                    self.stats.calls_refused += 1;
-                    self.outputs.push_back(Output::CallFinished {
-                        invocation,
-                        status: "rejected",
-                    });
-                    continue;
-                }
-                let entry = b.snapshot.get(&call.name).expect("checked");
-                slot.state = SlotState::Running { started_at: now };
-                b.running += 1;
-                self.stats.calls_started += 1;
-                self.outputs.push_back(Output::StartCall {
-                    invocation,
-                    step: b.step,
-                    handler: entry.handler,
-                    tool: call.name.clone(),
-                    call_id: call.id.clone(),
-                    arguments: call.arguments.clone(),
+                slot.state = SlotState::Done;
+                slot.outcome = Some(CallOutcome::Rejected {
+                    code: code.into(),
+                    message,
                 });
-            }
-            if b.running > 0 {
-                return;
+                self.stats.calls_refused += 1;
+                self.outputs.push_back(Output::CallFinished {
+                    invocation: InvocationId(b.first + i as u64),
+                    status: "rejected",
+                });
             }
         }
     }
@@ -812,7 +827,7 @@ impl<V: Payload> Session<V> {
         let b = self.batch.as_mut().expect("located");
         let slot = &mut b.slots[i];
         match slot.state {
-            SlotState::Running { .. } => {}
+            SlotState::Running => {}
             SlotState::Pending => return Err(ToolsError::CallNotStarted(inv)),
             SlotState::Done if slot.outcome.as_ref().is_some_and(|o| !o.started()) => {
                 return Err(ToolsError::CallNotStarted(inv));
@@ -897,7 +912,7 @@ impl<V: Payload> Session<V> {
                                 status: "not_started",
                             });
                         }
-                        SlotState::Running { .. } => {
+                        SlotState::Running => {
                             let Message::Assistant { calls, .. } = &self.history[b.message] else {
                                 unreachable!()
                             };
@@ -936,7 +951,7 @@ impl<V: Payload> Session<V> {
             unreachable!()
         };
         for (i, slot) in b.slots.iter_mut().enumerate() {
-            if let SlotState::Running { .. } = slot.state {
+            if let SlotState::Running = slot.state {
                 let invocation = InvocationId(b.first + i as u64);
                 let t = b.snapshot.get(&calls[i].name).expect("started");
                 slot.state = SlotState::Done;
@@ -1038,7 +1053,7 @@ impl<V: Payload> Session<V> {
             .map(|(i, s)| {
                 let st = match (&s.state, &s.outcome) {
                     (SlotState::Pending, _) => "pending",
-                    (SlotState::Running { .. }, _) => "running",
+                    (SlotState::Running, _) => "running",
                     (SlotState::Done, Some(o)) => o.status(),
                     (SlotState::Done, None) => "done",
                 };
