@@ -22,3 +22,5 @@ setWorkerFactory((specifier, options = {}) => (h) => {
 });
 
 export { createRuntime, Runtime, Endpoint, Job, WeftError } from './runtime.js';
+export { createAgent, Agent, scriptedModel } from './agent.js';
+export { validateToolArguments } from './weft_wasm.js';

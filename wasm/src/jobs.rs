@@ -24,7 +24,7 @@ fn ms(now: f64) -> u64 {
 /// caller chooses (the JS runtime uses `performance.now()`).
 #[wasm_bindgen]
 pub struct JobRegistry {
-    inner: Registry<Js>,
+    pub(crate) inner: Registry<Js>,
 }
 
 impl Default for JobRegistry {

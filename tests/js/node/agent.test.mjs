@@ -1,0 +1,111 @@
+// Agent sessions in Node: the shared scenarios with real async handlers and worker_threads
+// Workers, plus Node-only checks (weft's schema rules against Ajv, a handler that ignores its
+// interrupt, error codes).
+import { test } from 'node:test';
+import Ajv2020 from 'ajv/dist/2020.js';
+import { WeftError, createAgent, createRuntime, scriptedModel, validateToolArguments } from 'weft';
+import { agentScenarios } from '../agent-scenarios.mjs';
+
+const worker = (name) => new URL(`../../workers/${name}.js`, import.meta.url);
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+
+for (const [name, run] of Object.entries(agentScenarios)) {
+  test(`agent (worker_threads): ${name}`, { timeout: 30_000 }, () => run({ createRuntime, createAgent, scriptedModel, worker }));
+}
+
+function eq(actual, expected, message) {
+  const a = JSON.stringify(actual);
+  const e = JSON.stringify(expected);
+  if (a !== e) throw new Error(`${message}: expected ${e}, got ${a}`);
+}
+
+test('weft validates tool arguments exactly as Ajv (JSON Schema 2020-12) does, on its subset', () => {
+  const ajv = new Ajv2020({ strict: false, allErrors: true, validateFormats: false });
+  const schemas = [
+    { type: 'object', properties: { path: { type: 'string', minLength: 1, maxLength: 5 } }, required: ['path'], additionalProperties: false },
+    { type: 'object', properties: { n: { type: 'integer', minimum: 0, exclusiveMaximum: 10, multipleOf: 2 } } },
+    { type: 'object', properties: { x: { type: ['number', 'null'] }, tags: { type: 'array', items: { enum: ['a', 'b', 1] }, uniqueItems: true, maxItems: 2 } } },
+    { type: 'object', properties: { v: { oneOf: [{ type: 'integer' }, { type: 'number', minimum: 0 }] }, w: { anyOf: [{ const: 1 }, { type: 'string' }] } } },
+    { type: 'object', minProperties: 1, maxProperties: 2, additionalProperties: { type: 'boolean' }, not: { required: ['forbidden'] } },
+    { type: 'object', properties: { o: { type: 'object', properties: { deep: { type: 'array', minItems: 1, items: { type: 'object', required: ['k'] } } } } }, allOf: [{ required: ['o'] }] },
+  ];
+  const instances = [
+    {}, { path: '' }, { path: 'abc' }, { path: 'abcdef' }, { path: 'a', extra: 1 }, { path: 3 },
+    { n: 4 }, { n: 4.0 }, { n: 5 }, { n: 10 }, { n: -2 }, { n: 2.5 }, { n: '4' },
+    { x: null }, { x: 1.5 }, { x: 'no' }, { tags: ['a', 1] }, { tags: ['a', 'a'] }, { tags: ['c'] }, { tags: ['a', 'b', 1] },
+    { v: 2 }, { v: 0.5 }, { v: -0.5 }, { v: -1 }, { w: 1 }, { w: 1.0 }, { w: 's' }, { w: 2 },
+    { a: true }, { a: true, b: false }, { a: true, b: false, c: true }, { a: 1 }, { forbidden: true },
+    { o: {} }, { o: { deep: [] } }, { o: { deep: [{ k: 1 }] } }, { o: { deep: [{}] } }, { o: 1 },
+  ];
+  let compared = 0;
+  for (const schema of schemas) {
+    const validate = ajv.compile(schema);
+    for (const instance of instances) {
+      const ours = validateToolArguments(schema, instance);
+      const theirs = validate(instance);
+      if (ours.ok !== theirs) {
+        throw new Error(`disagreement on ${JSON.stringify(instance)} against ${JSON.stringify(schema)}: weft ${JSON.stringify(ours)}, ajv ${theirs} ${JSON.stringify(validate.errors)}`);
+      }
+      compared++;
+    }
+  }
+  eq(compared, schemas.length * instances.length, 'every pair compared');
+  try {
+    validateToolArguments({ type: 'object', properties: { p: { type: 'string', pattern: '^a' } } }, {});
+    throw new Error('expected INVALID_SCHEMA');
+  } catch (err) {
+    eq(err.code, 'INVALID_SCHEMA', 'a schema weft cannot enforce is refused');
+  }
+});
+
+test('a handler that ignores the interrupt is detached; its late result arrives as mail', { timeout: 10_000 }, async () => {
+  const rt = createRuntime();
+  const agent = createAgent(rt, { graceMs: 30, model: scriptedModel([{ calls: [{ id: 'slow', name: 'slow' }] }]) });
+  let finished = false;
+  agent.registerTool({ name: 'slow' }, async () => {
+    await sleep(150);
+    finished = true;
+    return 'finished late';
+  });
+  const turn = agent.run('go');
+  while (agent.state.calls?.[0]?.state !== 'running') await sleep(2);
+  eq(agent.interrupt('stop'), 'stopping', 'status');
+  const r = await turn;
+  eq([r.results[0].status, r.results[0].evidence, r.results[0].abortSent], ['uncertain', 'no_settlement', false], 'result');
+  eq(finished, false, 'the turn ended while the handler still ran');
+  eq(agent.state.detached, [1], 'detached');
+  while (agent.mailbox().length === 0) await sleep(5);
+  const mail = agent.mailbox()[0];
+  eq([mail.kind, mail.result.callId, mail.result.value], ['late_result', 'slow', 'finished late'], 'late result');
+  agent.close();
+  rt.close();
+});
+
+test('errors carry stable codes and change nothing', async () => {
+  const rt = createRuntime();
+  const agent = createAgent(rt, { model: scriptedModel([]) });
+  const code = (fn) => {
+    try {
+      fn();
+    } catch (err) {
+      if (!(err instanceof Error)) throw new Error('not an Error');
+      return err.code;
+    }
+    return 'no error';
+  };
+  eq(code(() => agent.registerTool({ name: 'bad name' }, () => 1)), 'INVALID_TOOL_NAME', 'name');
+  eq(code(() => agent.registerTool({ name: 't', parameters: { type: 'string' } }, () => 1)), 'INVALID_SCHEMA', 'schema');
+  eq(code(() => agent.registerTool({ name: 't' })), 'INVALID_ARGUMENT', 'handler');
+  eq(code(() => agent.steer('x')), 'NO_ACTIVE_TURN', 'steer when idle');
+  eq(code(() => agent.unregisterTool('nope')), 'UNKNOWN_TOOL', 'unregister');
+  eq(agent.tools().version, 0, 'nothing was registered');
+  const r = await agent.run('go');
+  eq([r.end, r.message], ['model_failed', 'the model script is exhausted'], 'a failing model ends the turn');
+  check(WeftError.prototype instanceof Error, 'WeftError');
+  agent.close();
+  rt.close();
+});
+
+function check(cond, message) {
+  if (!cond) throw new Error(`check failed: ${message}`);
+}
