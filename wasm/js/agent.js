@@ -39,16 +39,21 @@ export function scriptedModel(responses = []) {
 
 const isAbort = (err, signal) => signal.aborted;
 
+/** The controller of calls that can never be aborted (tools not declared safe to cancel). */
+const NEVER = new AbortController();
+
 export class Agent {
   #rt;
   #s;
   #model;
   #handlers = new Map();
+  #safeHandlers = new Set();
   #controllers = new Map();
   #modelCall = null;
   #transcript = [];
   #tools = { version: -1, list: [] };
   #pumping = false;
+  #again = false;
   #timer = null;
   #timerAt = Infinity;
   #taskWaiters = new Map();
@@ -99,6 +104,7 @@ export class Agent {
     const { handler: _ignored, ...decl } = declaration;
     const id = this.#call((s) => s.registerTool(decl));
     this.#handlers.set(id, handler);
+    if (decl.safeToCancel === true) this.#safeHandlers.add(id);
     return id;
   }
 
@@ -192,7 +198,8 @@ export class Agent {
 
   /** The transcript (what the model is shown), from message `from`. */
   transcript(from = 0) {
-    return this.#s.transcript(from);
+    this.#sync();
+    return this.#transcript.slice(from);
   }
 
   /** Resolves once the agent is idle (no turn running and none queued). */
@@ -247,19 +254,23 @@ export class Agent {
   }
 
   #pump() {
-    if (this.#pumping) return;
+    if (this.#pumping) {
+      // A listener called back into the agent: drain again before returning.
+      this.#again = true;
+      return;
+    }
     this.#pumping = true;
     try {
-      for (;;) {
-        const outs = this.#s.drainOutputs();
-        if (outs.length === 0) break;
-        for (const o of outs) this.#dispatch(o);
-      }
+      do {
+        this.#again = false;
+        const text = this.#s.drainOutputsJson();
+        if (text !== '[]') for (const o of JSON.parse(text)) this.#dispatch(o);
+      } while (this.#again);
     } finally {
       this.#pumping = false;
     }
     this.#arm();
-    if (this.#s.phase === 'idle' && this.#idleWaiters.length > 0) {
+    if (this.#idleWaiters.length > 0 && this.#s.phase === 'idle') {
       const waiters = this.#idleWaiters;
       this.#idleWaiters = [];
       for (const w of waiters) w.resolve();
@@ -267,6 +278,7 @@ export class Agent {
   }
 
   #emit(event, o) {
+    if (this.#listeners.size === 0) return;
     for (const name of [event, 'output']) {
       const set = this.#listeners.get(name);
       if (!set) continue;
@@ -283,8 +295,17 @@ export class Agent {
   }
 
   #sync() {
-    const n = this.#s.transcriptLength();
-    if (n > this.#transcript.length) this.#transcript.push(...this.#s.transcript(this.#transcript.length));
+    const base = this.#transcript.length;
+    if (this.#s.transcriptLength() === base) return;
+    const [text, patches] = this.#s.transcriptJson(base);
+    const fresh = JSON.parse(text);
+    for (let i = 0; i < patches.length; i += 3) {
+      const m = fresh[patches[i]];
+      const path = patches[i + 1];
+      if (path === 'result.value') m.result.value = patches[i + 2];
+      else m[path] = patches[i + 2];
+    }
+    for (const m of fresh) this.#transcript.push(m);
   }
 
   #dispatch(o) {
@@ -313,6 +334,7 @@ export class Agent {
         break;
       case 'handler_released':
         this.#handlers.delete(o.handler);
+        this.#safeHandlers.delete(o.handler);
         break;
     }
     this.#emit(o.output, o);
@@ -346,8 +368,15 @@ export class Agent {
         (response) => {
           if (!current()) return;
           this.#modelCall = null;
+          let text;
           try {
-            this.#call((s, now) => s.onModelResponse(now, step, response ?? {}));
+            text = JSON.stringify(response ?? {});
+          } catch (err) {
+            this.#call((s, now) => s.onModelError(now, step, `invalid model response: ${err?.message ?? err}`));
+            return;
+          }
+          try {
+            this.#call((s, now) => s.onModelResponseJson(now, step, text));
           } catch (err) {
             // A malformed answer changes nothing in the session: the step fails with it.
             this.#call((s, now) => s.onModelError(now, step, `invalid model response: ${err?.message ?? err}`));
@@ -364,8 +393,13 @@ export class Agent {
   #start(o) {
     const inv = o.invocation;
     const handler = this.#handlers.get(o.handler);
-    const ac = new AbortController();
-    this.#controllers.set(inv, ac);
+    // Only tools declared safe to cancel are ever signalled: the others share a signal that
+    // never aborts.
+    let ac = NEVER;
+    if (this.#safe(o.handler)) {
+      ac = new AbortController();
+      this.#controllers.set(inv, ac);
+    }
     const rt = this.#rt;
     const s = this.#s;
     const ctx = {
@@ -404,6 +438,10 @@ export class Agent {
               : s.settleError(now, inv, String(err?.message ?? err), typeof err?.code === 'string' ? err.code : undefined),
           ),
       );
+  }
+
+  #safe(handler) {
+    return this.#safeHandlers.has(handler);
   }
 
   #settle(fn) {

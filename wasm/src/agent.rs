@@ -196,6 +196,23 @@ impl AgentSession {
             .map_err(err)
     }
 
+    /// The model answered `step`; the answer as JSON text (`JSON.stringify` of `{text,
+    /// calls}`). One string crosses the boundary instead of a walk over JS objects.
+    #[wasm_bindgen(js_name = onModelResponseJson)]
+    pub fn on_model_response_json(
+        &mut self,
+        now: f64,
+        step: f64,
+        text: &str,
+    ) -> Result<(), JsValue> {
+        let v: serde_json::Value = serde_json::from_str(text)
+            .map_err(|e| err(ToolsError::InvalidResponse(format!("not JSON: {e}"))))?;
+        let r = ModelResponse::from_json(&v).map_err(|m| err(ToolsError::InvalidResponse(m)))?;
+        self.inner
+            .on_model_response(ms(now), StepId(step as u64), r)
+            .map_err(err)
+    }
+
     /// The model step failed.
     #[wasm_bindgen(js_name = onModelError)]
     pub fn on_model_error(&mut self, now: f64, step: f64, message: &str) -> Result<(), JsValue> {
@@ -321,6 +338,15 @@ impl AgentSession {
         out
     }
 
+    /// All pending outputs as JSON text (an array; `JSON.parse` it): one string crosses the
+    /// boundary per drain, the cheapest form for hot loops.
+    #[wasm_bindgen(js_name = drainOutputsJson)]
+    pub fn drain_outputs_json(&mut self) -> String {
+        let outs: Vec<serde_json::Value> =
+            self.inner.drain_outputs().map(|o| o.to_json()).collect();
+        serde_json::to_string(&outs).expect("outputs are JSON")
+    }
+
     /// `idle`, `model_step`, `running_tools` or `interrupted`.
     #[wasm_bindgen(getter)]
     pub fn phase(&self) -> String {
@@ -351,11 +377,104 @@ impl AgentSession {
             .collect()
     }
 
+    /// The transcript from message `from` in the cheap form: `[jsonText, patches]`, where
+    /// `patches` is a flat list `[index, path, value, ...]` of the application values (JS values
+    /// kept by reference) to put back into message `index` at `path` (`value`, `input` or
+    /// `result.value`). The JS agent keeps its transcript mirror with it.
+    #[wasm_bindgen(js_name = transcriptJson)]
+    pub fn transcript_json(&self, from: f64) -> Array {
+        let from = ms(from) as usize;
+        let patches = Array::new();
+        let mut out = Vec::new();
+        for (i, m) in self.inner.history().iter().skip(from).enumerate() {
+            let mut patch = |path: &str, v: &Js| {
+                patches.push(&JsValue::from(i as f64));
+                patches.push(&JsValue::from_str(path));
+                patches.push(&v.0);
+            };
+            out.push(match strip(m, &mut patch) {
+                Some(stripped) => stripped.to_json(),
+                None => m.to_json(),
+            });
+        }
+        let result = Array::new();
+        result.push(&JsValue::from_str(
+            &serde_json::to_string(&out).expect("JSON"),
+        ));
+        result.push(&patches);
+        result
+    }
+
     /// Number of transcript messages.
     #[wasm_bindgen(js_name = transcriptLength)]
     pub fn transcript_length(&self) -> f64 {
         self.inner.history().len() as f64
     }
+}
+
+/// A copy of `m` with its application values replaced by `null` (`None` when it has none);
+/// `patch(path, value)` is told where each belongs.
+fn strip(m: &Message<Js>, patch: &mut impl FnMut(&str, &Js)) -> Option<Message<Js>> {
+    let null = || Js(JsValue::NULL);
+    let strip_result =
+        |r: &CallResult<Js>, path: &str, patch: &mut dyn FnMut(&str, &Js)| match &r.outcome {
+            CallOutcome::Succeeded { value } => {
+                patch(path, value);
+                CallResult {
+                    outcome: CallOutcome::Succeeded { value: null() },
+                    ..r.clone()
+                }
+            }
+            _ => r.clone(),
+        };
+    Some(match m {
+        Message::Standing { key, value } => {
+            patch("value", value);
+            Message::Standing {
+                key: key.clone(),
+                value: null(),
+            }
+        }
+        Message::Task { task, input } => {
+            patch("input", input);
+            Message::Task {
+                task: *task,
+                input: null(),
+            }
+        }
+        Message::Steer { input } => {
+            patch("input", input);
+            Message::Steer { input: null() }
+        }
+        Message::ToolResult { step, result } => Message::ToolResult {
+            step: *step,
+            result: strip_result(result, "value", patch),
+        },
+        Message::Admitted(mail) => {
+            let item = match &mail.item {
+                MailItem::Observation { source, value } => {
+                    patch("value", value);
+                    MailItem::Observation {
+                        source: source.clone(),
+                        value: null(),
+                    }
+                }
+                MailItem::LateResult { turn, result } => MailItem::LateResult {
+                    turn: *turn,
+                    result: strip_result(result, "result.value", patch),
+                },
+                other => other.clone(),
+            };
+            Message::Admitted(Mail {
+                seq: mail.seq,
+                at: mail.at,
+                item,
+            })
+        }
+        Message::TurnStart { .. } | Message::Assistant { .. } | Message::TurnEnd { .. } => {
+            return None;
+        }
+    })
 }
 
 /// A call result as a JS object; a succeeded call's value is the original JS value.
