@@ -108,6 +108,14 @@ export class Agent {
     return id;
   }
 
+  /**
+   * Declares several tools at once: each entry is a declaration with its `handler` (the shape
+   * an application's published tool surface can hand over as is). Returns the handler ids.
+   */
+  registerTools(tools) {
+    return Array.from(tools, ({ handler, ...decl }) => this.registerTool(decl, handler));
+  }
+
   /** Removes a tool (calls already selected still run with the binding of their step). */
   unregisterTool(name) {
     this.#call((s) => s.unregisterTool(name));
@@ -149,10 +157,15 @@ export class Agent {
       signal?.addEventListener('abort', onAbort, { once: true });
       // A turn never ends inside `submitTask` (its first step asks the model asynchronously),
       // so the waiter is in place before the turn can end.
-      this.#taskWaiters.set(task, (result) => {
+      const waiter = (result) => {
         signal?.removeEventListener('abort', onAbort);
         resolve(result);
-      });
+      };
+      waiter.closed = (err) => {
+        signal?.removeEventListener('abort', onAbort);
+        reject(err);
+      };
+      this.#taskWaiters.set(task, waiter);
     });
   }
 
@@ -231,16 +244,31 @@ export class Agent {
     return () => set.delete(listener);
   }
 
-  /** Interrupts any running turn and detaches from the runtime. */
+  /**
+   * Closes the agent: queued tasks are withdrawn (their `run()` rejects with CLOSED), the
+   * running turn is interrupted (its `run()` resolves as interrupted once its started calls
+   * settle or the grace period ends), no model is asked again, and the agent detaches from
+   * the runtime. Jobs its tools started continue (close their owner on the runtime to dispose
+   * them).
+   */
   close(reason = 'agent closed') {
     if (this.#closed) return;
-    this.interrupt(reason);
     this.#closed = true;
     for (const u of this.#unsubscribe) u();
-    clearTimeout(this.#timer);
-    this.#timer = null;
-    this.#modelCall?.ac.abort();
+    for (const task of [...this.#taskWaiters.keys()]) {
+      const turn = [...this.#turnTask].find(([, t]) => t === task);
+      if (turn) continue;
+      try {
+        this.#s.cancelTask(task);
+        this.#taskWaiters.get(task)?.closed?.(new WeftError('CLOSED', `the agent was closed: ${reason}`));
+        this.#taskWaiters.delete(task);
+      } catch {
+        // Not queued any more.
+      }
+    }
+    this.#modelCall?.ac.abort(new WeftError('CLOSED', 'the agent was closed'));
     this.#modelCall = null;
+    this.interrupt(reason);
   }
 
   // ----- host plumbing ------------------------------------------------------------------
@@ -358,6 +386,7 @@ export class Agent {
       messages: this.#transcript,
       tools: this.#tools.list,
     };
+    if (this.#closed) return; // a closed agent asks no model; the step stays unanswered
     const current = () => this.#modelCall?.step === step && !this.#closed;
     Promise.resolve()
       .then(() => {
@@ -445,7 +474,6 @@ export class Agent {
   }
 
   #settle(fn) {
-    if (this.#closed) return;
     try {
       this.#call(fn);
     } catch {
@@ -476,7 +504,7 @@ export class Agent {
 
   #arm() {
     const at = this.#s.pollTimeout();
-    if (at === undefined || at === null || this.#closed) {
+    if (at === undefined || at === null) {
       if (this.#timer) clearTimeout(this.#timer);
       this.#timer = null;
       this.#timerAt = Infinity;

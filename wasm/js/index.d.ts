@@ -322,9 +322,12 @@ export class Agent {
   readonly state: Record<string, unknown>;
   setModel(model: Model): void;
   registerTool(declaration: ToolDeclaration, handler: ToolHandler): number;
+  /** Declares several tools, each a declaration with its `handler` (e.g. a published tool surface). */
+  registerTools(tools: Iterable<ToolDeclaration & { handler: ToolHandler }>): number[];
   unregisterTool(name: string): void;
   tools(): { version: number; tools: (Required<ToolDeclaration> & { handler: number })[] };
   submitTask(input: unknown): number;
+  /** Submits a task and resolves when its turn ends (rejects with CLOSED if the agent closes first). */
   run(input: unknown, options?: { signal?: AbortSignal }): Promise<TurnResult>;
   cancelTask(task: number): void;
   steer(input: unknown): void;

@@ -109,3 +109,47 @@ test('errors carry stable codes and change nothing', async () => {
 function check(cond, message) {
   if (!cond) throw new Error(`check failed: ${message}`);
 }
+
+test('run() with an AbortSignal withdraws a queued task or interrupts its turn; close() ends the agent', { timeout: 10_000 }, async () => {
+  const rt = createRuntime();
+  const never = () => new Promise(() => {});
+  const agent = createAgent(rt, { model: never });
+  const ids = agent.registerTools([
+    { name: 'a', supportsParallel: true, handler: () => 1 },
+    { name: 'b', safeToCancel: true, handler: () => 2 },
+  ]);
+  eq(ids, [1, 2], 'handler ids');
+  eq(agent.tools().tools.map((t) => [t.name, t.supportsParallel, t.safeToCancel]), [['a', true, false], ['b', false, true]], 'declarations');
+  const first = agent.run('first'); // its turn waits for a model that never answers
+  const ac = new AbortController();
+  const second = agent.run('second', { signal: ac.signal });
+  eq(agent.state.queuedTasks, [2], 'second is queued');
+  ac.abort(new Error('not needed'));
+  try {
+    await second;
+    throw new Error('expected a rejection');
+  } catch (err) {
+    eq(err.code, 'ABORTED', 'a queued task is withdrawn');
+  }
+  eq(agent.state.queuedTasks, [], 'withdrawn');
+  const ac2 = new AbortController();
+  const third = agent.run('third', { signal: ac2.signal });
+  const fourth = agent.run('fourth');
+  const firstDone = first.then((r) => r.end);
+  agent.interrupt('next');
+  eq(await firstDone, 'interrupted', 'first turn interrupted');
+  ac2.abort(new Error('stop the third'));
+  const r3 = await third;
+  eq([r3.end, r3.reason], ['interrupted', 'stop the third'], 'a running task is interrupted');
+  // The fourth task's turn is running now; a fifth is queued. Closing ends both.
+  const fifth = agent.run('fifth');
+  agent.close('shutting down');
+  eq((await fourth).end, 'interrupted', 'the running turn is interrupted');
+  try {
+    await fifth;
+    throw new Error('expected a rejection');
+  } catch (err) {
+    eq(err.code, 'CLOSED', 'a queued task rejects with CLOSED');
+  }
+  rt.close();
+});
