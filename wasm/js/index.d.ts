@@ -178,10 +178,14 @@ export class Runtime {
   on(event: 'finished', listener: (e: { job: number; outcome: Outcome['outcome'] }) => void): () => void;
   on(event: 'note' | 'wake', listener: (e: { owner: string; job: number }) => void): () => void;
   close(reason?: string): void;
+  /** close(), then free the registry's wasm memory; the runtime is unusable afterwards. */
+  dispose(): void;
 }
 
 export function createRuntime(options?: { now?: () => number; firstJobId?: number }): Runtime;
 
+/** Bytes of wasm linear memory in use by the core (it grows, never shrinks). */
+export function wasmMemoryBytes(): number;
 // ----- agent sessions -------------------------------------------------------------------
 
 /** A tool as declared to an agent (the handler is bound separately). */

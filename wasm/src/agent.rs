@@ -109,7 +109,7 @@ impl AgentSession {
     /// Submits a task; returns its id.
     #[wasm_bindgen(js_name = submitTask)]
     pub fn submit_task(&mut self, now: f64, input: JsValue) -> f64 {
-        self.inner.submit_task(ms(now), Js(input)).0 as f64
+        self.inner.submit_task(ms(now), Js::from_js(input)).0 as f64
     }
 
     /// Withdraws a queued task.
@@ -120,7 +120,7 @@ impl AgentSession {
 
     /// Queues steering input for the running turn.
     pub fn steer(&mut self, now: f64, input: JsValue) -> Result<(), JsValue> {
-        self.inner.steer(ms(now), Js(input)).map_err(err)
+        self.inner.steer(ms(now), Js::from_js(input)).map_err(err)
     }
 
     /// The application's explicit choice to wake the agent.
@@ -148,13 +148,14 @@ impl AgentSession {
     /// Queues an observation result for the next turn; returns its mail sequence number.
     #[wasm_bindgen(js_name = postObservation)]
     pub fn post_observation(&mut self, now: f64, source: &str, value: JsValue) -> f64 {
-        self.inner.post_observation(ms(now), source, Js(value)) as f64
+        self.inner
+            .post_observation(ms(now), source, Js::from_js(value)) as f64
     }
 
     /// Sets a standing desire (shown at the next turn start if changed; never a task).
     #[wasm_bindgen(js_name = setStanding)]
     pub fn set_standing(&mut self, key: &str, value: JsValue) {
-        self.inner.set_standing(key, Js(value));
+        self.inner.set_standing(key, Js::from_js(value));
     }
 
     /// The pending model request's ids (`{turn, step, toolsVersion, messages}`: `messages`
@@ -229,7 +230,7 @@ impl AgentSession {
         invocation: f64,
         value: JsValue,
     ) -> Result<(), JsValue> {
-        self.settle(now, invocation, Settlement::Returned(Js(value)))
+        self.settle(now, invocation, Settlement::Returned(Js::from_js(value)))
     }
 
     /// A handler threw.
@@ -278,7 +279,7 @@ impl AgentSession {
         let mut req = Submit::new(
             "set by the session",
             EndpointId(endpoint as u64),
-            Js(payload),
+            Js::from_js(payload),
         );
         req.wake = opt_bool(&options, "wake").unwrap_or(false);
         req.note = opt_bool(&options, "note").unwrap_or(true);
@@ -390,7 +391,7 @@ impl AgentSession {
             let mut patch = |path: &str, v: &Js| {
                 patches.push(&JsValue::from(i as f64));
                 patches.push(&JsValue::from_str(path));
-                patches.push(&v.0);
+                patches.push(&v.to_js());
             };
             out.push(match strip(m, &mut patch) {
                 Some(stripped) => stripped.to_json(),
@@ -415,7 +416,7 @@ impl AgentSession {
 /// A copy of `m` with its application values replaced by `null` (`None` when it has none);
 /// `patch(path, value)` is told where each belongs.
 fn strip(m: &Message<Js>, patch: &mut impl FnMut(&str, &Js)) -> Option<Message<Js>> {
-    let null = || Js(JsValue::NULL);
+    let null = || Js::Null;
     let strip_result =
         |r: &CallResult<Js>, path: &str, patch: &mut dyn FnMut(&str, &Js)| match &r.outcome {
             CallOutcome::Succeeded { value } => {
@@ -482,13 +483,11 @@ fn call_result_js(r: &CallResult<Js>) -> JsValue {
     match &r.outcome {
         CallOutcome::Succeeded { value } => {
             let stripped = CallResult {
-                outcome: CallOutcome::Succeeded {
-                    value: Js(JsValue::NULL),
-                },
+                outcome: CallOutcome::Succeeded { value: Js::Null },
                 ..r.clone()
             };
             let o = json(&stripped.to_json());
-            set(&o, "value", value.0.clone());
+            set(&o, "value", value.to_js());
             o
         }
         _ => json(&r.to_json()),
@@ -507,7 +506,7 @@ fn mail_js(m: &Mail<Js>) -> JsValue {
         MailItem::Observation { source, value } => {
             let o = base();
             set(&o, "source", source.as_str());
-            set(&o, "value", value.0.clone());
+            set(&o, "value", value.to_js());
             o
         }
         MailItem::LateResult { turn, result } => {
@@ -526,12 +525,12 @@ fn message_js(m: &Message<Js>) -> JsValue {
     let o = match m {
         Message::Admitted(mail) => mail_js(mail),
         Message::Standing { key, value } => {
-            object(&[("key", key.as_str().into()), ("value", value.0.clone())])
+            object(&[("key", key.as_str().into()), ("value", value.to_js())])
         }
         Message::Task { task, input } => {
-            object(&[("task", (task.0 as f64).into()), ("input", input.0.clone())])
+            object(&[("task", (task.0 as f64).into()), ("input", input.to_js())])
         }
-        Message::Steer { input } => object(&[("input", input.0.clone())]),
+        Message::Steer { input } => object(&[("input", input.to_js())]),
         Message::ToolResult { step, result } => {
             let o = call_result_js(result);
             set(&o, "step", step.0 as f64);

@@ -5,7 +5,7 @@
 //! model answers with text. The figure is the session's own cost: (time per turn with N calls −
 //! time per turn with no calls) / N, for all-parallel, all-exclusive and alternating steps; each
 //! figure is the best of three runs.
-//! Run: `cargo run --release -p weft-bench --bin tools-bench`.
+//! Run: `cargo run --release -p weft-bench --bin tools`.
 
 use std::hint::black_box;
 use std::time::{Duration, Instant};
