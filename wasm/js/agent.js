@@ -271,9 +271,19 @@ export class Agent {
     this.interrupt(reason);
   }
 
+  /** close(), then free the session's wasm memory; the agent is unusable afterwards. */
+  dispose() {
+    this.close('agent disposed');
+    clearTimeout(this.#timer);
+    this.#timer = null;
+    this.#s.free();
+    this.#s = null;
+  }
+
   // ----- host plumbing ------------------------------------------------------------------
 
   #call(fn) {
+    if (this.#s === null) throw new WeftError('DISPOSED', 'the agent was disposed');
     try {
       return fn(this.#s, this.#rt.now());
     } finally {
@@ -503,6 +513,7 @@ export class Agent {
   }
 
   #arm() {
+    if (this.#s === null) return;
     const at = this.#s.pollTimeout();
     if (at === undefined || at === null) {
       if (this.#timer) clearTimeout(this.#timer);

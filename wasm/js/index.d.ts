@@ -343,7 +343,11 @@ export class Agent {
   transcript(from?: number): TranscriptMessage[];
   idle(options?: { signal?: AbortSignal }): Promise<void>;
   on(event: 'turn_started' | 'turn_ended' | 'call_finished' | 'mail_queued' | 'model_request' | 'start_call' | 'abort_call' | 'output', listener: (output: Record<string, any>) => void): () => void;
+  /** Withdraws queued tasks (their run() rejects with CLOSED), interrupts the running turn,
+   * asks no model again and detaches from the runtime. Jobs the tools started continue. */
   close(reason?: string): void;
+  /** close(), then free the session's wasm memory; the agent is unusable afterwards. */
+  dispose(): void;
 }
 
 export function createAgent(runtime: Runtime, options?: AgentOptions): Agent;

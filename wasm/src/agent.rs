@@ -386,22 +386,27 @@ impl AgentSession {
     pub fn transcript_json(&self, from: f64) -> Array {
         let from = ms(from) as usize;
         let patches = Array::new();
-        let mut out = Vec::new();
+        let mut text = String::from("[");
         for (i, m) in self.inner.history().iter().skip(from).enumerate() {
-            let mut patch = |path: &str, v: &Js| {
-                patches.push(&JsValue::from(i as f64));
-                patches.push(&JsValue::from_str(path));
-                patches.push(&v.to_js());
+            if i > 0 {
+                text.push(',');
+            }
+            let json = if m.has_values() {
+                let stripped = m.map_values(|path, v| {
+                    patches.push(&JsValue::from(i as f64));
+                    patches.push(&JsValue::from_str(path));
+                    patches.push(&v.to_js());
+                    serde_json::Value::Null
+                });
+                serde_json::to_string(&stripped)
+            } else {
+                serde_json::to_string(m)
             };
-            out.push(match strip(m, &mut patch) {
-                Some(stripped) => stripped.to_json(),
-                None => m.to_json(),
-            });
+            text.push_str(&json.expect("messages serialize to JSON"));
         }
+        text.push(']');
         let result = Array::new();
-        result.push(&JsValue::from_str(
-            &serde_json::to_string(&out).expect("JSON"),
-        ));
+        result.push(&JsValue::from_str(&text));
         result.push(&patches);
         result
     }
@@ -411,71 +416,6 @@ impl AgentSession {
     pub fn transcript_length(&self) -> f64 {
         self.inner.history().len() as f64
     }
-}
-
-/// A copy of `m` with its application values replaced by `null` (`None` when it has none);
-/// `patch(path, value)` is told where each belongs.
-fn strip(m: &Message<Js>, patch: &mut impl FnMut(&str, &Js)) -> Option<Message<Js>> {
-    let null = || Js::Null;
-    let strip_result =
-        |r: &CallResult<Js>, path: &str, patch: &mut dyn FnMut(&str, &Js)| match &r.outcome {
-            CallOutcome::Succeeded { value } => {
-                patch(path, value);
-                CallResult {
-                    outcome: CallOutcome::Succeeded { value: null() },
-                    ..r.clone()
-                }
-            }
-            _ => r.clone(),
-        };
-    Some(match m {
-        Message::Standing { key, value } => {
-            patch("value", value);
-            Message::Standing {
-                key: key.clone(),
-                value: null(),
-            }
-        }
-        Message::Task { task, input } => {
-            patch("input", input);
-            Message::Task {
-                task: *task,
-                input: null(),
-            }
-        }
-        Message::Steer { input } => {
-            patch("input", input);
-            Message::Steer { input: null() }
-        }
-        Message::ToolResult { step, result } => Message::ToolResult {
-            step: *step,
-            result: strip_result(result, "value", patch),
-        },
-        Message::Admitted(mail) => {
-            let item = match &mail.item {
-                MailItem::Observation { source, value } => {
-                    patch("value", value);
-                    MailItem::Observation {
-                        source: source.clone(),
-                        value: null(),
-                    }
-                }
-                MailItem::LateResult { turn, result } => MailItem::LateResult {
-                    turn: *turn,
-                    result: strip_result(result, "result.value", patch),
-                },
-                other => other.clone(),
-            };
-            Message::Admitted(Mail {
-                seq: mail.seq,
-                at: mail.at,
-                item,
-            })
-        }
-        Message::TurnStart { .. } | Message::Assistant { .. } | Message::TurnEnd { .. } => {
-            return None;
-        }
-    })
 }
 
 /// A call result as a JS object; a succeeded call's value is the original JS value.

@@ -21,6 +21,7 @@
 //!   start turns: a submitted task (FIFO), a job submitted with `wake`, an application's
 //!   `wake`. Progress never reaches the session; standing desires are not tasks.
 
+mod json;
 mod model;
 pub mod schema;
 mod session;

@@ -68,11 +68,7 @@ pub enum TurnCause {
 impl TurnCause {
     /// The JSON form: `{"task": n}`, `{"wake": "job", "job": n}` or `{"wake": "app", "reason"}`.
     pub fn to_json(&self) -> Value {
-        match self {
-            TurnCause::Task(t) => json!({"task": t.0}),
-            TurnCause::JobWake(j) => json!({"wake": "job", "job": j.0}),
-            TurnCause::AppWake(r) => json!({"wake": "app", "reason": r}),
-        }
+        serde_json::to_value(self).expect("session types serialize to JSON")
     }
 }
 
@@ -102,12 +98,7 @@ impl TurnEnd {
 
     /// The JSON form: `{"end": name, ...details}`.
     pub fn to_json(&self) -> Value {
-        match self {
-            TurnEnd::Completed => json!({"end": "completed"}),
-            TurnEnd::Interrupted { reason } => json!({"end": "interrupted", "reason": reason}),
-            TurnEnd::ModelFailed { message } => json!({"end": "model_failed", "message": message}),
-            TurnEnd::StepLimit { steps } => json!({"end": "step_limit", "steps": steps}),
-        }
+        serde_json::to_value(self).expect("session types serialize to JSON")
     }
 }
 
@@ -150,11 +141,7 @@ impl ToolCall {
 
     /// The JSON form: `{"id","name","arguments"}`.
     pub fn to_json(&self) -> Value {
-        let mut o = json!({"id": self.id, "name": self.name, "arguments": self.arguments});
-        if let Some(m) = &self.malformed {
-            o["malformed"] = json!(m);
-        }
-        o
+        serde_json::to_value(self).expect("session types serialize to JSON")
     }
 
     /// Parses `{"id"?, "name", "arguments"?}`; `arguments` may be an object or JSON text.
@@ -290,40 +277,7 @@ impl<V: Payload> CallOutcome<V> {
 
     /// The JSON form, as the model sees it: `{"status", "started", ...details}`.
     pub fn to_json(&self) -> Value {
-        let mut o = json!({"status": self.status(), "started": self.started()});
-        match self {
-            CallOutcome::Succeeded { value } => o["value"] = value.to_json(),
-            CallOutcome::Failed { message, code } => {
-                o["message"] = json!(message);
-                if let Some(c) = code {
-                    o["code"] = json!(c);
-                }
-            }
-            CallOutcome::Rejected { code, message } => {
-                o["code"] = json!(code);
-                o["message"] = json!(message);
-            }
-            CallOutcome::NotStarted { reason } => {
-                o["reason"] = json!(reason);
-                o["safeToRetry"] = json!(true);
-            }
-            CallOutcome::Uncertain { reason, evidence } => {
-                o["reason"] = json!(reason);
-                o["evidence"] = json!(evidence.as_str());
-                match evidence {
-                    Evidence::AbortAcknowledged { after_ms } => o["afterMs"] = json!(after_ms),
-                    Evidence::NoSettlement {
-                        waited_ms,
-                        abort_sent,
-                    } => {
-                        o["waitedMs"] = json!(waited_ms);
-                        o["abortSent"] = json!(abort_sent);
-                        o["mayStillBeRunning"] = json!(true);
-                    }
-                }
-            }
-        }
-        o
+        serde_json::to_value(self).expect("session types serialize to JSON")
     }
 }
 
@@ -344,16 +298,7 @@ pub struct CallResult<V> {
 impl<V: Payload> CallResult<V> {
     /// The JSON form: `{"invocation","callId","tool", ...outcome, "jobs"?, "handedOver"?}`.
     pub fn to_json(&self) -> Value {
-        let mut o =
-            json!({"invocation": self.invocation.0, "callId": self.call_id, "tool": self.tool});
-        if let Value::Object(m) = self.outcome.to_json() {
-            o.as_object_mut().expect("object").extend(m);
-        }
-        if !self.jobs.is_empty() {
-            o["jobs"] = json!(self.jobs.iter().map(|j| j.0).collect::<Vec<_>>());
-            o["handedOver"] = json!(true);
-        }
-        o
+        serde_json::to_value(self).expect("session types serialize to JSON")
     }
 }
 
@@ -399,33 +344,7 @@ pub struct Mail<V> {
 impl<V: Payload> Mail<V> {
     /// The JSON form: `{"seq","at","kind", ...item}`.
     pub fn to_json(&self) -> Value {
-        let mut o = json!({"seq": self.seq, "at": self.at, "kind": self.item.kind()});
-        let m = o.as_object_mut().expect("object");
-        match &self.item {
-            MailItem::Job(note) => {
-                m.insert("note".into(), json!(note));
-            }
-            MailItem::Observation { source, value } => {
-                m.insert("source".into(), json!(source));
-                m.insert("value".into(), value.to_json());
-            }
-            MailItem::LateResult { turn, result } => {
-                m.insert("turn".into(), json!(turn.0));
-                m.insert("result".into(), result.to_json());
-            }
-            MailItem::LateJob {
-                turn,
-                invocation,
-                call_id,
-                job,
-            } => {
-                m.insert("turn".into(), json!(turn.0));
-                m.insert("invocation".into(), json!(invocation.0));
-                m.insert("callId".into(), json!(call_id));
-                m.insert("job".into(), json!(job.0));
-            }
-        }
-        o
+        serde_json::to_value(self).expect("session types serialize to JSON")
     }
 }
 
@@ -471,40 +390,7 @@ impl<V: Payload> Message<V> {
 
     /// The JSON form: `{"role", ...}`.
     pub fn to_json(&self) -> Value {
-        let role = self.role();
-        match self {
-            Message::TurnStart { turn, cause } => {
-                json!({"role": role, "turn": turn.0, "cause": cause.to_json()})
-            }
-            Message::Admitted(mail) => {
-                let mut o = mail.to_json();
-                o["role"] = json!(role);
-                o
-            }
-            Message::Standing { key, value } => {
-                json!({"role": role, "key": key, "value": value.to_json()})
-            }
-            Message::Task { task, input } => {
-                json!({"role": role, "task": task.0, "input": input.to_json()})
-            }
-            Message::Steer { input } => json!({"role": role, "input": input.to_json()}),
-            Message::Assistant { step, text, calls } => json!({
-                "role": role, "step": step.0, "text": text,
-                "calls": calls.iter().map(ToolCall::to_json).collect::<Vec<_>>(),
-            }),
-            Message::ToolResult { step, result } => {
-                let mut o = result.to_json();
-                o["role"] = json!(role);
-                o["step"] = json!(step.0);
-                o
-            }
-            Message::TurnEnd { turn, end } => {
-                let mut o = end.to_json();
-                o["role"] = json!(role);
-                o["turn"] = json!(turn.0);
-                o
-            }
-        }
+        serde_json::to_value(self).expect("session types serialize to JSON")
     }
 }
 
@@ -552,51 +438,7 @@ pub enum Output {
 impl Output {
     /// The JSON form, for vectors and logs.
     pub fn to_json(&self) -> Value {
-        match self {
-            Output::TurnStarted {
-                turn,
-                cause,
-                admitted,
-            } => {
-                json!({"output": "turn_started", "turn": turn.0, "cause": cause.to_json(), "admitted": admitted})
-            }
-            Output::ModelRequest { turn, step } => {
-                json!({"output": "model_request", "turn": turn.0, "step": step.0})
-            }
-            Output::AbortModel { step } => json!({"output": "abort_model", "step": step.0}),
-            Output::StartCall {
-                invocation,
-                step,
-                handler,
-                tool,
-                call_id,
-                arguments,
-            } => json!({
-                "output": "start_call", "invocation": invocation.0, "step": step.0,
-                "handler": handler.0, "tool": tool, "callId": call_id, "arguments": arguments,
-            }),
-            Output::AbortCall {
-                invocation,
-                handler,
-            } => {
-                json!({"output": "abort_call", "invocation": invocation.0, "handler": handler.0})
-            }
-            Output::CallFinished { invocation, status } => {
-                json!({"output": "call_finished", "invocation": invocation.0, "status": status})
-            }
-            Output::MailQueued { seq, kind } => {
-                json!({"output": "mail_queued", "seq": seq, "kind": kind})
-            }
-            Output::TurnEnded { turn, end } => {
-                let mut o = end.to_json();
-                o["output"] = json!("turn_ended");
-                o["turn"] = json!(turn.0);
-                o
-            }
-            Output::HandlerReleased { handler } => {
-                json!({"output": "handler_released", "handler": handler.0})
-            }
-        }
+        serde_json::to_value(self).expect("session types serialize to JSON")
     }
 }
 
@@ -670,6 +512,114 @@ impl InterruptStatus {
             InterruptStatus::Ended => "ended",
             InterruptStatus::Stopping => "stopping",
             InterruptStatus::AlreadyInterrupting => "already_interrupting",
+        }
+    }
+}
+
+impl<V> CallOutcome<V> {
+    /// The same outcome with its value (if any) mapped by `f`.
+    pub fn map_value<W>(&self, f: impl FnOnce(&V) -> W) -> CallOutcome<W> {
+        match self {
+            CallOutcome::Succeeded { value } => CallOutcome::Succeeded { value: f(value) },
+            CallOutcome::Failed { message, code } => CallOutcome::Failed {
+                message: message.clone(),
+                code: code.clone(),
+            },
+            CallOutcome::Rejected { code, message } => CallOutcome::Rejected {
+                code: code.clone(),
+                message: message.clone(),
+            },
+            CallOutcome::NotStarted { reason } => CallOutcome::NotStarted {
+                reason: reason.clone(),
+            },
+            CallOutcome::Uncertain { reason, evidence } => CallOutcome::Uncertain {
+                reason: reason.clone(),
+                evidence: evidence.clone(),
+            },
+        }
+    }
+}
+
+impl<V> CallResult<V> {
+    /// The same result with its value (if any) mapped by `f`.
+    pub fn map_value<W>(&self, f: impl FnOnce(&V) -> W) -> CallResult<W> {
+        CallResult {
+            invocation: self.invocation,
+            call_id: self.call_id.clone(),
+            tool: self.tool.clone(),
+            outcome: self.outcome.map_value(f),
+            jobs: self.jobs.clone(),
+        }
+    }
+}
+
+impl<V> Message<V> {
+    /// Whether the message carries application values (task input, results, observations...).
+    pub fn has_values(&self) -> bool {
+        !matches!(
+            self,
+            Message::TurnStart { .. } | Message::Assistant { .. } | Message::TurnEnd { .. }
+        )
+    }
+
+    /// The same message with its application values mapped by `f(path, value)`, where `path`
+    /// names where the value sits in the JSON form: `value`, `input` or `result.value`.
+    pub fn map_values<W>(&self, mut f: impl FnMut(&str, &V) -> W) -> Message<W> {
+        match self {
+            Message::TurnStart { turn, cause } => Message::TurnStart {
+                turn: *turn,
+                cause: cause.clone(),
+            },
+            Message::Admitted(mail) => Message::Admitted(Mail {
+                seq: mail.seq,
+                at: mail.at,
+                item: match &mail.item {
+                    MailItem::Job(note) => MailItem::Job(note.clone()),
+                    MailItem::Observation { source, value } => MailItem::Observation {
+                        source: source.clone(),
+                        value: f("value", value),
+                    },
+                    MailItem::LateResult { turn, result } => MailItem::LateResult {
+                        turn: *turn,
+                        result: result.map_value(|v| f("result.value", v)),
+                    },
+                    MailItem::LateJob {
+                        turn,
+                        invocation,
+                        call_id,
+                        job,
+                    } => MailItem::LateJob {
+                        turn: *turn,
+                        invocation: *invocation,
+                        call_id: call_id.clone(),
+                        job: *job,
+                    },
+                },
+            }),
+            Message::Standing { key, value } => Message::Standing {
+                key: key.clone(),
+                value: f("value", value),
+            },
+            Message::Task { task, input } => Message::Task {
+                task: *task,
+                input: f("input", input),
+            },
+            Message::Steer { input } => Message::Steer {
+                input: f("input", input),
+            },
+            Message::Assistant { step, text, calls } => Message::Assistant {
+                step: *step,
+                text: text.clone(),
+                calls: calls.clone(),
+            },
+            Message::ToolResult { step, result } => Message::ToolResult {
+                step: *step,
+                result: result.map_value(|v| f("value", v)),
+            },
+            Message::TurnEnd { turn, end } => Message::TurnEnd {
+                turn: *turn,
+                end: end.clone(),
+            },
         }
     }
 }

@@ -35,16 +35,16 @@ async function run(turns, n, pick) {
   for (let t = 0; t < turns; t++) {
     // A fresh agent now and then keeps the transcript (memory) bounded.
     if (t % 256 === 255) {
-      agent.close();
-      rt.close();
+      agent.dispose();
+      rt.dispose();
       ({ rt, agent } = agentFor(n, pick));
     }
     const r = await agent.run('task');
     if (r.end !== 'completed' || r.results.length !== n) throw new Error(`unexpected turn: ${JSON.stringify(r).slice(0, 300)}`);
   }
   const ms = performance.now() - t0;
-  agent.close();
-  rt.close();
+  agent.dispose();
+  rt.dispose();
   return ms;
 }
 
@@ -66,9 +66,14 @@ await perTurnUs(0, patterns.parallel, 200); // warm up
 const base = await perTurnUs(0, patterns.parallel);
 console.log(`${'(no calls)'.padEnd(12)} ${'0'.padStart(6)} ${String(base.turns).padStart(8)} ${base.us.toFixed(2).padStart(14)} ${'-'.padStart(14)}`);
 for (const [name, pick] of Object.entries(patterns)) {
+  const perTurn = {};
   for (const n of [1, 8, 64]) {
     const r = await perTurnUs(n, pick);
+    perTurn[n] = r.us;
     const perCall = Math.max(0, r.us - base.us) / n;
     console.log(`${name.padEnd(12)} ${String(n).padStart(6)} ${String(r.turns).padStart(8)} ${r.us.toFixed(2).padStart(14)} ${perCall.toFixed(2).padStart(14)}`);
   }
+  const marginal = (perTurn[64] - perTurn[8]) / 56;
+  console.log(`${name.padEnd(12)} marginal cost of one more call in a step (64 vs 8 calls): ${marginal.toFixed(2)} µs`);
 }
+console.log('µs per call = (turn with N calls − turn without calls) / N; a turn with calls has a second model step, amortized over N.');
