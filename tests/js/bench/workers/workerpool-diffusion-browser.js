@@ -1,2 +1,2 @@
 importScripts('/tests/js/node_modules/workerpool/dist/workerpool.min.js');
-importScripts('/tests/js/bench/workers/workerpool-diffusion.js');
+importScripts('/tests/js/bench/workers/workerpool-diffusion.cjs');

@@ -1,4 +1,4 @@
-// The diffusion loop for workerpool (browser: importScripts; Node: require). workerpool cancels
+// The diffusion loop for workerpool (browser: importScripts; Node: require; one file for both). workerpool cancels
 // by terminating the worker, so the loop needs no yielding.
 (function () {
   const wp = typeof workerpool !== 'undefined' ? workerpool : require('workerpool');
