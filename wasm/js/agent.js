@@ -126,6 +126,29 @@ export class Agent {
     return this.#s.tools();
   }
 
+  /**
+   * The pending model request (`{session, turn, step, toolsVersion, messages, tools}`) while
+   * the agent waits for a model step, else null.
+   */
+  pendingRequest() {
+    return this.#s.phase === 'model_step' ? this.#request() : null;
+  }
+
+  /**
+   * Answers model step `step` yourself with `{text, calls}` — for agents created without a
+   * model (a person, a remote process or a test plays the model), or to pre-empt the model. A
+   * stale step (STALE_STEP) or a malformed answer (INVALID_RESPONSE) throws and changes nothing.
+   */
+  respond(step, response) {
+    const pending = this.#modelCall?.step === step ? this.#modelCall : null;
+    this.#call((s, now) => s.onModelResponseJson(now, step, JSON.stringify(response ?? {})));
+    if (pending) {
+      // The model's own answer is no longer wanted.
+      pending.ac.abort(new WeftError('ANSWERED', 'the step was answered by respond()'));
+      if (this.#modelCall === pending) this.#modelCall = null;
+    }
+  }
+
   /** Submits a task (FIFO); an idle agent starts its turn at once. Returns the task id. */
   submitTask(input) {
     return this.#call((s, now) => s.submitTask(now, input));
@@ -378,31 +401,34 @@ export class Agent {
     this.#emit(o.output, o);
   }
 
-  #ask(o) {
+  #request() {
     this.#sync();
     const req = this.#s.modelRequest();
+    if (req === undefined) return null;
     if (req.toolsVersion !== this.#tools.version) {
       this.#tools = { version: req.toolsVersion, list: this.#s.requestTools().map(({ handler, ...t }) => t) };
     }
-    const ac = new AbortController();
-    const step = o.step;
-    this.#modelCall = { step, ac };
-    const request = {
+    return {
       session: this.id,
-      turn: o.turn,
-      step,
+      turn: req.turn,
+      step: req.step,
       toolsVersion: req.toolsVersion,
       // The transcript so far (read-only: the agent appends to it).
       messages: this.#transcript,
       tools: this.#tools.list,
     };
-    if (this.#closed) return; // a closed agent asks no model; the step stays unanswered
+  }
+
+  #ask(o) {
+    const request = this.#request();
+    const step = o.step;
+    // Without a model the step waits for `respond()`; a closed agent asks no model.
+    if (!this.#model || this.#closed) return;
+    const ac = new AbortController();
+    this.#modelCall = { step, ac };
     const current = () => this.#modelCall?.step === step && !this.#closed;
     Promise.resolve()
-      .then(() => {
-        if (!this.#model) throw new WeftError('NO_MODEL', 'the agent has no model');
-        return this.#model(request, { signal: ac.signal });
-      })
+      .then(() => this.#model(request, { signal: ac.signal }))
       .then(
         (response) => {
           if (!current()) return;

@@ -312,6 +312,7 @@ export type AgentPhase = 'idle' | 'model_step' | 'running_tools' | 'interrupted'
 export interface AgentOptions {
   /** The agent's id: the owner and thread of the jobs its tools start (default "agent"). */
   id?: string;
+  /** Asked at every model step. Without one, each step waits for `agent.respond()`. */
   model?: Model;
   /** How long an interrupt waits for started calls before reporting them uncertain (1000). */
   graceMs?: number;
@@ -325,6 +326,11 @@ export class Agent {
   readonly phase: AgentPhase;
   readonly state: Record<string, unknown>;
   setModel(model: Model): void;
+  /** The pending model request while the agent waits for a model step, else null. */
+  pendingRequest(): ModelRequest | null;
+  /** Answers model step `step` yourself (agents without a model wait for this). Throws
+   * STALE_STEP / INVALID_RESPONSE and changes nothing on a bad answer. */
+  respond(step: number, response: ModelResponse): void;
   registerTool(declaration: ToolDeclaration, handler: ToolHandler): number;
   /** Declares several tools, each a declaration with its `handler` (e.g. a published tool surface). */
   registerTools(tools: Iterable<ToolDeclaration & { handler: ToolHandler }>): number[];

@@ -153,3 +153,38 @@ test('run() with an AbortSignal withdraws a queued task or interrupts its turn; 
   }
   rt.close();
 });
+
+test('without a model, each step waits for respond(): the application plays the model', async () => {
+  const rt = createRuntime();
+  const agent = createAgent(rt);
+  agent.registerTool({ name: 'echo', supportsParallel: true }, (args) => args);
+  const requests = [];
+  agent.on('model_request', () => requests.push(agent.pendingRequest()));
+  const turn = agent.run('hello');
+  eq(agent.phase, 'model_step', 'waiting for an answer');
+  const r1 = agent.pendingRequest();
+  eq([r1.step, r1.tools.map((t) => t.name), r1.messages.map((m) => m.role)], [1, ['echo'], ['turn_start', 'task']], 'the request');
+  try {
+    agent.respond(1, { calls: [{ id: 'x', name: 'echo' }, { id: 'x', name: 'echo' }] });
+    throw new Error('expected INVALID_RESPONSE');
+  } catch (err) {
+    eq(err.code, 'INVALID_RESPONSE', 'duplicate call ids');
+  }
+  eq(agent.phase, 'model_step', 'a refused answer changes nothing');
+  agent.respond(1, { calls: [{ id: 'a', name: 'echo', arguments: { n: 1 } }] });
+  while (agent.phase !== 'model_step') await sleep(1);
+  try {
+    agent.respond(1, { text: 'late' });
+    throw new Error('expected STALE_STEP');
+  } catch (err) {
+    eq(err.code, 'STALE_STEP', 'an answer for an old step');
+  }
+  const r2 = agent.pendingRequest();
+  eq(r2.messages.at(-1).value, { n: 1 }, 'the tool result is in the request');
+  agent.respond(r2.step, { text: 'done' });
+  const r = await turn;
+  eq([r.end, r.text, requests.length], ['completed', 'done', 2], 'the turn');
+  eq(agent.pendingRequest(), null, 'nothing pending');
+  agent.dispose();
+  rt.dispose();
+});
