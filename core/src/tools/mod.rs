@@ -34,7 +34,7 @@ mod tests;
 
 use thiserror::Error;
 
-pub use model::{ModelAdapter, ScriptedModel, SeenRequest, is_model_request};
+pub use model::{ModelAdapter, ScriptedModel, SeenRequest};
 pub use session::{ModelRequest, Session, SessionConfig, SessionStats};
 pub use toolbox::{Snapshot, ToolDecl, ToolEntry, Toolbox};
 pub use types::*;

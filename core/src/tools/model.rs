@@ -1,7 +1,7 @@
 //! The model seam: what a model step is asked and answers, and a deterministic scripted model.
 //!
 //! The core never calls a model itself. A host reads [`Session::model_request`] when the
-//! session emits [`Output::ModelRequest`], asks its model (a network API, a local model, a
+//! session emits [`super::Output::ModelRequest`], asks its model (a network API, a local model, a
 //! script) and reports the answer. [`ModelAdapter`] is that contract for synchronous models;
 //! asynchronous hosts wrap the same request/response shapes in their own async trait.
 
@@ -9,7 +9,7 @@ use std::collections::VecDeque;
 
 use super::ToolsError;
 use super::session::{ModelRequest, Session};
-use super::types::{ModelResponse, Output};
+use super::types::ModelResponse;
 use crate::Millis;
 use crate::value::Payload;
 
@@ -98,9 +98,4 @@ impl<V: Payload> Session<V> {
         }
         Ok(true)
     }
-}
-
-/// Whether an output asks for a model step.
-pub fn is_model_request(o: &Output) -> bool {
-    matches!(o, Output::ModelRequest { .. })
 }

@@ -40,20 +40,28 @@ impl SessionConfig {
 /// What the model is asked in one step: the transcript so far and the step's tool snapshot.
 #[derive(Debug)]
 pub struct ModelRequest<'a, V> {
+    /// The session's id.
     pub session: &'a str,
     pub turn: TurnId,
     pub step: StepId,
+    /// The whole transcript so far (the step's new input is at its end).
     pub messages: &'a [Message<V>],
+    /// The tools this step advertises; the calls it selects run against exactly these.
     pub tools: &'a Snapshot,
 }
 
 /// Counters of what the session did (for tests and diagnostics).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct SessionStats {
+    /// Turns started.
     pub turns: u64,
+    /// Model steps asked (the figure "progress never calls the model" is checked against).
     pub model_requests: u64,
+    /// Handlers started.
     pub calls_started: u64,
+    /// Calls refused before they could start (unknown tool, invalid arguments).
     pub calls_refused: u64,
+    /// Mail items queued.
     pub mail_queued: u64,
 }
 
