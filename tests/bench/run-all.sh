@@ -10,6 +10,8 @@ echo "== registry throughput, native"
 cargo run -q --release -p weft-bench --bin registry 2>/dev/null
 echo "== operation overhead (observe round trips), native"
 cargo run -q --release -p weft-bench --bin ops 2>/dev/null
+echo "== agent scheduling overhead per tool call, native"
+cargo run -q --release -p weft-bench --bin tools 2>/dev/null
 cd tests/js
 echo "== registry throughput, wasm under Node"
 node --expose-gc bench/registry.mjs 2>/dev/null
@@ -19,3 +21,5 @@ echo "== worker round trip (weft vs piscina vs workerpool)"
 node bench/roundtrip.mjs
 echo "== cancel latency (Node and Chromium, weft vs workerpool)"
 node bench/cancel-latency.mjs
+echo "== agent scheduling overhead per tool call, JS agent in Node"
+node bench/tools.bench.mjs

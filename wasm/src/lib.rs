@@ -3,9 +3,11 @@
 //! The bindings translate only: JS values in, core calls, JS values out. The hand-written JS
 //! package (`wasm/js`) adds transports (DOM Worker, `worker_threads`), timers and Promises.
 
+mod agent;
 mod jobs;
 mod js;
 mod ops;
 
+pub use agent::{AgentSession, validate_tool_arguments};
 pub use jobs::JobRegistry;
 pub use ops::OpsApp;
