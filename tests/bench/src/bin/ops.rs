@@ -73,17 +73,26 @@ fn tool_path(n: u64) -> f64 {
     let t = Instant::now();
     for i in 1..=n {
         let args = json!({"writes": {"x": i}, "waitFor": ["y"], "select": ["y"]});
-        let reply = app.call_tool(i, "observe", &args, Actor::new("agent")).unwrap();
-        let ToolReply::Wait { op, .. } = reply else { panic!("a host cell needs the host") };
+        let reply = app
+            .call_tool(i, "observe", &args, Actor::new("agent"))
+            .unwrap();
+        let ToolReply::Wait { op, .. } = reply else {
+            panic!("a host cell needs the host")
+        };
         assert_eq!(drive(&mut app, i), 1);
-        let v = app.tool_op_reply(i, op, "agent", Default::default()).unwrap();
+        let v = app
+            .tool_op_reply(i, op, "agent", Default::default())
+            .unwrap();
         assert_eq!(v["outcome"], "settled");
     }
     t.elapsed().as_secs_f64()
 }
 
 fn main() {
-    let n: u64 = std::env::args().nth(1).and_then(|s| s.parse().ok()).unwrap_or(10_000);
+    let n: u64 = std::env::args()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(10_000);
     let mut best_core = f64::MAX;
     let mut best_tool = f64::MAX;
     let mut per_op = 0.0;
@@ -95,7 +104,11 @@ fn main() {
         best_core = best_core.min(secs);
         let tsecs = tool_path(n);
         best_tool = best_tool.min(tsecs);
-        eprintln!("round {round}: core {:.1} ms, tool {:.1} ms", secs * 1e3, tsecs * 1e3);
+        eprintln!(
+            "round {round}: core {:.1} ms, tool {:.1} ms",
+            secs * 1e3,
+            tsecs * 1e3
+        );
     }
     println!(
         "ops (native): {n} observe round trips (one write, one synchronous cell): core API {:.0} ops/s ({:.2} µs each), \
