@@ -127,6 +127,18 @@ fn tool_schemas_list_the_live_names() {
 }
 
 #[test]
+fn app_tool_schemas_are_enforceable_by_the_agent_toolbox() {
+    // The published app tools can be declared to weft's own agent sessions (and any adapter
+    // that enforces the same JSON Schema subset): no keyword the toolbox would refuse.
+    let mut app: App<Value> = App::new(AppConfig::default());
+    app.load(0, lab_spec()).unwrap();
+    for t in app.tool_definitions() {
+        crate::tools::schema::check_tool_schema(&t.input_schema)
+            .unwrap_or_else(|e| panic!("tool `{}`: {e}", t.name));
+    }
+}
+
+#[test]
 fn invalid_graphs_are_rejected_and_change_nothing() {
     let mut app: App<Value> = App::new(AppConfig::default());
     let mut spec = lab_spec();

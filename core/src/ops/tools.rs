@@ -251,7 +251,7 @@ impl<V: OpsValue, R: BorrowMut<Registry<V>>> App<V, R> {
                     .into(),
                 input_schema: json!({
                     "type": "object",
-                    "properties": {"operation": op_schema, "calc": {"type": "string", "pattern": "^[0-9]+:[0-9]+$"}},
+                    "properties": {"operation": op_schema, "calc": {"type": "string", "description": "\"instance:generation\", e.g. \"1:7\""}},
                     "additionalProperties": false
                 }),
             },

@@ -4,7 +4,7 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import Ajv from 'ajv';
-import { createApp } from 'weft';
+import { createAgent, createApp, scriptedModel } from 'weft';
 import { labSpec, analytic } from '../../../examples/diffusion-lab/src/graph.js';
 
 const diffusionWorker = new URL('../../../examples/diffusion/worker.js', import.meta.url);
@@ -236,5 +236,39 @@ test('headless diffusion lab in Node, driven by the published tools (worker_thre
     record.journal.map((e) => e.type).filter((t) => t !== 'calculation'),
     ['accepted', 'effective', 'hosted', 'processed', 'outcome'],
   );
+  app.dispose();
+});
+
+test("weft's own agent drives the lab through the published app tools (schemas enforced before handlers)", { timeout: 60_000 }, async () => {
+  const app = createApp();
+  app.load(labSpec(app.openWorker(diffusionWorker)));
+  const model = scriptedModel([
+    {
+      calls: [
+        { id: 'c1', name: 'report', arguments: {} },
+        { id: 'c2', name: 'observe', arguments: { writes: { diffusivity: 'hot' }, waitFor: ['errors'] } },
+        { id: 'c3', name: 'observe', arguments: { writes: { diffusivity: 0.4, simTime: 0.003 }, waitFor: ['errors'], selector: 'summary' } },
+      ],
+    },
+    { text: 'done' },
+  ]);
+  const agent = createAgent(app.runtime, { id: 'lab-agent', model });
+  for (const t of app.tools.list()) {
+    agent.registerTool({ name: t.name, description: t.description, parameters: t.inputSchema }, (args, ctx) =>
+      app.tools.call(t.name, args, { by: 'lab-agent', toolCall: ctx.callId, owner: 'lab-agent' }),
+    );
+  }
+  const turn = await agent.run('Set the diffusivity to 0.4 and report the error norms.');
+  assert.equal(turn.end, 'completed');
+  const byId = Object.fromEntries(turn.results.map((r) => [r.callId, r]));
+  assert.equal(byId.c1.status, 'succeeded');
+  assert.deepEqual(Object.keys(byId.c1.value.controls).sort(), ['diffusivity', 'initial', 'points', 'running', 'seed', 'simTime']);
+  // The schema the app published rejects a bad argument before the handler runs.
+  assert.notEqual(byId.c2.status, 'succeeded');
+  assert.equal(byId.c2.started, false);
+  assert.equal(byId.c3.status, 'succeeded', JSON.stringify(byId.c3));
+  assert.equal(byId.c3.value.outcome, 'settled');
+  assert.equal(byId.c3.value.result.diffusivity, 0.4);
+  assert.equal(byId.c3.value.writes[0].toolCall, 'c3');
   app.dispose();
 });
