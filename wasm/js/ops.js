@@ -111,9 +111,15 @@ export class App {
   /** Hot replacement: new cell definitions under a fresh graph instance id. */
   replaceGraph(instance, cells) {
     const specCells = this.#cellSpecs(cells);
-    const computes = this.#register(cells);
-    this.#rt._call((core, now) => core.replaceGraph(now, instance, specCells));
-    this.#computes = computes;
+    const previous = this.#computes;
+    // The new instance's first calculations are dispatched during the call: install first.
+    this.#computes = this.#register(cells);
+    try {
+      this.#rt._call((core, now) => core.replaceGraph(now, instance, specCells));
+    } catch (err) {
+      this.#computes = previous;
+      throw err;
+    }
   }
 
   /** Disposes the graph: calculations end as owner_disposed; controls stay. */

@@ -156,6 +156,32 @@ test('JS host cells: an error keeps the previous value; the operation fails with
   app.dispose();
 });
 
+test('JS host cells: hot replacement mid-run disposes the old calculations; the observation settles on the new instance', async () => {
+  const { app, runs } = hostApp();
+  await tick();
+  runs[0].resolve(2);
+  await until(() => app.cell('stream').state === 'ready', 'initial');
+  const op = app.start({ writes: { a: 2 }, waitFor: ['slow'] });
+  await tick();
+  const old = runs[1];
+  app.replaceGraph(2, [
+    { name: 'slow', deps: ['a', 'b'], compute: ({ a, b }) => 100 * a + b },
+    { name: 'title', deps: ['label'], compute: ({ label }) => label },
+  ]);
+  assert.equal(old.ctx.signal.aborted, true);
+  assert.equal(old.ctx.signal.reason.code, 'OWNER_DISPOSED');
+  const out = await op.wait();
+  assert.equal(out.outcome, 'settled');
+  assert.equal(out.cells.slow.calc.split(':')[0], '2', 'settled on the new instance');
+  assert.equal(app.cell('slow').value, 201);
+  assert.ok(app.inspect(op.id).journal.some((e) => e.type === 'graph_replaced' && e.from === 1 && e.to === 2));
+  assert.throws(() => app.replaceGraph(2, []), (e) => e.code === 'INVALID_ARGUMENT');
+  old.resolve(7); // late: never adopted
+  await tick();
+  assert.equal(app.cell('slow').value, 201);
+  app.dispose();
+});
+
 test('headless diffusion lab in Node, driven by the published tools (worker_threads Worker)', { timeout: 60_000 }, async () => {
   const app = createApp();
   const worker = app.openWorker(diffusionWorker);
