@@ -216,11 +216,16 @@ export class App {
   }
 
   /** @internal */
+  _isFinished(id) {
+    return this.#core.isFinished(id);
+  }
+
+  /** @internal */
   _cancel(id, reason) {
     return this.#rt._call((core, now) => core.cancelOp(now, id, reason));
   }
 
-  /** @internal resolves `resolve(outcome)` when the operation ends. */
+  /** @internal calls `resolve()` when the operation ends. */
   _onFinish(id, resolve) {
     let set = this.#waiters.get(id);
     if (!set) this.#waiters.set(id, (set = new Set()));
@@ -250,7 +255,7 @@ export class App {
     const op = r.wait;
     if (name === 'observe' && args?.selector) this.#selectorOps.set(op, args.selector);
     try {
-      await new Operation(this, op).wait({ timeoutMs: r.waitMs, signal });
+      await new Operation(this, op)._ended({ timeoutMs: r.waitMs, signal });
     } catch (err) {
       if (err?.code !== 'WAIT_TIMED_OUT') throw err;
     }
@@ -440,8 +445,7 @@ export class App {
     const set = this.#waiters.get(o.op);
     if (set) {
       this.#waiters.delete(o.op);
-      const outcome = this.#core.outcome(o.op);
-      for (const resolve of set) resolve(outcome);
+      for (const resolve of set) resolve();
     }
   }
 
@@ -488,9 +492,13 @@ export class Operation {
    * Resolves with the outcome. Aborting `signal` or reaching `timeoutMs` rejects (codes
    * WAIT_CANCELLED / WAIT_TIMED_OUT) and ends only this wait: the operation continues.
    */
-  wait({ signal, timeoutMs } = {}) {
-    const done = this.outcome;
-    if (done) return Promise.resolve(done);
+  wait(options = {}) {
+    return this._ended(options).then(() => this.outcome);
+  }
+
+  /** @internal Resolves (with nothing) when the operation ends; rejects like `wait`. */
+  _ended({ signal, timeoutMs } = {}) {
+    if (this.#app._isFinished(this.id)) return Promise.resolve();
     if (signal?.aborted) {
       return Promise.reject(new WeftError('WAIT_CANCELLED', 'the wait was cancelled', { cause: signal.reason }));
     }
@@ -501,9 +509,9 @@ export class Operation {
         clearTimeout(timer);
         signal?.removeEventListener('abort', onAbort);
       };
-      const off = this.#app._onFinish(this.id, (outcome) => {
+      const off = this.#app._onFinish(this.id, () => {
         cleanup();
-        resolve(outcome);
+        resolve();
       });
       const onAbort = () => {
         cleanup();

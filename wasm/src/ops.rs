@@ -436,6 +436,14 @@ impl OpsApp {
             .map_err(ops_err)?))
     }
 
+    /// Whether the operation has its outcome (`false` for unknown ids too).
+    #[wasm_bindgen(js_name = isFinished)]
+    pub fn is_finished(&self, op: f64) -> bool {
+        self.app
+            .operation(OpId(op as u64))
+            .is_some_and(|o| o.is_finished())
+    }
+
     /// Every retained operation, briefly: `{operation, state, by}`.
     pub fn operations(&self) -> JsValue {
         let list: Vec<_> = self
