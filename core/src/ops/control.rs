@@ -207,14 +207,18 @@ impl ControlKind {
     }
 }
 
-/// Snap arithmetic breeds 0.30000000000000004: round to the decimals the step is written with.
+/// Snap arithmetic breeds 0.30000000000000004: round to the decimals the step is written with
+/// (the fewest decimals that represent the step), with arithmetic only.
 fn round_to_step_precision(x: f64, step: f64) -> f64 {
-    let text = format!("{step}");
-    let decimals = text.split_once('.').map(|(_, d)| d.len()).unwrap_or(0);
-    if text.contains('e') || decimals > 15 {
-        return x;
+    let mut scale = 1.0f64;
+    for _ in 0..=12 {
+        let scaled = step * scale;
+        if (scaled - scaled.round()).abs() <= 1e-9 * scaled.abs().max(1.0) {
+            return (x * scale).round() / scale;
+        }
+        scale *= 10.0;
     }
-    format!("{x:.decimals$}").parse().unwrap_or(x)
+    x
 }
 
 /// A published control: an independent variable people and agents move.
