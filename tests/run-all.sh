@@ -25,6 +25,9 @@ cargo test --workspace
 current=package; stage "build the wasm package"
 wasm/build.sh
 
+current=lab; stage "build the diffusion lab (Vite, against the built package)"
+(cd examples/diffusion-lab && npx vite build --logLevel warn)
+
 current=wasm-node; stage "wasm tests under Node"
 cargo test -p weft-wasm --target wasm32-unknown-unknown
 

@@ -45,6 +45,11 @@ pub fn run_suite(text: &str) -> Result<Vec<VectorResult>, String> {
             .iter()
             .map(crate::actors::vectors::run_vector)
             .collect()),
+        "ops" => Ok(crate::ops::vectors::run_suite(&suite)),
+        "tools" => Ok(vectors
+            .iter()
+            .map(crate::tools::vectors::run_vector)
+            .collect()),
         other => Err(format!("unknown suite kind `{other}`")),
     }
 }
@@ -161,7 +166,8 @@ fn str_arg(step: &Value, key: &str, default: &str) -> String {
     step[key].as_str().unwrap_or(default).to_owned()
 }
 
-fn apply_jobs_step(
+/// Applies one registry op of a vector (shared by suites that drive a registry too).
+pub(crate) fn apply_jobs_step(
     reg: &mut Registry<Value>,
     at: u64,
     op: &str,

@@ -9,11 +9,15 @@
 //! * [`actors`] — agent chat as a persisted graph of actor nodes: spawn lineage, metathread,
 //!   wait graph, close-out policy, projections; the storage seam its hosts implement.
 //! * [`jobs`] — the portable job registry and the Worker endpoint protocol.
+//! * [`ops`] — published controls, the cell graph, calculations and operations.
+//! * [`tools`] — agent sessions: the parallel tool scheduler, turn state and mailbox admission.
 //! * [`conformance`] — the data-driven vectors every host runs against this core.
 
 pub mod actors;
 pub mod conformance;
 pub mod jobs;
+pub mod ops;
+pub mod tools;
 pub mod value;
 
 /// Milliseconds on the host's monotonic clock. The core never reads a clock itself.

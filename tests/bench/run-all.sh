@@ -10,10 +10,18 @@ echo "== registry throughput, native"
 cargo run -q --release -p weft-bench --bin registry 2>/dev/null
 echo "== actor graph: durable spawns/messages vs the raw fsync rate, audit walk"
 cargo run -q --release -p weft-bench --bin actors 2>/dev/null
+echo "== operation overhead (observe round trips), native"
+cargo run -q --release -p weft-bench --bin ops 2>/dev/null
+echo "== agent scheduling overhead per tool call, native"
+cargo run -q --release -p weft-bench --bin tools 2>/dev/null
 cd tests/js
 echo "== registry throughput, wasm under Node"
 node --expose-gc bench/registry.mjs 2>/dev/null
+echo "== operation overhead (observe round trips), wasm under Node"
+node --expose-gc bench/ops.mjs 2>/dev/null
 echo "== worker round trip (weft vs piscina vs workerpool)"
 node bench/roundtrip.mjs
 echo "== cancel latency (Node and Chromium, weft vs workerpool)"
 node bench/cancel-latency.mjs
+echo "== agent scheduling overhead per tool call, JS agent in Node"
+node bench/tools.bench.mjs

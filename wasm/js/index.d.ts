@@ -187,6 +187,7 @@ export function createRuntime(options?: { now?: () => number; firstJobId?: numbe
 /** Bytes of wasm linear memory in use by the core (it grows, never shrinks). */
 export function wasmMemoryBytes(): number;
 
+<<<<<<< HEAD
 // ----- actor graph -------------------------------------------------------------------------
 
 /** Harness variables (`ACTOR_AGENTIC_UI`, `ACTOR_GRAPH_EPOCHS`, `ACTOR_WAIT_GRAPH`, `ACTOR_NODE_STORE`, `GIT_CLOSEOUT`, deprecated `PROJECT_INBOX*`). */
@@ -271,3 +272,384 @@ export class ActorStore {
 export function openActorStore(options?: { backend?: 'indexeddb' | 'memory'; name?: string; config?: ActorConfig; title?: string }): Promise<ActorStore>;
 /** Deletes an IndexedDB actor store. */
 export function deleteActorStore(name?: string): Promise<void>;
+=======
+// ----- operations: change published controls, observe the consequences ----------------------
+
+export type ControlScalar = number | string | boolean;
+
+export type ControlSpec = {
+  name: string;
+  scope?: string;
+  description?: string;
+  value: ControlScalar;
+} & (
+  | { type: 'number'; min?: number; max?: number; step?: number; unit?: string }
+  | { type: 'enum'; options: ControlScalar[] }
+  | { type: 'boolean' }
+  | { type: 'string' }
+);
+
+export type Effect =
+  | { set: string; to: { value: ControlScalar } | { arg: string } | { increment: number } }
+  | { rerun: string };
+
+export interface ActionSpec {
+  name: string;
+  scope?: string;
+  description?: string;
+  params?: ({ name: string; required?: boolean; description?: string } & Omit<ControlSpec, 'name' | 'scope' | 'value' | 'description'>)[];
+  /** Declared effects: validated together and applied all-or-nothing. */
+  effects: Effect[];
+}
+
+export interface CellContext<P = unknown> {
+  /** "instance:generation" of this calculation. */
+  calc: string;
+  /** Aborted when the calculation is superseded, held or its graph disposed. */
+  signal: AbortSignal;
+  /** The cell's last final value. */
+  previous: P | undefined;
+  progress(fraction: number): void;
+  partial(value: P): void;
+}
+
+export interface CellSpec {
+  name: string;
+  scope?: string;
+  description?: string;
+  /** Control or cell names, or `{key, from}` to read `from` under `key`. */
+  deps?: (string | { key: string; from: string })[];
+  /** Constant input fields (e.g. a Worker's tuning). */
+  constants?: Record<string, unknown>;
+  /** The cell holds (nothing runs) unless `control` has one of the `open` values. */
+  gate?: { control: string; open: ControlScalar[] };
+  /** Host compute: a value, a Promise, or an AsyncIterable of partials. */
+  compute?: (inputs: any, ctx: CellContext) => unknown;
+  /** Or: run as a Worker job on this endpoint (the inputs are the run payload). */
+  worker?: Endpoint | number;
+}
+
+export type CellState = 'unresolved' | 'pending' | 'streaming' | 'refreshing' | 'held' | 'ready' | 'errored';
+
+export interface CellView<T = unknown> {
+  state: CellState;
+  /** The latest value (survives errors and holds). */
+  value: T | undefined;
+  valueCalc: string | null;
+  valueRevision: number | null;
+  /** Not a partial, nor derived from one. */
+  final: boolean;
+  /** Computed from the current version of every control it depends on. */
+  upToDate: boolean;
+  /** The calculation in flight. */
+  calc: string | null;
+  progress: number | null;
+  error: { cell: string; calc: string; message: string; code: string | null } | null;
+  /** Control → the revision of the value this cell value was computed from. */
+  provenance: Record<string, number>;
+}
+
+export interface Snapshot {
+  revision: number;
+  instance: number;
+  controls: Record<string, ControlScalar>;
+  versions: Record<string, number>;
+  cells: Record<string, CellView>;
+}
+
+export interface Receipt {
+  write: number;
+  control: string;
+  requested: ControlScalar;
+  accepted: ControlScalar;
+  adjusted: ('snapped' | 'clamped')[];
+  status: 'staged' | 'effective' | 'overwritten' | 'discarded';
+  revision?: number;
+  changed?: boolean;
+  overwrittenBy?: number;
+  by: string;
+  operation?: number;
+  invocation?: number;
+  toolCall?: string;
+  acceptedAt: number;
+}
+
+export type OpOutcomeKind = 'settled' | 'superseded' | 'failed' | 'cancelled' | 'timed_out';
+
+export interface OpOutcome<R = unknown> {
+  operation: number;
+  outcome: OpOutcomeKind;
+  message: string;
+  revision: number;
+  at: number;
+  writes: Receipt[];
+  /** The relevant controls at `revision`: what the result corresponds to. */
+  inputs: Record<string, ControlScalar>;
+  cells: Record<string, { state: CellState | null; valueCalc: string | null; processed: boolean; calc: string | null; noop: boolean | null }>;
+  calculations: string[];
+  /** Named outputs or the selector's return value (settled only). */
+  result?: R;
+  superseded?: {
+    stage: 'before_effective' | 'before_execution' | 'during_execution';
+    by: Receipt[];
+    changedInputs: string[];
+    calculations: { cell: string; calc: string; state: string }[];
+  };
+  failures?: { reason: 'errored' | 'held' | 'removed'; cell?: string; calc?: string | null; message: string; code?: string | null }[];
+  intervening?: Receipt[];
+  job?: number;
+}
+
+export interface ObserveRequest {
+  writes?: Record<string, ControlScalar>;
+  waitFor?: string[];
+  select?: string[];
+  selector?: string;
+  onSupersede?: 'end' | 'follow';
+  onFailure?: 'end' | 'collect';
+  timeoutMs?: number;
+  by?: string;
+  toolCall?: string;
+  signal?: AbortSignal;
+}
+
+export interface ToolDefinition {
+  name: 'report' | 'set' | 'act' | 'observe' | 'wait' | 'inspect' | 'cancel';
+  description: string;
+  inputSchema: Record<string, unknown>;
+}
+
+export class Operation<R = unknown> {
+  readonly id: number;
+  readonly outcome: OpOutcome<R> | null;
+  inspect(): Record<string, unknown>;
+  /** Ends only this wait on abort/timeout (WAIT_CANCELLED / WAIT_TIMED_OUT). */
+  wait(options?: { signal?: AbortSignal; timeoutMs?: number }): Promise<OpOutcome<R>>;
+  /** Cancels the observation only; returns the outcome name. */
+  cancel(reason?: string): OpOutcomeKind;
+}
+
+export class App {
+  readonly runtime: Runtime;
+  readonly revision: number;
+  openWorker(specifier: string | URL | Worker, options?: WorkerOptions): Endpoint;
+  openLocal(fn: (payload: any, ctx: LocalContext) => unknown, options?: EndpointOptions & { input?: boolean }): Endpoint;
+  load(spec: {
+    controls?: ControlSpec[];
+    actions?: ActionSpec[];
+    cells?: CellSpec[];
+    selectors?: Record<string, ((snapshot: Snapshot, outcome: OpOutcome) => unknown) | { description?: string; select: (snapshot: Snapshot, outcome: OpOutcome) => unknown }>;
+  }): void;
+  replaceGraph(instance: number, cells: CellSpec[]): void;
+  disposeGraph(): void;
+  flush(): number | undefined;
+  set(name: string, value: ControlScalar, options?: { by?: string; toolCall?: string }): Receipt;
+  setMany(writes: Record<string, ControlScalar>, options?: { by?: string; toolCall?: string }): Receipt[];
+  act(name: string, args?: Record<string, ControlScalar>, options?: { by?: string; toolCall?: string }): { invocation: number; writes: Receipt[] };
+  start<R = unknown>(request: ObserveRequest): Operation<R>;
+  /** Aborting `signal` cancels the observation (never the calculations) and rejects. */
+  observe<R = unknown>(request: ObserveRequest): Promise<OpOutcome<R>>;
+  operation<R = unknown>(id: number): Operation<R>;
+  submitTask(cell: string, overrides?: Record<string, ControlScalar>, options?: { owner?: string; origin?: Origin; toolCall?: string }): Job;
+  readonly tools: {
+    list(): ToolDefinition[];
+    call(name: string, args?: Record<string, unknown>, options?: { by?: string; toolCall?: string; owner?: string; signal?: AbortSignal }): Promise<any>;
+  };
+  snapshot(): Snapshot;
+  cell<T = unknown>(name: string): CellView<T>;
+  report(options?: { full?: boolean }): Record<string, unknown>;
+  inspect(op: number): Record<string, unknown>;
+  operations(): { operation: number; state: OpOutcomeKind | 'waiting'; by: string }[];
+  calc(id: string): Record<string, unknown>;
+  calcsOf(cell: string): string[];
+  receipt(write: number): Receipt | undefined;
+  retained(): { calcs: number; writes: number; operations: number };
+  subscribe(listener: (app: App) => void): () => void;
+  dispose(): void;
+}
+
+export function createApp(options?: { now?: () => number; instance?: number; firstOp?: number; firstJobId?: number }): App;
+// ----- agent sessions -------------------------------------------------------------------
+
+/** A tool as declared to an agent (the handler is bound separately). */
+export interface ToolDeclaration {
+  /** 1-64 characters from [A-Za-z0-9_-]. */
+  name: string;
+  description?: string;
+  /** JSON Schema of the arguments: an object schema in weft's enforced subset (no `pattern`,
+   * no `$ref`); a schema weft cannot enforce is refused with INVALID_SCHEMA. */
+  parameters?: Record<string, unknown>;
+  /** Adjacent calls of parallel tools overlap; others run alone (default false). */
+  supportsParallel?: boolean;
+  /** The handler may start background jobs with `ctx.submitJob` (default false). */
+  mayStartJob?: boolean;
+  /** An interrupt may abort the handler's `ctx.signal` (default false: it is left running). */
+  safeToCancel?: boolean;
+}
+
+export interface ToolCallContext {
+  invocation: number;
+  callId: string;
+  tool: string;
+  step: number;
+  /** Aborted when the step is interrupted and the tool is declared `safeToCancel`. A handler
+   * that rejects after the abort acknowledges it (the call is reported `uncertain`). */
+  signal: AbortSignal;
+  /** `{thread, turn, toolCall}` of this call. */
+  readonly origin: Origin;
+  /** Starts a job owned by the agent with this call as its origin (tools declared
+   * `mayStartJob` only). The job outlives the call and the turn. */
+  submitJob<T = unknown>(endpoint: Endpoint | number, payload: unknown, options?: { wake?: boolean; note?: boolean; reuseKey?: string }): Job<T>;
+}
+
+export type ToolHandler = (args: any, ctx: ToolCallContext) => unknown | Promise<unknown>;
+
+export interface ModelToolCall {
+  /** Unique within the step; assigned when absent. */
+  id?: string;
+  name: string;
+  /** An object, or JSON text (as most model APIs send it). */
+  arguments?: Record<string, unknown> | string;
+}
+
+export interface ModelResponse {
+  text?: string | null;
+  calls?: ModelToolCall[];
+}
+
+export interface ModelRequest {
+  session: string;
+  turn: number;
+  step: number;
+  toolsVersion: number;
+  /** The transcript so far. Read-only. */
+  messages: TranscriptMessage[];
+  /** The tools this step advertises (its snapshot). */
+  tools: Required<ToolDeclaration>[];
+}
+
+export type Model = (request: ModelRequest, options: { signal: AbortSignal }) => ModelResponse | Promise<ModelResponse>;
+
+export type CallStatus = 'succeeded' | 'failed' | 'rejected' | 'not_started' | 'uncertain';
+
+/** One call's result, in model order. */
+export interface CallResult {
+  invocation: number;
+  callId: string;
+  tool: string;
+  status: CallStatus;
+  /** Whether the handler started (its effects may have happened). */
+  started: boolean;
+  value?: unknown;
+  message?: string;
+  code?: string;
+  reason?: string;
+  /** not_started: nothing happened. */
+  safeToRetry?: boolean;
+  /** uncertain: `abort_acknowledged` or `no_settlement`. */
+  evidence?: 'abort_acknowledged' | 'no_settlement';
+  /** Jobs the call started; they continue independently of the call and the turn. */
+  jobs?: number[];
+  handedOver?: boolean;
+  [field: string]: unknown;
+}
+
+export interface Mail {
+  seq: number;
+  at: number;
+  kind: 'job' | 'observation' | 'late_result' | 'late_job';
+  note?: Note;
+  source?: string;
+  value?: unknown;
+  result?: CallResult;
+  [field: string]: unknown;
+}
+
+export type TranscriptMessage =
+  | { role: 'turn_start'; turn: number; cause: { task: number } | { wake: 'job'; job: number } | { wake: 'app'; reason: string } }
+  | ({ role: 'mail' } & Mail)
+  | { role: 'standing'; key: string; value: unknown }
+  | { role: 'task'; task: number; input: unknown }
+  | { role: 'steer'; input: unknown }
+  | { role: 'assistant'; step: number; text: string | null; calls: { id: string; name: string; arguments: unknown }[] }
+  | ({ role: 'tool_result'; step: number } & CallResult)
+  | { role: 'turn_end'; turn: number; end: TurnEnd; reason?: string; message?: string; steps?: number };
+
+export type TurnEnd = 'completed' | 'interrupted' | 'model_failed' | 'step_limit';
+
+export interface TurnResult {
+  task: number;
+  turn: number;
+  end: TurnEnd;
+  reason?: string;
+  message?: string;
+  /** The model's last text in the turn. */
+  text: string | null;
+  /** Every call result of the turn, in model order per step. */
+  results: CallResult[];
+  messages: TranscriptMessage[];
+}
+
+export type AgentPhase = 'idle' | 'model_step' | 'running_tools' | 'interrupted';
+
+export interface AgentOptions {
+  /** The agent's id: the owner and thread of the jobs its tools start (default "agent"). */
+  id?: string;
+  /** Asked at every model step. Without one, each step waits for `agent.respond()`. */
+  model?: Model;
+  /** How long an interrupt waits for started calls before reporting them uncertain (1000). */
+  graceMs?: number;
+  /** Model steps per turn before the turn ends with `step_limit` (64). */
+  maxSteps?: number;
+}
+
+/** One agent session: one authoritative turn state machine. */
+export class Agent {
+  readonly id: string;
+  readonly phase: AgentPhase;
+  readonly state: Record<string, unknown>;
+  setModel(model: Model): void;
+  /** The pending model request while the agent waits for a model step, else null. */
+  pendingRequest(): ModelRequest | null;
+  /** Answers model step `step` yourself (agents without a model wait for this). Throws
+   * STALE_STEP / INVALID_RESPONSE and changes nothing on a bad answer. */
+  respond(step: number, response: ModelResponse): void;
+  registerTool(declaration: ToolDeclaration, handler: ToolHandler): number;
+  /** Declares several tools, each a declaration with its `handler` (e.g. a published tool surface). */
+  registerTools(tools: Iterable<ToolDeclaration & { handler: ToolHandler }>): number[];
+  unregisterTool(name: string): void;
+  tools(): { version: number; tools: (Required<ToolDeclaration> & { handler: number })[] };
+  submitTask(input: unknown): number;
+  /** Submits a task and resolves when its turn ends (rejects with CLOSED if the agent closes first). */
+  run(input: unknown, options?: { signal?: AbortSignal }): Promise<TurnResult>;
+  cancelTask(task: number): void;
+  steer(input: unknown): void;
+  wake(reason?: string): void;
+  interrupt(reason?: string): 'not_running' | 'ended' | 'stopping' | 'already_interrupting';
+  postObservation(source: string, value: unknown): number;
+  setStanding(key: string, value: unknown): void;
+  mailbox(): Mail[];
+  transcript(from?: number): TranscriptMessage[];
+  idle(options?: { signal?: AbortSignal }): Promise<void>;
+  on(event: 'turn_started' | 'turn_ended' | 'call_finished' | 'mail_queued' | 'model_request' | 'start_call' | 'abort_call' | 'output', listener: (output: Record<string, any>) => void): () => void;
+  /** Withdraws queued tasks (their run() rejects with CLOSED), interrupts the running turn,
+   * asks no model again and detaches from the runtime. Jobs the tools started continue. */
+  close(reason?: string): void;
+  /** close(), then free the session's wasm memory; the agent is unusable afterwards. */
+  dispose(): void;
+}
+
+export function createAgent(runtime: Runtime, options?: AgentOptions): Agent;
+
+/** A deterministic model answering with `responses` in order (then SCRIPT_EXHAUSTED). */
+export function scriptedModel(
+  responses?: (ModelResponse | ((request: ModelRequest) => ModelResponse))[],
+): Model & {
+  requests: { turn: number; step: number; messages: number; tools: string[]; toolsVersion: number }[];
+  push(...responses: (ModelResponse | ((request: ModelRequest) => ModelResponse))[]): void;
+  remaining(): number;
+};
+
+/** Validates arguments with weft's schema rules: `{ok, errors}` (INVALID_SCHEMA if unsupported). */
+export function validateToolArguments(schema: Record<string, unknown>, args: unknown): { ok: boolean; errors: string[] };
+>>>>>>> main

@@ -37,10 +37,19 @@ export class Runtime {
   #waits = new Map();
   #subs = new Map();
   #listeners = { finished: new Set(), note: new Set(), wake: new Set() };
+  #extra = null;
+  #pumped = null;
 
-  constructor({ now = defaultNow, firstJobId } = {}) {
-    this.#reg = new JobRegistry(firstJobId);
+  /**
+   * `core` (internal): an object with the JobRegistry interface to drive instead of a fresh
+   * registry (an app's OpsApp); `onOutput` receives the outputs the runtime does not handle;
+   * `onPumped` runs after every pump (state may have changed).
+   */
+  constructor({ now = defaultNow, firstJobId, core, onOutput, onPumped } = {}) {
+    this.#reg = core ?? new JobRegistry(firstJobId);
     this.#now = now;
+    this.#extra = onOutput ?? null;
+    this.#pumped = onPumped ?? null;
   }
 
   /** The current time on the runtime's clock (ms). */
@@ -230,7 +239,7 @@ export class Runtime {
 
   /** @internal Carries out every pending output, then re-arms the timer. */
   _pump() {
-    if (this.#pumping) return;
+    if (this.#pumping || !this.#reg) return;
     this.#pumping = true;
     try {
       for (;;) {
@@ -242,9 +251,12 @@ export class Runtime {
       this.#pumping = false;
     }
     this.#arm();
+    this.#pumped?.();
   }
 
   #call(fn) {
+    // Transport events can still arrive after dispose() (a Worker's exit): nothing to record.
+    if (!this.#reg) return undefined;
     try {
       return fn(this.#reg, this.#now());
     } finally {
@@ -279,6 +291,8 @@ export class Runtime {
       case 'wake':
         for (const l of this.#listeners.wake) safely(l, { owner: o.owner, job: o.job });
         break;
+      default:
+        this.#extra?.(o);
     }
   }
 

@@ -87,7 +87,7 @@ fn ms(now: f64) -> u64 {
 /// caller chooses (the JS runtime uses `performance.now()`).
 #[wasm_bindgen]
 pub struct JobRegistry {
-    inner: Registry<Js>,
+    pub(crate) inner: Registry<Js>,
     owner_strings: std::collections::HashMap<String, JsValue>,
 }
 
@@ -618,7 +618,7 @@ impl JobRegistry {
         v
     }
 
-    fn output_js(&mut self, o: Output<Js>) -> JsValue {
+    pub(crate) fn output_js(&mut self, o: Output<Js>) -> JsValue {
         let none = JsValue::UNDEFINED;
         match o {
             Output::Send { endpoint, request } => {

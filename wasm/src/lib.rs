@@ -4,8 +4,12 @@
 //! package (`wasm/js`) adds transports (DOM Worker, `worker_threads`), timers and Promises.
 
 mod actors;
+mod agent;
 mod jobs;
 mod js;
+mod ops;
 
 pub use actors::{ActorGraphJs, actor_config};
+pub use agent::{AgentSession, validate_tool_arguments};
 pub use jobs::JobRegistry;
+pub use ops::OpsApp;

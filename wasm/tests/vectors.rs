@@ -7,6 +7,8 @@ use wasm_bindgen_test::*;
 const SUITES: &[(&str, &str)] = &[
     ("jobs", include_str!("../../tests/vectors/jobs.json")),
     ("actors", include_str!("../../tests/vectors/actors.json")),
+    ("ops", include_str!("../../tests/vectors/ops.json")),
+    ("tools", include_str!("../../tests/vectors/tools.json")),
 ];
 
 #[wasm_bindgen_test]

@@ -1,0 +1,1030 @@
+//! Operations: accepted writes + a wait set + a result selection, correlated with the
+//! calculations the writes cause. Same [`App`] struct as `app.rs`.
+//!
+//! Correlation is by provenance, not by time: an awaited cell is *processed* for an operation
+//! when nothing is in flight for it, its value is final, and that value was computed from the
+//! current version of every control it depends on. Writes in one batch share a revision; a
+//! relevant write in a later batch supersedes the request (or, under `follow`, is recorded as
+//! intervening). A global tick is never evidence: unrelated controls are not in the
+//! operation's relevant set, and unrelated cells are not in its closure.
+
+use std::sync::Arc;
+
+use std::borrow::BorrowMut;
+
+use serde_json::{Value, json};
+
+use super::app::{App, reg_mut};
+use super::control::ControlValue;
+use super::types::*;
+use super::{OpsError, OpsValue};
+use crate::Millis;
+use crate::jobs::{JobId, Origin, Registry, Submit, wire::WireRequest};
+use crate::value::Payload;
+
+/// What an operation returns when it settles.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum Selection {
+    /// Just the outcome record.
+    #[default]
+    None,
+    /// These controls and cells, read from the settled snapshot.
+    Outputs(Vec<String>),
+    /// A registered pure function, run by the host over the settled snapshot and the outcome
+    /// record ([`App::record_result`] stores what it returned).
+    Selector(String),
+}
+
+/// A request to change controls and observe the consequences.
+#[derive(Clone, Debug)]
+pub struct ObserveRequest<P> {
+    /// Validated all before any is applied; applied in one batch.
+    pub writes: Vec<(String, P)>,
+    /// The cells whose processing the operation awaits.
+    pub wait_for: Vec<String>,
+    pub select: Selection,
+    pub on_supersede: OnSupersede,
+    pub on_failure: OnFailure,
+    /// Ends the observation as `timed_out` (the calculations continue).
+    pub timeout_ms: Option<Millis>,
+    pub actor: Actor,
+}
+
+impl<P> ObserveRequest<P> {
+    /// A request with the default policies (end on supersession, end on failure).
+    pub fn new(writes: Vec<(String, P)>, wait_for: Vec<String>) -> Self {
+        ObserveRequest {
+            writes,
+            wait_for,
+            select: Selection::None,
+            on_supersede: OnSupersede::End,
+            on_failure: OnFailure::End,
+            timeout_ms: None,
+            actor: Actor::new("agent"),
+        }
+    }
+}
+
+/// Why and how an operation was superseded.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SupersedeInfo {
+    pub stage: SupersedeStage,
+    /// The later writes that replaced the request.
+    pub by: Vec<WriteId>,
+    /// The inputs they changed.
+    pub controls: Vec<String>,
+    /// The calculations linked to the request when it ended: `(cell, calc, state)`.
+    pub calculations: Vec<(String, CalcId, &'static str)>,
+}
+
+/// The terminal record of an operation.
+#[derive(Clone, Debug)]
+pub struct OpOutcome<V> {
+    pub kind: OpOutcomeKind,
+    pub at: Millis,
+    /// The revision of the state the outcome describes (the snapshot's, when settled).
+    pub revision: Revision,
+    pub message: String,
+    /// Named outputs, or what the host's selector returned.
+    pub result: Option<V>,
+    /// The relevant controls' values at `revision`: what the result corresponds to.
+    pub inputs: Vec<(String, ControlValue)>,
+    /// Per awaited cell, in wait-set order.
+    pub cells: Vec<CellOutcome>,
+    pub superseded: Option<SupersedeInfo>,
+    pub failures: Vec<FailureReason>,
+    /// Relevant writes that took effect after the request (under `follow`).
+    pub intervening: Vec<WriteId>,
+}
+
+/// An awaited cell when its operation ended.
+#[derive(Clone, Debug, PartialEq)]
+pub struct CellOutcome {
+    pub name: String,
+    /// `None` once the cell no longer exists (graph replaced or disposed).
+    pub state: Option<CellState>,
+    /// The calculation of the cell's latest value.
+    pub value_calc: Option<CalcId>,
+    /// `(calc, noop)` when the cell was processed for the request.
+    pub processed: Option<(CalcId, bool)>,
+}
+
+/// One operation: its request, correlation state, journal and outcome.
+#[derive(Clone, Debug)]
+pub struct Operation<V> {
+    pub id: OpId,
+    pub actor: Actor,
+    pub created_at: Millis,
+    pub writes: Vec<WriteId>,
+    pub(crate) wait: Vec<usize>,
+    pub wait_names: Vec<String>,
+    pub select: Selection,
+    pub on_supersede: OnSupersede,
+    pub on_failure: OnFailure,
+    pub deadline: Option<Millis>,
+    pub(crate) relevant: Vec<usize>,
+    pub(crate) closure: Vec<usize>,
+    /// The revision at which the writes took effect.
+    pub effective: Option<Revision>,
+    pub(crate) linked: Vec<CalcId>,
+    pub(crate) processed: Vec<Option<(CalcId, bool)>>,
+    pub(crate) failures: Vec<Option<FailureReason>>,
+    pub(crate) intervening: Vec<WriteId>,
+    /// The registry job hosting this observation, once hosted.
+    pub job: Option<JobId>,
+    pub(crate) wire: Option<u64>,
+    pub journal: Vec<OpEvent>,
+    pub outcome: Option<OpOutcome<V>>,
+}
+
+impl<V> Operation<V> {
+    fn push(&mut self, at: Millis, revision: Revision, kind: OpEventKind) {
+        let seq = self.journal.len() as u32 + 1;
+        self.journal.push(OpEvent {
+            seq,
+            at,
+            revision,
+            kind,
+        });
+    }
+
+    /// Whether the operation has its outcome.
+    pub fn is_finished(&self) -> bool {
+        self.outcome.is_some()
+    }
+}
+
+impl<V: OpsValue, R: BorrowMut<Registry<V>>> App<V, R> {
+    /// Starts an operation: validates everything (wait set, selection, every write) before
+    /// staging anything; the writes become effective at the next [`App::flush`].
+    pub fn observe<P: Payload>(
+        &mut self,
+        now: Millis,
+        req: ObserveRequest<P>,
+    ) -> Result<OpId, OpsError> {
+        self.begin();
+        if req.writes.is_empty() && req.wait_for.is_empty() {
+            return Err(OpsError::InvalidArgument(
+                "an operation needs writes, cells to wait for, or both".into(),
+            ));
+        }
+        let mut wait = Vec::new();
+        for n in &req.wait_for {
+            let x = self.cell_index(n)?;
+            if !wait.contains(&x) {
+                wait.push(x);
+            }
+        }
+        match &req.select {
+            Selection::None => {}
+            Selection::Outputs(names) => {
+                for n in names {
+                    if !self.names.contains_key(n) {
+                        let mut known: Vec<String> =
+                            self.controls.iter().map(|c| c.name.clone()).collect();
+                        known.extend(self.cells.iter().map(|c| c.name.clone()));
+                        return Err(OpsError::InvalidArgument(format!(
+                            "cannot select `{n}`: not a control or cell; names: {}",
+                            known.join(", ")
+                        )));
+                    }
+                }
+            }
+            Selection::Selector(s) => {
+                if !self.selectors.iter().any(|x| &x.name == s) {
+                    return Err(OpsError::UnknownSelector {
+                        name: s.clone(),
+                        known: self.selectors.iter().map(|x| x.name.clone()).collect(),
+                    });
+                }
+            }
+        }
+        let mut controls = Vec::with_capacity(req.writes.len());
+        for (name, value) in &req.writes {
+            let c = self.validate_write(name, value)?.0;
+            if controls.contains(&c) {
+                return Err(OpsError::InvalidArgument(format!(
+                    "`{name}` is written twice in one operation; give one value per control"
+                )));
+            }
+            controls.push(c);
+        }
+        let id = OpId(self.next_op);
+        self.next_op += 1;
+        let writes = self.stage_writes(now, &req.writes, &req.actor, Some(id), None)?;
+        let (closure, relevant) = self.scope_of(&wait, &mut controls);
+        let deadline = req.timeout_ms.map(|t| now.saturating_add(t));
+        let n = wait.len();
+        let mut op = Operation {
+            id,
+            actor: req.actor,
+            created_at: now,
+            writes: writes.clone(),
+            wait_names: wait.iter().map(|&x| self.cells[x].name.clone()).collect(),
+            wait,
+            select: req.select,
+            on_supersede: req.on_supersede,
+            on_failure: req.on_failure,
+            deadline,
+            relevant,
+            closure,
+            effective: None,
+            linked: Vec::new(),
+            processed: vec![None; n],
+            failures: vec![None; n],
+            intervening: Vec::new(),
+            job: None,
+            wire: None,
+            journal: Vec::with_capacity(6),
+            outcome: None,
+        };
+        op.push(now, self.revision, OpEventKind::Accepted { writes });
+        if let Some(d) = deadline {
+            self.op_timers.insert((d, id));
+        }
+        self.ops.insert(id, Box::new(op));
+        self.pending_ops.push(id);
+        if self.ops[&id].writes.is_empty() {
+            self.make_effective(now, id, vec![], vec![]);
+            self.link_inflight(now, id);
+        }
+        self.settle(now);
+        Ok(id)
+    }
+
+    /// The closure (awaited cells and their ancestors) and relevant controls (written controls
+    /// and every control the awaited cells depend on).
+    fn scope_of(&self, wait: &[usize], controls: &mut Vec<usize>) -> (Vec<usize>, Vec<usize>) {
+        let mut closure = Vec::new();
+        for &x in wait {
+            closure.push(x);
+            closure.extend(self.cells[x].ancestors.iter().copied());
+            controls.extend(self.cells[x].rel.iter().copied());
+        }
+        closure.sort_unstable();
+        closure.dedup();
+        controls.sort_unstable();
+        controls.dedup();
+        (closure, std::mem::take(controls))
+    }
+
+    fn make_effective(
+        &mut self,
+        now: Millis,
+        id: OpId,
+        coalesced: Vec<WriteId>,
+        noop: Vec<WriteId>,
+    ) {
+        let revision = self.revision;
+        let op = self.ops.get_mut(&id).expect("exists");
+        op.effective = Some(revision);
+        op.push(now, revision, OpEventKind::Effective { coalesced, noop });
+    }
+
+    /// Links the calculations already in flight in the operation's closure: with the request in
+    /// effect, they are the ones that will produce its result.
+    fn link_inflight(&mut self, now: Millis, id: OpId) {
+        let closure = self.ops[&id].closure.clone();
+        for x in closure {
+            if let Some(c) = self.cells[x].current {
+                self.link_one(now, id, x, c);
+            }
+        }
+    }
+
+    fn link_one(&mut self, now: Millis, id: OpId, x: usize, calc: CalcId) {
+        let revision = self.revision;
+        let cell = self.cells[x].name.clone();
+        let op = self.ops.get_mut(&id).expect("exists");
+        if !op.linked.contains(&calc) {
+            op.linked.push(calc);
+            op.push(now, revision, OpEventKind::Calculation { cell, calc });
+        }
+    }
+
+    /// A new calculation was scheduled: link it to every effective operation whose closure
+    /// holds its cell.
+    pub(crate) fn link_calc(&mut self, now: Millis, x: usize, calc: CalcId) {
+        for i in 0..self.pending_ops.len() {
+            let id = self.pending_ops[i];
+            let op = &self.ops[&id];
+            if op.effective.is_some() && op.closure.binary_search(&x).is_ok() {
+                self.link_one(now, id, x, calc);
+            }
+        }
+    }
+
+    /// Progress of a calculation: forwarded to hosted operations that linked it.
+    pub(crate) fn op_progress(&mut self, now: Millis, x: usize, calc: CalcId, fraction: f64) {
+        let Some(ep) = self.ops_endpoint else { return };
+        let name = self.cells[x].name.clone();
+        for i in 0..self.pending_ops.len() {
+            let op = &self.ops[&self.pending_ops[i]];
+            if let Some(wire) = op.wire
+                && op.linked.contains(&calc)
+            {
+                let msg = V::from_json(&json!({"id": wire, "type": "progress",
+                    "value": {"cell": name, "calc": calc.to_json(), "progress": fraction}}));
+                let _ = reg_mut(&mut self.registry).on_message(now, ep, &msg);
+            }
+        }
+    }
+
+    /// Correlates a batch that just took effect with the waiting operations. Returns the
+    /// operations whose own writes took effect in it (their in-flight links come after the
+    /// batch's calculations are scheduled).
+    pub(crate) fn ops_on_batch(
+        &mut self,
+        now: Millis,
+        staged: &[WriteId],
+        changed: &[usize],
+    ) -> Vec<OpId> {
+        let mut fresh = Vec::new();
+        let pending = self.pending_ops.clone();
+        for id in pending {
+            let op = &self.ops[&id];
+            if op.effective.is_none() {
+                if !op.writes.iter().any(|w| staged.contains(w)) {
+                    continue;
+                }
+                let mut by = Vec::new();
+                let mut controls = Vec::new();
+                for w in &op.writes {
+                    if let WriteStatus::Overwritten { by: b } = self.write(*w).status {
+                        by.push(b);
+                        controls.push(self.controls[self.write(*w).control].name.clone());
+                    }
+                }
+                let relevant = op.relevant.clone();
+                let own = op.writes.clone();
+                let policy = op.on_supersede;
+                if !by.is_empty() && policy == OnSupersede::End {
+                    let info = SupersedeInfo {
+                        stage: SupersedeStage::BeforeEffective,
+                        by,
+                        controls,
+                        calculations: vec![],
+                    };
+                    self.finish_op(now, id, OpOutcomeKind::Superseded, Some(info), None);
+                    continue;
+                }
+                let coalesced: Vec<WriteId> = staged
+                    .iter()
+                    .copied()
+                    .filter(|w| !own.contains(w) && relevant.contains(&self.write(*w).control))
+                    .collect();
+                let noop: Vec<WriteId> = own
+                    .iter()
+                    .copied()
+                    .filter(|w| {
+                        matches!(
+                            self.write(*w).status,
+                            WriteStatus::Effective { changed: false, .. }
+                        )
+                    })
+                    .collect();
+                self.make_effective(now, id, coalesced, noop);
+                if !by.is_empty() {
+                    self.intervene(now, id, by, controls);
+                }
+                fresh.push(id);
+                continue;
+            }
+            // Already effective: did this batch change one of its relevant inputs?
+            let mut by = Vec::new();
+            let mut controls = Vec::new();
+            for &c in changed {
+                if op.relevant.binary_search(&c).is_ok() {
+                    let w = staged
+                        .iter()
+                        .rev()
+                        .find(|w| self.write(**w).control == c)
+                        .copied()
+                        .expect("a changed control has a write in the batch");
+                    by.push(w);
+                    controls.push(self.controls[c].name.clone());
+                }
+            }
+            if by.is_empty() {
+                continue;
+            }
+            match op.on_supersede {
+                OnSupersede::End => {
+                    let started = op
+                        .linked
+                        .iter()
+                        .any(|c| self.calcs.get(c).is_some_and(|c| c.started));
+                    let calculations = op
+                        .linked
+                        .iter()
+                        .filter_map(|c| self.calcs.get(c))
+                        .filter(|c| !c.state.is_ended() || c.started)
+                        .map(|c| (c.cell_name.clone(), c.id, c.state.as_str()))
+                        .collect();
+                    let info = SupersedeInfo {
+                        stage: if started {
+                            SupersedeStage::DuringExecution
+                        } else {
+                            SupersedeStage::BeforeExecution
+                        },
+                        by,
+                        controls,
+                        calculations,
+                    };
+                    self.finish_op(now, id, OpOutcomeKind::Superseded, Some(info), None);
+                }
+                OnSupersede::Follow => self.intervene(now, id, by, controls),
+            }
+        }
+        fresh
+    }
+
+    pub(crate) fn link_fresh(&mut self, now: Millis, fresh: Vec<OpId>) {
+        for id in fresh {
+            if self.ops[&id].outcome.is_none() {
+                self.link_inflight(now, id);
+            }
+        }
+    }
+
+    /// Under `follow`: records the change and re-opens the cells it affects.
+    fn intervene(&mut self, now: Millis, id: OpId, by: Vec<WriteId>, controls: Vec<String>) {
+        let revision = self.revision;
+        let changed: Vec<usize> = by.iter().map(|w| self.write(*w).control).collect();
+        let reopen: Vec<bool> = self.ops[&id]
+            .wait
+            .iter()
+            .map(|&x| self.cells[x].rel.iter().any(|k| changed.contains(k)))
+            .collect();
+        let op = self.ops.get_mut(&id).expect("exists");
+        for (i, r) in reopen.into_iter().enumerate() {
+            if r {
+                op.processed[i] = None;
+            }
+        }
+        op.intervening.extend(by.iter().copied());
+        op.push(
+            now,
+            revision,
+            OpEventKind::Intervening {
+                writes: by,
+                controls,
+            },
+        );
+    }
+
+    /// Whether an awaited cell is in the requested state: nothing in flight, a final value,
+    /// computed from the current version of every control it depends on.
+    fn is_processed(&self, x: usize) -> bool {
+        let cell = &self.cells[x];
+        cell.gate_open
+            && cell.error.is_none()
+            && cell.current.is_none()
+            && cell.value.as_ref().is_some_and(|v| v.is_final)
+            && self.up_to_date(x)
+    }
+
+    /// Why an unprocessed cell will not get there by itself, if nothing is in flight for it.
+    fn blocker(&self, x: usize) -> Option<FailureReason> {
+        let cell = &self.cells[x];
+        if !cell.gate_open {
+            let g = self.gate_of(x);
+            return Some(FailureReason::Held {
+                cell: cell.name.clone(),
+                control: self.controls[g].name.clone(),
+                value: self.controls[g].value.clone(),
+            });
+        }
+        if let Some(e) = &cell.error {
+            return Some(FailureReason::Errored {
+                cell: cell.name.clone(),
+                calc: Some(e.calc),
+                message: e.message.clone(),
+                code: e.code.clone(),
+            });
+        }
+        match cell.current.map(|c| self.calcs[&c].state) {
+            Some(CalcState::Running) | Some(CalcState::Queued) => None,
+            Some(CalcState::Scheduled) => cell
+                .upstream
+                .iter()
+                .filter(|&&u| !self.readable(u))
+                .find_map(|&u| self.blocker(u)),
+            _ => {
+                for &u in &self.order {
+                    if cell.ancestors.binary_search(&u).is_err() {
+                        continue;
+                    }
+                    let uc = &self.cells[u];
+                    if !uc.gate_open || uc.error.is_some() {
+                        return self.blocker(u);
+                    }
+                }
+                None
+            }
+        }
+    }
+
+    fn gate_of(&self, x: usize) -> usize {
+        self.cells[x]
+            .spec
+            .gate
+            .as_ref()
+            .and_then(|g| self.control_index(&g.control).ok())
+            .expect("a closed gate has a control")
+    }
+
+    /// Checks every waiting operation against the current state.
+    pub(crate) fn evaluate_ops(&mut self, now: Millis) {
+        let pending = self.pending_ops.clone();
+        for id in pending {
+            let op = &self.ops[&id];
+            if op.effective.is_none() || op.outcome.is_some() {
+                continue;
+            }
+            let mut events = Vec::new();
+            let mut processed = op.processed.clone();
+            let mut failures = op.failures.clone();
+            for (i, &x) in op.wait.iter().enumerate() {
+                if processed[i].is_some() || failures[i].is_some() {
+                    continue;
+                }
+                if self.is_processed(x) {
+                    let vc = self.cells[x]
+                        .value
+                        .as_ref()
+                        .expect("processed has a value")
+                        .calc;
+                    let noop = !op.linked.contains(&vc);
+                    processed[i] = Some((vc, noop));
+                    events.push(OpEventKind::Processed {
+                        cell: self.cells[x].name.clone(),
+                        calc: vc,
+                        noop,
+                    });
+                } else if let Some(f) = self.blocker(x) {
+                    failures[i] = Some(f.clone());
+                    events.push(OpEventKind::CellFailed { failure: f });
+                }
+            }
+            let policy = op.on_failure;
+            let revision = self.revision;
+            let op = self.ops.get_mut(&id).expect("exists");
+            for e in events {
+                op.push(now, revision, e);
+            }
+            let all_done = processed
+                .iter()
+                .zip(&failures)
+                .all(|(p, f)| p.is_some() || f.is_some());
+            let any_failed = failures.iter().any(Option::is_some);
+            let all_processed = processed.iter().all(Option::is_some);
+            op.processed = processed;
+            op.failures = failures;
+            if any_failed && (policy == OnFailure::End || all_done) {
+                self.finish_op(now, id, OpOutcomeKind::Failed, None, None);
+            } else if all_processed {
+                self.finish_op(now, id, OpOutcomeKind::Settled, None, None);
+            }
+        }
+    }
+
+    /// Records the one terminal outcome of an operation.
+    pub(crate) fn finish_op(
+        &mut self,
+        now: Millis,
+        id: OpId,
+        kind: OpOutcomeKind,
+        superseded: Option<SupersedeInfo>,
+        reason: Option<String>,
+    ) {
+        if self.ops[&id].outcome.is_some() {
+            return;
+        }
+        let op = &self.ops[&id];
+        let revision = self.revision;
+        let cells = op
+            .wait_names
+            .iter()
+            .zip(&op.processed)
+            .map(|(name, p)| match self.names.get(name) {
+                Some(super::app::Node::Cell(x)) => CellOutcome {
+                    name: name.clone(),
+                    state: Some(self.cell_state(*x)),
+                    value_calc: self.cells[*x].value.as_ref().map(|v| v.calc),
+                    processed: *p,
+                },
+                _ => CellOutcome {
+                    name: name.clone(),
+                    state: None,
+                    value_calc: None,
+                    processed: *p,
+                },
+            })
+            .collect();
+        let inputs: Vec<(String, ControlValue)> = op
+            .relevant
+            .iter()
+            .map(|&c| {
+                (
+                    self.controls[c].name.clone(),
+                    self.controls[c].value.clone(),
+                )
+            })
+            .collect();
+        let failures: Vec<FailureReason> = op.failures.iter().flatten().cloned().collect();
+        let result = match (&op.select, kind) {
+            (Selection::Outputs(names), OpOutcomeKind::Settled) => Some(self.select_outputs(names)),
+            _ => None,
+        };
+        let message = self.outcome_message(op, kind, &superseded, &failures, reason.as_deref());
+        let outcome = OpOutcome {
+            kind,
+            at: now,
+            revision,
+            message,
+            result,
+            inputs,
+            cells,
+            superseded,
+            failures,
+            intervening: op.intervening.clone(),
+        };
+        let (job, wire) = (op.job, op.wire);
+        let deadline = op.deadline;
+        let op = self.ops.get_mut(&id).expect("exists");
+        op.push(now, revision, OpEventKind::Finished { outcome: kind });
+        op.outcome = Some(outcome);
+        // Retained for inspection from now on: keep only what it holds.
+        op.journal.shrink_to_fit();
+        self.pending_ops.retain(|o| *o != id);
+        if let Some(d) = deadline {
+            self.op_timers.remove(&(d, id));
+        }
+        // The host needs the settled state only to run a registered selector over it.
+        let snapshot = (kind == OpOutcomeKind::Settled
+            && matches!(self.ops[&id].select, Selection::Selector(_)))
+        .then(|| Arc::new(self.snapshot()));
+        self.outputs.push_back(super::AppOutput::OpFinished {
+            op: id,
+            outcome: kind,
+            snapshot,
+        });
+        if let (Some(_job), Some(wire), Some(ep)) = (job, wire, self.ops_endpoint) {
+            let msg = match kind {
+                OpOutcomeKind::Settled => {
+                    json!({"id": wire, "type": "done", "value": self.outcome_json(id)})
+                }
+                OpOutcomeKind::Cancelled => json!({"id": wire, "type": "cancelled"}),
+                other => {
+                    json!({"id": wire, "type": "error", "message": self.ops[&id].outcome.as_ref().map(|o| o.message.clone()),
+                    "code": other.as_str().to_uppercase()})
+                }
+            };
+            let _ = reg_mut(&mut self.registry).on_message(now, ep, &V::from_json(&msg));
+        }
+    }
+
+    fn select_outputs(&self, names: &[String]) -> V {
+        let fields = names
+            .iter()
+            .map(|n| {
+                let v = match self.names.get(n) {
+                    Some(super::app::Node::Control(c)) => {
+                        V::from_json(&self.controls[*c].value.to_json())
+                    }
+                    Some(super::app::Node::Cell(x)) => match &self.cells[*x].value {
+                        Some(v) => (*v.value).clone(),
+                        None => V::null(),
+                    },
+                    None => V::null(),
+                };
+                (n.clone(), v)
+            })
+            .collect();
+        V::object(fields)
+    }
+
+    fn outcome_message(
+        &self,
+        op: &Operation<V>,
+        kind: OpOutcomeKind,
+        superseded: &Option<SupersedeInfo>,
+        failures: &[FailureReason],
+        reason: Option<&str>,
+    ) -> String {
+        match kind {
+            OpOutcomeKind::Settled => {
+                let cells = op.wait_names.join(", ");
+                let verb = if op.wait_names.len() == 1 { "reflects" } else { "reflect" };
+                if op.intervening.is_empty() {
+                    format!("settled at revision {}: {cells} {verb} the request", self.revision)
+                } else {
+                    format!(
+                        "settled at revision {} after {} intervening change(s): {cells} {verb} the current inputs (see `inputs`), not only the request",
+                        self.revision,
+                        op.intervening.len()
+                    )
+                }
+            }
+            OpOutcomeKind::Superseded => {
+                let s = superseded.as_ref().expect("superseded has info");
+                let changes: Vec<String> = s
+                    .by
+                    .iter()
+                    .map(|w| {
+                        let w = self.write(*w);
+                        format!(
+                            "{} = {} ({} by {})",
+                            self.controls[w.control].name, w.accepted, w.id, w.actor.by
+                        )
+                    })
+                    .collect();
+                let when = match s.stage {
+                    SupersedeStage::BeforeEffective => "before it took effect",
+                    SupersedeStage::BeforeExecution => "before any calculation for it started",
+                    SupersedeStage::DuringExecution => "while its calculation was running",
+                };
+                format!(
+                    "Your request was superseded {when} by {}. Inspect the current state and try again later if it is still wanted; nothing was retried or restored.",
+                    changes.join(", ")
+                )
+            }
+            OpOutcomeKind::Failed => {
+                let parts: Vec<String> = failures
+                    .iter()
+                    .map(|f| match f {
+                        FailureReason::Errored { cell, message, .. } => format!("{cell} errored: {message}"),
+                        FailureReason::Held { cell, control, value } => {
+                            format!("{cell} is held ({control} = {value}); nothing will run")
+                        }
+                        FailureReason::Removed { reason } => reason.clone(),
+                    })
+                    .collect();
+                format!("failed: {}", parts.join("; "))
+            }
+            OpOutcomeKind::Cancelled => format!(
+                "observation cancelled ({}); calculations continue — stopping them is an application action",
+                reason.unwrap_or("by the caller")
+            ),
+            OpOutcomeKind::TimedOut => {
+                "observation timed out; calculations continue — stopping them is an application action".into()
+            }
+        }
+    }
+
+    pub(crate) fn time_out(&mut self, now: Millis, id: OpId) {
+        if self.ops.get(&id).is_some_and(|o| o.outcome.is_none()) {
+            self.finish_op(now, id, OpOutcomeKind::TimedOut, None, None);
+        }
+    }
+
+    /// Cancels the observation only: its calculations and the shared cells are untouched.
+    /// Returns the outcome the operation has (unchanged if it had already finished).
+    pub fn cancel_op(
+        &mut self,
+        now: Millis,
+        id: OpId,
+        reason: &str,
+    ) -> Result<OpOutcomeKind, OpsError> {
+        self.begin();
+        let op = self.ops.get(&id).ok_or(OpsError::UnknownOperation(id))?;
+        if let Some(o) = &op.outcome {
+            return Ok(o.kind);
+        }
+        self.finish_op(now, id, OpOutcomeKind::Cancelled, None, Some(reason.into()));
+        self.settle(now);
+        Ok(OpOutcomeKind::Cancelled)
+    }
+
+    /// Hosts a waiting operation as a job of the registry (owner, origin): `wait`, `observe`,
+    /// mailbox notes and cancellation then work on it like on any job. Cancelling the job
+    /// cancels the observation only.
+    pub fn host_as_job(
+        &mut self,
+        now: Millis,
+        id: OpId,
+        owner: &str,
+        origin: Origin,
+    ) -> Result<JobId, OpsError> {
+        self.begin();
+        let op = self.ops.get(&id).ok_or(OpsError::UnknownOperation(id))?;
+        if let Some(j) = op.job {
+            return Ok(j);
+        }
+        if op.outcome.is_some() {
+            return Err(OpsError::InvalidArgument(format!(
+                "{id} already finished; nothing to host"
+            )));
+        }
+        let ep = self.ensure_ops_endpoint(now);
+        let mut req = Submit::new(owner, ep, V::from_json(&json!({"operation": id.0})));
+        req.origin = origin;
+        let job = reg_mut(&mut self.registry).submit(now, req)?.job;
+        let revision = self.revision;
+        let op = self.ops.get_mut(&id).expect("exists");
+        op.job = Some(job);
+        op.push(now, revision, OpEventKind::Hosted { job });
+        self.pump_registry(now);
+        Ok(job)
+    }
+
+    pub(crate) fn on_ops_request(&mut self, now: Millis, request: WireRequest<V>) {
+        match request {
+            WireRequest::Run { id, payload } => {
+                let op = payload
+                    .field("operation")
+                    .and_then(|v| v.as_f64())
+                    .map(|n| OpId(n as u64));
+                if let Some(op) = op.filter(|o| self.ops.contains_key(o)) {
+                    self.ops.get_mut(&op).expect("exists").wire = Some(id);
+                    self.op_wires.insert(id, op);
+                }
+            }
+            WireRequest::Cancel { id } => {
+                if let Some(&op) = self.op_wires.get(&id)
+                    && self.ops[&op].outcome.is_none()
+                {
+                    self.finish_op(
+                        now,
+                        op,
+                        OpOutcomeKind::Cancelled,
+                        None,
+                        Some("its job was cancelled".into()),
+                    );
+                }
+            }
+            WireRequest::Input { .. } => {}
+        }
+    }
+
+    /// Stores what the host's selector returned for a settled operation.
+    pub fn record_result(&mut self, id: OpId, value: V) -> Result<(), OpsError> {
+        let op = self
+            .ops
+            .get_mut(&id)
+            .ok_or(OpsError::UnknownOperation(id))?;
+        match (&op.select, op.outcome.as_mut()) {
+            (Selection::Selector(_), Some(o)) if o.kind == OpOutcomeKind::Settled => {
+                o.result = Some(value);
+                Ok(())
+            }
+            _ => Err(OpsError::InvalidArgument(format!(
+                "{id} is not a settled operation with a selector"
+            ))),
+        }
+    }
+
+    /// After a graph replacement or disposal: waiting operations continue on the new instance
+    /// when their cells exist there, and fail otherwise.
+    pub(crate) fn ops_on_replace(&mut self, now: Millis, from: u64, to: u64) {
+        let pending = self.pending_ops.clone();
+        for id in pending {
+            let names = self.ops[&id].wait_names.clone();
+            let mut wait = Vec::new();
+            let mut missing = Vec::new();
+            for n in &names {
+                match self.names.get(n) {
+                    Some(super::app::Node::Cell(x)) => wait.push(*x),
+                    _ => missing.push(n.clone()),
+                }
+            }
+            let revision = self.revision;
+            if !missing.is_empty() {
+                let reason = if from == to {
+                    format!(
+                        "graph instance {from} was disposed while waiting for {}",
+                        missing.join(", ")
+                    )
+                } else {
+                    format!("graph instance {to} has no cell {}", missing.join(", "))
+                };
+                let op = self.ops.get_mut(&id).expect("exists");
+                op.failures = vec![
+                    Some(FailureReason::Removed {
+                        reason: reason.clone()
+                    });
+                    names.len()
+                ];
+                op.push(
+                    now,
+                    revision,
+                    OpEventKind::CellFailed {
+                        failure: FailureReason::Removed { reason },
+                    },
+                );
+                self.finish_op(now, id, OpOutcomeKind::Failed, None, None);
+                continue;
+            }
+            let mut controls: Vec<usize> = self.ops[&id]
+                .writes
+                .iter()
+                .map(|w| self.write(*w).control)
+                .collect();
+            let (closure, relevant) = self.scope_of(&wait, &mut controls);
+            let op = self.ops.get_mut(&id).expect("exists");
+            op.wait = wait;
+            op.closure = closure;
+            op.relevant = relevant;
+            op.processed = vec![None; names.len()];
+            op.push(now, revision, OpEventKind::GraphReplaced { from, to });
+        }
+    }
+
+    /// The operation record.
+    pub fn operation(&self, id: OpId) -> Option<&Operation<V>> {
+        self.ops.get(&id).map(|o| &**o)
+    }
+
+    /// Every retained operation, in id order.
+    pub fn operations(&self) -> impl Iterator<Item = &Operation<V>> {
+        self.ops.values().map(|o| &**o)
+    }
+
+    /// The outcome record as JSON (`null` while waiting).
+    pub fn outcome_json(&self, id: OpId) -> Value {
+        let Some(op) = self.ops.get(&id) else {
+            return Value::Null;
+        };
+        let Some(o) = &op.outcome else {
+            return Value::Null;
+        };
+        let mut v = json!({
+            "operation": id.0,
+            "outcome": o.kind.as_str(),
+            "message": o.message,
+            "revision": o.revision,
+            "at": o.at,
+            "writes": op.writes.iter().map(|w| self.receipt_json(*w)).collect::<Vec<_>>(),
+            "inputs": o.inputs.iter().map(|(n, v)| (n.clone(), v.to_json())).collect::<serde_json::Map<_, _>>(),
+            "cells": o.cells.iter().map(|c| (c.name.clone(), json!({
+                "state": c.state.map(|s| s.as_str()),
+                "valueCalc": c.value_calc.map(|c| c.to_json()),
+                "processed": c.processed.is_some(),
+                "calc": c.processed.map(|(c, _)| c.to_json()),
+                "noop": c.processed.map(|(_, n)| n),
+            }))).collect::<serde_json::Map<_, _>>(),
+            "calculations": op.linked.iter().map(|c| c.to_json()).collect::<Vec<_>>(),
+        });
+        if let Some(r) = &o.result {
+            v["result"] = r.to_json();
+        }
+        if let Some(s) = &o.superseded {
+            v["superseded"] = json!({
+                "stage": s.stage,
+                "by": s.by.iter().map(|w| self.receipt_json(*w)).collect::<Vec<_>>(),
+                "changedInputs": s.controls,
+                "calculations": s.calculations.iter().map(|(cell, c, st)| json!({"cell": cell, "calc": c.to_json(), "state": st})).collect::<Vec<_>>(),
+            });
+        }
+        if !o.failures.is_empty() {
+            v["failures"] = json!(
+                o.failures
+                    .iter()
+                    .map(FailureReason::to_json)
+                    .collect::<Vec<_>>()
+            );
+        }
+        if !o.intervening.is_empty() {
+            v["intervening"] = json!(
+                o.intervening
+                    .iter()
+                    .map(|w| self.receipt_json(*w))
+                    .collect::<Vec<_>>()
+            );
+        }
+        if let Some(j) = op.job {
+            v["job"] = json!(j.0);
+        }
+        v
+    }
+
+    /// The whole operation (request, correlation, journal, outcome) as JSON — what `inspect`
+    /// returns.
+    pub fn operation_json(&self, id: OpId) -> Result<Value, OpsError> {
+        let op = self.ops.get(&id).ok_or(OpsError::UnknownOperation(id))?;
+        let select = match &op.select {
+            Selection::None => Value::Null,
+            Selection::Outputs(n) => json!({"outputs": n}),
+            Selection::Selector(s) => json!({"selector": s}),
+        };
+        Ok(json!({
+            "operation": id.0,
+            "state": op.outcome.as_ref().map(|o| o.kind.as_str()).unwrap_or("waiting"),
+            "by": op.actor.by,
+            "toolCall": op.actor.tool_call,
+            "createdAt": op.created_at,
+            "effectiveRevision": op.effective,
+            "writes": op.writes.iter().map(|w| self.receipt_json(*w)).collect::<Vec<_>>(),
+            "waitFor": op.wait_names,
+            "select": select,
+            "onSupersede": op.on_supersede,
+            "onFailure": op.on_failure,
+            "deadline": op.deadline,
+            "relevantInputs": op.relevant.iter().map(|&c| self.controls[c].name.clone()).collect::<Vec<_>>(),
+            "job": op.job.map(|j| j.0),
+            "journal": op.journal.iter().map(OpEvent::to_json).collect::<Vec<_>>(),
+            "outcome": self.outcome_json(id),
+        }))
+    }
+}

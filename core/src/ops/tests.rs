@@ -1,0 +1,382 @@
+//! Unit and property tests of the application graph and its operations. The lab scenarios are
+//! conformance vectors (`tests/vectors/ops.json`), which every host runs.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use proptest::prelude::*;
+use serde_json::{Value, json};
+
+use super::control::ControlValue;
+use super::*;
+
+pub(crate) fn lab_spec() -> GraphSpec {
+    serde_json::from_value(json!({
+        "controls": [
+            {"name": "kappa", "type": "number", "min": 0.01, "max": 1, "step": 0.01, "value": 0.1},
+            {"name": "points", "type": "number", "min": 64, "max": 1024, "step": 64, "value": 256},
+            {"name": "ic", "type": "enum", "options": ["gaussian", "step"], "value": "gaussian"},
+            {"name": "running", "type": "boolean", "value": true},
+            {"name": "label", "type": "string", "value": "lab"}
+        ],
+        "actions": [
+            {"name": "stop", "effects": [{"set": "running", "to": {"value": false}}]},
+            {"name": "start", "effects": [{"set": "running", "to": {"value": true}}]},
+            {"name": "recompute", "effects": [{"rerun": "evolution"}]}
+        ],
+        "cells": [
+            {"name": "evolution", "deps": ["kappa", {"key": "n", "from": "points"}, "ic"], "gate": {"control": "running", "open": [true]}},
+            {"name": "profile", "deps": ["evolution"]},
+            {"name": "errors", "deps": ["profile", "kappa"], "gate": {"control": "ic", "open": ["gaussian"]}},
+            {"name": "banner", "deps": ["label"]}
+        ],
+        "selectors": [{"name": "summary"}]
+    }))
+    .unwrap()
+}
+
+/// A host that computes every cell synchronously: the value is the inputs object.
+fn run_host(app: &mut App<Value>, now: u64) -> Vec<AppOutput<Value>> {
+    let mut seen = Vec::new();
+    while let Some(o) = app.poll_output() {
+        if let AppOutput::Compute { calc, inputs, .. } = &o {
+            app.calc_done(now, *calc, inputs.clone()).unwrap();
+        }
+        seen.push(o);
+    }
+    seen
+}
+
+#[test]
+fn a_host_selector_runs_over_the_settled_snapshot_not_the_live_state() {
+    let mut app: App<Value> = App::new(AppConfig::default());
+    app.load(0, lab_spec()).unwrap();
+    run_host(&mut app, 0);
+    let mut req = ObserveRequest::new(vec![("kappa".into(), json!(0.5))], vec!["errors".into()]);
+    req.select = Selection::Selector("summary".into());
+    let op = app.observe(1, req).unwrap();
+    app.flush(1);
+    // The host drives computes; the settle output carries the snapshot.
+    let mut snapshot = None;
+    while let Some(o) = app.poll_output() {
+        match o {
+            AppOutput::Compute { calc, inputs, .. } => {
+                app.calc_done(2, calc, inputs).unwrap();
+            }
+            AppOutput::OpFinished {
+                op: id,
+                outcome,
+                snapshot: s,
+            } => {
+                assert_eq!((id, outcome), (op, OpOutcomeKind::Settled));
+                snapshot = s;
+                // A concurrent write lands before the host runs the selector.
+                app.set(3, "kappa", &json!(0.9), Actor::new("user"))
+                    .unwrap();
+                app.flush(3);
+            }
+            _ => {}
+        }
+    }
+    let snap = snapshot.expect("settled with a snapshot");
+    // The selector (a pure function of the snapshot) sees one revision.
+    let summary = |s: &Snapshot<Value>| {
+        let errors = s.cell("errors").unwrap();
+        json!({"kappa": s.control("kappa").unwrap().to_json(), "errorsKappa": errors.value.as_ref().unwrap()["kappa"]})
+    };
+    let result = summary(&snap);
+    assert_eq!(result, json!({"kappa": 0.5, "errorsKappa": 0.5}));
+    assert_eq!(
+        app.control_value("kappa").unwrap(),
+        &ControlValue::Number(0.9)
+    );
+    app.record_result(op, result.clone()).unwrap();
+    assert_eq!(app.outcome_json(op)["result"], result);
+}
+
+#[test]
+fn tool_schemas_list_the_live_names() {
+    let mut app: App<Value> = App::new(AppConfig::default());
+    app.load(0, lab_spec()).unwrap();
+    let defs = app.tool_definitions();
+    let names: Vec<&str> = defs.iter().map(|d| d.name).collect();
+    assert_eq!(
+        names,
+        [
+            "report", "set", "act", "observe", "wait", "inspect", "cancel"
+        ]
+    );
+    let act = defs.iter().find(|d| d.name == "act").unwrap();
+    assert_eq!(
+        act.input_schema["properties"]["name"]["enum"],
+        json!(["stop", "start", "recompute"])
+    );
+    let err = app
+        .call_tool(
+            0,
+            "observe",
+            &json!({"waitFor": ["nope"]}),
+            Actor::new("agent"),
+        )
+        .unwrap_err();
+    assert_eq!(err.code(), "UNKNOWN_CELL");
+    assert!(
+        err.to_string()
+            .contains("evolution, profile, errors, banner"),
+        "{err}"
+    );
+}
+
+#[test]
+fn app_tool_schemas_are_enforceable_by_the_agent_toolbox() {
+    // The published app tools can be declared to weft's own agent sessions (and any adapter
+    // that enforces the same JSON Schema subset): no keyword the toolbox would refuse.
+    let mut app: App<Value> = App::new(AppConfig::default());
+    app.load(0, lab_spec()).unwrap();
+    for t in app.tool_definitions() {
+        crate::tools::schema::check_tool_schema(&t.input_schema)
+            .unwrap_or_else(|e| panic!("tool `{}`: {e}", t.name));
+    }
+}
+
+#[test]
+fn invalid_graphs_are_rejected_and_change_nothing() {
+    let mut app: App<Value> = App::new(AppConfig::default());
+    let mut spec = lab_spec();
+    spec.cells[1].deps = vec![DepSpec::Same("nowhere".into())];
+    assert_eq!(app.load(0, spec).unwrap_err().code(), "INVALID_GRAPH");
+    let mut spec = lab_spec();
+    spec.controls[0].value = ControlValue::Text("hot".into());
+    assert_eq!(app.load(0, spec).unwrap_err().code(), "INVALID_GRAPH");
+    let mut spec = lab_spec();
+    spec.cells[0].compute = ComputeSpec::Worker {
+        endpoint: crate::jobs::EndpointId(9),
+    };
+    assert_eq!(app.load(0, spec).unwrap_err().code(), "INVALID_GRAPH");
+    assert_eq!(app.report(false)["controls"], json!({}));
+    app.load(0, lab_spec()).unwrap();
+    assert_eq!(
+        app.load(0, lab_spec()).unwrap_err().code(),
+        "INVALID_ARGUMENT"
+    );
+}
+
+// ----- property tests -----------------------------------------------------------------------
+
+#[derive(Clone, Debug)]
+enum Step {
+    Set(usize, f64),
+    Label(u8),
+    Observe {
+        writes: Vec<(usize, f64)>,
+        wait: Vec<usize>,
+        follow: bool,
+        timeout: Option<u64>,
+    },
+    Flush,
+    Report {
+        pick: usize,
+        kind: u8,
+    },
+    Cancel(usize),
+    Act(u8),
+    Advance(u64),
+    Replace,
+}
+
+const NUM_CONTROLS: [&str; 2] = ["kappa", "points"];
+const CELLS: [&str; 4] = ["evolution", "profile", "errors", "banner"];
+
+fn step() -> impl Strategy<Value = Step> {
+    prop_oneof![
+        3 => (0..2usize, 0.0..1200.0f64).prop_map(|(c, v)| Step::Set(c, v)),
+        1 => (0..3u8).prop_map(Step::Label),
+        3 => (
+            proptest::collection::vec((0..2usize, 0.0..1200.0f64), 0..3),
+            proptest::collection::vec(0..4usize, 1..3),
+            any::<bool>(),
+            proptest::option::of(1..50u64),
+        )
+            .prop_map(|(writes, wait, follow, timeout)| Step::Observe { writes, wait, follow, timeout }),
+        4 => Just(Step::Flush),
+        8 => (any::<usize>(), 0..6u8).prop_map(|(pick, kind)| Step::Report { pick, kind }),
+        1 => any::<usize>().prop_map(Step::Cancel),
+        1 => (0..3u8).prop_map(Step::Act),
+        1 => (1..30u64).prop_map(Step::Advance),
+        1 => Just(Step::Replace),
+    ]
+}
+
+/// Checks the invariants of one settled/superseded outcome against its snapshot and records.
+fn check_finished(
+    app: &App<Value>,
+    op: OpId,
+    snapshot: Option<&Snapshot<Value>>,
+) -> Result<(), TestCaseError> {
+    let o = app.operation(op).unwrap();
+    let out = o.outcome.as_ref().unwrap();
+    match out.kind {
+        OpOutcomeKind::Settled => {
+            let snap = snapshot.expect("settled operations carry a snapshot");
+            prop_assert_eq!(snap.revision, out.revision);
+            // Every awaited cell reflects the snapshot's inputs: ready, final, up to date.
+            for name in &o.wait_names {
+                let c = snap.cell(name).unwrap();
+                prop_assert_eq!(c.state, CellState::Ready, "{} not ready at settle", name);
+                prop_assert!(c.is_final && c.up_to_date, "{} not final/up to date", name);
+                for (k, v) in &c.provenance {
+                    let version = snap.controls.iter().find(|x| &x.0 == k).unwrap().2;
+                    prop_assert_eq!(
+                        *v,
+                        version,
+                        "{} provenance of {} differs from the snapshot",
+                        name,
+                        k
+                    );
+                }
+            }
+            // Under `end`, the settled state holds exactly the accepted values of the request.
+            if o.on_supersede == OnSupersede::End {
+                prop_assert!(out.intervening.is_empty());
+                for w in &o.writes {
+                    let rec = app.write_record(*w).unwrap();
+                    let name = &app.controls[rec.control].name;
+                    prop_assert_eq!(
+                        snap.control(name).unwrap(),
+                        &rec.accepted,
+                        "settled with a replacement value of {}",
+                        name
+                    );
+                }
+            }
+        }
+        OpOutcomeKind::Superseded => {
+            prop_assert!(
+                o.on_supersede == OnSupersede::End,
+                "follow never ends as superseded"
+            );
+            let s = out.superseded.as_ref().unwrap();
+            prop_assert!(!s.by.is_empty());
+            for w in &s.by {
+                prop_assert!(!o.writes.contains(w), "superseded by its own write");
+                let rec = app.write_record(*w).unwrap();
+                prop_assert!(
+                    o.relevant.contains(&rec.control),
+                    "superseded by an unrelated write"
+                );
+                if s.stage != SupersedeStage::BeforeEffective {
+                    // A later batch, that changed the value.
+                    match rec.status {
+                        WriteStatus::Effective { revision, changed } => {
+                            prop_assert!(changed && Some(revision) > o.effective)
+                        }
+                        other => prop_assert!(false, "superseding write is {:?}", other),
+                    }
+                }
+            }
+            prop_assert!(
+                out.result.is_none(),
+                "a superseded request never carries a result"
+            );
+        }
+        _ => prop_assert!(out.result.is_none()),
+    }
+    Ok(())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 192, ..ProptestConfig::default() })]
+
+    #[test]
+    fn operations_end_once_and_settle_only_on_what_they_asked_for(steps in proptest::collection::vec(step(), 1..60)) {
+        let mut app: App<Value> = App::new(AppConfig::default());
+        app.load(0, lab_spec()).unwrap();
+        let mut now = 0u64;
+        let mut next_instance = 2u64;
+        let mut running: Vec<CalcId> = Vec::new();
+        let mut ended: BTreeMap<OpId, OpOutcomeKind> = BTreeMap::new();
+        let mut ops: Vec<OpId> = Vec::new();
+        let mut last_revision = 0;
+        for s in steps {
+            match s {
+                Step::Set(c, v) => { app.set(now, NUM_CONTROLS[c], &json!(v), Actor::new("user")).unwrap(); }
+                Step::Label(l) => { app.set(now, "label", &json!(format!("l{l}")), Actor::new("user")).unwrap(); }
+                Step::Observe { writes, wait, follow, timeout } => {
+                    let mut writes: Vec<(String, Value)> = writes.into_iter().map(|(c, v)| (NUM_CONTROLS[c].to_owned(), json!(v))).collect();
+                    let mut seen = BTreeSet::new();
+                    writes.retain(|w| seen.insert(w.0.clone()));
+                    let mut req = ObserveRequest::new(writes, wait.into_iter().map(|w| CELLS[w].to_owned()).collect());
+                    req.on_supersede = if follow { OnSupersede::Follow } else { OnSupersede::End };
+                    // A selector, so the host receives the settled snapshot to check.
+                    req.select = Selection::Selector("summary".into());
+                    req.timeout_ms = timeout;
+                    ops.push(app.observe(now, req).unwrap());
+                }
+                Step::Flush => { app.flush(now); }
+                Step::Report { pick, kind } => {
+                    if !running.is_empty() {
+                        let calc = running[pick % running.len()];
+                        let v = json!({"calc": calc.to_string()});
+                        let r = match kind {
+                            0..=2 => app.calc_done(now, calc, v),
+                            3 => app.calc_partial(now, calc, v),
+                            4 => app.calc_progress(now, calc, 0.5),
+                            _ => app.calc_failed(now, calc, "boom", None),
+                        }.unwrap();
+                        if r == ReportStatus::Late || kind <= 2 || kind == 5 {
+                            running.retain(|c| *c != calc);
+                        }
+                    }
+                }
+                Step::Cancel(i) => {
+                    if !ops.is_empty() { app.cancel_op(now, ops[i % ops.len()], "test").unwrap(); }
+                }
+                Step::Act(a) => { app.act::<Value>(now, ["stop", "start", "recompute"][a as usize], &[], Actor::new("user")).unwrap(); }
+                Step::Advance(ms) => { now += ms; app.handle_timeout(now); }
+                Step::Replace => {
+                    app.replace_graph(now, next_instance, lab_spec().cells).unwrap();
+                    next_instance += 1;
+                }
+            }
+            prop_assert!(app.revision() >= last_revision, "revisions only grow");
+            last_revision = app.revision();
+            while let Some(o) = app.poll_output() {
+                match o {
+                    AppOutput::Compute { calc, .. } => running.push(calc),
+                    AppOutput::Abort { .. } => {}
+                    AppOutput::OpFinished { op, outcome, snapshot } => {
+                        prop_assert!(!ended.contains_key(&op), "{} finished twice", op);
+                        ended.insert(op, outcome);
+                        check_finished(&app, op, snapshot.as_deref())?;
+                    }
+                    AppOutput::Jobs(_) => {}
+                }
+            }
+        }
+        // Outcomes never change after the fact; waiting operations have none.
+        for o in app.operations() {
+            match (&o.outcome, ended.get(&o.id)) {
+                (Some(out), Some(k)) => prop_assert_eq!(out.kind, *k),
+                (None, None) => {}
+                (a, b) => prop_assert!(false, "{}: record {:?} vs output {:?}", o.id, a.as_ref().map(|x| x.kind), b),
+            }
+        }
+        // Every calculation has one identity and at most one terminal event.
+        let mut ids = BTreeSet::new();
+        for c in app.calcs.values() {
+            prop_assert!(ids.insert(c.id));
+            let terminal = c.journal.iter().filter(|e| matches!(e.kind,
+                CalcEventKind::Succeeded | CalcEventKind::Errored { .. } | CalcEventKind::Superseded { .. }
+                | CalcEventKind::Held { .. } | CalcEventKind::OwnerDisposed { .. })).count();
+            prop_assert!(terminal <= 1, "{} has {} terminal events", c.id, terminal);
+            prop_assert_eq!(terminal == 1, c.state.is_ended());
+            let first_is_scheduled = matches!(c.journal[0].kind, CalcEventKind::Scheduled { .. });
+            prop_assert!(first_is_scheduled);
+        }
+        // A ready cell has a value; a cell with a value in flight says so.
+        for x in 0..app.cells.len() {
+            let v = app.view(x);
+            if v.state == CellState::Ready { prop_assert!(v.value.is_some() && v.current.is_none()); }
+            if v.state == CellState::Streaming { prop_assert!(v.current.is_some()); }
+        }
+    }
+}

@@ -1,0 +1,467 @@
+//! The published agent tools: `report`, `set`, `act`, `observe`, `wait`, `inspect`, `cancel`.
+//!
+//! Any model adapter can publish them: each has a JSON Schema for its arguments (built from the
+//! live surface, so names and constraints are enumerated), and bad arguments produce clear
+//! errors that list what is valid. A tool call is one tick: its writes are flushed before it
+//! returns. `observe` and `wait` may need the host to keep driving calculations: they return
+//! [`ToolReply::Wait`], and the host answers with [`App::tool_op_reply`] once the operation
+//! finished or the call's `waitMs` elapsed (a still-waiting operation is then hosted as a job
+//! and returned as a handle).
+
+use std::borrow::BorrowMut;
+
+use serde_json::{Map, Value, json};
+
+use super::operation::{ObserveRequest, Selection};
+use super::types::*;
+use super::{App, OpsError, OpsValue};
+use crate::Millis;
+use crate::jobs::{Origin, Registry};
+
+/// The default time an `observe` or `wait` call waits before returning a handle.
+pub const DEFAULT_WAIT_MS: Millis = 10_000;
+
+/// One published tool.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ToolDef {
+    pub name: &'static str,
+    pub description: String,
+    /// JSON Schema of the arguments.
+    pub input_schema: Value,
+}
+
+impl ToolDef {
+    /// `{"name","description","inputSchema"}`.
+    pub fn to_json(&self) -> Value {
+        json!({"name": self.name, "description": self.description, "inputSchema": self.input_schema})
+    }
+}
+
+/// What a tool call produced.
+#[derive(Clone, Debug, PartialEq)]
+pub enum ToolReply {
+    /// The result, ready now.
+    Ready(Value),
+    /// Keep driving the app until `op` finishes or `wait_ms` elapse, then call
+    /// [`App::tool_op_reply`].
+    Wait { op: OpId, wait_ms: Millis },
+}
+
+const TOOLS: [&str; 7] = [
+    "report", "set", "act", "observe", "wait", "inspect", "cancel",
+];
+
+fn bad(msg: impl Into<String>) -> OpsError {
+    OpsError::InvalidArgument(msg.into())
+}
+
+/// The argument object, checked for unknown keys.
+fn args_of<'a>(
+    tool: &str,
+    args: &'a Value,
+    allowed: &[&str],
+) -> Result<&'a Map<String, Value>, OpsError> {
+    static EMPTY: std::sync::LazyLock<Map<String, Value>> = std::sync::LazyLock::new(Map::new);
+    let obj = match args {
+        Value::Null => &*EMPTY,
+        Value::Object(o) => o,
+        other => {
+            return Err(bad(format!(
+                "`{tool}` takes an object of arguments, got {}",
+                crate::value::json_type_name(other)
+            )));
+        }
+    };
+    for k in obj.keys() {
+        if !allowed.contains(&k.as_str()) {
+            return Err(bad(format!(
+                "`{tool}` has no argument `{k}`; arguments: {}",
+                allowed.join(", ")
+            )));
+        }
+    }
+    Ok(obj)
+}
+
+fn str_arg<'a>(
+    tool: &str,
+    o: &'a Map<String, Value>,
+    key: &str,
+) -> Result<Option<&'a str>, OpsError> {
+    match o.get(key) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(s)) => Ok(Some(s)),
+        Some(other) => Err(bad(format!(
+            "`{tool}`: `{key}` must be a string, got {}",
+            crate::value::json_type_name(other)
+        ))),
+    }
+}
+
+fn req_str<'a>(tool: &str, o: &'a Map<String, Value>, key: &str) -> Result<&'a str, OpsError> {
+    str_arg(tool, o, key)?.ok_or_else(|| bad(format!("`{tool}` needs `{key}`")))
+}
+
+fn ms_arg(tool: &str, o: &Map<String, Value>, key: &str) -> Result<Option<Millis>, OpsError> {
+    match o.get(key) {
+        None | Some(Value::Null) => Ok(None),
+        Some(v) => v.as_u64().map(Some).ok_or_else(|| {
+            bad(format!(
+                "`{tool}`: `{key}` must be a non-negative integer (milliseconds)"
+            ))
+        }),
+    }
+}
+
+fn op_arg(tool: &str, o: &Map<String, Value>) -> Result<OpId, OpsError> {
+    o.get("operation")
+        .and_then(Value::as_u64)
+        .map(OpId)
+        .ok_or_else(|| {
+            bad(format!(
+                "`{tool}` needs `operation`: the id an `observe` call returned"
+            ))
+        })
+}
+
+fn names_arg(tool: &str, o: &Map<String, Value>, key: &str) -> Result<Vec<String>, OpsError> {
+    match o.get(key) {
+        None | Some(Value::Null) => Ok(vec![]),
+        Some(Value::Array(a)) => a
+            .iter()
+            .map(|v| {
+                v.as_str()
+                    .map(str::to_owned)
+                    .ok_or_else(|| bad(format!("`{tool}`: `{key}` must be an array of names")))
+            })
+            .collect(),
+        Some(_) => Err(bad(format!("`{tool}`: `{key}` must be an array of names"))),
+    }
+}
+
+impl<V: OpsValue, R: BorrowMut<Registry<V>>> App<V, R> {
+    /// The published tools, with JSON Schemas built from the live surface.
+    pub fn tool_definitions(&self) -> Vec<ToolDef> {
+        let controls: Vec<Value> = self.controls.iter().map(|c| json!(c.name)).collect();
+        let cells: Vec<Value> = self.cells.iter().map(|c| json!(c.name)).collect();
+        let mut outputs = controls.clone();
+        outputs.extend(cells.iter().cloned());
+        let actions: Vec<Value> = self.actions.iter().map(|a| json!(a.qualified())).collect();
+        let selectors: Vec<Value> = self.selectors.iter().map(|s| json!(s.name)).collect();
+        let mut write_props = Map::new();
+        for c in &self.controls {
+            let mut s = c.spec.kind.json_schema();
+            if !c.spec.description.is_empty() {
+                s["title"] = json!(c.spec.description);
+            }
+            write_props.insert(c.name.clone(), s);
+        }
+        let name_enum = |names: &Vec<Value>| {
+            if names.is_empty() {
+                json!({"type": "string"})
+            } else {
+                json!({"type": "string", "enum": names})
+            }
+        };
+        let op_schema = json!({"type": "integer", "minimum": 1, "description": "the operation id `observe` returned"});
+        vec![
+            ToolDef {
+                name: "report",
+                description: "One snapshot of the whole application: controls (the writable surface, with values), \
+                    actions (published verbs), cells (calculations, with states: unresolved, pending, streaming, \
+                    refreshing, held, ready, errored) and dependency edges. format \"brief\" (default) gives maps; \
+                    \"full\" adds constraints, descriptions, current calculations and value provenance. Call this first."
+                    .into(),
+                input_schema: json!({
+                    "type": "object",
+                    "properties": {"format": {"type": "string", "enum": ["brief", "full"]}},
+                    "additionalProperties": false
+                }),
+            },
+            ToolDef {
+                name: "set",
+                description: "Set one control. The value is validated by the control itself: numbers are snapped to \
+                    their step and clamped to [min, max], enums must be one of their options, wrong types are \
+                    rejected. Returns the receipt: the value actually accepted and the revision at which it took \
+                    effect. A receipt is not evidence that dependent calculations finished: use `observe` for that."
+                    .into(),
+                input_schema: json!({
+                    "type": "object",
+                    "properties": {"name": name_enum(&controls), "value": {"type": ["number", "string", "boolean"]}},
+                    "required": ["name", "value"],
+                    "additionalProperties": false
+                }),
+            },
+            ToolDef {
+                name: "act",
+                description: "Invoke a published application action (see `report` for each action's parameters and \
+                    effects). Its writes are validated together and applied all-or-nothing. Stopping a calculation is \
+                    an action like this, never a side effect of cancelling an observation."
+                    .into(),
+                input_schema: json!({
+                    "type": "object",
+                    "properties": {"name": name_enum(&actions), "args": {"type": "object"}},
+                    "required": ["name"],
+                    "additionalProperties": false
+                }),
+            },
+            ToolDef {
+                name: "observe",
+                description: "Change controls and observe the consequences, as one operation: `writes` (validated all \
+                    before any is applied, applied in one batch), `waitFor` (the cells whose processing to await), and \
+                    the result: `select` (names of controls/cells read from one consistent snapshot) or `selector` (a \
+                    registered result function). Outcomes: settled, superseded (a later change replaced the request — \
+                    its replacement result is never returned as the answer; inspect and retry yourself), failed (a \
+                    waited cell errored or is held), cancelled, timed_out. onSupersede \"end\" (default) or \"follow\" \
+                    (keep observing; the outcome names the inputs the result reflects); onFailure \"end\" (default) or \
+                    \"collect\". If the operation is still running after waitMs, you get its id: call `wait` or `inspect`."
+                    .into(),
+                input_schema: json!({
+                    "type": "object",
+                    "properties": {
+                        "writes": {"type": "object", "properties": write_props, "additionalProperties": false},
+                        "waitFor": {"type": "array", "items": name_enum(&cells), "uniqueItems": true},
+                        "select": {"type": "array", "items": name_enum(&outputs)},
+                        "selector": name_enum(&selectors),
+                        "onSupersede": {"type": "string", "enum": ["end", "follow"]},
+                        "onFailure": {"type": "string", "enum": ["end", "collect"]},
+                        "timeoutMs": {"type": "integer", "minimum": 0},
+                        "waitMs": {"type": "integer", "minimum": 0}
+                    },
+                    "additionalProperties": false
+                }),
+            },
+            ToolDef {
+                name: "wait",
+                description: "Wait for an operation's outcome (up to timeoutMs, default 10000). Returns the outcome, or \
+                    the operation's current status if it is still waiting. Ending this call never stops anything."
+                    .into(),
+                input_schema: json!({
+                    "type": "object",
+                    "properties": {"operation": op_schema, "timeoutMs": {"type": "integer", "minimum": 0}},
+                    "required": ["operation"],
+                    "additionalProperties": false
+                }),
+            },
+            ToolDef {
+                name: "inspect",
+                description: "The full record of an operation: its writes and receipts, wait set, policies, the \
+                    calculations it linked, its event timeline and its outcome. Or, with `calc` (\"instance:generation\"), \
+                    one calculation's lifecycle journal."
+                    .into(),
+                input_schema: json!({
+                    "type": "object",
+                    "properties": {"operation": op_schema, "calc": {"type": "string", "description": "\"instance:generation\", e.g. \"1:7\""}},
+                    "additionalProperties": false
+                }),
+            },
+            ToolDef {
+                name: "cancel",
+                description: "Cancel an operation's observation. Only the observation ends: the calculations continue \
+                    and no control is restored. To stop computation, use the application's published action."
+                    .into(),
+                input_schema: json!({
+                    "type": "object",
+                    "properties": {"operation": op_schema},
+                    "required": ["operation"],
+                    "additionalProperties": false
+                }),
+            },
+        ]
+    }
+
+    /// Calls a published tool with JSON arguments on behalf of `actor`.
+    pub fn call_tool(
+        &mut self,
+        now: Millis,
+        name: &str,
+        args: &Value,
+        actor: Actor,
+    ) -> Result<ToolReply, OpsError> {
+        match name {
+            "report" => {
+                let o = args_of(name, args, &["format"])?;
+                let full = match str_arg(name, o, "format")? {
+                    None | Some("brief") => false,
+                    Some("full") => true,
+                    Some(other) => {
+                        return Err(bad(format!(
+                            "`report`: format `{other}`; use \"brief\" or \"full\""
+                        )));
+                    }
+                };
+                Ok(ToolReply::Ready(self.report(full)))
+            }
+            "set" => {
+                let o = args_of(name, args, &["name", "value"])?;
+                let control = req_str(name, o, "name")?;
+                let value = o.get("value").ok_or_else(|| bad("`set` needs `value`"))?;
+                let w = self.set(now, control, value, actor)?;
+                self.flush(now);
+                Ok(ToolReply::Ready(self.receipt_json(w)))
+            }
+            "act" => {
+                let o = args_of(name, args, &["name", "args"])?;
+                let action = req_str(name, o, "name")?;
+                let given: Vec<(String, Value)> = match o.get("args") {
+                    None | Some(Value::Null) => vec![],
+                    Some(Value::Object(m)) => {
+                        m.iter().map(|(k, v)| (k.clone(), v.clone())).collect()
+                    }
+                    Some(_) => return Err(bad("`act`: `args` must be an object")),
+                };
+                let (inv, writes) = self.act(now, action, &given, actor)?;
+                self.flush(now);
+                Ok(ToolReply::Ready(json!({
+                    "action": action, "invocation": inv.0,
+                    "writes": writes.iter().map(|w| self.receipt_json(*w)).collect::<Vec<_>>(),
+                    "revision": self.revision(),
+                })))
+            }
+            "observe" => {
+                let o = args_of(
+                    name,
+                    args,
+                    &[
+                        "writes",
+                        "waitFor",
+                        "select",
+                        "selector",
+                        "onSupersede",
+                        "onFailure",
+                        "timeoutMs",
+                        "waitMs",
+                    ],
+                )?;
+                let writes: Vec<(String, Value)> = match o.get("writes") {
+                    None | Some(Value::Null) => vec![],
+                    Some(Value::Object(m)) => {
+                        m.iter().map(|(k, v)| (k.clone(), v.clone())).collect()
+                    }
+                    Some(_) => {
+                        return Err(bad(
+                            "`observe`: `writes` must be an object {control: value}",
+                        ));
+                    }
+                };
+                let wait_for = names_arg(name, o, "waitFor")?;
+                let select = match (o.get("select"), str_arg(name, o, "selector")?) {
+                    (Some(s), Some(_)) if !s.is_null() => {
+                        return Err(bad("`observe`: give `select` or `selector`, not both"));
+                    }
+                    (_, Some(s)) => Selection::Selector(s.to_owned()),
+                    (Some(s), None) if !s.is_null() => {
+                        Selection::Outputs(names_arg(name, o, "select")?)
+                    }
+                    _ => Selection::None,
+                };
+                let on_supersede = match str_arg(name, o, "onSupersede")? {
+                    None | Some("end") => OnSupersede::End,
+                    Some("follow") => OnSupersede::Follow,
+                    Some(x) => {
+                        return Err(bad(format!(
+                            "`observe`: onSupersede `{x}`; use \"end\" or \"follow\""
+                        )));
+                    }
+                };
+                let on_failure = match str_arg(name, o, "onFailure")? {
+                    None | Some("end") => OnFailure::End,
+                    Some("collect") => OnFailure::Collect,
+                    Some(x) => {
+                        return Err(bad(format!(
+                            "`observe`: onFailure `{x}`; use \"end\" or \"collect\""
+                        )));
+                    }
+                };
+                let timeout_ms = ms_arg(name, o, "timeoutMs")?;
+                let wait_ms = ms_arg(name, o, "waitMs")?.unwrap_or(DEFAULT_WAIT_MS);
+                let req = ObserveRequest {
+                    writes,
+                    wait_for,
+                    select,
+                    on_supersede,
+                    on_failure,
+                    timeout_ms,
+                    actor,
+                };
+                let op = self.observe(now, req)?;
+                self.flush(now);
+                Ok(self.reply_or_wait(op, wait_ms))
+            }
+            "wait" => {
+                let o = args_of(name, args, &["operation", "timeoutMs"])?;
+                let op = op_arg(name, o)?;
+                if self.operation(op).is_none() {
+                    return Err(OpsError::UnknownOperation(op));
+                }
+                let wait_ms = ms_arg(name, o, "timeoutMs")?.unwrap_or(DEFAULT_WAIT_MS);
+                Ok(self.reply_or_wait(op, wait_ms))
+            }
+            "inspect" => {
+                let o = args_of(name, args, &["operation", "calc"])?;
+                if let Some(c) = str_arg(name, o, "calc")? {
+                    let id = CalcId::parse(c).ok_or_else(|| {
+                        bad(format!(
+                            "`inspect`: calc `{c}` is not \"instance:generation\""
+                        ))
+                    })?;
+                    return Ok(ToolReply::Ready(self.calc_json(id)?));
+                }
+                Ok(ToolReply::Ready(self.operation_json(op_arg(name, o)?)?))
+            }
+            "cancel" => {
+                let o = args_of(name, args, &["operation"])?;
+                let op = op_arg(name, o)?;
+                self.cancel_op(now, op, "cancelled by the caller")?;
+                Ok(ToolReply::Ready(self.outcome_json(op)))
+            }
+            other => Err(OpsError::UnknownTool {
+                name: other.into(),
+                known: TOOLS.iter().map(|t| t.to_string()).collect(),
+            }),
+        }
+    }
+
+    fn reply_or_wait(&self, op: OpId, wait_ms: Millis) -> ToolReply {
+        if self.operation(op).is_some_and(|o| o.is_finished()) {
+            ToolReply::Ready(self.outcome_json(op))
+        } else {
+            ToolReply::Wait { op, wait_ms }
+        }
+    }
+
+    /// The answer to an `observe`/`wait` call once the host stopped waiting: the outcome, or —
+    /// for an operation still waiting — a handle (the operation is hosted as a job of `owner`).
+    pub fn tool_op_reply(
+        &mut self,
+        now: Millis,
+        op: OpId,
+        owner: &str,
+        origin: Origin,
+    ) -> Result<Value, OpsError> {
+        let o = self.operation(op).ok_or(OpsError::UnknownOperation(op))?;
+        if o.is_finished() {
+            return Ok(self.outcome_json(op));
+        }
+        let job = self.host_as_job(now, op, owner, origin)?;
+        let o = &self.ops[&op];
+        let cells: Map<String, Value> = o
+            .wait
+            .iter()
+            .map(|&x| {
+                let v = self.view(x);
+                (
+                    v.name.clone(),
+                    json!({"state": v.state.as_str(), "progress": v.progress}),
+                )
+            })
+            .collect();
+        Ok(json!({
+            "operation": op.0,
+            "status": "waiting",
+            "job": job.0,
+            "cells": cells,
+            "message": format!("{op} is still waiting; call `wait` with operation {} (or `inspect`) later", op.0),
+        }))
+    }
+}

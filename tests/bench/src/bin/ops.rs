@@ -1,0 +1,123 @@
+//! Operation overhead: N `observe` round trips, each one write and one synchronous cell —
+//! observe → flush → the host computes the cell → the operation settles → its outcome is read.
+//! Two paths: the core API (outcome record), and the published `observe` tool (JSON reply, what
+//! an agent receives). Prints operations/s and heap bytes per retained operation (its write
+//! receipt, calculation record and journal, operation record and journal, outcome).
+//!
+//!     cargo run --release -p weft-bench --bin ops [-- N]
+
+use std::time::Instant;
+
+use serde_json::{Value, json};
+use weft_bench::{Counting, live_bytes};
+use weft_core::ops::tools::ToolReply;
+use weft_core::ops::{
+    Actor, App, AppConfig, AppOutput, GraphSpec, ObserveRequest, OpOutcomeKind, Selection,
+};
+
+#[global_allocator]
+static ALLOC: Counting = Counting;
+
+fn app() -> App<Value> {
+    let spec: GraphSpec = serde_json::from_value(json!({
+        "controls": [{"name": "x", "type": "number", "min": 0, "max": 1e12, "value": 0}],
+        "cells": [{"name": "y", "deps": ["x"]}]
+    }))
+    .unwrap();
+    let mut app = App::new(AppConfig::default());
+    app.load(0, spec).unwrap();
+    drive(&mut app, 0);
+    app
+}
+
+/// The host: computes every requested cell synchronously (y = 2x); returns settled operations.
+fn drive(app: &mut App<Value>, now: u64) -> usize {
+    let mut settled = 0;
+    while let Some(o) = app.poll_output() {
+        match o {
+            AppOutput::Compute { calc, inputs, .. } => {
+                let x = inputs["x"].as_f64().unwrap();
+                app.calc_done(now, calc, json!(2.0 * x)).unwrap();
+            }
+            AppOutput::OpFinished { outcome, .. } => {
+                assert_eq!(outcome, OpOutcomeKind::Settled);
+                settled += 1;
+            }
+            _ => {}
+        }
+    }
+    settled
+}
+
+fn core_path(n: u64) -> (f64, usize) {
+    let mut app = app();
+    let before = live_bytes();
+    let t = Instant::now();
+    for i in 1..=n {
+        let mut req = ObserveRequest::new(vec![("x".to_owned(), json!(i))], vec!["y".to_owned()]);
+        req.select = Selection::Outputs(vec!["y".to_owned()]);
+        let op = app.observe(i, req).unwrap();
+        app.flush(i);
+        assert_eq!(drive(&mut app, i), 1);
+        let out = app.operation(op).unwrap().outcome.as_ref().unwrap();
+        assert_eq!(out.result.as_ref().unwrap()["y"], json!(2.0 * i as f64));
+    }
+    let secs = t.elapsed().as_secs_f64();
+    let retained = live_bytes() - before;
+    assert_eq!(app.retained().2 as u64, n);
+    (secs, retained)
+}
+
+fn tool_path(n: u64) -> f64 {
+    let mut app = app();
+    let t = Instant::now();
+    for i in 1..=n {
+        let args = json!({"writes": {"x": i}, "waitFor": ["y"], "select": ["y"]});
+        let reply = app
+            .call_tool(i, "observe", &args, Actor::new("agent"))
+            .unwrap();
+        let ToolReply::Wait { op, .. } = reply else {
+            panic!("a host cell needs the host")
+        };
+        assert_eq!(drive(&mut app, i), 1);
+        let v = app
+            .tool_op_reply(i, op, "agent", Default::default())
+            .unwrap();
+        assert_eq!(v["outcome"], "settled");
+    }
+    t.elapsed().as_secs_f64()
+}
+
+fn main() {
+    let n: u64 = std::env::args()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(10_000);
+    let mut best_core = f64::MAX;
+    let mut best_tool = f64::MAX;
+    let mut per_op = 0.0;
+    for round in 0..3 {
+        let (secs, retained) = core_path(n);
+        if round == 0 {
+            per_op = retained as f64 / n as f64;
+        }
+        best_core = best_core.min(secs);
+        let tsecs = tool_path(n);
+        best_tool = best_tool.min(tsecs);
+        eprintln!(
+            "round {round}: core {:.1} ms, tool {:.1} ms",
+            secs * 1e3,
+            tsecs * 1e3
+        );
+    }
+    println!(
+        "ops (native): {n} observe round trips (one write, one synchronous cell): core API {:.0} ops/s ({:.2} µs each), \
+         observe tool with JSON reply {:.0} ops/s ({:.2} µs each); {:.0} heap bytes per retained operation \
+         (write receipt + calculation + operation records and journals)",
+        n as f64 / best_core,
+        best_core * 1e6 / n as f64,
+        n as f64 / best_tool,
+        best_tool * 1e6 / n as f64,
+        per_op
+    );
+}

@@ -1,0 +1,300 @@
+// Operations through the package as a user imports it: host cells run by the JS layer (sync,
+// async, streaming), the diffusion lab headless in Node (its evolution on a real worker_threads
+// Worker), driven by the same published tools an agent uses, with JSON Schemas checked by ajv.
+import assert from 'node:assert/strict';
+import { test } from 'node:test';
+import Ajv from 'ajv';
+import { createAgent, createApp, scriptedModel } from 'weft';
+import { labSpec, analytic } from '../../../examples/diffusion-lab/src/graph.js';
+
+const diffusionWorker = new URL('../../../examples/diffusion/worker.js', import.meta.url);
+const tick = () => new Promise((r) => setTimeout(r, 0));
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+
+async function until(cond, what, timeoutMs = 15_000) {
+  const t0 = Date.now();
+  for (;;) {
+    const v = cond();
+    if (v) return v;
+    if (Date.now() - t0 > timeoutMs) throw new Error(`timed out waiting for ${what}`);
+    await sleep(5);
+  }
+}
+
+/** A deferred the test resolves by hand: a slow asynchronous host calculation. */
+function deferred() {
+  let resolve;
+  let reject;
+  const promise = new Promise((a, b) => {
+    resolve = a;
+    reject = b;
+  });
+  return { promise, resolve, reject };
+}
+
+function hostApp() {
+  const app = createApp();
+  const runs = [];
+  app.load({
+    controls: [
+      { name: 'a', type: 'number', min: 0, max: 10, step: 1, value: 1 },
+      { name: 'b', type: 'number', min: 0, max: 10, step: 1, value: 1 },
+      { name: 'label', type: 'string', value: 'x' },
+    ],
+    cells: [
+      {
+        name: 'slow',
+        deps: ['a', 'b'],
+        compute: (inputs, ctx) => {
+          const d = deferred();
+          runs.push({ inputs, ctx, ...d });
+          return d.promise;
+        },
+      },
+      {
+        name: 'stream',
+        deps: ['slow'],
+        compute: async function* ({ slow }, ctx) {
+          for (let i = 1; i <= 3; i++) {
+            await tick();
+            ctx.progress(i / 3);
+            yield { slow, i };
+          }
+        },
+      },
+      { name: 'title', deps: ['label'], compute: ({ label }) => label.toUpperCase() },
+    ],
+  });
+  return { app, runs };
+}
+
+test('JS host cells: a superseded async run is aborted, its late result recorded and never adopted', async () => {
+  const { app, runs } = hostApp();
+  await tick();
+  runs[0].resolve(2);
+  await until(() => app.cell('stream').state === 'ready', 'initial stream');
+  assert.deepEqual(app.cell('stream').value, { slow: 2, i: 3 });
+
+  const op = app.start({ writes: { a: 3 }, waitFor: ['stream'], select: ['a', 'stream'] });
+  await tick();
+  assert.equal(runs.length, 2);
+  assert.deepEqual(runs[1].inputs, { a: 3, b: 1 });
+  // The user moves another relevant control while the request's calculation runs.
+  app.set('b', 5, { by: 'user' });
+  const out = await op.wait();
+  assert.equal(out.outcome, 'superseded');
+  assert.equal(out.superseded.stage, 'during_execution');
+  assert.deepEqual(out.superseded.changedInputs, ['b']);
+  assert.equal(out.superseded.by[0].by, 'user');
+  assert.equal(out.result, undefined, 'a superseded request has no result');
+  assert.equal(runs[1].ctx.signal.aborted, true, 'the superseded run was aborted');
+  assert.equal(runs[1].ctx.signal.reason.code, 'SUPERSEDED');
+  runs[1].resolve(99); // it ignored its signal: late evidence
+  runs[2].resolve(6);
+  await until(() => app.cell('stream').state === 'ready' && app.cell('stream').value.slow === 6, 'replacement');
+  const journal = app.calc(runs[1].ctx.calc).journal.map((e) => e.type);
+  assert.deepEqual(journal, ['scheduled', 'started', 'superseded', 'late']);
+  assert.equal(app.cell('slow').value, 6);
+  app.dispose();
+});
+
+test('JS host cells: writes in one tick coalesce; cancelling one of two waits leaves the other and the calculation', async () => {
+  const { app, runs } = hostApp();
+  await tick();
+  runs[0].resolve(2);
+  await until(() => app.cell('stream').state === 'ready', 'initial');
+  app.set('a', 4, { by: 'user' });
+  const op = app.start({ writes: { b: 4 }, waitFor: ['slow'] });
+  await tick();
+  assert.equal(runs.length, 2, 'one calculation for both writes');
+  assert.deepEqual(runs[1].inputs, { a: 4, b: 4 });
+  const ac = new AbortController();
+  const first = op.wait({ signal: ac.signal });
+  const second = op.wait();
+  ac.abort();
+  await assert.rejects(first, (e) => e.code === 'WAIT_CANCELLED');
+  assert.equal(runs[1].ctx.signal.aborted, false, 'the calculation is untouched');
+  runs[1].resolve(8);
+  const out = await second;
+  assert.equal(out.outcome, 'settled');
+  assert.equal(out.inputs.a, 4);
+  assert.deepEqual(app.inspect(op.id).journal[1].coalesced, [1]);
+  // An unrelated write never disturbs a waiting operation.
+  const op2 = app.start({ writes: { a: 5 }, waitFor: ['slow'] });
+  await tick();
+  app.set('label', 'y', { by: 'user' });
+  await tick();
+  assert.equal(op2.outcome, null);
+  runs[2].resolve(10);
+  assert.equal((await op2.wait()).outcome, 'settled');
+  // Aborting observe() cancels that observation only.
+  const ac2 = new AbortController();
+  const p = app.observe({ writes: { a: 6 }, waitFor: ['slow'], signal: ac2.signal });
+  await tick();
+  ac2.abort();
+  await assert.rejects(p, (e) => e.code === 'WAIT_CANCELLED');
+  assert.equal(runs[3].ctx.signal.aborted, false);
+  app.dispose();
+});
+
+test('JS host cells: an error keeps the previous value; the operation fails with the error', async () => {
+  const { app, runs } = hostApp();
+  await tick();
+  runs[0].resolve(2);
+  await until(() => app.cell('slow').state === 'ready', 'initial');
+  const p = app.observe({ writes: { a: 7 }, waitFor: ['stream', 'title'] });
+  await tick();
+  runs[1].reject(Object.assign(new Error('diverged'), { code: 'UNSTABLE' }));
+  const out = await p;
+  assert.equal(out.outcome, 'failed');
+  assert.deepEqual(out.failures.map((f) => [f.reason, f.cell, f.code]), [['errored', 'slow', 'UNSTABLE']]);
+  assert.equal(out.cells.title.processed, true);
+  const slow = app.cell('slow');
+  assert.equal(slow.state, 'errored');
+  assert.equal(slow.value, 2, 'the latest value survives the error');
+  assert.equal(slow.upToDate, false);
+  app.dispose();
+});
+
+test('JS host cells: hot replacement mid-run disposes the old calculations; the observation settles on the new instance', async () => {
+  const { app, runs } = hostApp();
+  await tick();
+  runs[0].resolve(2);
+  await until(() => app.cell('stream').state === 'ready', 'initial');
+  const op = app.start({ writes: { a: 2 }, waitFor: ['slow'] });
+  await tick();
+  const old = runs[1];
+  app.replaceGraph(2, [
+    { name: 'slow', deps: ['a', 'b'], compute: ({ a, b }) => 100 * a + b },
+    { name: 'title', deps: ['label'], compute: ({ label }) => label },
+  ]);
+  assert.equal(old.ctx.signal.aborted, true);
+  assert.equal(old.ctx.signal.reason.code, 'OWNER_DISPOSED');
+  const out = await op.wait();
+  assert.equal(out.outcome, 'settled');
+  assert.equal(out.cells.slow.calc.split(':')[0], '2', 'settled on the new instance');
+  assert.equal(app.cell('slow').value, 201);
+  assert.ok(app.inspect(op.id).journal.some((e) => e.type === 'graph_replaced' && e.from === 1 && e.to === 2));
+  assert.throws(() => app.replaceGraph(2, []), (e) => e.code === 'INVALID_ARGUMENT');
+  old.resolve(7); // late: never adopted
+  await tick();
+  assert.equal(app.cell('slow').value, 201);
+  app.dispose();
+});
+
+test('headless diffusion lab in Node, driven by the published tools (worker_threads Worker)', { timeout: 60_000 }, async () => {
+  const app = createApp();
+  const worker = app.openWorker(diffusionWorker);
+  app.load(labSpec(worker));
+
+  // The tools and their JSON Schemas.
+  const ajv = new Ajv({ strict: false });
+  const tools = Object.fromEntries(app.tools.list().map((t) => [t.name, t]));
+  assert.deepEqual(Object.keys(tools), ['report', 'set', 'act', 'observe', 'wait', 'inspect', 'cancel']);
+  const validate = Object.fromEntries(Object.values(tools).map((t) => [t.name, ajv.compile(t.inputSchema)]));
+  assert.equal(validate.observe({ writes: { diffusivity: 0.5 }, waitFor: ['errors'], selector: 'summary' }), true);
+  assert.equal(validate.observe({ writes: { diffusivity: 'hot' } }), false);
+  assert.equal(validate.observe({ waitFor: ['nonexistent'] }), false);
+  assert.equal(validate.set({ name: 'initial', value: 'step' }), true);
+  assert.equal(validate.set({ name: 'colour', value: 1 }), false);
+  assert.equal(validate.act({ name: 'stop' }), true);
+  await assert.rejects(app.tools.call('set', { name: 'colour', value: 1 }), (e) => e.code === 'UNKNOWN_CONTROL' && /diffusivity, points/.test(e.message));
+  await assert.rejects(app.tools.call('observe', { writes: { points: 'many' } }), (e) => e.code === 'INVALID_CONTROL_VALUE');
+
+  const report = await app.tools.call('report', {});
+  assert.deepEqual(Object.keys(report.cells).sort(), ['errors', 'evolution', 'profile']);
+  assert.deepEqual(report.edges.errors, ['cell:profile', 'control:diffusivity', 'control:initial']);
+
+  // 1. Change controls, observe the consequence: settled, with the selector's summary.
+  const settled = await app.tools.call('observe', {
+    writes: { diffusivity: 0.5, points: 400, simTime: 0.004 },
+    waitFor: ['errors'],
+    selector: 'summary',
+  });
+  assert.equal(settled.outcome, 'settled', JSON.stringify(settled));
+  assert.equal(settled.result.diffusivity, 0.5);
+  assert.equal(settled.result.points, 400);
+  assert.ok(settled.result.t >= 0.004 && settled.result.t < 0.0041, `t = ${settled.result.t}`);
+  assert.ok(settled.result.l2 > 0 && settled.result.l2 < 1e-3, `l2 = ${settled.result.l2}`);
+  // The numbers are the profile's: check one point against the analytic solution directly.
+  const prof = app.cell('profile').value;
+  assert.ok(Math.abs(prof.u[200] - analytic(200 / 399, prof.t, 0.5)) < 2e-3);
+
+  // 2. A request superseded mid-run by the user: the tool result says so; no replacement answer.
+  const slow = app.tools.call('observe', { writes: { points: 2000, simTime: 0.03 }, waitFor: ['errors'], selector: 'summary' });
+  await until(() => (app.cell('evolution').progress ?? 0) > 0.05 && app.cell('evolution').state !== 'ready', 'the slow run to progress');
+  const running = app.cell('evolution').calc;
+  const receipt = app.set('diffusivity', 0.7, { by: 'user' });
+  assert.equal(receipt.accepted, 0.7);
+  const superseded = await slow;
+  assert.equal(superseded.outcome, 'superseded');
+  assert.equal(superseded.superseded.stage, 'during_execution');
+  assert.deepEqual(superseded.superseded.changedInputs, ['diffusivity']);
+  assert.equal(superseded.superseded.by[0].by, 'user');
+  assert.equal(superseded.result, undefined);
+  assert.match(superseded.message, /superseded while its calculation was running by diffusivity = 0.7/);
+  const evo = app.calc(running);
+  assert.equal(evo.state, 'superseded');
+  // The worker acknowledges the cancel: evidence on the calculation, not a second outcome.
+  await until(() => app.calc(running).journal.some((e) => e.type === 'job_ended'), 'cancel acknowledgement');
+  assert.equal(app.calc(running).journal.find((e) => e.type === 'job_ended').outcome, 'cancelled');
+
+  // 3. Stopping is a published action; the held evolution makes a new request fail promptly.
+  await app.tools.call('act', { name: 'stop' });
+  assert.equal(app.cell('evolution').state, 'held');
+  const held = await app.tools.call('observe', { writes: { simTime: 0.002 }, waitFor: ['profile'] });
+  assert.equal(held.outcome, 'failed');
+  assert.equal(held.failures[0].reason, 'held');
+  await app.tools.call('act', { name: 'start' });
+
+  // 4. A slow observation returns a handle (hosted as a job); `wait` returns the outcome.
+  const handle = await app.tools.call('observe', { writes: { points: 1500, simTime: 0.02 }, waitFor: ['errors'], waitMs: 5 }, { toolCall: 'c7' });
+  assert.equal(handle.status, 'waiting');
+  assert.equal(typeof handle.job, 'number');
+  const done = await app.tools.call('wait', { operation: handle.operation, timeoutMs: 30_000 });
+  assert.equal(done.outcome, 'settled');
+  assert.equal(done.job, handle.job);
+  const notes = app.runtime.readMailbox('agent');
+  assert.equal(notes.length, 1);
+  assert.equal(notes[0].job, handle.job);
+  const record = await app.tools.call('inspect', { operation: handle.operation });
+  assert.deepEqual(
+    record.journal.map((e) => e.type).filter((t) => t !== 'calculation'),
+    ['accepted', 'effective', 'hosted', 'processed', 'outcome'],
+  );
+  app.dispose();
+});
+
+test("weft's own agent drives the lab through the published app tools (schemas enforced before handlers)", { timeout: 60_000 }, async () => {
+  const app = createApp();
+  app.load(labSpec(app.openWorker(diffusionWorker)));
+  const model = scriptedModel([
+    {
+      calls: [
+        { id: 'c1', name: 'report', arguments: {} },
+        { id: 'c2', name: 'observe', arguments: { writes: { diffusivity: 'hot' }, waitFor: ['errors'] } },
+        { id: 'c3', name: 'observe', arguments: { writes: { diffusivity: 0.4, simTime: 0.003 }, waitFor: ['errors'], selector: 'summary' } },
+      ],
+    },
+    { text: 'done' },
+  ]);
+  const agent = createAgent(app.runtime, { id: 'lab-agent', model });
+  for (const t of app.tools.list()) {
+    agent.registerTool({ name: t.name, description: t.description, parameters: t.inputSchema }, (args, ctx) =>
+      app.tools.call(t.name, args, { by: 'lab-agent', toolCall: ctx.callId, owner: 'lab-agent' }),
+    );
+  }
+  const turn = await agent.run('Set the diffusivity to 0.4 and report the error norms.');
+  assert.equal(turn.end, 'completed');
+  const byId = Object.fromEntries(turn.results.map((r) => [r.callId, r]));
+  assert.equal(byId.c1.status, 'succeeded');
+  assert.deepEqual(Object.keys(byId.c1.value.controls).sort(), ['diffusivity', 'initial', 'points', 'running', 'seed', 'simTime']);
+  // The schema the app published rejects a bad argument before the handler runs.
+  assert.notEqual(byId.c2.status, 'succeeded');
+  assert.equal(byId.c2.started, false);
+  assert.equal(byId.c3.status, 'succeeded', JSON.stringify(byId.c3));
+  assert.equal(byId.c3.value.outcome, 'settled');
+  assert.equal(byId.c3.value.result.diffusivity, 0.4);
+  assert.equal(byId.c3.value.writes[0].toolCall, 'c3');
+  app.dispose();
+});

@@ -1,0 +1,534 @@
+// Operations in JS: an application graph whose every rule lives in the wasm core
+// (weft_core::ops). This file only carries: it runs host cells (sync, async, streaming) when the
+// core says so, aborts them when the core says so, runs registered selectors over the settled
+// snapshots the core hands over, schedules the end-of-tick flush, and turns operation outcomes
+// into Promises. Worker cells, hosted operations, waits, mailboxes and timers go through the
+// ordinary Runtime, whose registry is the app's own.
+
+import { OpsApp } from './weft_wasm.js';
+import { Runtime, WeftError } from './runtime.js';
+
+/** Creates an application (load its surface with `app.load`). */
+export function createApp(options = {}) {
+  return new App(options);
+}
+
+const qualify = (spec) => (spec.scope ? `${spec.scope}/${spec.name}` : spec.name);
+
+function isAsyncIterable(x) {
+  return x != null && typeof x[Symbol.asyncIterator] === 'function';
+}
+
+function errorArgs(err) {
+  const message = String(err?.message ?? err);
+  const code = typeof err?.code === 'string' ? err.code : undefined;
+  return [message, code];
+}
+
+export class App {
+  #core;
+  #rt;
+  #computes = new Map();
+  #selectors = new Map();
+  #selectorOps = new Map();
+  #running = new Map();
+  #waiters = new Map();
+  #listeners = new Set();
+  #flushScheduled = false;
+  #notifyScheduled = false;
+  #lastRevision = -1;
+  #disposed = false;
+
+  constructor({ now, instance, firstOp, firstJobId } = {}) {
+    this.#core = new OpsApp({ instance, firstOp, firstJobId });
+    this.#rt = new Runtime({
+      now,
+      core: this.#core,
+      onOutput: (o) => this.#dispatch(o),
+      onPumped: () => this.#changed(),
+    });
+  }
+
+  /** The job runtime whose registry the app uses (Worker endpoints, jobs, mailboxes). */
+  get runtime() {
+    return this.#rt;
+  }
+
+  /** Opens a Worker endpoint for Worker cells (see `Runtime.openWorker`). */
+  openWorker(specifier, options) {
+    return this.#rt.openWorker(specifier, options);
+  }
+
+  /** Opens an in-process endpoint (see `Runtime.openLocal`). */
+  openLocal(fn, options) {
+    return this.#rt.openLocal(fn, options);
+  }
+
+  #cellSpecs(cells) {
+    return cells.map((c) => {
+      const { compute, worker, ...rest } = c;
+      if (worker !== undefined) {
+        const endpoint = typeof worker === 'number' ? worker : worker?.id;
+        return { ...rest, compute: { kind: 'worker', endpoint } };
+      }
+      if (typeof compute !== 'function') {
+        throw new WeftError('INVALID_GRAPH', `cell ${qualify(c)}: give \`compute\` (a function) or \`worker\` (an endpoint)`);
+      }
+      return { ...rest, compute: { kind: 'host' } };
+    });
+  }
+
+  #register(cells) {
+    const computes = new Map();
+    for (const c of cells) if (typeof c.compute === 'function') computes.set(qualify(c), c.compute);
+    return computes;
+  }
+
+  /**
+   * Publishes the surface and starts the graph. `cells[i]`: `{name, scope?, description?,
+   * deps, constants?, gate?: {control, open: [...]}, compute(inputs, ctx) | worker: Endpoint}`;
+   * `selectors`: `{name: (snapshot, outcome) => result}` (pure functions over a snapshot).
+   */
+  load({ controls = [], actions = [], cells = [], selectors = {} } = {}) {
+    const specCells = this.#cellSpecs(cells);
+    const sel = Object.entries(selectors).map(([name, s]) => {
+      const fn = typeof s === 'function' ? s : s?.select;
+      if (typeof fn !== 'function') throw new WeftError('INVALID_GRAPH', `selector ${name}: give a function`);
+      return { name, fn, description: typeof s === 'function' ? '' : (s.description ?? '') };
+    });
+    this.#computes = this.#register(cells);
+    for (const s of sel) this.#selectors.set(s.name, s.fn);
+    this.#rt._call((core, now) =>
+      core.load(now, {
+        controls,
+        actions,
+        cells: specCells,
+        selectors: sel.map(({ name, description }) => ({ name, description })),
+      }),
+    );
+  }
+
+  /** Hot replacement: new cell definitions under a fresh graph instance id. */
+  replaceGraph(instance, cells) {
+    const specCells = this.#cellSpecs(cells);
+    const previous = this.#computes;
+    // The new instance's first calculations are dispatched during the call: install first.
+    this.#computes = this.#register(cells);
+    try {
+      this.#rt._call((core, now) => core.replaceGraph(now, instance, specCells));
+    } catch (err) {
+      this.#computes = previous;
+      throw err;
+    }
+  }
+
+  /** Disposes the graph: calculations end as owner_disposed; controls stay. */
+  disposeGraph() {
+    this.#rt._call((core, now) => core.disposeGraph(now));
+  }
+
+  // ----- writes ------------------------------------------------------------------------------
+
+  #scheduleFlush() {
+    if (this.#flushScheduled) return;
+    this.#flushScheduled = true;
+    queueMicrotask(() => {
+      this.#flushScheduled = false;
+      this.flush();
+    });
+  }
+
+  /** Ends the tick now (otherwise it ends at the next microtask checkpoint). */
+  flush() {
+    return this.#rt._call((core, now) => core.flush(now));
+  }
+
+  /** Writes one control. Returns the receipt (the accepted value); effective at the flush. */
+  set(name, value, { by = 'user', toolCall } = {}) {
+    const r = this.#rt._call((core, now) => core.set(now, name, value, { by, toolCall }));
+    this.#scheduleFlush();
+    return r;
+  }
+
+  /** Writes several controls all-or-nothing. Returns the receipts. */
+  setMany(writes, { by = 'user', toolCall } = {}) {
+    const r = this.#rt._call((core, now) => core.setMany(now, writes, { by, toolCall }));
+    this.#scheduleFlush();
+    return r;
+  }
+
+  /** Invokes a published action. Returns `{invocation, writes}`. */
+  act(name, args = {}, { by = 'user', toolCall } = {}) {
+    const r = this.#rt._call((core, now) => core.act(now, name, args, { by, toolCall }));
+    this.#scheduleFlush();
+    return r;
+  }
+
+  // ----- operations --------------------------------------------------------------------------
+
+  /**
+   * Starts an operation: `{writes, waitFor, select | selector, onSupersede, onFailure,
+   * timeoutMs, by, toolCall}`. Returns its handle; the writes take effect at the flush.
+   */
+  start(request = {}) {
+    const { signal: _signal, ...req } = request;
+    const op = this.#rt._call((core, now) => core.observeOp(now, req));
+    if (req.selector) this.#selectorOps.set(op, req.selector);
+    this.#scheduleFlush();
+    return new Operation(this, op);
+  }
+
+  /**
+   * Starts an operation and resolves with its outcome record. Aborting `signal` cancels the
+   * observation (never the calculations) and rejects with WAIT_CANCELLED.
+   */
+  observe(request = {}) {
+    const { signal } = request;
+    const op = this.start(request);
+    if (signal?.aborted) {
+      op.cancel('aborted by the caller');
+      return Promise.reject(new WeftError('WAIT_CANCELLED', 'the observation was cancelled', { cause: signal.reason }));
+    }
+    return new Promise((resolve, reject) => {
+      const onAbort = () => {
+        op.cancel('aborted by the caller');
+        reject(new WeftError('WAIT_CANCELLED', 'the observation was cancelled', { cause: signal.reason }));
+      };
+      signal?.addEventListener('abort', onAbort, { once: true });
+      op.wait().then(
+        (outcome) => {
+          signal?.removeEventListener('abort', onAbort);
+          resolve(outcome);
+        },
+        reject,
+      );
+    });
+  }
+
+  /** A handle on an existing operation. */
+  operation(id) {
+    return new Operation(this, id);
+  }
+
+  /** @internal */
+  _outcome(id) {
+    return this.#core.outcome(id);
+  }
+
+  /** @internal */
+  _isFinished(id) {
+    return this.#core.isFinished(id);
+  }
+
+  /** @internal */
+  _cancel(id, reason) {
+    return this.#rt._call((core, now) => core.cancelOp(now, id, reason));
+  }
+
+  /** @internal calls `resolve()` when the operation ends. */
+  _onFinish(id, resolve) {
+    let set = this.#waiters.get(id);
+    if (!set) this.#waiters.set(id, (set = new Set()));
+    set.add(resolve);
+    return () => set.delete(resolve);
+  }
+
+  /** Submits an independent task running a Worker cell on explicit inputs (a Job). */
+  submitTask(cell, overrides = {}, { owner = 'app', origin, toolCall } = {}) {
+    const id = this.#rt._call((core, now) => core.submitTask(now, cell, overrides, owner, { origin, toolCall }));
+    return this.#rt.job(id);
+  }
+
+  // ----- the published tools -----------------------------------------------------------------
+
+  /** The agent tools: `list()` (name, description, inputSchema) and `call(name, args, opts)`. */
+  get tools() {
+    return {
+      list: () => this.#core.toolDefinitions(),
+      call: (name, args, options) => this.#callTool(name, args, options),
+    };
+  }
+
+  async #callTool(name, args = {}, { by = 'agent', toolCall, owner = 'agent', signal } = {}) {
+    const r = this.#rt._call((core, now) => core.callTool(now, name, args, { by, toolCall }));
+    if ('ready' in r) return r.ready;
+    const op = r.wait;
+    if (name === 'observe' && args?.selector) this.#selectorOps.set(op, args.selector);
+    try {
+      await new Operation(this, op)._ended({ timeoutMs: r.waitMs, signal });
+    } catch (err) {
+      if (err?.code !== 'WAIT_TIMED_OUT') throw err;
+    }
+    return this.#rt._call((core, now) => core.toolOpReply(now, op, owner, { toolCall }));
+  }
+
+  // ----- reads -------------------------------------------------------------------------------
+
+  /** The whole application at the current revision (values are the live JS values). */
+  snapshot() {
+    return this.#core.snapshot();
+  }
+
+  /** One cell: `{state, value, valueCalc, final, upToDate, calc, progress, error, provenance}`. */
+  cell(name) {
+    return this.#core.cell(name);
+  }
+
+  /** The report (`full`: constraints, descriptions, calculations, provenance). */
+  report({ full = false } = {}) {
+    return this.#core.report(full);
+  }
+
+  /** Every retained operation, briefly: `{operation, state, by}`. */
+  operations() {
+    return this.#core.operations();
+  }
+
+  /** An operation's whole record (what the `inspect` tool returns). */
+  inspect(op) {
+    return this.#core.operation(op);
+  }
+
+  /** A calculation's record and lifecycle journal. */
+  calc(id) {
+    return this.#core.calc(id);
+  }
+
+  /** The retained calculations of a cell, oldest first. */
+  calcsOf(cell) {
+    return this.#core.calcsOf(cell);
+  }
+
+  /** A write's receipt. */
+  receipt(write) {
+    return this.#core.receipt(write);
+  }
+
+  /** The current application revision. */
+  get revision() {
+    return this.#core.revision();
+  }
+
+  /** `{calcs, writes, operations}` retained by the core. */
+  retained() {
+    const [calcs, writes, operations] = this.#core.retained();
+    return { calcs, writes, operations };
+  }
+
+  /** Calls `listener(app)` after changes (coalesced per microtask). Returns an unsubscribe. */
+  subscribe(listener) {
+    this.#listeners.add(listener);
+    return () => this.#listeners.delete(listener);
+  }
+
+  /** Terminates endpoints and frees the core. */
+  dispose() {
+    if (this.#disposed) return;
+    this.#disposed = true;
+    for (const ac of this.#running.values()) ac.abort(new WeftError('DISPOSED', 'app disposed'));
+    this.#running.clear();
+    this.#rt.dispose();
+  }
+
+  // ----- carrying out the core's outputs -----------------------------------------------------
+
+  #dispatch(o) {
+    switch (o.output) {
+      case 'compute':
+        this.#compute(o);
+        break;
+      case 'abort': {
+        const ac = this.#running.get(o.calc);
+        if (ac) {
+          this.#running.delete(o.calc);
+          ac.abort(new WeftError(o.reason.toUpperCase(), `calculation ${o.calc} of ${o.cell}: ${o.reason}`));
+        }
+        break;
+      }
+      case 'op_finished':
+        this.#finished(o);
+        break;
+    }
+  }
+
+  #report(method, calc, ...args) {
+    // A calculation that ignores its abort signal may report after the app was disposed.
+    if (this.#disposed) return undefined;
+    try {
+      return this.#rt._call((core, now) => core[method](now, calc, ...args));
+    } catch (err) {
+      queueMicrotask(() => {
+        throw err;
+      });
+    }
+  }
+
+  #compute(o) {
+    const fn = this.#computes.get(o.cell);
+    const calc = o.calc;
+    if (!fn) {
+      this.#report('calcFailed', calc, `no compute function for ${o.cell}`, 'NO_COMPUTE');
+      return;
+    }
+    // The AbortController is made on first use: a synchronous compute never needs one.
+    let ac = null;
+    const controller = () => {
+      if (!ac) {
+        ac = new AbortController();
+        this.#running.set(calc, ac);
+      }
+      return ac;
+    };
+    const ctx = {
+      calc,
+      get signal() {
+        return controller().signal;
+      },
+      previous: o.previous,
+      progress: (fraction) => this.#report('calcProgress', calc, fraction),
+      partial: (value) => this.#report('calcPartial', calc, value),
+    };
+    const fail = (err) => this.#report('calcFailed', calc, ...errorArgs(err));
+    let out;
+    try {
+      out = fn(o.inputs, ctx);
+    } catch (err) {
+      if (ac) this.#running.delete(calc);
+      fail(err);
+      return;
+    }
+    if (isAsyncIterable(out) || (out != null && typeof out.then === 'function')) controller();
+    if (isAsyncIterable(out)) {
+      (async () => {
+        let last;
+        let any = false;
+        try {
+          for await (const v of out) {
+            last = v;
+            any = true;
+            this.#report('calcPartial', calc, v);
+          }
+          if (!any) throw new WeftError('NO_VALUE', 'the async iterable finished without yielding');
+          this.#report('calcDone', calc, last);
+        } catch (err) {
+          fail(err);
+        } finally {
+          this.#running.delete(calc);
+        }
+      })();
+    } else if (out != null && typeof out.then === 'function') {
+      out.then(
+        (v) => this.#report('calcDone', calc, v),
+        (err) => fail(err),
+      ).finally(() => this.#running.delete(calc));
+    } else {
+      if (ac) this.#running.delete(calc);
+      this.#report('calcDone', calc, out);
+    }
+  }
+
+  #finished(o) {
+    const selector = this.#selectorOps.get(o.op);
+    this.#selectorOps.delete(o.op);
+    if (selector && o.outcome === 'settled') {
+      const fn = this.#selectors.get(selector);
+      try {
+        const value = fn(o.snapshot, this.#core.outcome(o.op));
+        this.#core.recordResult(o.op, value);
+      } catch (err) {
+        // A selector that throws leaves the settled outcome without a result; report loudly.
+        queueMicrotask(() => {
+          throw err;
+        });
+      }
+    }
+    const set = this.#waiters.get(o.op);
+    if (set) {
+      this.#waiters.delete(o.op);
+      for (const resolve of set) resolve();
+    }
+  }
+
+  #changed() {
+    if (this.#listeners.size === 0 || this.#notifyScheduled) return;
+    if (this.#core.revision() === this.#lastRevision) return;
+    this.#notifyScheduled = true;
+    queueMicrotask(() => {
+      this.#notifyScheduled = false;
+      this.#lastRevision = this.#core.revision();
+      for (const l of this.#listeners) {
+        try {
+          l(this);
+        } catch (err) {
+          queueMicrotask(() => {
+            throw err;
+          });
+        }
+      }
+    });
+  }
+}
+
+/** A handle on one operation. */
+export class Operation {
+  #app;
+
+  constructor(app, id) {
+    this.#app = app;
+    this.id = id;
+  }
+
+  /** The outcome record, or null while waiting. */
+  get outcome() {
+    return this.#app._outcome(this.id);
+  }
+
+  /** The whole record (writes, wait set, linked calculations, timeline, outcome). */
+  inspect() {
+    return this.#app.inspect(this.id);
+  }
+
+  /**
+   * Resolves with the outcome. Aborting `signal` or reaching `timeoutMs` rejects (codes
+   * WAIT_CANCELLED / WAIT_TIMED_OUT) and ends only this wait: the operation continues.
+   */
+  wait(options = {}) {
+    return this._ended(options).then(() => this.outcome);
+  }
+
+  /** @internal Resolves (with nothing) when the operation ends; rejects like `wait`. */
+  _ended({ signal, timeoutMs } = {}) {
+    if (this.#app._isFinished(this.id)) return Promise.resolve();
+    if (signal?.aborted) {
+      return Promise.reject(new WeftError('WAIT_CANCELLED', 'the wait was cancelled', { cause: signal.reason }));
+    }
+    return new Promise((resolve, reject) => {
+      let timer = null;
+      const cleanup = () => {
+        off();
+        clearTimeout(timer);
+        signal?.removeEventListener('abort', onAbort);
+      };
+      const off = this.#app._onFinish(this.id, () => {
+        cleanup();
+        resolve();
+      });
+      const onAbort = () => {
+        cleanup();
+        reject(new WeftError('WAIT_CANCELLED', 'the wait was cancelled; the operation continues', { cause: signal.reason }));
+      };
+      signal?.addEventListener('abort', onAbort, { once: true });
+      if (timeoutMs !== undefined) {
+        timer = setTimeout(() => {
+          cleanup();
+          reject(new WeftError('WAIT_TIMED_OUT', `wait timed out after ${timeoutMs} ms; the operation continues`));
+        }, timeoutMs);
+      }
+    });
+  }
+
+  /** Cancels the observation only (calculations continue). Returns the outcome name. */
+  cancel(reason = 'cancelled by the caller') {
+    return this.#app._cancel(this.id, reason);
+  }
+}

@@ -1,0 +1,901 @@
+//! Bindings of the application graph and its operations (`weft_core::ops::App`).
+//!
+//! `OpsApp` holds the app *and* its job registry (the lead's [`JobRegistry`] wrapper with its
+//! JS conversion caches), and exposes the registry's JS methods too, so the JS `Runtime` can
+//! use an `OpsApp` as its core: Worker endpoints, job waits and observers, mailboxes and
+//! timers then work unchanged on the registry that the app's Worker cells and hosted
+//! operations use. The JS package (`wasm/js/ops.js`) runs host cells and selectors.
+
+use std::borrow::{Borrow, BorrowMut};
+use std::sync::Arc;
+
+use js_sys::{Array, Object, Reflect};
+use wasm_bindgen::prelude::*;
+use weft_core::jobs::{EndpointId, Origin, Registry};
+use weft_core::ops::{
+    Actor, App, AppConfig, AppOutput, CalcId, CellView, GraphSpec, ObserveRequest, OnFailure,
+    OnSupersede, OpId, OpsError, OpsValue, Selection, Snapshot, WriteId, tools::ToolReply,
+};
+
+use crate::jobs::JobRegistry;
+use crate::js::{Js, array, error, key, opt, opt_f64, opt_string};
+
+/// A JSON value as a JS value: one string and the engine's JSON.parse, much cheaper than a
+/// property-by-property conversion for records like outcomes and journals.
+fn jv(v: &serde_json::Value) -> JsValue {
+    let text = serde_json::to_string(v).expect("JSON values serialize");
+    js_sys::JSON::parse(&text).expect("valid JSON")
+}
+
+impl OpsValue for Js {
+    fn from_json(v: &serde_json::Value) -> Self {
+        match v {
+            serde_json::Value::Null => Js::Null,
+            serde_json::Value::Bool(b) => Js::Bool(*b),
+            serde_json::Value::Number(n) => Js::Num(n.as_f64().unwrap_or(f64::NAN)),
+            other => Js::Val(jv(other)),
+        }
+    }
+    fn object(fields: Vec<(String, Self)>) -> Self {
+        let o = Object::new();
+        for (k, v) in fields {
+            Reflect::set(&o, &key(&k), &v.to_js()).expect("set on a plain object");
+        }
+        Js::Val(o.into())
+    }
+}
+
+impl Borrow<Registry<Js>> for JobRegistry {
+    fn borrow(&self) -> &Registry<Js> {
+        &self.inner
+    }
+}
+
+impl BorrowMut<Registry<Js>> for JobRegistry {
+    fn borrow_mut(&mut self) -> &mut Registry<Js> {
+        &mut self.inner
+    }
+}
+
+fn ms(now: f64) -> u64 {
+    if now.is_finite() && now > 0.0 {
+        now as u64
+    } else {
+        0
+    }
+}
+
+fn ops_err(e: OpsError) -> JsValue {
+    error(&e)
+}
+
+fn bad(msg: impl Into<String>) -> JsValue {
+    error(&OpsError::InvalidArgument(msg.into()))
+}
+
+fn calc_arg(s: &str) -> Result<CalcId, JsValue> {
+    CalcId::parse(s).ok_or_else(|| {
+        bad(format!(
+            "calculation id `{s}` is not \"instance:generation\""
+        ))
+    })
+}
+
+fn actor_of(v: &JsValue) -> Actor {
+    Actor {
+        by: opt_string(v, "by").unwrap_or_else(|| "user".into()),
+        tool_call: opt_string(v, "toolCall"),
+    }
+}
+
+fn origin_of(v: &JsValue) -> Origin {
+    match opt(v, "origin") {
+        Some(o) => Origin {
+            thread: opt_string(&o, "thread"),
+            turn: opt_string(&o, "turn"),
+            tool_call: opt_string(&o, "toolCall"),
+        },
+        None => Origin {
+            tool_call: opt_string(v, "toolCall"),
+            ..Origin::default()
+        },
+    }
+}
+
+/// The own enumerable `[key, value]` pairs of a JS object, values as payloads.
+fn pairs(v: &JsValue) -> Result<Vec<(String, Js)>, JsValue> {
+    if v.is_undefined() || v.is_null() {
+        return Ok(vec![]);
+    }
+    if !v.is_object() || Array::is_array(v) {
+        return Err(bad("expected an object {name: value}"));
+    }
+    Ok(Object::entries(v.unchecked_ref())
+        .iter()
+        .map(|e| {
+            let e: Array = e.unchecked_into();
+            (
+                e.get(0).as_string().unwrap_or_default(),
+                Js::from_js(e.get(1)),
+            )
+        })
+        .collect())
+}
+
+fn strings(v: &JsValue, what: &str) -> Result<Vec<String>, JsValue> {
+    if v.is_undefined() || v.is_null() {
+        return Ok(vec![]);
+    }
+    if !Array::is_array(v) {
+        return Err(bad(format!("{what} must be an array of names")));
+    }
+    Array::from(v)
+        .iter()
+        .map(|x| {
+            x.as_string()
+                .ok_or_else(|| bad(format!("{what} must be an array of names")))
+        })
+        .collect()
+}
+
+fn to_json(v: &JsValue) -> Result<serde_json::Value, JsValue> {
+    if v.is_undefined() {
+        return Ok(serde_json::Value::Null);
+    }
+    serde_wasm_bindgen::from_value(v.clone()).map_err(|e| bad(format!("not JSON-like: {e}")))
+}
+
+fn cell_js(c: &CellView<Js>) -> JsValue {
+    let o = Object::new();
+    let put = |k: &str, v: JsValue| {
+        Reflect::set(&o, &key(k), &v).expect("set");
+    };
+    put("state", c.state.as_str().into());
+    put(
+        "value",
+        c.value
+            .as_ref()
+            .map(|v| v.to_js())
+            .unwrap_or(JsValue::UNDEFINED),
+    );
+    put(
+        "valueCalc",
+        c.value_calc
+            .map(|x| x.to_string().into())
+            .unwrap_or(JsValue::NULL),
+    );
+    put(
+        "valueRevision",
+        c.value_revision
+            .map(|x| (x as f64).into())
+            .unwrap_or(JsValue::NULL),
+    );
+    put("final", c.is_final.into());
+    put("upToDate", c.up_to_date.into());
+    put(
+        "calc",
+        c.current
+            .map(|x| x.to_string().into())
+            .unwrap_or(JsValue::NULL),
+    );
+    put(
+        "progress",
+        c.progress.map(JsValue::from_f64).unwrap_or(JsValue::NULL),
+    );
+    put(
+        "error",
+        match &c.error {
+            Some((cell, calc, m, code)) => jv(
+                &serde_json::json!({"cell": cell, "calc": calc.to_string(), "message": m, "code": code}),
+            ),
+            None => JsValue::NULL,
+        },
+    );
+    let prov = Object::new();
+    for (k, r) in &c.provenance {
+        Reflect::set(&prov, &key(k), &(*r as f64).into()).expect("set");
+    }
+    put("provenance", prov.into());
+    o.into()
+}
+
+fn snapshot_js(s: &Snapshot<Js>) -> JsValue {
+    let controls = Object::new();
+    let versions = Object::new();
+    for (n, v, r) in &s.controls {
+        Reflect::set(&controls, &key(n), &Js::from_json(&v.to_json()).to_js()).expect("set");
+        Reflect::set(&versions, &key(n), &(*r as f64).into()).expect("set");
+    }
+    let cells = Object::new();
+    for c in &s.cells {
+        Reflect::set(&cells, &key(&c.name), &cell_js(c)).expect("set");
+    }
+    let o = Object::new();
+    Reflect::set(&o, &key("revision"), &(s.revision as f64).into()).expect("set");
+    Reflect::set(&o, &key("instance"), &(s.instance as f64).into()).expect("set");
+    Reflect::set(&o, &key("controls"), &controls).expect("set");
+    Reflect::set(&o, &key("versions"), &versions).expect("set");
+    Reflect::set(&o, &key("cells"), &cells).expect("set");
+    o.into()
+}
+
+/// An application graph with its operations and job registry, as a JS class. Times are
+/// milliseconds on the caller's monotonic clock.
+#[wasm_bindgen]
+pub struct OpsApp {
+    app: App<Js, JobRegistry>,
+    /// The latest time seen (the core's clock never goes backwards).
+    last_now: u64,
+}
+
+#[wasm_bindgen]
+impl OpsApp {
+    /// A new app. `options`: `{instance, firstOp, firstJobId}`.
+    #[wasm_bindgen(constructor)]
+    pub fn new(options: JsValue) -> OpsApp {
+        let instance = opt_f64(&options, "instance").map(ms).unwrap_or(1).max(1);
+        let first_op = opt_f64(&options, "firstOp").map(ms).unwrap_or(1).max(1);
+        let registry = JobRegistry::new(opt_f64(&options, "firstJobId"));
+        OpsApp {
+            app: App::with_registry(
+                AppConfig {
+                    instance,
+                    first_op,
+                    ..AppConfig::default()
+                },
+                registry,
+            ),
+            last_now: 0,
+        }
+    }
+
+    // ----- the surface ------------------------------------------------------------------------
+
+    /// Publishes the surface: `{controls, actions, cells, selectors}` (cells' `compute` is
+    /// `{kind: "host"}` or `{kind: "worker", endpoint}`).
+    pub fn load(&mut self, now: f64, spec: JsValue) -> Result<(), JsValue> {
+        let t = self.t(now);
+        let spec: GraphSpec = serde_wasm_bindgen::from_value(spec)
+            .map_err(|e| error(&OpsError::InvalidGraph(e.to_string())))?;
+        self.app.load(t, spec).map_err(ops_err)
+    }
+
+    /// Hot replacement with new cell specs under a fresh instance id.
+    #[wasm_bindgen(js_name = replaceGraph)]
+    pub fn replace_graph(
+        &mut self,
+        now: f64,
+        instance: f64,
+        cells: JsValue,
+    ) -> Result<(), JsValue> {
+        let t = self.t(now);
+        let cells = serde_wasm_bindgen::from_value(cells)
+            .map_err(|e| error(&OpsError::InvalidGraph(e.to_string())))?;
+        self.app
+            .replace_graph(t, ms(instance), cells)
+            .map_err(ops_err)
+    }
+
+    /// Disposes the graph (controls stay).
+    #[wasm_bindgen(js_name = disposeGraph)]
+    pub fn dispose_graph(&mut self, now: f64) {
+        let t = self.t(now);
+        self.app.dispose_graph(t);
+    }
+
+    // ----- writes -----------------------------------------------------------------------------
+
+    /// Accepts one write (staged until `flush`); returns its receipt.
+    pub fn set(
+        &mut self,
+        now: f64,
+        name: &str,
+        value: JsValue,
+        actor: JsValue,
+    ) -> Result<JsValue, JsValue> {
+        let t = self.t(now);
+        let w = self
+            .app
+            .set(t, name, &Js::from_js(value), actor_of(&actor))
+            .map_err(ops_err)?;
+        Ok(jv(&self.app.receipt_json(w)))
+    }
+
+    /// Accepts several writes all-or-nothing; returns their receipts.
+    #[wasm_bindgen(js_name = setMany)]
+    pub fn set_many(
+        &mut self,
+        now: f64,
+        writes: JsValue,
+        actor: JsValue,
+    ) -> Result<Array, JsValue> {
+        let t = self.t(now);
+        let ws = self
+            .app
+            .set_many(t, &pairs(&writes)?, actor_of(&actor))
+            .map_err(ops_err)?;
+        Ok(array(ws.iter().map(|w| jv(&self.app.receipt_json(*w)))))
+    }
+
+    /// Invokes an action; returns `{invocation, writes}`.
+    pub fn act(
+        &mut self,
+        now: f64,
+        name: &str,
+        args: JsValue,
+        actor: JsValue,
+    ) -> Result<JsValue, JsValue> {
+        let t = self.t(now);
+        let (inv, ws) = self
+            .app
+            .act(t, name, &pairs(&args)?, actor_of(&actor))
+            .map_err(ops_err)?;
+        let receipts: Vec<_> = ws.iter().map(|w| self.app.receipt_json(*w)).collect();
+        Ok(jv(
+            &serde_json::json!({"invocation": inv.0, "writes": receipts}),
+        ))
+    }
+
+    /// Ends the tick; returns the new revision, or undefined when nothing changed.
+    pub fn flush(&mut self, now: f64) -> Option<f64> {
+        let t = self.t(now);
+        self.app.flush(t).map(|r| r as f64)
+    }
+
+    /// Whether writes are waiting for a flush.
+    #[wasm_bindgen(js_name = hasStaged)]
+    pub fn has_staged(&self) -> bool {
+        self.app.has_staged()
+    }
+
+    /// A write's receipt.
+    pub fn receipt(&self, write: f64) -> JsValue {
+        match self.app.write_record(WriteId(write as u64)) {
+            Some(_) => jv(&self.app.receipt_json(WriteId(write as u64))),
+            None => JsValue::UNDEFINED,
+        }
+    }
+
+    // ----- operations -------------------------------------------------------------------------
+
+    /// Starts an operation: `{writes, waitFor, select | selector, onSupersede, onFailure,
+    /// timeoutMs, by, toolCall}`. Returns its id.
+    #[wasm_bindgen(js_name = observeOp)]
+    pub fn observe_op(&mut self, now: f64, req: JsValue) -> Result<f64, JsValue> {
+        let t = self.t(now);
+        let mut r = ObserveRequest::new(
+            pairs(&opt(&req, "writes").unwrap_or(JsValue::UNDEFINED))?,
+            strings(
+                &opt(&req, "waitFor").unwrap_or(JsValue::UNDEFINED),
+                "waitFor",
+            )?,
+        );
+        r.select = match (opt_string(&req, "selector"), opt(&req, "select")) {
+            (Some(_), Some(_)) => return Err(bad("give `select` or `selector`, not both")),
+            (Some(s), None) => Selection::Selector(s),
+            (None, Some(s)) => Selection::Outputs(strings(&s, "select")?),
+            (None, None) => Selection::None,
+        };
+        r.on_supersede = match opt_string(&req, "onSupersede").as_deref() {
+            None | Some("end") => OnSupersede::End,
+            Some("follow") => OnSupersede::Follow,
+            Some(x) => return Err(bad(format!("onSupersede `{x}`; use \"end\" or \"follow\""))),
+        };
+        r.on_failure = match opt_string(&req, "onFailure").as_deref() {
+            None | Some("end") => OnFailure::End,
+            Some("collect") => OnFailure::Collect,
+            Some(x) => return Err(bad(format!("onFailure `{x}`; use \"end\" or \"collect\""))),
+        };
+        r.timeout_ms = opt_f64(&req, "timeoutMs").map(ms);
+        r.actor = Actor {
+            by: opt_string(&req, "by").unwrap_or_else(|| "agent".into()),
+            tool_call: opt_string(&req, "toolCall"),
+        };
+        self.app.observe(t, r).map(|o| o.0 as f64).map_err(ops_err)
+    }
+
+    /// Cancels an operation's observation only; returns its outcome name.
+    #[wasm_bindgen(js_name = cancelOp)]
+    pub fn cancel_op(&mut self, now: f64, op: f64, reason: &str) -> Result<String, JsValue> {
+        let t = self.t(now);
+        self.app
+            .cancel_op(t, OpId(op as u64), reason)
+            .map(|k| k.as_str().to_owned())
+            .map_err(ops_err)
+    }
+
+    /// Hosts a waiting operation as a registry job; returns the job id.
+    #[wasm_bindgen(js_name = hostAsJob)]
+    pub fn host_as_job(
+        &mut self,
+        now: f64,
+        op: f64,
+        owner: &str,
+        options: JsValue,
+    ) -> Result<f64, JsValue> {
+        let t = self.t(now);
+        self.app
+            .host_as_job(t, OpId(op as u64), owner, origin_of(&options))
+            .map(|j| j.0 as f64)
+            .map_err(ops_err)
+    }
+
+    /// Stores what a selector returned for a settled operation.
+    #[wasm_bindgen(js_name = recordResult)]
+    pub fn record_result(&mut self, op: f64, value: JsValue) -> Result<(), JsValue> {
+        self.app
+            .record_result(OpId(op as u64), Js::from_js(value))
+            .map_err(ops_err)
+    }
+
+    /// The whole operation record (as `inspect` returns it).
+    pub fn operation(&self, op: f64) -> Result<JsValue, JsValue> {
+        Ok(jv(&self
+            .app
+            .operation_json(OpId(op as u64))
+            .map_err(ops_err)?))
+    }
+
+    /// Whether the operation has its outcome (`false` for unknown ids too).
+    #[wasm_bindgen(js_name = isFinished)]
+    pub fn is_finished(&self, op: f64) -> bool {
+        self.app
+            .operation(OpId(op as u64))
+            .is_some_and(|o| o.is_finished())
+    }
+
+    /// Every retained operation, briefly: `{operation, state, by}`.
+    pub fn operations(&self) -> JsValue {
+        let list: Vec<_> = self
+            .app
+            .operations()
+            .map(|o| {
+                serde_json::json!({"operation": o.id.0, "by": o.actor.by,
+                    "state": o.outcome.as_ref().map(|x| x.kind.as_str()).unwrap_or("waiting")})
+            })
+            .collect();
+        jv(&serde_json::Value::Array(list))
+    }
+
+    /// The outcome record (`null` while waiting); `result` is the live JS value.
+    pub fn outcome(&self, op: f64) -> JsValue {
+        let id = OpId(op as u64);
+        let v = self.app.outcome_json(id);
+        if v.is_null() {
+            return JsValue::NULL;
+        }
+        let o = jv(&v);
+        if let Some(r) = self
+            .app
+            .operation(id)
+            .and_then(|o| o.outcome.as_ref())
+            .and_then(|o| o.result.as_ref())
+        {
+            Reflect::set(&o, &key("result"), &r.to_js()).expect("set");
+        }
+        o
+    }
+
+    // ----- host calculations ------------------------------------------------------------------
+
+    /// Progress in [0, 1] of a host calculation; returns `applied` or `late`.
+    #[wasm_bindgen(js_name = calcProgress)]
+    pub fn calc_progress(
+        &mut self,
+        now: f64,
+        calc: &str,
+        fraction: f64,
+    ) -> Result<String, JsValue> {
+        let t = self.t(now);
+        self.app
+            .calc_progress(t, calc_arg(calc)?, fraction)
+            .map(|s| s.as_str().to_owned())
+            .map_err(ops_err)
+    }
+
+    /// A partial value of a streaming host calculation.
+    #[wasm_bindgen(js_name = calcPartial)]
+    pub fn calc_partial(
+        &mut self,
+        now: f64,
+        calc: &str,
+        value: JsValue,
+    ) -> Result<String, JsValue> {
+        let t = self.t(now);
+        self.app
+            .calc_partial(t, calc_arg(calc)?, Js::from_js(value))
+            .map(|s| s.as_str().to_owned())
+            .map_err(ops_err)
+    }
+
+    /// The result of a host calculation.
+    #[wasm_bindgen(js_name = calcDone)]
+    pub fn calc_done(&mut self, now: f64, calc: &str, value: JsValue) -> Result<String, JsValue> {
+        let t = self.t(now);
+        self.app
+            .calc_done(t, calc_arg(calc)?, Js::from_js(value))
+            .map(|s| s.as_str().to_owned())
+            .map_err(ops_err)
+    }
+
+    /// A host calculation failed.
+    #[wasm_bindgen(js_name = calcFailed)]
+    pub fn calc_failed(
+        &mut self,
+        now: f64,
+        calc: &str,
+        message: &str,
+        code: Option<String>,
+    ) -> Result<String, JsValue> {
+        let t = self.t(now);
+        self.app
+            .calc_failed(t, calc_arg(calc)?, message, code.as_deref())
+            .map(|s| s.as_str().to_owned())
+            .map_err(ops_err)
+    }
+
+    // ----- reads ------------------------------------------------------------------------------
+
+    /// The whole application at the current revision.
+    pub fn snapshot(&self) -> JsValue {
+        snapshot_js(&self.app.snapshot())
+    }
+
+    /// One cell as a UI sees it.
+    pub fn cell(&self, name: &str) -> Result<JsValue, JsValue> {
+        Ok(cell_js(&self.app.cell_view(name).map_err(ops_err)?))
+    }
+
+    /// The report (`full`: metadata, provenance, current calculations).
+    pub fn report(&self, full: bool) -> JsValue {
+        jv(&self.app.report(full))
+    }
+
+    /// A calculation's record and journal.
+    pub fn calc(&self, calc: &str) -> Result<JsValue, JsValue> {
+        Ok(jv(&self.app.calc_json(calc_arg(calc)?).map_err(ops_err)?))
+    }
+
+    /// The retained calculations of a cell, oldest first.
+    #[wasm_bindgen(js_name = calcsOf)]
+    pub fn calcs_of(&self, cell: &str) -> Array {
+        array(self.app.calcs_of(cell).iter().map(|c| c.to_string().into()))
+    }
+
+    /// The current revision.
+    pub fn revision(&self) -> f64 {
+        self.app.revision() as f64
+    }
+
+    /// `[calculations, writes, operations]` retained.
+    pub fn retained(&self) -> Array {
+        let (c, w, o) = self.app.retained();
+        array([(c as f64).into(), (w as f64).into(), (o as f64).into()])
+    }
+
+    // ----- tools ------------------------------------------------------------------------------
+
+    /// The published tools with their JSON Schemas.
+    #[wasm_bindgen(js_name = toolDefinitions)]
+    pub fn tool_definitions(&self) -> JsValue {
+        let defs: Vec<_> = self
+            .app
+            .tool_definitions()
+            .iter()
+            .map(|t| t.to_json())
+            .collect();
+        jv(&serde_json::Value::Array(defs))
+    }
+
+    /// Calls a tool: `{ready: result}` or `{wait: op, waitMs}` (keep driving, then
+    /// `toolOpReply`).
+    #[wasm_bindgen(js_name = callTool)]
+    pub fn call_tool(
+        &mut self,
+        now: f64,
+        name: &str,
+        args: JsValue,
+        actor: JsValue,
+    ) -> Result<JsValue, JsValue> {
+        let t = self.t(now);
+        let args = to_json(&args)?;
+        let actor = Actor {
+            by: opt_string(&actor, "by").unwrap_or_else(|| "agent".into()),
+            tool_call: opt_string(&actor, "toolCall"),
+        };
+        match self.app.call_tool(t, name, &args, actor).map_err(ops_err)? {
+            ToolReply::Ready(v) => Ok(jv(&serde_json::json!({"ready": v}))),
+            ToolReply::Wait { op, wait_ms } => {
+                Ok(jv(&serde_json::json!({"wait": op.0, "waitMs": wait_ms})))
+            }
+        }
+    }
+
+    /// The reply to an `observe`/`wait` call once the host stopped waiting.
+    #[wasm_bindgen(js_name = toolOpReply)]
+    pub fn tool_op_reply(
+        &mut self,
+        now: f64,
+        op: f64,
+        owner: &str,
+        options: JsValue,
+    ) -> Result<JsValue, JsValue> {
+        let t = self.t(now);
+        Ok(jv(&self
+            .app
+            .tool_op_reply(t, OpId(op as u64), owner, origin_of(&options))
+            .map_err(ops_err)?))
+    }
+
+    /// Submits an independent task running a Worker cell on explicit inputs; returns the job.
+    #[wasm_bindgen(js_name = submitTask)]
+    pub fn submit_task(
+        &mut self,
+        now: f64,
+        cell: &str,
+        overrides: JsValue,
+        owner: &str,
+        options: JsValue,
+    ) -> Result<f64, JsValue> {
+        let t = self.t(now);
+        self.app
+            .submit_task(t, cell, &pairs(&overrides)?, owner, origin_of(&options))
+            .map(|j| j.0 as f64)
+            .map_err(ops_err)
+    }
+
+    // ----- the registry, for the JS runtime ---------------------------------------------------
+
+    /// See `JobRegistry.openEndpoint`.
+    #[wasm_bindgen(js_name = openEndpoint)]
+    pub fn open_endpoint(&mut self, now: f64, spec: JsValue) -> Result<f64, JsValue> {
+        let t = self.t(now);
+        self.app.registry_host_mut().open_endpoint(t as f64, spec)
+    }
+
+    /// A message from a Worker: its job and (for Worker cells) its calculation see it.
+    #[wasm_bindgen(js_name = onMessage)]
+    pub fn on_message(&mut self, now: f64, endpoint: f64, msg: JsValue) -> Result<(), JsValue> {
+        let t = self.t(now);
+        self.app
+            .on_worker_message(t, EndpointId(endpoint as u64), &Js::from_js(msg))
+            .map_err(ops_err)
+    }
+
+    /// See `JobRegistry.onUndecodable`.
+    #[wasm_bindgen(js_name = onUndecodable)]
+    pub fn on_undecodable(&mut self, now: f64, endpoint: f64, detail: &str) -> Result<(), JsValue> {
+        let t = self.t(now);
+        let r = self
+            .app
+            .registry_host_mut()
+            .on_undecodable(t as f64, endpoint, detail);
+        self.app.sync_jobs_now(t);
+        r
+    }
+
+    /// See `JobRegistry.onEndpointClosed`.
+    #[wasm_bindgen(js_name = onEndpointClosed)]
+    pub fn on_endpoint_closed(
+        &mut self,
+        now: f64,
+        endpoint: f64,
+        reason: &str,
+    ) -> Result<(), JsValue> {
+        let t = self.t(now);
+        self.app
+            .on_endpoint_closed(t, EndpointId(endpoint as u64), reason)
+            .map_err(ops_err)
+    }
+
+    /// See `JobRegistry.terminateEndpoint`.
+    #[wasm_bindgen(js_name = terminateEndpoint)]
+    pub fn terminate_endpoint(
+        &mut self,
+        now: f64,
+        endpoint: f64,
+        reason: &str,
+    ) -> Result<(), JsValue> {
+        let t = self.t(now);
+        let r = self
+            .app
+            .registry_host_mut()
+            .terminate_endpoint(t as f64, endpoint, reason);
+        self.app.sync_jobs_now(t);
+        r
+    }
+
+    /// See `JobRegistry.submit`.
+    pub fn submit(
+        &mut self,
+        now: f64,
+        endpoint: f64,
+        payload: JsValue,
+        opts: JsValue,
+    ) -> Result<JsValue, JsValue> {
+        let t = self.t(now);
+        let r = self
+            .app
+            .registry_host_mut()
+            .submit(t as f64, endpoint, payload, opts);
+        self.app.sync_jobs_now(t);
+        r
+    }
+
+    /// See `JobRegistry.cancel` (cancelling a hosted operation's job cancels its observation).
+    pub fn cancel(&mut self, now: f64, job: f64, reason: &str) -> Result<String, JsValue> {
+        let t = self.t(now);
+        let r = self.app.registry_host_mut().cancel(t as f64, job, reason);
+        self.app.sync_jobs_now(t);
+        r
+    }
+
+    /// See `JobRegistry.sendInput`.
+    #[wasm_bindgen(js_name = sendInput)]
+    pub fn send_input(
+        &mut self,
+        now: f64,
+        job: f64,
+        value: JsValue,
+        input_id: Option<String>,
+    ) -> Result<String, JsValue> {
+        let t = self.t(now);
+        let r = self
+            .app
+            .registry_host_mut()
+            .send_input(t as f64, job, value, input_id);
+        self.app.sync_jobs_now(t);
+        r
+    }
+
+    /// See `JobRegistry.wait`.
+    pub fn wait(&mut self, now: f64, job: f64, timeout_ms: Option<f64>) -> Result<f64, JsValue> {
+        let t = self.t(now);
+        let r = self.app.registry_host_mut().wait(t as f64, job, timeout_ms);
+        self.app.sync_jobs_now(t);
+        r
+    }
+
+    /// See `JobRegistry.cancelWait`.
+    #[wasm_bindgen(js_name = cancelWait)]
+    pub fn cancel_wait(&mut self, wait: f64) -> Result<(), JsValue> {
+        let r = self.app.registry_host_mut().cancel_wait(wait);
+        let t = self.last_now;
+        self.app.sync_jobs_now(t);
+        r
+    }
+
+    /// See `JobRegistry.observe`.
+    pub fn observe(&mut self, job: f64, from: Option<f64>, capacity: f64) -> Result<f64, JsValue> {
+        let r = self.app.registry_host_mut().observe(job, from, capacity);
+        let t = self.last_now;
+        self.app.sync_jobs_now(t);
+        r
+    }
+
+    /// See `JobRegistry.takeDeliveries`.
+    #[wasm_bindgen(js_name = takeDeliveries)]
+    pub fn take_deliveries(&mut self, sub: f64) -> Result<Array, JsValue> {
+        self.app.registry_host_mut().take_deliveries(sub)
+    }
+
+    /// See `JobRegistry.unsubscribe`.
+    pub fn unsubscribe(&mut self, sub: f64) -> bool {
+        self.app.registry_host_mut().unsubscribe(sub)
+    }
+
+    /// See `JobRegistry.readMailbox`.
+    #[wasm_bindgen(js_name = readMailbox)]
+    pub fn read_mailbox(&mut self, owner: &str) -> JsValue {
+        self.app.registry_host_mut().read_mailbox(owner)
+    }
+
+    /// See `JobRegistry.mailboxLength`.
+    #[wasm_bindgen(js_name = mailboxLength)]
+    pub fn mailbox_length(&mut self, owner: &str) -> f64 {
+        self.app.registry_host_mut().mailbox_length(owner)
+    }
+
+    /// See `JobRegistry.closeOwner`.
+    #[wasm_bindgen(js_name = closeOwner)]
+    pub fn close_owner(&mut self, now: f64, owner: &str) -> JsValue {
+        let t = self.t(now);
+        let r = self.app.registry_host_mut().close_owner(t as f64, owner);
+        self.app.sync_jobs_now(t);
+        r
+    }
+
+    /// The next deadline: operation timeouts and registry timers.
+    #[wasm_bindgen(js_name = pollTimeout)]
+    pub fn poll_timeout(&self) -> Option<f64> {
+        self.app.poll_timeout().map(|t| t as f64)
+    }
+
+    /// Fires the timers due at `now`.
+    #[wasm_bindgen(js_name = handleTimeout)]
+    pub fn handle_timeout(&mut self, now: f64) {
+        let t = self.t(now);
+        self.app.handle_timeout(t);
+    }
+
+    /// All pending outputs: the registry's (`send`, `wait_settled`, ...) and the app's
+    /// (`compute`, `abort`, `op_finished`).
+    #[wasm_bindgen(js_name = drainOutputs)]
+    pub fn drain_outputs(&mut self) -> Array {
+        let t = self.last_now;
+        self.app.sync_jobs_now(t);
+        let outs: Vec<AppOutput<Js>> = self.app.drain_outputs().collect();
+        let arr = Array::new();
+        for o in outs {
+            arr.push(&self.output_js(o));
+        }
+        arr
+    }
+
+    /// See `JobRegistry.job`.
+    pub fn job(&mut self, job: f64) -> JsValue {
+        self.app.registry_host_mut().job(job)
+    }
+
+    /// See `JobRegistry.journal`.
+    pub fn journal(&mut self, job: f64, from: Option<f64>) -> Result<Array, JsValue> {
+        self.app.registry_host_mut().journal(job, from)
+    }
+
+    /// See `JobRegistry.jobs`.
+    pub fn jobs(&mut self, owner: Option<String>) -> Array {
+        self.app.registry_host_mut().jobs(owner)
+    }
+
+    /// See `JobRegistry.endpoint`.
+    pub fn endpoint(&mut self, endpoint: f64) -> JsValue {
+        self.app.registry_host_mut().endpoint(endpoint)
+    }
+
+    fn output_js(&mut self, o: AppOutput<Js>) -> JsValue {
+        match o {
+            AppOutput::Jobs(j) => self.app.registry_host_mut().output_js(j),
+            AppOutput::Compute {
+                calc,
+                cell,
+                inputs,
+                previous,
+            } => {
+                let o = Object::new();
+                Reflect::set(&o, &key("output"), &"compute".into()).expect("set");
+                Reflect::set(&o, &key("calc"), &calc.to_string().into()).expect("set");
+                Reflect::set(&o, &key("cell"), &cell.into()).expect("set");
+                Reflect::set(&o, &key("inputs"), &inputs.to_js()).expect("set");
+                let prev = previous
+                    .map(|p: Arc<Js>| p.to_js())
+                    .unwrap_or(JsValue::UNDEFINED);
+                Reflect::set(&o, &key("previous"), &prev).expect("set");
+                o.into()
+            }
+            AppOutput::Abort { calc, cell, reason } => jv(
+                &serde_json::json!({"output": "abort", "calc": calc.to_string(), "cell": cell, "reason": reason}),
+            ),
+            AppOutput::OpFinished {
+                op,
+                outcome,
+                snapshot,
+            } => {
+                let o = jv(
+                    &serde_json::json!({"output": "op_finished", "op": op.0, "outcome": outcome.as_str()}),
+                );
+                if let Some(s) = snapshot {
+                    Reflect::set(&o, &key("snapshot"), &snapshot_js(&s)).expect("set");
+                }
+                o
+            }
+        }
+    }
+}
+
+impl OpsApp {
+    /// The core's time for a host time: never earlier than a time already seen.
+    fn t(&mut self, now: f64) -> u64 {
+        self.last_now = ms(now).max(self.last_now);
+        self.last_now
+    }
+}
