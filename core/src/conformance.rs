@@ -41,6 +41,7 @@ pub fn run_suite(text: &str) -> Result<Vec<VectorResult>, String> {
         .ok_or("suite has no `vectors` array")?;
     match kind {
         "jobs" => Ok(vectors.iter().map(run_jobs_vector).collect()),
+        "frames" => crate::frames::conformance::run(&suite),
         other => Err(format!("unknown suite kind `{other}`")),
     }
 }

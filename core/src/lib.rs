@@ -7,9 +7,11 @@
 //!
 //! Capabilities, one module each:
 //! * [`jobs`] — the portable job registry and the Worker endpoint protocol.
+//! * [`frames`] — decision frames: a DGP 0.1 engine (frames, assessments, guarded commits).
 //! * [`conformance`] — the data-driven vectors every host runs against this core.
 
 pub mod conformance;
+pub mod frames;
 pub mod jobs;
 pub mod value;
 
