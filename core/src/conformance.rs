@@ -114,8 +114,12 @@ fn run_jobs_vector(v: &Value) -> VectorResult {
                     failures.push(format!("{ctx}: expected error {want}, got {code}: {msg}"));
                 }
             }
-            (Err((code, msg)), None) => failures.push(format!("{ctx}: unexpected error {code}: {msg}")),
-            (Ok(_), Some(want)) => failures.push(format!("{ctx}: expected error {want}, call succeeded")),
+            (Err((code, msg)), None) => {
+                failures.push(format!("{ctx}: unexpected error {code}: {msg}"))
+            }
+            (Ok(_), Some(want)) => {
+                failures.push(format!("{ctx}: expected error {want}, call succeeded"))
+            }
             (Ok(got), None) => {
                 if let Some(want) = step.get("expect")
                     && let Err(e) = subset(want, got, "result")
@@ -163,7 +167,8 @@ fn apply_jobs_step(
     let err = |e: crate::jobs::JobsError| (e.code().to_owned(), e.to_string());
     Ok(match op {
         "open_endpoint" => {
-            let mut spec = EndpointSpec::new(str_arg(s, "owner", "app"), str_arg(s, "label", "worker"));
+            let mut spec =
+                EndpointSpec::new(str_arg(s, "owner", "app"), str_arg(s, "label", "worker"));
             spec.hello = match &s["hello"] {
                 Value::String(h) if h == "skip" => Hello::Skip,
                 Value::Object(o) if o.contains_key("declared") => Hello::Declared(
@@ -224,8 +229,12 @@ fn apply_jobs_step(
             json!({"inputId": id})
         }
         "endpoint_closed" => {
-            reg.on_endpoint_closed(at, EndpointId(id_arg(s, "endpoint")?), &str_arg(s, "reason", "closed"))
-                .map_err(err)?;
+            reg.on_endpoint_closed(
+                at,
+                EndpointId(id_arg(s, "endpoint")?),
+                &str_arg(s, "reason", "closed"),
+            )
+            .map_err(err)?;
             Value::Null
         }
         "terminate_endpoint" => {

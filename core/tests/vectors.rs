@@ -21,7 +21,12 @@ fn conformance_vectors_pass_natively() {
         for r in results {
             count += 1;
             if !r.passed() {
-                failed.push(format!("{}/{}:\n  {}", path.display(), r.name, r.failures.join("\n  ")));
+                failed.push(format!(
+                    "{}/{}:\n  {}",
+                    path.display(),
+                    r.name,
+                    r.failures.join("\n  ")
+                ));
             }
         }
     }

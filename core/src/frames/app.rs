@@ -28,11 +28,17 @@ pub enum Role {
 impl Principal {
     /// A human principal.
     pub fn human(id: impl Into<String>) -> Self {
-        Principal { id: id.into(), role: Role::Human }
+        Principal {
+            id: id.into(),
+            role: Role::Human,
+        }
     }
     /// An agent principal.
     pub fn agent(id: impl Into<String>) -> Self {
-        Principal { id: id.into(), role: Role::Agent }
+        Principal {
+            id: id.into(),
+            role: Role::Agent,
+        }
     }
 }
 
@@ -116,7 +122,12 @@ pub trait App {
     /// The observations of a frame for this state.
     fn observations(&self, ctx: &SurfaceCtx, state: &Self::State) -> Vec<Evidence>;
     /// The decision instances offered in this state. `decision_id` is assigned by the engine.
-    fn decisions(&self, ctx: &SurfaceCtx, state: &Self::State, evidence: &[Evidence]) -> Vec<Decision>;
+    fn decisions(
+        &self,
+        ctx: &SurfaceCtx,
+        state: &Self::State,
+        evidence: &[Evidence],
+    ) -> Vec<Decision>;
     /// Applies an accepted, validated answer of `decision` to `state` (a copy: on error the
     /// engine discards it, so a refused transition changes nothing).
     fn apply(

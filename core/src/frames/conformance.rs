@@ -32,7 +32,9 @@ pub const EPOCH_MS: u64 = 1_789_840_714_000;
 
 /// Runs the vectors of a `frames` suite.
 pub fn run(suite: &Value) -> Result<Vec<VectorResult>, String> {
-    let vectors = suite["vectors"].as_array().ok_or("suite has no `vectors` array")?;
+    let vectors = suite["vectors"]
+        .as_array()
+        .ok_or("suite has no `vectors` array")?;
     Ok(vectors.iter().map(|v| run_vector(suite, v)).collect())
 }
 
@@ -45,7 +47,10 @@ struct Run {
 }
 
 fn config_from(v: &Value) -> EngineConfig {
-    let mut c = EngineConfig { id_seed: 7, ..EngineConfig::default() };
+    let mut c = EngineConfig {
+        id_seed: 7,
+        ..EngineConfig::default()
+    };
     if let Some(t) = v["frame_ttl_ms"].as_u64() {
         c.frame_ttl_ms = t;
     }
@@ -80,7 +85,14 @@ impl Run {
 }
 
 fn principal(name: &str) -> Principal {
-    Principal { id: name.to_owned(), role: if name.starts_with("human") { Role::Human } else { Role::Agent } }
+    Principal {
+        id: name.to_owned(),
+        role: if name.starts_with("human") {
+            Role::Human
+        } else {
+            Role::Agent
+        },
+    }
 }
 
 /// Replaces `$alias.path` and `$alias:node` strings with saved values.
@@ -89,12 +101,22 @@ fn resolve(v: &Value, saved: &HashMap<String, Value>) -> Result<Value, String> {
         Value::String(s) if s.starts_with('$') => {
             let body = &s[1..];
             if let Some((alias, node)) = body.split_once(':') {
-                let f = saved.get(alias).ok_or(format!("nothing saved as `{alias}`"))?;
-                json!(format!("{}:{node}", f["frame_id"].as_str().ok_or(format!("`{alias}` is not a frame"))?))
+                let f = saved
+                    .get(alias)
+                    .ok_or(format!("nothing saved as `{alias}`"))?;
+                json!(format!(
+                    "{}:{node}",
+                    f["frame_id"]
+                        .as_str()
+                        .ok_or(format!("`{alias}` is not a frame"))?
+                ))
             } else {
                 let mut parts = body.split('.');
                 let alias = parts.next().unwrap_or_default();
-                let mut cur = saved.get(alias).ok_or(format!("nothing saved as `{alias}`"))?.clone();
+                let mut cur = saved
+                    .get(alias)
+                    .ok_or(format!("nothing saved as `{alias}`"))?
+                    .clone();
                 for p in parts {
                     cur = match p.parse::<usize>() {
                         Ok(i) => cur[i].clone(),
@@ -107,7 +129,11 @@ fn resolve(v: &Value, saved: &HashMap<String, Value>) -> Result<Value, String> {
                 cur
             }
         }
-        Value::Array(a) => Value::Array(a.iter().map(|x| resolve(x, saved)).collect::<Result<_, _>>()?),
+        Value::Array(a) => Value::Array(
+            a.iter()
+                .map(|x| resolve(x, saved))
+                .collect::<Result<_, _>>()?,
+        ),
         Value::Object(o) => Value::Object(
             o.iter()
                 .map(|(k, x)| Ok((k.clone(), resolve(x, saved)?)))
@@ -124,13 +150,29 @@ fn run_vector(suite: &Value, v: &Value) -> VectorResult {
     let config = config_from(v.get("config").unwrap_or(&suite["config"]));
     let scripted = match ScriptedApp::from_json(&app) {
         Ok(a) => a,
-        Err(e) => return VectorResult { name, failures: vec![format!("app: {e}")] },
+        Err(e) => {
+            return VectorResult {
+                name,
+                failures: vec![format!("app: {e}")],
+            };
+        }
     };
     let engine = match Engine::open(scripted, config.clone(), vec![]) {
         Ok(d) => d,
-        Err(e) => return VectorResult { name, failures: vec![format!("open: {e}")] },
+        Err(e) => {
+            return VectorResult {
+                name,
+                failures: vec![format!("open: {e}")],
+            };
+        }
     };
-    let mut run = Run { app, config, engine: engine.value, store: BTreeMap::new(), saved: HashMap::new() };
+    let mut run = Run {
+        app,
+        config,
+        engine: engine.value,
+        store: BTreeMap::new(),
+        saved: HashMap::new(),
+    };
     run.persist(&engine.writes);
     let mut last = 0u64;
     let empty = vec![];
@@ -151,32 +193,50 @@ fn run_vector(suite: &Value, v: &Value) -> VectorResult {
         if let Some(want) = step.get("writes") {
             let kinds: Vec<Value> = writes.iter().map(|w| json!(w.kind.as_str())).collect();
             if want != &Value::Array(kinds.clone()) {
-                failures.push(format!("{ctx}: expected writes {want}, got {}", Value::Array(kinds)));
+                failures.push(format!(
+                    "{ctx}: expected writes {want}, got {}",
+                    Value::Array(kinds)
+                ));
             }
         }
         run.persist(&writes);
         match (&result, step.get("expectError")) {
             (Err(StepError::Frames(e)), Some(want)) => {
                 if want.as_str() != Some(e.code()) {
-                    failures.push(format!("{ctx}: expected error {want}, got {}: {e}", e.code()));
+                    failures.push(format!(
+                        "{ctx}: expected error {want}, got {}: {e}",
+                        e.code()
+                    ));
                 }
                 if let Some(s) = step["expectStatus"].as_u64()
                     && s != e.http_status() as u64
                 {
-                    failures.push(format!("{ctx}: expected HTTP status {s}, got {}", e.http_status()));
+                    failures.push(format!(
+                        "{ctx}: expected HTTP status {s}, got {}",
+                        e.http_status()
+                    ));
                 }
             }
-            (Err(StepError::Frames(e)), None) => failures.push(format!("{ctx}: unexpected error {}: {e}", e.code())),
+            (Err(StepError::Frames(e)), None) => {
+                failures.push(format!("{ctx}: unexpected error {}: {e}", e.code()))
+            }
             (Err(StepError::Vector(m)), _) => failures.push(format!("{ctx}: bad vector: {m}")),
-            (Ok(_), Some(want)) => failures.push(format!("{ctx}: expected error {want}, the call succeeded")),
+            (Ok(_), Some(want)) => {
+                failures.push(format!("{ctx}: expected error {want}, the call succeeded"))
+            }
             (Ok(got), None) => {
-                if let Some(want) = step.get("expect")
-                    && let Err(e) = subset(want, got, "result")
-                {
-                    failures.push(format!("{ctx}: {e}"));
-                }
                 if let Some(alias) = step["save"].as_str() {
                     run.saved.insert(alias.to_owned(), got.clone());
+                }
+                if let Some(want) = step.get("expect") {
+                    match resolve(want, &run.saved) {
+                        Ok(want) => {
+                            if let Err(e) = subset(&want, got, "result") {
+                                failures.push(format!("{ctx}: {e}"));
+                            }
+                        }
+                        Err(e) => failures.push(format!("{ctx}: bad vector: {e}")),
+                    }
                 }
             }
         }
@@ -199,7 +259,13 @@ fn json_of<T: serde::Serialize>(v: &T) -> Value {
     serde_json::to_value(v).expect("records serialize")
 }
 
-fn apply_step(run: &mut Run, now: u64, op: &str, s: &Value, index: usize) -> Result<(Value, Vec<Write>), StepError> {
+fn apply_step(
+    run: &mut Run,
+    now: u64,
+    op: &str,
+    s: &Value,
+    index: usize,
+) -> Result<(Value, Vec<Write>), StepError> {
     let vec_err = StepError::Vector;
     let text = |k: &str| s[k].as_str().map(str::to_owned);
     Ok(match op {
@@ -210,7 +276,9 @@ fn apply_step(run: &mut Run, now: u64, op: &str, s: &Value, index: usize) -> Res
                 Value::String(t) => Some(t.clone()),
                 _ => None,
             };
-            let d = run.engine.frame(now, &surface, s["disclosure"].as_str(), horizon.as_deref())?;
+            let d =
+                run.engine
+                    .frame(now, &surface, s["disclosure"].as_str(), horizon.as_deref())?;
             (json_of(&d.value), d.writes)
         }
         "stored_frame" => {
@@ -243,7 +311,8 @@ fn apply_step(run: &mut Run, now: u64, op: &str, s: &Value, index: usize) -> Res
                 k => Some(k.as_str().unwrap_or_default().to_owned()),
             };
             let d = if let Some(raw) = s["raw"].as_str() {
-                run.engine.commit_bytes(now, &who, key.as_deref(), raw.as_bytes())?
+                run.engine
+                    .commit_bytes(now, &who, key.as_deref(), raw.as_bytes())?
             } else {
                 let body = match s.get("body") {
                     Some(b) => resolve(b, &run.saved).map_err(vec_err)?,
@@ -272,17 +341,35 @@ fn apply_step(run: &mut Run, now: u64, op: &str, s: &Value, index: usize) -> Res
         }
         "entries" => {
             let view = text("view").unwrap_or_else(|| "bulletin".into());
-            (Value::Array(run.engine.entries(&view).iter().map(|e| e.to_json()).collect()), vec![])
+            (
+                Value::Array(
+                    run.engine
+                        .entries(&view)
+                        .iter()
+                        .map(|e| e.to_json())
+                        .collect(),
+                ),
+                vec![],
+            )
         }
         "blob" => {
             let sha = resolve(&s["sha256"], &run.saved).map_err(vec_err)?;
-            let (meta, key) = run.engine.blob(&text("surface").unwrap_or_default(), sha.as_str().unwrap_or_default())?;
+            let (meta, key) = run.engine.blob(
+                &text("surface").unwrap_or_default(),
+                sha.as_str().unwrap_or_default(),
+            )?;
             let stored = run.store.get(&(RecordKind::Blob, key)).map_or(0, Vec::len);
-            (json!({"mime_type": meta.mime_type, "byte_length": meta.byte_length, "stored_bytes": stored}), vec![])
+            (
+                json!({"mime_type": meta.mime_type, "byte_length": meta.byte_length, "stored_bytes": stored}),
+                vec![],
+            )
         }
         "adapter" => {
             let frame: super::types::Frame = serde_json::from_value(
-                run.saved.get(s["frame"].as_str().unwrap_or_default()).cloned().unwrap_or_default(),
+                run.saved
+                    .get(s["frame"].as_str().unwrap_or_default())
+                    .cloned()
+                    .unwrap_or_default(),
             )
             .map_err(|e| vec_err(format!("saved frame: {e}")))?;
             let node = s["node"].as_str().unwrap_or_default();
@@ -291,18 +378,34 @@ fn apply_step(run: &mut Run, now: u64, op: &str, s: &Value, index: usize) -> Res
                 .iter()
                 .find(|d| d.node_id == node)
                 .ok_or_else(|| vec_err(format!("no node `{node}` in the frame")))?;
-            let modalities: Vec<&str> = s["modalities"].as_array().into_iter().flatten().filter_map(Value::as_str).collect();
+            let modalities: Vec<&str> = s["modalities"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(Value::as_str)
+                .collect();
             let pack = controller::evidence_for(&frame, d, &modalities)?;
-            let ids: Vec<&str> = pack.evidence.iter().map(|e| e.evidence_id.as_str()).collect();
-            (json!({"evidence": ids, "omitted_optional": pack.omitted_optional}), vec![])
+            let ids: Vec<&str> = pack
+                .evidence
+                .iter()
+                .map(|e| e.evidence_id.as_str())
+                .collect();
+            (
+                json!({"evidence": ids, "omitted_optional": pack.omitted_optional}),
+                vec![],
+            )
         }
         other => return Err(vec_err(format!("unknown op `{other}`"))),
     })
 }
 
 fn saved_frame<'a>(run: &'a Run, s: &Value) -> Result<&'a Value, String> {
-    let alias = s["frame"].as_str().ok_or("step needs `frame` (a saved frame alias)")?;
-    run.saved.get(alias).ok_or(format!("nothing saved as `{alias}`"))
+    let alias = s["frame"]
+        .as_str()
+        .ok_or("step needs `frame` (a saved frame alias)")?;
+    run.saved
+        .get(alias)
+        .ok_or(format!("nothing saved as `{alias}`"))
 }
 
 fn assessment_body(run: &Run, s: &Value, index: usize) -> Result<Value, String> {
@@ -330,15 +433,25 @@ fn assessment_body(run: &Run, s: &Value, index: usize) -> Result<Value, String> 
             body[k] = resolve(v, &run.saved)?;
         }
     }
-    for k in s["drop"].as_array().into_iter().flatten().filter_map(Value::as_str) {
+    for k in s["drop"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+    {
         body.as_object_mut().expect("object").remove(k);
     }
     Ok(body)
 }
 
 fn commit_body(run: &Run, s: &Value) -> Result<Value, String> {
-    let alias = s["assessment"].as_str().ok_or("commit needs `assessment`")?;
-    let a = run.saved.get(alias).ok_or(format!("nothing saved as `{alias}`"))?;
+    let alias = s["assessment"]
+        .as_str()
+        .ok_or("commit needs `assessment`")?;
+    let a = run
+        .saved
+        .get(alias)
+        .ok_or(format!("nothing saved as `{alias}`"))?;
     let mut body = json!({
         "dgp": "0.1",
         "frame_id": a["frame_id"],
@@ -349,7 +462,10 @@ fn commit_body(run: &Run, s: &Value) -> Result<Value, String> {
         let f = saved_frame(run, s)?;
         body["frame_id"] = f["frame_id"].clone();
         if let Some(node) = s["node"].as_str() {
-            body["decision_id"] = json!(format!("{}:{node}", f["frame_id"].as_str().unwrap_or_default()));
+            body["decision_id"] = json!(format!(
+                "{}:{node}",
+                f["frame_id"].as_str().unwrap_or_default()
+            ));
         }
     }
     if let Some(Value::Object(extra)) = s.get("extra") {

@@ -21,14 +21,23 @@ pub struct EvidencePack {
 /// Selects a decision's evidence for an assessor that consumes `modalities` (evidence kinds
 /// such as `text`, `json`, `image`). Required evidence of another kind is
 /// `UNSUPPORTED_MODALITY`: the image stays in the record, and no caption stands in for it.
-pub fn evidence_for(frame: &Frame, decision: &Decision, modalities: &[&str]) -> Result<EvidencePack, FramesError> {
-    let mut pack = EvidencePack { evidence: vec![], omitted_optional: vec![] };
+pub fn evidence_for(
+    frame: &Frame,
+    decision: &Decision,
+    modalities: &[&str],
+) -> Result<EvidencePack, FramesError> {
+    let mut pack = EvidencePack {
+        evidence: vec![],
+        omitted_optional: vec![],
+    };
     for id in &decision.evidence_ids {
         let e = frame
             .observations
             .iter()
             .find(|e| &e.evidence_id == id)
-            .ok_or_else(|| FramesError::InvalidMessage(format!("decision cites unknown evidence `{id}`")))?;
+            .ok_or_else(|| {
+                FramesError::InvalidMessage(format!("decision cites unknown evidence `{id}`"))
+            })?;
         if modalities.contains(&e.kind.as_str()) {
             pack.evidence.push(e.clone());
         } else if e.required {
@@ -63,9 +72,16 @@ pub enum Step<'a> {
 pub fn next_step<'a>(frame: &'a Frame, supported: &[&str]) -> Result<Step<'a>, FramesError> {
     let missing = features::missing(&frame.required_features, supported);
     if !missing.is_empty() {
-        return Err(FramesError::CapabilityRequired(format!("frame requires {}", missing.join(", "))));
+        return Err(FramesError::CapabilityRequired(format!(
+            "frame requires {}",
+            missing.join(", ")
+        )));
     }
-    let Some(d) = frame.decisions.iter().find(|d| d.dispatch == Dispatch::Automatic) else {
+    let Some(d) = frame
+        .decisions
+        .iter()
+        .find(|d| d.dispatch == Dispatch::Automatic)
+    else {
         return Ok(Step::Quiescent);
     };
     Ok(match (d.kind, &d.fulfillment) {
@@ -93,7 +109,11 @@ pub fn after_judgment(decision: &Decision, result: &AssessmentResult, mode: Mode
     if mode == Mode::Speculative {
         return AfterJudgment::Speculative;
     }
-    let Some(answer) = result.answer.as_ref().filter(|_| result.status == ResultStatus::Answered) else {
+    let Some(answer) = result
+        .answer
+        .as_ref()
+        .filter(|_| result.status == ResultStatus::Answered)
+    else {
         return AfterJudgment::Abstained;
     };
     let effect = match answer {
@@ -144,16 +164,21 @@ pub fn commit_request(a: &AssessmentRequest) -> CommitRequest {
 
 /// The answer an input decision receives from a service's text: `{"value": {output_field: text}}`,
 /// checked against the decision's schema so an over-long text is refused, never truncated.
-pub fn fulfilment_result(decision: &Decision, text: String) -> Result<AssessmentResult, FramesError> {
-    let f = decision
-        .fulfillment
-        .as_ref()
-        .ok_or_else(|| FramesError::InvalidMessage(format!("{} has no fulfillment", decision.decision_id)))?;
+pub fn fulfilment_result(
+    decision: &Decision,
+    text: String,
+) -> Result<AssessmentResult, FramesError> {
+    let f = decision.fulfillment.as_ref().ok_or_else(|| {
+        FramesError::InvalidMessage(format!("{} has no fulfillment", decision.decision_id))
+    })?;
     let mut value = serde_json::Map::new();
     value.insert(f.output_field.clone(), Value::String(text));
     let result = AssessmentResult {
         status: ResultStatus::Answered,
-        answer: Some(Answer::Value(ValueAnswer { value: Value::Object(value), extensions: None })),
+        answer: Some(Answer::Value(ValueAnswer {
+            value: Value::Object(value),
+            extensions: None,
+        })),
         reason: None,
         uncertainty: None,
         extensions: None,

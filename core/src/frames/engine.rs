@@ -108,7 +108,11 @@ pub struct Write {
 
 impl Write {
     fn json(kind: RecordKind, key: impl Into<String>, v: &impl Serialize) -> Self {
-        Write { kind, key: key.into(), value: serde_json::to_vec(v).expect("records serialize") }
+        Write {
+            kind,
+            key: key.into(),
+            value: serde_json::to_vec(v).expect("records serialize"),
+        }
     }
 }
 
@@ -295,7 +299,9 @@ impl<A: App> Engine<A> {
             };
             match kind {
                 RecordKind::Meta => {
-                    let n = parse(&value)?.as_u64().ok_or_else(|| corrupt(kind, &key, "not a number"))?;
+                    let n = parse(&value)?
+                        .as_u64()
+                        .ok_or_else(|| corrupt(kind, &key, "not a number"))?;
                     match key.as_str() {
                         "seed" => {
                             e.seed = n;
@@ -311,16 +317,23 @@ impl<A: App> Engine<A> {
                         serde_json::from_slice(&value).map_err(|err| corrupt(kind, &key, err))?;
                     e.surfaces.insert(
                         key,
-                        SurfaceEntry { revision: r.revision, service_calls: r.service_calls, state: r.state, snapshot: None },
+                        SurfaceEntry {
+                            revision: r.revision,
+                            service_calls: r.service_calls,
+                            state: r.state,
+                            snapshot: None,
+                        },
                     );
                 }
                 RecordKind::Snapshot => {
-                    let s: Snapshot = serde_json::from_slice(&value).map_err(|err| corrupt(kind, &key, err))?;
+                    let s: Snapshot =
+                        serde_json::from_slice(&value).map_err(|err| corrupt(kind, &key, err))?;
                     e.persisted_snapshots.insert(key.clone());
                     e.snapshots.insert(key, Arc::new(s));
                 }
                 RecordKind::Frame => {
-                    let r: FrameRecord = serde_json::from_slice(&value).map_err(|err| corrupt(kind, &key, err))?;
+                    let r: FrameRecord =
+                        serde_json::from_slice(&value).map_err(|err| corrupt(kind, &key, err))?;
                     frames.push((key, r));
                 }
                 RecordKind::Assessment => {
@@ -328,24 +341,32 @@ impl<A: App> Engine<A> {
                         serde_json::from_slice(&value).map_err(|err| corrupt(kind, &key, err))?;
                     e.assessments.insert(
                         key,
-                        StoredAssessment { principal: r.principal, fingerprint: r.fingerprint, record: Arc::new(r.record) },
+                        StoredAssessment {
+                            principal: r.principal,
+                            fingerprint: r.fingerprint,
+                            record: Arc::new(r.record),
+                        },
                     );
                 }
                 RecordKind::Receipt => {
-                    let r: Receipt = serde_json::from_slice(&value).map_err(|err| corrupt(kind, &key, err))?;
+                    let r: Receipt =
+                        serde_json::from_slice(&value).map_err(|err| corrupt(kind, &key, err))?;
                     e.receipts.insert(key, Arc::new(r));
                 }
                 RecordKind::Idempotency => {
                     let r: IdempotencyRecord =
                         serde_json::from_slice(&value).map_err(|err| corrupt(kind, &key, err))?;
-                    e.idempotency.insert((r.principal.clone(), r.key.clone()), r);
+                    e.idempotency
+                        .insert((r.principal.clone(), r.key.clone()), r);
                 }
                 RecordKind::Entry => {
-                    let r: Entry = serde_json::from_slice(&value).map_err(|err| corrupt(kind, &key, err))?;
+                    let r: Entry =
+                        serde_json::from_slice(&value).map_err(|err| corrupt(kind, &key, err))?;
                     e.entries.push(r);
                 }
                 RecordKind::BlobMeta => {
-                    let r: BlobMeta = serde_json::from_slice(&value).map_err(|err| corrupt(kind, &key, err))?;
+                    let r: BlobMeta =
+                        serde_json::from_slice(&value).map_err(|err| corrupt(kind, &key, err))?;
                     e.blobs.insert(key, r);
                 }
                 RecordKind::Blob => {}
@@ -364,11 +385,20 @@ impl<A: App> Engine<A> {
         let mut writes = Vec::new();
         if !seeded {
             writes.push(Write::json(RecordKind::Meta, "seed", &e.seed));
-            writes.push(Write::json(RecordKind::Meta, "policy_revision", &e.policy_revision));
+            writes.push(Write::json(
+                RecordKind::Meta,
+                "policy_revision",
+                &e.policy_revision,
+            ));
         }
         if e.surfaces.is_empty() {
             for (id, state) in e.app.initial_surfaces() {
-                let entry = SurfaceEntry { revision: 1, service_calls: 0, state, snapshot: None };
+                let entry = SurfaceEntry {
+                    revision: 1,
+                    service_calls: 0,
+                    state,
+                    snapshot: None,
+                };
                 writes.push(surface_write(&id, &entry));
                 e.surfaces.insert(id, entry);
             }
@@ -388,7 +418,9 @@ impl<A: App> Engine<A> {
 
     /// A surface's state and revision.
     pub fn surface_state(&self, surface_id: &str) -> Option<(&A::State, u64)> {
-        self.surfaces.get(surface_id).map(|s| (&s.state, s.revision))
+        self.surfaces
+            .get(surface_id)
+            .map(|s| (&s.state, s.revision))
     }
 
     /// The shared policy revision.
@@ -499,7 +531,9 @@ impl<A: App> Engine<A> {
         self.blobs
             .get(&key)
             .map(|m| (m.clone(), key))
-            .ok_or_else(|| FramesError::NotFound(format!("no blob {sha256} on surface `{surface_id}`")))
+            .ok_or_else(|| {
+                FramesError::NotFound(format!("no blob {sha256} on surface `{surface_id}`"))
+            })
     }
 
     fn surface_resource(&self, surface_id: &str) -> String {
@@ -534,7 +568,10 @@ impl<A: App> Engine<A> {
         if observations.iter().any(|e| e.kind == EvidenceKind::Image) {
             required.push(features::IMAGE.to_owned());
         }
-        if decisions.iter().any(|d| matches!(d.kind, DecisionKind::Score | DecisionKind::Probability)) {
+        if decisions
+            .iter()
+            .any(|d| matches!(d.kind, DecisionKind::Score | DecisionKind::Probability))
+        {
             required.push(features::RUBRICS.to_owned());
         }
         let g = self.app.graph();
@@ -544,8 +581,16 @@ impl<A: App> Engine<A> {
             graph_version: g.graph_version.clone(),
             policy_ref: format!("{}@{}", self.app.policy_id(), self.policy_revision),
             read_set: vec![
-                ReadVersion { resource_id: self.surface_resource(surface_id), revision: s.revision, extensions: None },
-                ReadVersion { resource_id: self.policy_resource(), revision: self.policy_revision, extensions: None },
+                ReadVersion {
+                    resource_id: self.surface_resource(surface_id),
+                    revision: s.revision,
+                    extensions: None,
+                },
+                ReadVersion {
+                    resource_id: self.policy_resource(),
+                    revision: self.policy_revision,
+                    extensions: None,
+                },
             ],
             observations,
             decisions,
@@ -586,8 +631,14 @@ impl<A: App> Engine<A> {
         let preview = match rec.requested {
             DisclosureLevel::Next => None,
             level => {
-                let current: Vec<&str> = snap.decisions.iter().map(|d| d.node_id.as_str()).collect();
-                Some(preview(self.app.graph(), &current, level, rec.horizon.unwrap_or(2)))
+                let current: Vec<&str> =
+                    snap.decisions.iter().map(|d| d.node_id.as_str()).collect();
+                Some(preview(
+                    self.app.graph(),
+                    &current,
+                    level,
+                    rec.horizon.unwrap_or(2),
+                ))
             }
         };
         Frame {
@@ -602,7 +653,12 @@ impl<A: App> Engine<A> {
             read_set: snap.read_set.clone(),
             observations: snap.observations.clone(),
             decisions,
-            disclosure: Disclosure { requested: rec.requested, provided: rec.requested, preview, extensions: None },
+            disclosure: Disclosure {
+                requested: rec.requested,
+                provided: rec.requested,
+                preview,
+                extensions: None,
+            },
             service_calls_remaining: snap.service_calls_remaining,
             required_features: snap.required_features.clone(),
             extensions: None,
@@ -630,16 +686,20 @@ impl<A: App> Engine<A> {
         };
         let h = match horizon {
             None => 2,
-            Some(t) => t
-                .parse::<u32>()
-                .ok()
-                .filter(|h| *h <= 20)
-                .ok_or_else(|| FramesError::InvalidHorizon(format!("horizon must be an integer in 0..=20, not `{t}`")))?,
+            Some(t) => t.parse::<u32>().ok().filter(|h| *h <= 20).ok_or_else(|| {
+                FramesError::InvalidHorizon(format!(
+                    "horizon must be an integer in 0..=20, not `{t}`"
+                ))
+            })?,
         };
         let mut writes = Vec::new();
         let (key, snapshot) = self.snapshot(surface_id)?;
         if self.persisted_snapshots.insert(key.to_string()) {
-            writes.push(Write::json(RecordKind::Snapshot, key.to_string(), &*snapshot));
+            writes.push(Write::json(
+                RecordKind::Snapshot,
+                key.to_string(),
+                &*snapshot,
+            ));
         }
         let frame_id = self.alloc_id("f", &mut writes);
         let rec = FrameRecord {
@@ -654,7 +714,10 @@ impl<A: App> Engine<A> {
         let entry = FrameEntry { rec, snapshot };
         let frame = self.render(&frame_id, &entry);
         self.frames.insert(frame_id, entry);
-        Ok(Done { value: frame, writes })
+        Ok(Done {
+            value: frame,
+            writes,
+        })
     }
 
     /// `GET /dgp/frames/{id}`: the exact stored frame (also after it expired or went stale).
@@ -720,7 +783,10 @@ impl<A: App> Engine<A> {
         }
         if let Some(old) = self.assessments.get(&req.assessment_id) {
             if old.principal == principal.id && old.fingerprint == fp {
-                return Ok(Done { value: old.record.clone(), writes: vec![] });
+                return Ok(Done {
+                    value: old.record.clone(),
+                    writes: vec![],
+                });
             }
             return Err(FramesError::AssessmentIdReused(format!(
                 "assessment id `{}` is already recorded with different content or by another principal",
@@ -734,14 +800,29 @@ impl<A: App> Engine<A> {
         let decision = find_decision(&frame.snapshot, &req.frame_id, &req.decision_id)?;
         validate::check_result(&instance(decision, &req.decision_id), &req.result)?;
         let record = Assessment::record(req, &principal.id, rfc3339(now));
-        let stored = AssessmentRecord { principal: principal.id.clone(), fingerprint: fp, record };
-        let writes = vec![Write::json(RecordKind::Assessment, stored.record.assessment_id.clone(), &stored)];
+        let stored = AssessmentRecord {
+            principal: principal.id.clone(),
+            fingerprint: fp,
+            record,
+        };
+        let writes = vec![Write::json(
+            RecordKind::Assessment,
+            stored.record.assessment_id.clone(),
+            &stored,
+        )];
         let record = Arc::new(stored.record);
         self.assessments.insert(
             record.assessment_id.clone(),
-            StoredAssessment { principal: stored.principal, fingerprint: stored.fingerprint, record: record.clone() },
+            StoredAssessment {
+                principal: stored.principal,
+                fingerprint: stored.fingerprint,
+                record: record.clone(),
+            },
         );
-        Ok(Done { value: record, writes })
+        Ok(Done {
+            value: record,
+            writes,
+        })
     }
 
     /// `POST /dgp/commits` with a raw body: strict JSON, then [`Engine::commit`].
@@ -781,24 +862,29 @@ impl<A: App> Engine<A> {
         };
         // 2. Idempotent replay: before any freshness check, so a replay of a successful commit
         // returns its receipt even though that commit made the frame stale.
-        if let Some(old) = self.idempotency.get(&(principal.id.clone(), key.to_owned())) {
+        if let Some(old) = self
+            .idempotency
+            .get(&(principal.id.clone(), key.to_owned()))
+        {
             if old.fingerprint != fp {
                 return Err(FramesError::IdempotencyKeyReused(format!(
                     "Idempotency-Key `{key}` was used for a different commit"
                 )));
             }
             let r = self.receipt(&old.receipt_id)?;
-            return Ok(Done { value: r, writes: vec![] });
+            return Ok(Done {
+                value: r,
+                writes: vec![],
+            });
         }
         // 3. The frame and assessment, their binding and ownership.
         let frame = self
             .frames
             .get(&req.frame_id)
             .ok_or_else(|| FramesError::NotFound(format!("no frame `{}`", req.frame_id)))?;
-        let stored = self
-            .assessments
-            .get(&req.assessment_id)
-            .ok_or_else(|| FramesError::NotFound(format!("no assessment `{}`", req.assessment_id)))?;
+        let stored = self.assessments.get(&req.assessment_id).ok_or_else(|| {
+            FramesError::NotFound(format!("no assessment `{}`", req.assessment_id))
+        })?;
         let a = stored.record.clone();
         if a.frame_id != req.frame_id || a.decision_id != req.decision_id {
             return Err(FramesError::AssessmentMismatch(
@@ -806,7 +892,9 @@ impl<A: App> Engine<A> {
             ));
         }
         if stored.principal != principal.id {
-            return Err(FramesError::Forbidden("an assessment can be committed only by the principal that recorded it".into()));
+            return Err(FramesError::Forbidden(
+                "an assessment can be committed only by the principal that recorded it".into(),
+            ));
         }
         let offered = find_decision(&frame.snapshot, &req.frame_id, &req.decision_id)?.clone();
         // 4. Only live, answered assessments authorize a transition.
@@ -815,8 +903,15 @@ impl<A: App> Engine<A> {
                 "speculative assessments are never committed; reassess a live frame".into(),
             ));
         }
-        let Some(answer) = a.result.answer.clone().filter(|_| a.result.status == ResultStatus::Answered) else {
-            return Err(FramesError::Abstained("an abstention does not authorize a transition".into()));
+        let Some(answer) = a
+            .result
+            .answer
+            .clone()
+            .filter(|_| a.result.status == ResultStatus::Answered)
+        else {
+            return Err(FramesError::Abstained(
+                "an abstention does not authorize a transition".into(),
+            ));
         };
         // 5. Expiry, read set, graph version, current availability.
         if now >= frame.rec.expires {
@@ -848,12 +943,19 @@ impl<A: App> Engine<A> {
             .decisions
             .iter()
             .find(|d| d.node_id == offered.node_id)
-            .ok_or_else(|| FramesError::DecisionNotAvailable(format!("`{}` is no longer available", offered.node_id)))?;
+            .ok_or_else(|| {
+                FramesError::DecisionNotAvailable(format!(
+                    "`{}` is no longer available",
+                    offered.node_id
+                ))
+            })?;
         let live_decision = instance(live_decision, &req.decision_id);
         // 6. The answer against the live contract; authority; budget (after apply, below).
         validate::check_result(&live_decision, &a.result)?;
         let effect = match (&answer, live_decision.kind) {
-            (Answer::Choice(c), DecisionKind::Choice) => live_decision.option(&c.choice).map(|o| o.effect.clone()),
+            (Answer::Choice(c), DecisionKind::Choice) => {
+                live_decision.option(&c.choice).map(|o| o.effect.clone())
+            }
             _ => live_decision.effect.clone(),
         }
         .unwrap_or_else(|| Effect {
@@ -872,7 +974,10 @@ impl<A: App> Engine<A> {
             ));
         }
         // 7. Apply on a copy; nothing changes unless everything succeeds.
-        let s = self.surfaces.get(&surface_id).expect("frame surfaces exist");
+        let s = self
+            .surfaces
+            .get(&surface_id)
+            .expect("frame surfaces exist");
         let mut state = s.state.clone();
         let ctx = ApplyCtx {
             surface_id: &surface_id,
@@ -923,12 +1028,24 @@ impl<A: App> Engine<A> {
         }
         for blob in applied.blobs {
             let key = blob_key(&surface_id, &blob.sha256);
-            let meta = BlobMeta { mime_type: blob.mime_type.clone(), byte_length: blob.bytes.len() as u64 };
+            let meta = BlobMeta {
+                mime_type: blob.mime_type.clone(),
+                byte_length: blob.bytes.len() as u64,
+            };
             writes.push(Write::json(RecordKind::BlobMeta, key.clone(), &meta));
-            writes.push(Write { kind: RecordKind::Blob, key: key.clone(), value: blob.bytes });
+            writes.push(Write {
+                kind: RecordKind::Blob,
+                key: key.clone(),
+                value: blob.bytes,
+            });
             self.blobs.insert(key, meta);
         }
-        let entry = SurfaceEntry { revision, service_calls, state, snapshot: None };
+        let entry = SurfaceEntry {
+            revision,
+            service_calls,
+            state,
+            snapshot: None,
+        };
         writes.push(surface_write(&surface_id, &entry));
         self.surfaces.insert(surface_id, entry);
         let idem = IdempotencyRecord {
@@ -937,16 +1054,24 @@ impl<A: App> Engine<A> {
             fingerprint: fp,
             receipt_id: receipt_id.clone(),
         };
-        writes.push(Write::json(RecordKind::Receipt, receipt_id.clone(), &receipt));
+        writes.push(Write::json(
+            RecordKind::Receipt,
+            receipt_id.clone(),
+            &receipt,
+        ));
         writes.push(Write::json(
             RecordKind::Idempotency,
             serde_json::to_string(&[&idem.principal, &idem.key]).expect("strings serialize"),
             &idem,
         ));
-        self.idempotency.insert((idem.principal.clone(), idem.key.clone()), idem);
+        self.idempotency
+            .insert((idem.principal.clone(), idem.key.clone()), idem);
         let receipt = Arc::new(receipt);
         self.receipts.insert(receipt_id, receipt.clone());
-        Ok(Done { value: receipt, writes })
+        Ok(Done {
+            value: receipt,
+            writes,
+        })
     }
 
     fn resource_revision(&self, resource_id: &str) -> Option<u64> {
@@ -966,13 +1091,21 @@ impl<A: App> Engine<A> {
         }
         Done {
             value: self.policy_revision,
-            writes: vec![Write::json(RecordKind::Meta, "policy_revision", &self.policy_revision)],
+            writes: vec![Write::json(
+                RecordKind::Meta,
+                "policy_revision",
+                &self.policy_revision,
+            )],
         }
     }
 
     /// How many frames, assessments and receipts are held (for diagnostics and benchmarks).
     pub fn counts(&self) -> (usize, usize, usize) {
-        (self.frames.len(), self.assessments.len(), self.receipts.len())
+        (
+            self.frames.len(),
+            self.assessments.len(),
+            self.receipts.len(),
+        )
     }
 }
 
@@ -980,12 +1113,20 @@ fn surface_write<S: Serialize + Clone>(id: &str, e: &SurfaceEntry<S>) -> Write {
     Write::json(
         RecordKind::Surface,
         id,
-        &SurfaceRecord { revision: e.revision, service_calls: e.service_calls, state: e.state.clone() },
+        &SurfaceRecord {
+            revision: e.revision,
+            service_calls: e.service_calls,
+            state: e.state.clone(),
+        },
     )
 }
 
 /// The decision template of a frame with this decision id.
-fn find_decision<'a>(snap: &'a Snapshot, frame_id: &str, decision_id: &str) -> Result<&'a Decision, FramesError> {
+fn find_decision<'a>(
+    snap: &'a Snapshot,
+    frame_id: &str,
+    decision_id: &str,
+) -> Result<&'a Decision, FramesError> {
     decision_id
         .strip_prefix(frame_id)
         .and_then(|rest| rest.strip_prefix(':'))
@@ -1019,8 +1160,14 @@ fn validate_graph(g: &Graph) -> Result<(), FramesError> {
 /// Checks what an app publishes: evidence rules, decision shapes, supported input schemas,
 /// fulfilment services that exist. An app bug surfaces as an error, never as a bad frame.
 fn check_snapshot(s: &Snapshot, services: &[Service]) -> Result<(), FramesError> {
-    let bad = |m: String| FramesError::InvalidMessage(format!("application published an invalid frame: {m}"));
-    let ids: HashSet<&str> = s.observations.iter().map(|e| e.evidence_id.as_str()).collect();
+    let bad = |m: String| {
+        FramesError::InvalidMessage(format!("application published an invalid frame: {m}"))
+    };
+    let ids: HashSet<&str> = s
+        .observations
+        .iter()
+        .map(|e| e.evidence_id.as_str())
+        .collect();
     if ids.len() != s.observations.len() {
         return Err(bad("duplicate evidence ids".into()));
     }
@@ -1042,7 +1189,10 @@ fn check_snapshot(s: &Snapshot, services: &[Service]) -> Result<(), FramesError>
                 return Err(bad(format!("choice {} has no options", d.node_id)));
             }
             DecisionKind::Input if d.input_schema.is_none() || d.effect.is_none() => {
-                return Err(bad(format!("input {} needs input_schema and effect", d.node_id)));
+                return Err(bad(format!(
+                    "input {} needs input_schema and effect",
+                    d.node_id
+                )));
             }
             DecisionKind::Score if d.levels.as_ref().is_none_or(|l| l.len() < 2) => {
                 return Err(bad(format!("score {} needs two or more levels", d.node_id)));
@@ -1058,7 +1208,10 @@ fn check_snapshot(s: &Snapshot, services: &[Service]) -> Result<(), FramesError>
         if let Some(f) = &d.fulfillment
             && !services.iter().any(|s| s.service_id == f.service_id)
         {
-            return Err(bad(format!("{} names unknown service `{}`", d.node_id, f.service_id)));
+            return Err(bad(format!(
+                "{} names unknown service `{}`",
+                d.node_id, f.service_id
+            )));
         }
     }
     Ok(())

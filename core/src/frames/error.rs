@@ -161,7 +161,10 @@ impl FramesError {
     pub fn problem(&self) -> Problem {
         let code = self.code();
         Problem {
-            kind: format!("urn:dgp:problem:{}", code.to_ascii_lowercase().replace('_', "-")),
+            kind: format!(
+                "urn:dgp:problem:{}",
+                code.to_ascii_lowercase().replace('_', "-")
+            ),
             title: code.to_owned(),
             status: self.http_status(),
             detail: self.to_string(),

@@ -17,12 +17,21 @@ pub const IMAGE: &str = "image-evidence@0.1";
 pub const RUBRICS: &str = "judgment-rubrics@0.1";
 
 /// Every feature this engine honours, as advertised in the manifest.
-pub const SUPPORTED: &[&str] = &[CORE, GRAPH_PREVIEW, SPECULATIVE, SERVICE_INPUT, IMAGE, RUBRICS];
+pub const SUPPORTED: &[&str] = &[
+    CORE,
+    GRAPH_PREVIEW,
+    SPECULATIVE,
+    SERVICE_INPUT,
+    IMAGE,
+    RUBRICS,
+];
 
 /// `CAPABILITY_REQUIRED` unless every feature in `required` is supported.
 pub fn require(required: &[String]) -> Result<(), FramesError> {
     match required.iter().find(|f| !SUPPORTED.contains(&f.as_str())) {
-        Some(f) => Err(FramesError::CapabilityRequired(format!("feature `{f}` is not supported by this server"))),
+        Some(f) => Err(FramesError::CapabilityRequired(format!(
+            "feature `{f}` is not supported by this server"
+        ))),
         None => Ok(()),
     }
 }

@@ -33,7 +33,11 @@ pub fn preview(graph: &Graph, current: &[&str], level: DisclosureLevel, horizon:
         graph_id: graph.graph_id.clone(),
         graph_version: graph.graph_version.clone(),
         horizon: (!full).then_some(horizon as u64),
-        completeness: if full { graph.completeness } else { Completeness::Partial },
+        completeness: if full {
+            graph.completeness
+        } else {
+            Completeness::Partial
+        },
         nodes: included.iter().map(|s| s.to_string()).collect(),
         edges: graph
             .edges

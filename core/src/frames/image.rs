@@ -33,8 +33,9 @@ pub fn decode_image(mime_type: &str, data_base64: &str) -> Result<ImageBlob, Fra
             "images are limited to {MAX_IMAGE_BYTES} bytes"
         )));
     }
-    let bytes = base64_decode(data_base64)
-        .ok_or_else(|| FramesError::InvalidInput("data_base64 is not valid standard base64".into()))?;
+    let bytes = base64_decode(data_base64).ok_or_else(|| {
+        FramesError::InvalidInput("data_base64 is not valid standard base64".into())
+    })?;
     if bytes.is_empty() {
         return Err(FramesError::InvalidInput("the image is empty".into()));
     }
@@ -51,7 +52,11 @@ pub fn decode_image(mime_type: &str, data_base64: &str) -> Result<ImageBlob, Fra
             actual.unwrap_or("not a PNG, JPEG or WebP image")
         )));
     }
-    Ok(ImageBlob { mime_type: mime_type.to_owned(), sha256: sha256_hex(&bytes), bytes })
+    Ok(ImageBlob {
+        mime_type: mime_type.to_owned(),
+        sha256: sha256_hex(&bytes),
+        bytes,
+    })
 }
 
 /// The image type a file signature announces.
@@ -110,7 +115,9 @@ pub fn base64_encode(data: &[u8]) -> String {
     const A: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
     let mut s = String::with_capacity(data.len().div_ceil(3) * 4);
     for c in data.chunks(3) {
-        let n = (c[0] as u32) << 16 | (*c.get(1).unwrap_or(&0) as u32) << 8 | *c.get(2).unwrap_or(&0) as u32;
+        let n = (c[0] as u32) << 16
+            | (*c.get(1).unwrap_or(&0) as u32) << 8
+            | *c.get(2).unwrap_or(&0) as u32;
         for i in 0..4 {
             if i <= c.len() {
                 s.push(A[(n >> (18 - 6 * i) & 63) as usize] as char);
@@ -137,7 +144,10 @@ mod tests {
         assert_eq!(base64_decode("aGk="), Some(b"hi".to_vec()));
         assert!(base64_decode("aGk").is_none());
         assert!(base64_decode("aG k=").is_none());
-        assert!(base64_decode("aGl=").is_none(), "non-canonical trailing bits");
+        assert!(
+            base64_decode("aGl=").is_none(),
+            "non-canonical trailing bits"
+        );
         assert!(base64_decode("a=Gk").is_none());
     }
 
@@ -146,13 +156,27 @@ mod tests {
         let png = decode_image("image/png", PNG).unwrap();
         assert_eq!(png.bytes.len(), 68);
         assert_eq!(png.sha256.len(), 64);
-        assert_eq!(decode_image("image/jpeg", PNG).unwrap_err().code(), "UNSUPPORTED_MEDIA_TYPE");
-        assert_eq!(decode_image("image/gif", PNG).unwrap_err().code(), "UNSUPPORTED_MEDIA_TYPE");
+        assert_eq!(
+            decode_image("image/jpeg", PNG).unwrap_err().code(),
+            "UNSUPPORTED_MEDIA_TYPE"
+        );
+        assert_eq!(
+            decode_image("image/gif", PNG).unwrap_err().code(),
+            "UNSUPPORTED_MEDIA_TYPE"
+        );
         let mut big = base64_decode(PNG).unwrap();
         big.resize(MAX_IMAGE_BYTES + 1, 0);
-        assert_eq!(decode_image("image/png", &base64_encode(&big)).unwrap_err().code(), "PAYLOAD_TOO_LARGE");
+        assert_eq!(
+            decode_image("image/png", &base64_encode(&big))
+                .unwrap_err()
+                .code(),
+            "PAYLOAD_TOO_LARGE"
+        );
         big.truncate(MAX_IMAGE_BYTES);
         assert!(decode_image("image/png", &base64_encode(&big)).is_ok());
-        assert_eq!(decode_image("image/png", "!!!!").unwrap_err().code(), "INVALID_INPUT");
+        assert_eq!(
+            decode_image("image/png", "!!!!").unwrap_err().code(),
+            "INVALID_INPUT"
+        );
     }
 }

@@ -23,7 +23,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 
 use super::FramesError;
-use super::app::{App, Applied, ApplyCtx, SurfaceCtx, Summary};
+use super::app::{App, Applied, ApplyCtx, Summary, SurfaceCtx};
 use super::image::decode_image;
 use super::types::*;
 
@@ -151,7 +151,10 @@ pub fn default_effect(human: bool) -> Value {
 
 fn parse_decision(v: &Value) -> Result<ScriptedDecision, FramesError> {
     let bad = |m: String| FramesError::InvalidMessage(format!("scripted decision: {m}"));
-    let mut o = v.as_object().cloned().ok_or_else(|| bad("not an object".into()))?;
+    let mut o = v
+        .as_object()
+        .cloned()
+        .ok_or_else(|| bad("not an object".into()))?;
     let on: BTreeMap<String, Action> = match o.remove("on") {
         Some(on) => serde_json::from_value(on).map_err(|e| bad(e.to_string()))?,
         None => BTreeMap::new(),
@@ -159,26 +162,42 @@ fn parse_decision(v: &Value) -> Result<ScriptedDecision, FramesError> {
     o.entry("decision_id").or_insert(json!(""));
     o.entry("dispatch").or_insert(json!("automatic"));
     o.entry("evidence_ids").or_insert(json!([]));
-    o.entry("execution").or_insert(json!({"conflict_keys": [], "depends_on": []}));
+    o.entry("execution")
+        .or_insert(json!({"conflict_keys": [], "depends_on": []}));
     let mut max_uses = BTreeMap::new();
     if let Some(Value::Array(opts)) = o.get_mut("options") {
         for opt in opts {
-            let opt = opt.as_object_mut().ok_or_else(|| bad("option is not an object".into()))?;
-            let human = opt.remove("human").and_then(|h| h.as_bool()).unwrap_or(false);
+            let opt = opt
+                .as_object_mut()
+                .ok_or_else(|| bad("option is not an object".into()))?;
+            let human = opt
+                .remove("human")
+                .and_then(|h| h.as_bool())
+                .unwrap_or(false);
             if let Some(n) = opt.remove("max_uses").and_then(|n| n.as_u64()) {
-                let id = opt.get("id").and_then(Value::as_str).unwrap_or_default().to_owned();
+                let id = opt
+                    .get("id")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default()
+                    .to_owned();
                 max_uses.insert(id, n as u32);
             }
-            opt.entry("input_schema")
-                .or_insert(json!({"type": "object", "properties": {}, "additionalProperties": false}));
+            opt.entry("input_schema").or_insert(
+                json!({"type": "object", "properties": {}, "additionalProperties": false}),
+            );
             opt.entry("effect").or_insert(default_effect(human));
         }
     }
     if o.get("kind") == Some(&json!("input")) {
         o.entry("effect").or_insert(default_effect(false));
     }
-    let decision: Decision = serde_json::from_value(Value::Object(o)).map_err(|e| bad(e.to_string()))?;
-    Ok(ScriptedDecision { decision, on, max_uses })
+    let decision: Decision =
+        serde_json::from_value(Value::Object(o)).map_err(|e| bad(e.to_string()))?;
+    Ok(ScriptedDecision {
+        decision,
+        on,
+        max_uses,
+    })
 }
 
 impl ScriptedApp {
@@ -188,9 +207,18 @@ impl ScriptedApp {
             .map_err(|e| FramesError::InvalidMessage(format!("scripted app: {e}")))?;
         let mut states = BTreeMap::new();
         for (k, ds) in &spec.states {
-            states.insert(k.clone(), ds.iter().map(parse_decision).collect::<Result<Vec<_>, _>>()?);
+            states.insert(
+                k.clone(),
+                ds.iter()
+                    .map(parse_decision)
+                    .collect::<Result<Vec<_>, _>>()?,
+            );
         }
-        let always = spec.always.iter().map(parse_decision).collect::<Result<Vec<_>, _>>()?;
+        let always = spec
+            .always
+            .iter()
+            .map(parse_decision)
+            .collect::<Result<Vec<_>, _>>()?;
         Ok(ScriptedApp {
             name: spec.name,
             resource_kind: spec.resource_kind,
@@ -204,7 +232,11 @@ impl ScriptedApp {
     }
 
     fn decisions_for(&self, status: &str) -> impl Iterator<Item = &ScriptedDecision> {
-        self.states.get(status).into_iter().flatten().chain(self.always.iter())
+        self.states
+            .get(status)
+            .into_iter()
+            .flatten()
+            .chain(self.always.iter())
     }
 }
 
@@ -246,11 +278,20 @@ impl App for ScriptedApp {
     }
 
     fn summary(&self, state: &ScriptedState) -> Summary {
-        Summary { title: state.title.clone(), state: state.status.clone() }
+        Summary {
+            title: state.title.clone(),
+            state: state.status.clone(),
+        }
     }
 
     fn observations(&self, ctx: &SurfaceCtx, s: &ScriptedState) -> Vec<Evidence> {
-        let app_source = Source { kind: SourceKind::Application, id: self.name.clone(), model: None, based_on_frame: None, extensions: None };
+        let app_source = Source {
+            kind: SourceKind::Application,
+            id: self.name.clone(),
+            model: None,
+            based_on_frame: None,
+            extensions: None,
+        };
         let mut out = vec![Evidence {
             evidence_id: "state".into(),
             kind: EvidenceKind::Json,
@@ -258,7 +299,9 @@ impl App for ScriptedApp {
             required: true,
             trust: Trust::Observed,
             source: app_source,
-            content: Some(json!({"title": s.title, "status": s.status, "service_calls": ctx.service_calls})),
+            content: Some(
+                json!({"title": s.title, "status": s.status, "service_calls": ctx.service_calls}),
+            ),
             blob: None,
             derived_from: None,
             extensions: None,
@@ -271,7 +314,11 @@ impl App for ScriptedApp {
                 required: true,
                 trust: r.trust,
                 source: Source {
-                    kind: if r.trust == Trust::Derived { SourceKind::Model } else { SourceKind::User },
+                    kind: if r.trust == Trust::Derived {
+                        SourceKind::Model
+                    } else {
+                        SourceKind::User
+                    },
                     id: r.actor.clone(),
                     model: None,
                     based_on_frame: None,
@@ -290,10 +337,20 @@ impl App for ScriptedApp {
                 mime_type: im.mime_type.clone(),
                 required: true,
                 trust: Trust::Untrusted,
-                source: Source { kind: SourceKind::User, id: im.actor.clone(), model: None, based_on_frame: None, extensions: None },
+                source: Source {
+                    kind: SourceKind::User,
+                    id: im.actor.clone(),
+                    model: None,
+                    based_on_frame: None,
+                    extensions: None,
+                },
                 content: None,
                 blob: Some(Blob {
-                    href: format!("/dgp/blobs/{}/{}", super::engine::path_segment(ctx.surface_id), im.sha256),
+                    href: format!(
+                        "/dgp/blobs/{}/{}",
+                        super::engine::path_segment(ctx.surface_id),
+                        im.sha256
+                    ),
                     sha256: im.sha256.clone(),
                     byte_length: im.byte_length,
                     extensions: None,
@@ -305,7 +362,12 @@ impl App for ScriptedApp {
         out
     }
 
-    fn decisions(&self, ctx: &SurfaceCtx, s: &ScriptedState, evidence: &[Evidence]) -> Vec<Decision> {
+    fn decisions(
+        &self,
+        ctx: &SurfaceCtx,
+        s: &ScriptedState,
+        evidence: &[Evidence],
+    ) -> Vec<Decision> {
         let ids: Vec<String> = evidence.iter().map(|e| e.evidence_id.clone()).collect();
         let resource = format!("{}:{}", self.resource_kind, ctx.surface_id);
         self.decisions_for(&s.status)
@@ -318,7 +380,11 @@ impl App for ScriptedApp {
                     d.execution.conflict_keys = vec![resource.clone()];
                 }
                 if let Some(opts) = &mut d.options {
-                    opts.retain(|o| sd.max_uses.get(&o.id).is_none_or(|max| s.uses.get(&o.id).copied().unwrap_or(0) < *max));
+                    opts.retain(|o| {
+                        sd.max_uses
+                            .get(&o.id)
+                            .is_none_or(|max| s.uses.get(&o.id).copied().unwrap_or(0) < *max)
+                    });
                     if opts.is_empty() {
                         return None;
                     }
@@ -328,7 +394,13 @@ impl App for ScriptedApp {
             .collect()
     }
 
-    fn apply(&self, ctx: &ApplyCtx, s: &mut ScriptedState, decision: &Decision, answer: &Answer) -> Result<Applied, FramesError> {
+    fn apply(
+        &self,
+        ctx: &ApplyCtx,
+        s: &mut ScriptedState,
+        decision: &Decision,
+        answer: &Answer,
+    ) -> Result<Applied, FramesError> {
         let (key, value) = match answer {
             Answer::Choice(c) => (c.choice.clone(), Value::Object(c.input.clone())),
             Answer::Value(v) => ("submit".to_owned(), v.value.clone()),
@@ -341,7 +413,13 @@ impl App for ScriptedApp {
             .and_then(|sd| sd.on.get(&key))
             .cloned()
             .unwrap_or_default();
-        let mut applied = Applied { outcome: action.outcome.clone().unwrap_or_else(|| format!("Applied `{key}`.")), ..Applied::default() };
+        let mut applied = Applied {
+            outcome: action
+                .outcome
+                .clone()
+                .unwrap_or_else(|| format!("Applied `{key}`.")),
+            ..Applied::default()
+        };
         applied.service_call = action.service;
         if let Some(label) = &action.record {
             let text = match &action.field {
@@ -360,8 +438,14 @@ impl App for ScriptedApp {
             });
         }
         if action.image {
-            let mime = value.get("mime_type").and_then(Value::as_str).unwrap_or_default();
-            let data = value.get("data_base64").and_then(Value::as_str).unwrap_or_default();
+            let mime = value
+                .get("mime_type")
+                .and_then(Value::as_str)
+                .unwrap_or_default();
+            let data = value
+                .get("data_base64")
+                .and_then(Value::as_str)
+                .unwrap_or_default();
             let blob = decode_image(mime, data)?;
             s.images.push(ImageRecord {
                 sha256: blob.sha256.clone(),
@@ -372,7 +456,10 @@ impl App for ScriptedApp {
             applied.blobs.push(blob);
         }
         if action.bulletin {
-            let text = s.records.last().map_or_else(|| applied.outcome.clone(), |r| r.text.clone());
+            let text = s
+                .records
+                .last()
+                .map_or_else(|| applied.outcome.clone(), |r| r.text.clone());
             let mut body = Map::new();
             body.insert("text".into(), Value::String(text));
             applied.entries.push(("bulletin".into(), body));

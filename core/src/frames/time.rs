@@ -22,11 +22,24 @@ pub fn rfc3339(ms: UnixMillis) -> String {
 /// optional fraction) back to milliseconds.
 pub fn parse_rfc3339(s: &str) -> Option<UnixMillis> {
     let b = s.as_bytes();
-    if b.len() < 20 || b[4] != b'-' || b[7] != b'-' || !matches!(b[10], b'T' | b't') || b[13] != b':' || b[16] != b':' {
+    if b.len() < 20
+        || b[4] != b'-'
+        || b[7] != b'-'
+        || !matches!(b[10], b'T' | b't')
+        || b[13] != b':'
+        || b[16] != b':'
+    {
         return None;
     }
     let num = |r: std::ops::Range<usize>| s.get(r)?.parse::<i64>().ok();
-    let (y, mo, d, h, mi, se) = (num(0..4)?, num(5..7)?, num(8..10)?, num(11..13)?, num(14..16)?, num(17..19)?);
+    let (y, mo, d, h, mi, se) = (
+        num(0..4)?,
+        num(5..7)?,
+        num(8..10)?,
+        num(11..13)?,
+        num(14..16)?,
+        num(17..19)?,
+    );
     let mut rest = &s[19..];
     let mut frac_ms = 0i64;
     if let Some(f) = rest.strip_prefix('.') {
@@ -79,7 +92,10 @@ mod tests {
         assert_eq!(rfc3339(0), "1970-01-01T00:00:00.000Z");
         assert_eq!(rfc3339(1_789_840_714_261), "2026-09-19T17:58:34.261Z");
         assert_eq!(rfc3339(951_782_400_000), "2000-02-29T00:00:00.000Z");
-        assert_eq!(parse_rfc3339("2026-09-19T17:58:34.261692Z"), Some(1_789_840_714_261));
+        assert_eq!(
+            parse_rfc3339("2026-09-19T17:58:34.261692Z"),
+            Some(1_789_840_714_261)
+        );
         for ms in [0, 1, 86_399_999, 951_782_400_000, 4_102_444_800_123] {
             assert_eq!(parse_rfc3339(&rfc3339(ms)), Some(ms));
         }

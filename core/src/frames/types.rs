@@ -32,7 +32,9 @@ impl<'de> Deserialize<'de> for Dgp {
         if s == DGP_VERSION {
             Ok(Dgp)
         } else {
-            Err(D::Error::custom(format!("dgp must be \"{DGP_VERSION}\", got \"{s}\"")))
+            Err(D::Error::custom(format!(
+                "dgp must be \"{DGP_VERSION}\", got \"{s}\""
+            )))
         }
     }
 }
@@ -199,7 +201,11 @@ pub struct Evidence {
     pub required: bool,
     pub trust: Trust,
     pub source: Source,
-    #[serde(default, deserialize_with = "present", skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        deserialize_with = "present",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub content: Option<Value>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub blob: Option<Blob>,

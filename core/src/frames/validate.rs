@@ -148,7 +148,9 @@ pub fn fingerprint(v: &Value) -> String {
 /// Parses a typed record from a strictly parsed value; schema violations are `INVALID_MESSAGE`.
 pub fn typed<T: serde::de::DeserializeOwned>(what: &str, v: Value) -> Result<T, FramesError> {
     if !v.is_object() {
-        return Err(FramesError::InvalidMessage(format!("{what}: expected a JSON object")));
+        return Err(FramesError::InvalidMessage(format!(
+            "{what}: expected a JSON object"
+        )));
     }
     serde_json::from_value(v).map_err(|e| FramesError::InvalidMessage(format!("{what}: {e}")))
 }
@@ -165,7 +167,9 @@ fn id(field: &str, s: &str) -> Result<(), FramesError> {
 
 fn unit(field: &str, x: f64) -> Result<(), FramesError> {
     if !(0.0..=1.0).contains(&x) {
-        return Err(FramesError::InvalidMessage(format!("{field} must be within [0, 1]")));
+        return Err(FramesError::InvalidMessage(format!(
+            "{field} must be within [0, 1]"
+        )));
     }
     Ok(())
 }
@@ -198,10 +202,14 @@ pub fn check_assessment_request(r: &AssessmentRequest) -> Result<(), FramesError
 pub fn check_result_shape(r: &AssessmentResult) -> Result<(), FramesError> {
     match (r.status, &r.answer) {
         (ResultStatus::Answered, None) => {
-            return Err(FramesError::InvalidMessage("result: answered needs an answer".into()));
+            return Err(FramesError::InvalidMessage(
+                "result: answered needs an answer".into(),
+            ));
         }
         (ResultStatus::Abstain, Some(_)) => {
-            return Err(FramesError::InvalidMessage("result: abstain must not carry an answer".into()));
+            return Err(FramesError::InvalidMessage(
+                "result: abstain must not carry an answer".into(),
+            ));
         }
         _ => {}
     }
@@ -254,19 +262,27 @@ pub fn check_result(d: &Decision, r: &AssessmentResult) -> Result<(), FramesErro
         }
         (DecisionKind::Input, Answer::Value(v)) => {
             let schema = d.input_schema.as_ref().ok_or_else(|| {
-                FramesError::InvalidMessage(format!("decision {} has no input schema", d.decision_id))
+                FramesError::InvalidMessage(format!(
+                    "decision {} has no input schema",
+                    d.decision_id
+                ))
             })?;
-            validate_input(schema, &v.value).map_err(|e| FramesError::InvalidInput(format!("value: {e}")))?;
+            validate_input(schema, &v.value)
+                .map_err(|e| FramesError::InvalidInput(format!("value: {e}")))?;
         }
         (DecisionKind::Probability, Answer::Probability(p)) => {
             if !(0.0..=1.0).contains(&p.probability) {
-                return Err(FramesError::InvalidAnswer("probability must be within [0, 1]".into()));
+                return Err(FramesError::InvalidAnswer(
+                    "probability must be within [0, 1]".into(),
+                ));
             }
         }
         (DecisionKind::Score, Answer::Score(s)) => {
             let top = d.levels.as_ref().map_or(0, |l| l.len().saturating_sub(1)) as f64;
             if !(0.0..=top).contains(&s.score) {
-                return Err(FramesError::InvalidAnswer(format!("score must be within [0, {top}]")));
+                return Err(FramesError::InvalidAnswer(format!(
+                    "score must be within [0, {top}]"
+                )));
             }
         }
         (kind, _) => {
@@ -285,7 +301,9 @@ pub fn check_result(d: &Decision, r: &AssessmentResult) -> Result<(), FramesErro
     if let Some(dist) = r.uncertainty.as_ref().and_then(|u| u.distribution.as_ref()) {
         let expected: Vec<String> = match d.kind {
             DecisionKind::Choice => d.options.iter().flatten().map(|o| o.id.clone()).collect(),
-            DecisionKind::Score => (0..d.levels.as_ref().map_or(0, Vec::len)).map(|i| i.to_string()).collect(),
+            DecisionKind::Score => (0..d.levels.as_ref().map_or(0, Vec::len))
+                .map(|i| i.to_string())
+                .collect(),
             _ => {
                 return Err(FramesError::InvalidDistribution(
                     "distributions exist only for choice and score decisions".into(),
@@ -302,7 +320,9 @@ pub fn check_result(d: &Decision, r: &AssessmentResult) -> Result<(), FramesErro
         }
         let sum: f64 = dist.values().sum();
         if (sum - 1.0).abs() > 1e-6 {
-            return Err(FramesError::InvalidDistribution(format!("distribution sums to {sum}, not 1")));
+            return Err(FramesError::InvalidDistribution(format!(
+                "distribution sums to {sum}, not 1"
+            )));
         }
     }
     Ok(())
@@ -371,7 +391,9 @@ fn sub(v: &Value) -> Result<(), FramesError> {
     match v {
         Value::Object(m) => check_schema(m),
         Value::Bool(_) => Ok(()),
-        _ => Err(FramesError::SchemaUnsupported("a subschema must be an object or boolean".into())),
+        _ => Err(FramesError::SchemaUnsupported(
+            "a subschema must be an object or boolean".into(),
+        )),
     }
 }
 
@@ -397,9 +419,13 @@ fn type_ok(t: &str, v: &Value) -> bool {
 fn json_eq(a: &Value, b: &Value) -> bool {
     match (a, b) {
         (Value::Number(x), Value::Number(y)) => x.as_f64() == y.as_f64(),
-        (Value::Array(x), Value::Array(y)) => x.len() == y.len() && x.iter().zip(y).all(|(p, q)| json_eq(p, q)),
+        (Value::Array(x), Value::Array(y)) => {
+            x.len() == y.len() && x.iter().zip(y).all(|(p, q)| json_eq(p, q))
+        }
         (Value::Object(x), Value::Object(y)) => {
-            x.len() == y.len() && x.iter().all(|(k, v)| y.get(k).is_some_and(|w| json_eq(v, w)))
+            x.len() == y.len()
+                && x.iter()
+                    .all(|(k, v)| y.get(k).is_some_and(|w| json_eq(v, w)))
         }
         _ => a == b,
     }
@@ -428,7 +454,10 @@ fn validate_at(s: &Map<String, Value>, v: &Value, path: &str) -> Result<(), Stri
     if let Some(Value::Array(options)) = s.get("enum")
         && !options.iter().any(|o| json_eq(o, v))
     {
-        return Err(format!("{path}: must be one of {}", Value::Array(options.clone())));
+        return Err(format!(
+            "{path}: must be one of {}",
+            Value::Array(options.clone())
+        ));
     }
     if let Some(c) = s.get("const")
         && !json_eq(c, v)
@@ -521,7 +550,10 @@ pub fn check_evidence(e: &Evidence) -> Result<(), String> {
         _ => {}
     }
     if e.kind == EvidenceKind::Text && !e.content.as_ref().is_some_and(Value::is_string) {
-        return Err(format!("{}: text evidence needs string content", e.evidence_id));
+        return Err(format!(
+            "{}: text evidence needs string content",
+            e.evidence_id
+        ));
     }
     if matches!(
         e.kind,
@@ -531,9 +563,16 @@ pub fn check_evidence(e: &Evidence) -> Result<(), String> {
         return Err(format!("{}: binary evidence needs a blob", e.evidence_id));
     }
     if let Some(b) = &e.blob
-        && (b.sha256.len() != 64 || !b.sha256.bytes().all(|c| c.is_ascii_digit() || (b'a'..=b'f').contains(&c)))
+        && (b.sha256.len() != 64
+            || !b
+                .sha256
+                .bytes()
+                .all(|c| c.is_ascii_digit() || (b'a'..=b'f').contains(&c)))
     {
-        return Err(format!("{}: blob sha256 must be 64 lowercase hex digits", e.evidence_id));
+        return Err(format!(
+            "{}: blob sha256 must be 64 lowercase hex digits",
+            e.evidence_id
+        ));
     }
     Ok(())
 }

@@ -114,7 +114,10 @@ impl EndpointEvent {
             EndpointEventKind::Hello {
                 protocol,
                 capabilities,
-            } => ("hello", json!({"protocol": protocol, "capabilities": capabilities})),
+            } => (
+                "hello",
+                json!({"protocol": protocol, "capabilities": capabilities}),
+            ),
             EndpointEventKind::HelloTimedOut { timeout_ms } => {
                 ("hello_timed_out", json!({"timeoutMs": timeout_ms}))
             }
@@ -125,12 +128,14 @@ impl EndpointEvent {
             EndpointEventKind::UnknownRun { id, reply } => {
                 ("unknown_run", json!({"id": id, "reply": reply}))
             }
-            EndpointEventKind::DisposedRun { id, job, reply } => {
-                ("disposed_run", json!({"id": id, "job": job.0, "reply": reply}))
-            }
-            EndpointEventKind::Closed { reason, terminated } => {
-                ("closed", json!({"reason": reason, "terminated": terminated}))
-            }
+            EndpointEventKind::DisposedRun { id, job, reply } => (
+                "disposed_run",
+                json!({"id": id, "job": job.0, "reply": reply}),
+            ),
+            EndpointEventKind::Closed { reason, terminated } => (
+                "closed",
+                json!({"reason": reason, "terminated": terminated}),
+            ),
         };
         o["type"] = json!(t);
         if let (Value::Object(m), Value::Object(x)) = (&mut o, extra) {

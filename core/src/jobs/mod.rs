@@ -19,7 +19,9 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 
 use thiserror::Error;
 
-pub use endpoint::{Endpoint, EndpointEvent, EndpointEventKind, EndpointSpec, EndpointState, Hello};
+pub use endpoint::{
+    Endpoint, EndpointEvent, EndpointEventKind, EndpointSpec, EndpointState, Hello,
+};
 pub use types::*;
 pub use wire::Capabilities;
 use wire::{Reply, WireRequest};
@@ -206,7 +208,12 @@ impl<V: Payload> Registry<V> {
 
     /// A message arrived from the endpoint's execution host. Malformed messages are recorded
     /// as protocol errors; they never affect another run.
-    pub fn on_message(&mut self, now: Millis, endpoint: EndpointId, msg: &V) -> Result<(), JobsError> {
+    pub fn on_message(
+        &mut self,
+        now: Millis,
+        endpoint: EndpointId,
+        msg: &V,
+    ) -> Result<(), JobsError> {
         let ep = self
             .endpoints
             .get_mut(&endpoint)
@@ -424,7 +431,9 @@ impl<V: Payload> Registry<V> {
                 now,
                 source,
                 Outcome::Failed {
-                    message: format!("{endpoint} closed before the job started ({reason}); it never ran"),
+                    message: format!(
+                        "{endpoint} closed before the job started ({reason}); it never ran"
+                    ),
                     code: Some("ENDPOINT_CLOSED".into()),
                     started: false,
                 },
@@ -457,7 +466,9 @@ impl<V: Payload> Registry<V> {
         }
         if let Some(key) = &req.reuse_key {
             if key.is_empty() {
-                return Err(JobsError::InvalidArgument("reuse key must not be empty".into()));
+                return Err(JobsError::InvalidArgument(
+                    "reuse key must not be empty".into(),
+                ));
             }
             if let Some(&existing) = self.owners.get(&req.owner).and_then(|o| o.reuse.get(key)) {
                 let j = &self.jobs[&existing];
@@ -514,12 +525,20 @@ impl<V: Payload> Registry<V> {
             .queue
             .push_back(id);
         self.pump(req.endpoint, now);
-        Ok(Submitted { job: id, reused: false })
+        Ok(Submitted {
+            job: id,
+            reused: false,
+        })
     }
 
     /// Asks the job's execution to stop. Records `cancel_requested`; the outcome changes only
     /// with evidence (never started, acknowledgement, or quiet period without acknowledgement).
-    pub fn cancel(&mut self, now: Millis, job: JobId, reason: &str) -> Result<CancelStatus, JobsError> {
+    pub fn cancel(
+        &mut self,
+        now: Millis,
+        job: JobId,
+        reason: &str,
+    ) -> Result<CancelStatus, JobsError> {
         let j = self.jobs.get(&job).ok_or(JobsError::UnknownJob(job))?;
         match j.state {
             JobState::Finished(k) => Ok(CancelStatus::AlreadyFinished(k)),
@@ -671,7 +690,9 @@ impl<V: Payload> Registry<V> {
         capacity: usize,
     ) -> Result<SubscriptionId, JobsError> {
         if capacity == 0 {
-            return Err(JobsError::InvalidArgument("capacity must be at least 1".into()));
+            return Err(JobsError::InvalidArgument(
+                "capacity must be at least 1".into(),
+            ));
         }
         let j = self.jobs.get_mut(&job).ok_or(JobsError::UnknownJob(job))?;
         let id = SubscriptionId(self.next_sub);
@@ -691,7 +712,8 @@ impl<V: Payload> Registry<V> {
         let has = !sub.queue.is_empty();
         self.subs.insert(id, sub);
         if has {
-            self.outputs.push_back(Output::Observed { subscription: id });
+            self.outputs
+                .push_back(Output::Observed { subscription: id });
         }
         Ok(id)
     }
@@ -721,7 +743,12 @@ impl<V: Payload> Registry<V> {
 
     /// Waits for the job's terminal outcome; ends with [`Output::WaitSettled`]. A timeout or
     /// [`Registry::cancel_wait`] ends only the wait.
-    pub fn wait(&mut self, now: Millis, job: JobId, timeout_ms: Option<Millis>) -> Result<WaitId, JobsError> {
+    pub fn wait(
+        &mut self,
+        now: Millis,
+        job: JobId,
+        timeout_ms: Option<Millis>,
+    ) -> Result<WaitId, JobsError> {
         let j = self.jobs.get_mut(&job).ok_or(JobsError::UnknownJob(job))?;
         let id = WaitId(self.next_wait);
         self.next_wait += 1;
@@ -779,7 +806,10 @@ impl<V: Payload> Registry<V> {
 
     /// The owner's unread notes, without taking them.
     pub fn peek_mailbox(&self, owner: &OwnerId) -> impl Iterator<Item = &Note> {
-        self.owners.get(owner).into_iter().flat_map(|o| o.mailbox.iter())
+        self.owners
+            .get(owner)
+            .into_iter()
+            .flat_map(|o| o.mailbox.iter())
     }
 
     /// Disposes everything the owner owns. Unfinished jobs get an explicit outcome: queued jobs
@@ -797,8 +827,10 @@ impl<V: Payload> Registry<V> {
         };
         let job_ids: Vec<JobId> = state.jobs.iter().copied().collect();
         let owned_endpoints: Vec<EndpointId> = state.endpoints.iter().copied().collect();
-        let was: Vec<(JobId, &'static str)> =
-            job_ids.iter().map(|id| (*id, self.jobs[id].state.as_str())).collect();
+        let was: Vec<(JobId, &'static str)> = job_ids
+            .iter()
+            .map(|id| (*id, self.jobs[id].state.as_str()))
+            .collect();
         // Suppress notes: the report is the owner's notice.
         for id in &job_ids {
             self.jobs.get_mut(id).expect("owned").note = false;
@@ -806,7 +838,8 @@ impl<V: Payload> Registry<V> {
         let mut terminated = Vec::new();
         for ep in owned_endpoints {
             if !matches!(self.endpoints[&ep].state, EndpointState::Closed { .. }) {
-                let _ = self.close_endpoint_inner(now, ep, "owner closed: endpoint terminated", true);
+                let _ =
+                    self.close_endpoint_inner(now, ep, "owner closed: endpoint terminated", true);
                 terminated.push(ep);
             }
             // Jobs of other owners on this endpoint were handled by the close above.
@@ -900,13 +933,20 @@ impl<V: Payload> Registry<V> {
                     self.end_wait(w, WaitEnd::TimedOut);
                 }
                 Timer::Quiet(job) => {
-                    let Some(j) = self.jobs.get_mut(&job) else { continue };
+                    let Some(j) = self.jobs.get_mut(&job) else {
+                        continue;
+                    };
                     if j.quiet_deadline != Some(at) || j.is_finished() {
                         continue;
                     }
                     j.quiet_deadline = None;
                     let quiet_ms = self.endpoints[&j.endpoint].quiet_ms;
-                    self.record(job, now, Source::Registry, EventKind::NoAcknowledgement { quiet_ms });
+                    self.record(
+                        job,
+                        now,
+                        Source::Registry,
+                        EventKind::NoAcknowledgement { quiet_ms },
+                    );
                     self.finish(
                         job,
                         now,
@@ -917,7 +957,10 @@ impl<V: Payload> Registry<V> {
                     );
                 }
                 Timer::Hello(ep) => {
-                    let e = self.endpoints.get_mut(&ep).expect("endpoints are never removed");
+                    let e = self
+                        .endpoints
+                        .get_mut(&ep)
+                        .expect("endpoints are never removed");
                     if e.on_hello_timeout(now) {
                         self.pump(ep, now);
                     }
@@ -942,11 +985,15 @@ impl<V: Payload> Registry<V> {
     fn pump(&mut self, endpoint: EndpointId, now: Millis) {
         loop {
             let ep = self.endpoints.get_mut(&endpoint).expect("exists");
-            let EndpointState::Ready = ep.state else { return };
+            let EndpointState::Ready = ep.state else {
+                return;
+            };
             if ep.max_concurrent.is_some_and(|m| ep.running.len() >= m) {
                 return;
             }
-            let Some(job) = ep.queue.pop_front() else { return };
+            let Some(job) = ep.queue.pop_front() else {
+                return;
+            };
             let wire_id = ep.next_wire;
             ep.next_wire += 1;
             ep.wire.insert(wire_id, job);
@@ -968,7 +1015,10 @@ impl<V: Payload> Registry<V> {
             );
             self.outputs.push_back(Output::Send {
                 endpoint,
-                request: WireRequest::Run { id: wire_id, payload },
+                request: WireRequest::Run {
+                    id: wire_id,
+                    payload,
+                },
             });
         }
     }
@@ -986,7 +1036,10 @@ impl<V: Payload> Registry<V> {
 
     /// Appends an event to the job's journal and fans it out to observers.
     fn record(&mut self, job: JobId, at: Millis, source: Source, kind: EventKind<V>) {
-        let j = self.jobs.get_mut(&job).expect("recording for an existing job");
+        let j = self
+            .jobs
+            .get_mut(&job)
+            .expect("recording for an existing job");
         let ev = JobEvent {
             job,
             seq: j.journal.len() as u64 + 1,
@@ -999,7 +1052,8 @@ impl<V: Payload> Registry<V> {
                 let was_empty = s.queue.is_empty();
                 push_delivery(s, &ev);
                 if was_empty && !s.queue.is_empty() {
-                    self.outputs.push_back(Output::Observed { subscription: *sub });
+                    self.outputs
+                        .push_back(Output::Observed { subscription: *sub });
                 }
             }
         }
@@ -1028,7 +1082,8 @@ impl<V: Payload> Registry<V> {
         j.finished_at = Some(j.journal.len() - 1);
         j.state = JobState::Finished(kind);
         let waits = std::mem::take(&mut j.waits);
-        self.outputs.push_back(Output::JobFinished { job, outcome: kind });
+        self.outputs
+            .push_back(Output::JobFinished { job, outcome: kind });
         for w in waits {
             if let Some(wait) = self.waits.remove(&w) {
                 if let Some(d) = wait.deadline {

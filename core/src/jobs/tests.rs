@@ -32,14 +32,23 @@ fn late_done_after_acknowledged_cancel_is_evidence_not_completion() {
         reg.cancel(5, job, "user").unwrap(),
         CancelStatus::Requested { ack_expected: true }
     );
-    reg.on_message(6, ep, &json!({"id": 1, "type": "cancelled"})).unwrap();
-    reg.on_message(7, ep, &json!({"id": 1, "type": "done", "value": 42})).unwrap();
+    reg.on_message(6, ep, &json!({"id": 1, "type": "cancelled"}))
+        .unwrap();
+    reg.on_message(7, ep, &json!({"id": 1, "type": "done", "value": 42}))
+        .unwrap();
     let j = reg.job(job).unwrap();
     assert_eq!(j.state, JobState::Finished(OutcomeKind::Cancelled));
     let names: Vec<_> = j.journal().iter().map(|e| e.kind.name()).collect();
     assert_eq!(
         names,
-        ["submitted", "started", "cancel_requested", "cancel_acknowledged", "outcome", "late_evidence"]
+        [
+            "submitted",
+            "started",
+            "cancel_requested",
+            "cancel_acknowledged",
+            "outcome",
+            "late_evidence"
+        ]
     );
     // One note, for the one outcome.
     assert_eq!(reg.read_mailbox(&OwnerId::new("a")).len(), 1);
@@ -49,10 +58,14 @@ fn late_done_after_acknowledged_cancel_is_evidence_not_completion() {
 fn slow_observer_is_told_exactly_what_it_missed() {
     let mut reg = Registry::default();
     let ep = endpoint(&mut reg, "app", caps(false, false));
-    let job = reg.submit(0, Submit::new("a", ep, json!(null))).unwrap().job;
+    let job = reg
+        .submit(0, Submit::new("a", ep, json!(null)))
+        .unwrap()
+        .job;
     let sub = reg.observe(job, Some(1), 3).unwrap();
     for i in 0..10 {
-        reg.on_message(i, ep, &json!({"id": 1, "type": "progress", "value": i})).unwrap();
+        reg.on_message(i, ep, &json!({"id": 1, "type": "progress", "value": i}))
+            .unwrap();
     }
     let d = reg.take_deliveries(sub).unwrap();
     // submitted, started, progress 0 queued; progress 1..9 = seq 4..12 missed.
@@ -65,8 +78,13 @@ fn slow_observer_is_told_exactly_what_it_missed() {
             to: 12
         }
     );
-    assert_eq!(reg.job(job).unwrap().journal().len(), 12, "the journal loses nothing");
-    reg.on_message(20, ep, &json!({"id": 1, "type": "done", "value": 1})).unwrap();
+    assert_eq!(
+        reg.job(job).unwrap().journal().len(),
+        12,
+        "the journal loses nothing"
+    );
+    reg.on_message(20, ep, &json!({"id": 1, "type": "done", "value": 1}))
+        .unwrap();
     let d = reg.take_deliveries(sub).unwrap();
     assert!(matches!(&d[0], Delivery::Event(e) if e.seq == 13));
 }
@@ -75,7 +93,10 @@ fn slow_observer_is_told_exactly_what_it_missed() {
 fn wait_timeout_and_cancel_leave_the_job_running() {
     let mut reg = Registry::default();
     let ep = endpoint(&mut reg, "app", caps(false, false));
-    let job = reg.submit(0, Submit::new("a", ep, json!(null))).unwrap().job;
+    let job = reg
+        .submit(0, Submit::new("a", ep, json!(null)))
+        .unwrap()
+        .job;
     let w1 = reg.wait(0, job, Some(50)).unwrap();
     let w2 = reg.wait(0, job, None).unwrap();
     reg.handle_timeout(50);

@@ -203,7 +203,9 @@ impl<V: Payload> Outcome<V> {
     /// The JSON form: `{"outcome": kind, ...details}`.
     pub fn to_json(&self) -> Value {
         match self {
-            Outcome::Succeeded { value } => json!({"outcome": "succeeded", "value": value.to_json()}),
+            Outcome::Succeeded { value } => {
+                json!({"outcome": "succeeded", "value": value.to_json()})
+            }
             Outcome::Failed {
                 message,
                 code,
@@ -403,7 +405,9 @@ pub fn reply_to_json<V: Payload>(reply: &Reply<V>) -> Value {
             o["protocol"] = json!(protocol);
             o["capabilities"] = json!(capabilities);
         }
-        Reply::Partial { value, .. } | Reply::Progress { value, .. } | Reply::Done { value, .. } => {
+        Reply::Partial { value, .. }
+        | Reply::Progress { value, .. }
+        | Reply::Done { value, .. } => {
             o["value"] = value.to_json();
         }
         Reply::Error { message, code, .. } => {
@@ -530,7 +534,11 @@ pub enum Delivery<V> {
     Event(JobEvent<V>),
     /// The observer's queue was full: events `from..=to` of `job` were not queued for it. They
     /// remain in the journal.
-    Missed { job: JobId, from: u64, to: u64 },
+    Missed {
+        job: JobId,
+        from: u64,
+        to: u64,
+    },
 }
 
 impl<V: Payload> Delivery<V> {
@@ -614,7 +622,9 @@ impl<V: Payload> Output<V> {
             Output::Send { endpoint, request } => {
                 json!({"output": "send", "endpoint": endpoint.0, "message": request.to_json()})
             }
-            Output::Terminate { endpoint } => json!({"output": "terminate", "endpoint": endpoint.0}),
+            Output::Terminate { endpoint } => {
+                json!({"output": "terminate", "endpoint": endpoint.0})
+            }
             Output::WaitSettled { wait, job, end } => {
                 let mut o = json!({"output": "wait_settled", "wait": wait.0, "job": job.0, "end": end.as_str()});
                 if let WaitEnd::Finished(k) = end {
@@ -631,7 +641,9 @@ impl<V: Payload> Output<V> {
             Output::NoteQueued { owner, job } => {
                 json!({"output": "note_queued", "owner": owner.0, "job": job.0})
             }
-            Output::Wake { owner, job } => json!({"output": "wake", "owner": owner.0, "job": job.0}),
+            Output::Wake { owner, job } => {
+                json!({"output": "wake", "owner": owner.0, "job": job.0})
+            }
         }
     }
 }

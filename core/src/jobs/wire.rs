@@ -239,7 +239,13 @@ pub fn parse_reply<V: Payload>(msg: &V, max_bytes: usize) -> Result<Reply<V>, Re
     };
     let known = matches!(
         kind.as_str(),
-        "partial" | "progress" | "done" | "error" | "cancelled" | "input_applied" | "input_rejected"
+        "partial"
+            | "progress"
+            | "done"
+            | "error"
+            | "cancelled"
+            | "input_applied"
+            | "input_rejected"
     );
     if !known {
         return Err(refuse(Some(id), Violation::UnknownType { name: kind }));
