@@ -5,6 +5,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 mod run;
+mod serve;
 
 /// weft — a portable runtime for applications that people and agents drive together.
 #[derive(Parser)]
@@ -18,6 +19,8 @@ struct Cli {
 enum Command {
     /// Run a worker script as a child process (JSON lines on stdio) and follow its job.
     Run(run::RunArgs),
+    /// Serve ThreadDesk over the DGP 0.1 HTTP binding (SQLite storage, bearer tokens).
+    Serve(serve::ServeArgs),
 }
 
 fn main() -> ExitCode {
@@ -30,6 +33,7 @@ fn main() -> ExitCode {
     rt.block_on(async {
         match cli.command {
             Command::Run(args) => run::main(args).await,
+            Command::Serve(args) => serve::main(args).await,
         }
     })
 }
