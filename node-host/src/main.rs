@@ -4,6 +4,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+mod agent;
 mod run;
 mod serve;
 
@@ -21,6 +22,8 @@ enum Command {
     Run(run::RunArgs),
     /// Serve ThreadDesk over the DGP 0.1 HTTP binding (SQLite storage, bearer tokens).
     Serve(serve::ServeArgs),
+    /// Drive DGP surfaces as an agent: read frames, judge, assess, commit; stop for humans.
+    Agent(agent::AgentArgs),
 }
 
 fn main() -> ExitCode {
@@ -34,6 +37,7 @@ fn main() -> ExitCode {
         match cli.command {
             Command::Run(args) => run::main(args).await,
             Command::Serve(args) => serve::main(args).await,
+            Command::Agent(args) => agent::main(args).await,
         }
     })
 }
