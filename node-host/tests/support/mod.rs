@@ -411,3 +411,45 @@ pub fn kinds(evs: &[&Value]) -> Vec<String> {
         .map(|e| e["event"].as_str().unwrap_or("").to_owned())
         .collect()
 }
+
+/// A one-route JSON HTTP service on a free loopback port (an external decision service for
+/// `weft agent --adapter http`). Serves until the process ends.
+pub fn json_service(handler: impl Fn(Value) -> Value + Send + Sync + 'static) -> String {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    let handler = std::sync::Arc::new(handler);
+    std::thread::spawn(move || {
+        for conn in listener.incoming() {
+            let Ok(mut s) = conn else { continue };
+            let handler = handler.clone();
+            std::thread::spawn(move || {
+                let mut r = BufReader::new(s.try_clone().unwrap());
+                let mut len = 0usize;
+                loop {
+                    let mut line = String::new();
+                    if r.read_line(&mut line).unwrap_or(0) == 0 {
+                        return;
+                    }
+                    if line == "\r\n" {
+                        break;
+                    }
+                    if let Some((k, v)) = line.split_once(':')
+                        && k.eq_ignore_ascii_case("content-length")
+                    {
+                        len = v.trim().parse().unwrap_or(0);
+                    }
+                }
+                let mut body = vec![0u8; len];
+                r.read_exact(&mut body).unwrap();
+                let answer =
+                    handler(serde_json::from_slice(&body).unwrap_or(Value::Null)).to_string();
+                let _ = write!(
+                    s,
+                    "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{answer}",
+                    answer.len()
+                );
+            });
+        }
+    });
+    addr
+}
