@@ -32,10 +32,10 @@ current=wasm-chromium; stage "wasm tests in headless Chromium"
 WASM_BINDGEN_USE_BROWSER=1 cargo test -p weft-wasm --target wasm32-unknown-unknown
 
 current=node; stage "Node tests of the JS package"
-(cd tests/js && node --test --test-concurrency=1 --test-reporter=spec 'node/*.test.mjs')
+(cd tests/js && node --test --test-concurrency=1 --test-reporter=spec node/)
 
 current=browser; stage "browser tests (Playwright, Chromium)"
-(cd tests/js && node --test --test-concurrency=1 --test-reporter=spec 'browser/*.test.mjs')
+(cd tests/js && node --test --test-concurrency=1 --test-reporter=spec browser/)
 
 trap - ERR
 printf '\nall tests passed in %ds\n' $((SECONDS - START))

@@ -1,12 +1,9 @@
-//! `weft`: the native host. Every subcommand drives weft-core; none holds a rule of its own.
+//! `weft`: the native host's CLI. Every subcommand drives weft-core; none holds a rule.
 
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
-
-mod agent;
-mod run;
-mod serve;
+use weft_host::{agent, run, serve};
 
 /// weft — a portable runtime for applications that people and agents drive together.
 #[derive(Parser)]

@@ -1,1 +1,9 @@
+//! weft as WebAssembly: wasm-bindgen bindings of weft-core for browsers and Node.
+//!
+//! The bindings translate only: JS values in, core calls, JS values out. The hand-written JS
+//! package (`wasm/js`) adds transports (DOM Worker, `worker_threads`), timers and Promises.
 
+mod jobs;
+mod js;
+
+pub use jobs::JobRegistry;

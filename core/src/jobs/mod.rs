@@ -229,19 +229,17 @@ impl<V: Payload> Registry<V> {
                     },
                 );
                 // Show the violation in the named run's journal too, when that run is ours.
-                if let Some(job) = refused.id.and_then(|w| ep.wire.get(&w).copied()) {
-                    if let Some(j) = self.jobs.get(&job)
-                        && !j.is_finished()
-                    {
-                        self.record(
-                            job,
-                            now,
-                            Source::Endpoint(endpoint),
-                            EventKind::ProtocolError {
-                                violation: refused.violation,
-                            },
-                        );
-                    }
+                if let Some(job) = refused.id.and_then(|w| ep.wire.get(&w).copied())
+                    && self.jobs.get(&job).is_some_and(|j| !j.is_finished())
+                {
+                    self.record(
+                        job,
+                        now,
+                        Source::Endpoint(endpoint),
+                        EventKind::ProtocolError {
+                            violation: refused.violation,
+                        },
+                    );
                 }
                 return Ok(());
             }
@@ -346,6 +344,30 @@ impl<V: Payload> Registry<V> {
                 );
             }
         }
+        Ok(())
+    }
+
+    /// The transport received something it could not decode (a line that is not JSON, a
+    /// `messageerror`). Recorded as a protocol error of the endpoint; no run is affected.
+    pub fn on_undecodable(
+        &mut self,
+        now: Millis,
+        endpoint: EndpointId,
+        detail: &str,
+    ) -> Result<(), JobsError> {
+        let ep = self
+            .endpoints
+            .get_mut(&endpoint)
+            .ok_or(JobsError::UnknownEndpoint(endpoint))?;
+        ep.record(
+            now,
+            EndpointEventKind::ProtocolError {
+                id: None,
+                violation: wire::Violation::Undecodable {
+                    detail: detail.chars().take(200).collect(),
+                },
+            },
+        );
         Ok(())
     }
 

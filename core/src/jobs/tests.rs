@@ -281,10 +281,9 @@ proptest! {
                 let token = match &e.kind {
                     EventKind::Progress { value } | EventKind::Partial { value } => value.as_u64(),
                     EventKind::Finished { outcome: Outcome::Succeeded { value } } => value.as_u64(),
-                    EventKind::LateEvidence { reply } => match reply {
-                        Reply::Progress { value, .. } | Reply::Partial { value, .. } | Reply::Done { value, .. } => value.as_u64(),
-                        _ => None,
-                    },
+                    EventKind::LateEvidence {
+                        reply: Reply::Progress { value, .. } | Reply::Partial { value, .. } | Reply::Done { value, .. },
+                    } => value.as_u64(),
                     _ => None,
                 };
                 if let Some(t) = token {

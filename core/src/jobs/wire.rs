@@ -147,6 +147,8 @@ pub enum Violation {
     NotAnObject { found: String },
     /// The message exceeds the endpoint's size limit.
     Oversized { limit: usize },
+    /// The transport could not decode the message at all (bad JSON line, `messageerror`).
+    Undecodable { detail: String },
     /// No `type` field.
     MissingType,
     /// `type` is not a string.
@@ -174,6 +176,7 @@ impl Violation {
         match self {
             Violation::NotAnObject { found } => format!("message is a {found}, not an object"),
             Violation::Oversized { limit } => format!("message exceeds the {limit}-byte limit"),
+            Violation::Undecodable { detail } => format!("undecodable message: {detail}"),
             Violation::MissingType => "message has no `type`".into(),
             Violation::WrongType { found } => format!("`type` is a {found}, not a string"),
             Violation::UnknownType { name } => format!("unknown message type `{name}`"),

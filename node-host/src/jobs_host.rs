@@ -1,0 +1,458 @@
+//! The native job host: drives `weft_core::jobs::Registry` with real transports and a real
+//! clock. Transports are child processes speaking JSON lines on stdio (any DOM-style worker
+//! script, started with `node` through the weft worker shim) and in-process Tokio tasks.
+//!
+//! The host only carries: it feeds lines, exits and timer ticks into the registry and performs
+//! the registry's outputs (write a line, kill a process, wake a waiter).
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::path::Path;
+use std::pin::Pin;
+use std::process::Stdio;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::process::Command;
+use tokio::sync::{mpsc, oneshot, watch};
+use weft_core::Millis;
+use weft_core::jobs::wire::{Capabilities, WireRequest};
+use weft_core::jobs::{EndpointId, EndpointSpec, Hello, JobId, Output, Registry, WaitEnd, WaitId};
+
+/// The worker shim: runs DOM-style worker scripts with JSON lines on stdio.
+pub const WORKER_SHIM: &str = include_str!("../../wasm/js/worker-shim.mjs");
+
+/// Longest stdout line accepted from a child; longer lines are refused as oversized.
+const MAX_LINE: usize = 64 << 20;
+
+/// What arrives from transports.
+#[derive(Debug)]
+pub enum Inbound {
+    /// One message (a parsed JSON value) from an endpoint.
+    Message(EndpointId, Value),
+    /// A line that is not JSON.
+    Undecodable(EndpointId, String),
+    /// A line the child wrote on stderr.
+    Stderr(EndpointId, String),
+    /// The transport ended.
+    Closed(EndpointId, String),
+}
+
+/// An in-process job body: `payload` and a context to report progress and observe cancels.
+pub type LocalFn = Arc<
+    dyn Fn(Value, LocalCtx) -> Pin<Box<dyn Future<Output = Result<Value, LocalError>> + Send>>
+        + Send
+        + Sync,
+>;
+
+/// Why an in-process job did not produce a value.
+#[derive(Debug, Clone)]
+pub enum LocalError {
+    /// It stopped because it was cancelled (this is the acknowledgement).
+    Cancelled,
+    /// It failed.
+    Failed {
+        message: String,
+        code: Option<String>,
+    },
+}
+
+/// What an in-process job sees: progress/partial reporting and its cancel signal.
+#[derive(Clone)]
+pub struct LocalCtx {
+    id: u64,
+    endpoint: EndpointId,
+    tx: mpsc::UnboundedSender<Inbound>,
+    cancel: watch::Receiver<bool>,
+}
+
+impl LocalCtx {
+    /// Reports progress (a fraction, or any value).
+    pub fn progress(&self, value: Value) {
+        let _ = self.tx.send(Inbound::Message(
+            self.endpoint,
+            serde_json::json!({"id": self.id, "type": "progress", "value": value}),
+        ));
+    }
+
+    /// Reports a partial output.
+    pub fn partial(&self, value: Value) {
+        let _ = self.tx.send(Inbound::Message(
+            self.endpoint,
+            serde_json::json!({"id": self.id, "type": "partial", "value": value}),
+        ));
+    }
+
+    /// Whether a cancel was requested.
+    pub fn is_cancelled(&self) -> bool {
+        *self.cancel.borrow()
+    }
+
+    /// Resolves once a cancel is requested.
+    pub async fn cancelled(&mut self) {
+        let _ = self.cancel.wait_for(|c| *c).await;
+    }
+}
+
+enum Transport {
+    Child {
+        stdin: mpsc::UnboundedSender<String>,
+        kill: Option<oneshot::Sender<()>>,
+        pid: Option<u32>,
+    },
+    Local {
+        f: LocalFn,
+        runs: HashMap<u64, watch::Sender<bool>>,
+    },
+}
+
+/// The host: a registry, its transports, a clock and the waiters of `wait`.
+pub struct JobsHost {
+    pub registry: Registry<Value>,
+    start: Instant,
+    transports: HashMap<EndpointId, Transport>,
+    tx: mpsc::UnboundedSender<Inbound>,
+    rx: mpsc::UnboundedReceiver<Inbound>,
+    waiters: HashMap<WaitId, oneshot::Sender<WaitEnd>>,
+    /// Lines children wrote on stderr, most recent last (bounded per endpoint).
+    pub stderr_tail: HashMap<EndpointId, Vec<String>>,
+}
+
+impl Default for JobsHost {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl JobsHost {
+    /// A host with an empty registry; its clock starts now.
+    pub fn new() -> Self {
+        let (tx, rx) = mpsc::unbounded_channel();
+        JobsHost {
+            registry: Registry::default(),
+            start: Instant::now(),
+            transports: HashMap::new(),
+            tx,
+            rx,
+            waiters: HashMap::new(),
+            stderr_tail: HashMap::new(),
+        }
+    }
+
+    /// Milliseconds since the host started.
+    pub fn now(&self) -> Millis {
+        self.start.elapsed().as_millis() as Millis
+    }
+
+    /// Starts `node <shim> <script>` as an endpoint. The script is a DOM-style worker.
+    pub fn open_child(
+        &mut self,
+        node: &str,
+        script: &Path,
+        spec: EndpointSpec,
+    ) -> std::io::Result<EndpointId> {
+        let script = std::fs::canonicalize(script)?;
+        let mut child = Command::new(node)
+            .arg("--input-type=module")
+            .arg("--eval")
+            .arg(WORKER_SHIM)
+            .arg(&script)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true)
+            // Its own process group: a terminal Ctrl-C reaches weft, which decides what to do.
+            .process_group(0)
+            .spawn()?;
+        let id = self.registry.open_endpoint(self.now(), spec);
+        let pid = child.id();
+        let mut stdin = child.stdin.take().expect("piped");
+        let stdout = child.stdout.take().expect("piped");
+        let stderr = child.stderr.take().expect("piped");
+        let (stdin_tx, mut stdin_rx) = mpsc::unbounded_channel::<String>();
+        tokio::spawn(async move {
+            while let Some(line) = stdin_rx.recv().await {
+                if stdin.write_all(line.as_bytes()).await.is_err() || stdin.flush().await.is_err() {
+                    break;
+                }
+            }
+            // Dropping stdin closes it: the shim exits.
+        });
+        let tx = self.tx.clone();
+        let out_task = tokio::spawn(async move {
+            let mut reader = BufReader::new(stdout);
+            let mut buf = Vec::new();
+            loop {
+                buf.clear();
+                match reader.read_until(b'\n', &mut buf).await {
+                    Ok(0) | Err(_) => break,
+                    Ok(_) => {}
+                }
+                let line = String::from_utf8_lossy(&buf);
+                let line = line.trim_end();
+                if line.is_empty() {
+                    continue;
+                }
+                let msg = if buf.len() > MAX_LINE {
+                    Inbound::Undecodable(
+                        id,
+                        format!(
+                            "line of {} bytes exceeds the {MAX_LINE}-byte limit",
+                            buf.len()
+                        ),
+                    )
+                } else {
+                    match serde_json::from_str::<Value>(line) {
+                        Ok(v) => Inbound::Message(id, v),
+                        Err(e) => Inbound::Undecodable(
+                            id,
+                            format!("not JSON ({e}): {}", truncate(line, 120)),
+                        ),
+                    }
+                };
+                if tx.send(msg).is_err() {
+                    break;
+                }
+            }
+        });
+        let tx = self.tx.clone();
+        let err_task = tokio::spawn(async move {
+            let mut lines = BufReader::new(stderr).lines();
+            while let Ok(Some(line)) = lines.next_line().await {
+                if tx.send(Inbound::Stderr(id, line)).is_err() {
+                    break;
+                }
+            }
+        });
+        let (kill_tx, kill_rx) = oneshot::channel::<()>();
+        let tx = self.tx.clone();
+        tokio::spawn(async move {
+            let status = tokio::select! {
+                s = child.wait() => s,
+                _ = kill_rx => {
+                    let _ = child.start_kill();
+                    child.wait().await
+                }
+            };
+            // Deliver every line the child wrote before reporting that it ended.
+            let _ = out_task.await;
+            let _ = err_task.await;
+            let reason = match status {
+                Ok(s) if s.success() => "worker process exited (status 0)".to_owned(),
+                Ok(s) => match s.code() {
+                    Some(c) => format!("worker process exited with status {c}"),
+                    None => format!("worker process was killed ({s})"),
+                },
+                Err(e) => format!("worker process could not be awaited: {e}"),
+            };
+            let _ = tx.send(Inbound::Closed(id, reason));
+        });
+        self.transports.insert(
+            id,
+            Transport::Child {
+                stdin: stdin_tx,
+                kill: Some(kill_tx),
+                pid,
+            },
+        );
+        self.pump();
+        Ok(id)
+    }
+
+    /// Opens an in-process endpoint whose runs are Tokio tasks executing `f`.
+    pub fn open_local(&mut self, owner: &str, label: &str, f: LocalFn) -> EndpointId {
+        let mut spec = EndpointSpec::new(owner, label);
+        spec.hello = Hello::Declared(Capabilities {
+            input: false,
+            cancel_ack: true,
+            error_code: true,
+        });
+        let id = self.registry.open_endpoint(self.now(), spec);
+        self.transports.insert(
+            id,
+            Transport::Local {
+                f,
+                runs: HashMap::new(),
+            },
+        );
+        id
+    }
+
+    /// The OS process id of a child endpoint.
+    pub fn pid(&self, ep: EndpointId) -> Option<u32> {
+        match self.transports.get(&ep) {
+            Some(Transport::Child { pid, .. }) => *pid,
+            _ => None,
+        }
+    }
+
+    /// Registers a waiter for `job`; the receiver resolves when the wait ends.
+    pub fn wait(
+        &mut self,
+        job: JobId,
+        timeout_ms: Option<Millis>,
+    ) -> Result<oneshot::Receiver<WaitEnd>, weft_core::jobs::JobsError> {
+        let now = self.now();
+        let w = self.registry.wait(now, job, timeout_ms)?;
+        let (tx, rx) = oneshot::channel();
+        self.waiters.insert(w, tx);
+        self.pump();
+        Ok(rx)
+    }
+
+    /// Waits for the next inbound event or timer, applies it, and performs the outputs.
+    /// Returns what was applied (None for a timer tick).
+    pub async fn step(&mut self) -> Option<Inbound> {
+        let delay = self
+            .registry
+            .poll_timeout()
+            .map(|d| Duration::from_millis(d.saturating_sub(self.now())));
+        let sleep = async move {
+            match delay {
+                Some(d) => tokio::time::sleep(d).await,
+                None => std::future::pending().await,
+            }
+        };
+        let ev = tokio::select! {
+            ev = self.rx.recv() => ev,
+            _ = sleep => None,
+        };
+        self.apply(ev.as_ref());
+        ev
+    }
+
+    /// Applies one inbound event (or fires due timers when `None`), then performs outputs.
+    pub fn apply(&mut self, ev: Option<&Inbound>) {
+        let now = self.now();
+        match ev {
+            Some(Inbound::Message(ep, v)) => {
+                let _ = self.registry.on_message(now, *ep, v);
+            }
+            Some(Inbound::Undecodable(ep, detail)) => {
+                let _ = self.registry.on_undecodable(now, *ep, detail);
+            }
+            Some(Inbound::Stderr(ep, line)) => {
+                let tail = self.stderr_tail.entry(*ep).or_default();
+                tail.push(line.clone());
+                if tail.len() > 20 {
+                    tail.remove(0);
+                }
+            }
+            Some(Inbound::Closed(ep, reason)) => {
+                let mut reason = reason.clone();
+                if let Some(tail) = self.stderr_tail.get(ep) {
+                    // The most telling stderr line: the last error line, else the last line.
+                    let line = tail
+                        .iter()
+                        .rev()
+                        .find(|l| l.contains("Error") || l.contains("Exception"))
+                        .or(tail.last());
+                    if let Some(line) = line {
+                        reason = format!("{reason}; stderr: {}", truncate(line.trim(), 200));
+                    }
+                }
+                let _ = self.registry.on_endpoint_closed(now, *ep, &reason);
+                self.transports.remove(ep);
+            }
+            None => {}
+        }
+        self.registry.handle_timeout(now);
+        self.pump();
+    }
+
+    /// Performs every pending registry output.
+    pub fn pump(&mut self) {
+        let outputs: Vec<_> = self.registry.drain_outputs().collect();
+        for out in outputs {
+            match out {
+                Output::Send { endpoint, request } => self.send(endpoint, request),
+                Output::Terminate { endpoint } => match self.transports.get_mut(&endpoint) {
+                    Some(Transport::Child { kill, .. }) => {
+                        if let Some(k) = kill.take() {
+                            let _ = k.send(());
+                        }
+                    }
+                    Some(Transport::Local { runs, .. }) => {
+                        for (_, c) in runs.drain() {
+                            let _ = c.send(true);
+                        }
+                    }
+                    None => {}
+                },
+                Output::WaitSettled { wait, end, .. } => {
+                    if let Some(w) = self.waiters.remove(&wait) {
+                        let _ = w.send(end);
+                    }
+                }
+                Output::Observed { .. }
+                | Output::JobFinished { .. }
+                | Output::NoteQueued { .. }
+                | Output::Wake { .. } => {}
+            }
+        }
+    }
+
+    fn send(&mut self, endpoint: EndpointId, request: WireRequest<Value>) {
+        match self.transports.get_mut(&endpoint) {
+            Some(Transport::Child { stdin, .. }) => {
+                let mut line = request.to_json().to_string();
+                line.push('\n');
+                let _ = stdin.send(line);
+            }
+            Some(Transport::Local { f, runs }) => match request {
+                WireRequest::Run { id, payload } => {
+                    // Forget runs whose body has finished (its context was dropped).
+                    runs.retain(|_, c| c.receiver_count() > 0);
+                    let (cancel_tx, cancel_rx) = watch::channel(false);
+                    runs.insert(id, cancel_tx);
+                    let ctx = LocalCtx {
+                        id,
+                        endpoint,
+                        tx: self.tx.clone(),
+                        cancel: cancel_rx,
+                    };
+                    let fut = f(payload, ctx);
+                    let tx = self.tx.clone();
+                    tokio::spawn(async move {
+                        // A panicking body fails its own job only.
+                        let result = tokio::spawn(fut).await;
+                        let msg = match result {
+                            Ok(Ok(v)) => serde_json::json!({"id": id, "type": "done", "value": v}),
+                            Ok(Err(LocalError::Cancelled)) => {
+                                serde_json::json!({"id": id, "type": "cancelled"})
+                            }
+                            Ok(Err(LocalError::Failed { message, code })) => {
+                                serde_json::json!({"id": id, "type": "error", "message": message, "code": code})
+                            }
+                            Err(e) => serde_json::json!({"id": id, "type": "error",
+                                "message": format!("the job body panicked: {e}"), "code": "PANIC"}),
+                        };
+                        let _ = tx.send(Inbound::Message(endpoint, msg));
+                    });
+                }
+                WireRequest::Cancel { id } => {
+                    if let Some(c) = runs.get(&id) {
+                        let _ = c.send(true);
+                    }
+                }
+                WireRequest::Input { .. } => {}
+            },
+            None => {}
+        }
+    }
+
+    /// A sender for injecting inbound events (used by tests and in-process bodies).
+    pub fn sender(&self) -> mpsc::UnboundedSender<Inbound> {
+        self.tx.clone()
+    }
+}
+
+fn truncate(s: &str, n: usize) -> String {
+    if s.chars().count() <= n {
+        s.to_owned()
+    } else {
+        format!("{}…", s.chars().take(n).collect::<String>())
+    }
+}

@@ -1,0 +1,298 @@
+// Job-runtime scenarios with real Workers, shared by the Node tests (worker_threads) and the
+// browser tests (DOM Workers in Chromium). Each scenario receives an environment
+// `{createRuntime, worker(name)}` where `worker(name)` is the URL of tests/workers/<name>.js
+// (or "diffusion" for examples/diffusion/worker.js) and throws on failure.
+
+function check(cond, message) {
+  if (!cond) throw new Error(`check failed: ${message}`);
+}
+function eq(actual, expected, message) {
+  const a = JSON.stringify(actual);
+  const e = JSON.stringify(expected);
+  if (a !== e) throw new Error(`${message}: expected ${e}, got ${a}`);
+}
+async function rejectsWith(promise, code, message) {
+  try {
+    await promise;
+  } catch (err) {
+    check(err instanceof Error, `${message}: rejection is an Error`);
+    eq(err.code, code, `${message}: error code`);
+    return err;
+  }
+  throw new Error(`${message}: expected a rejection with ${code}`);
+}
+function throwsWith(fn, code, message) {
+  try {
+    fn();
+  } catch (err) {
+    check(err instanceof Error, `${message}: thrown value is an Error`);
+    eq(err.code, code, `${message}: error code`);
+    return err;
+  }
+  throw new Error(`${message}: expected an error with ${code}`);
+}
+const types = (job) => job.journal().map((e) => e.type);
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+
+/** Resolves at the first journal event of `type` (replaying history). */
+function firstEvent(job, type) {
+  return new Promise((resolve) => {
+    const stop = job.observe((d) => {
+      if (d.type === type) {
+        stop();
+        resolve(d);
+      }
+    });
+  });
+}
+
+/** A diffusion payload that runs for a few seconds (long enough to cancel mid-run). */
+const LONG = { points: 800, simTime: 5, chunkMs: 4 };
+
+export const scenarios = {
+  async 'cancel before start: cancelled, never started, the worker never saw it'({ createRuntime, worker }) {
+    const rt = createRuntime();
+    const ep = rt.openWorker(worker('diffusion'), { hello: 'await' });
+    const job = ep.submit(LONG);
+    eq(job.state, 'queued', 'queued until the hello');
+    eq(job.cancel('changed my mind'), 'cancelled_before_start', 'cancel status');
+    const out = await job.wait();
+    eq(out, { outcome: 'cancelled', evidence: 'never_started' }, 'outcome');
+    eq(types(job), ['submitted', 'cancel_requested', 'outcome'], 'journal');
+    const probe = ep.submit({ points: 20, simTime: 0.0001 });
+    eq((await probe.wait()).outcome, 'succeeded', 'probe');
+    eq(probe.info.wireId, 1, 'the probe is the first run the worker ever received');
+    rt.close();
+  },
+
+  async 'cancel while running, acknowledged by the worker'({ createRuntime, worker }) {
+    const rt = createRuntime();
+    const ep = rt.openWorker(worker('diffusion'));
+    const job = ep.submit(LONG);
+    await firstEvent(job, 'progress');
+    eq(job.cancel(), 'requested', 'cancel status');
+    eq(job.state, 'running', 'a cancel request alone changes no outcome');
+    const out = await job.wait();
+    eq(out, { outcome: 'cancelled', evidence: 'acknowledged' }, 'outcome');
+    const t = types(job);
+    check(t.indexOf('cancel_requested') < t.indexOf('cancel_acknowledged'), 'request before acknowledgement');
+    eq(t.at(-1), 'outcome', 'outcome last');
+    check(!t.includes('no_acknowledgement'), 'no quiet-period evidence when acknowledged');
+    rt.close();
+  },
+
+  async 'cancel while running without acknowledgement: cancelled once quiet, and says so'({ createRuntime, worker }) {
+    const rt = createRuntime();
+    const ep = rt.openWorker(worker('aiui'), { hello: 'skip', quietMs: 150 });
+    const job = ep.submit({ chunks: 400, chunkMs: 5 });
+    await firstEvent(job, 'progress');
+    eq(job.cancel(), 'requested', 'cancel status');
+    const out = await job.wait();
+    eq(out.outcome, 'cancelled', 'outcome');
+    eq(out.evidence, 'quiet_no_ack', 'evidence');
+    const j = job.journal();
+    const noAck = j.find((e) => e.type === 'no_acknowledgement');
+    check(noAck && /no acknowledgement available/.test(noAck.note), 'the journal says no acknowledgement was available');
+    check(!j.some((e) => e.type === 'cancel_acknowledged'), 'no acknowledgement recorded');
+    eq(job.info.capabilities, { input: false, cancelAck: false, errorCode: false }, 'base protocol capabilities');
+    rt.close();
+  },
+
+  async 'cancelling only the wait (signal or timeout) leaves the job running'({ createRuntime, worker }) {
+    const rt = createRuntime();
+    const ep = rt.openWorker(worker('diffusion'));
+    const job = ep.submit({ points: 300, simTime: 0.3, chunkMs: 4 });
+    const ac = new AbortController();
+    const w = job.wait({ signal: ac.signal });
+    ac.abort(new Error('the user closed the panel'));
+    const err = await rejectsWith(w, 'WAIT_CANCELLED', 'aborted wait');
+    eq(err.name, 'AbortError', 'aborted wait is an AbortError');
+    await rejectsWith(job.wait({ timeoutMs: 20 }), 'WAIT_TIMED_OUT', 'wait timeout');
+    check(['queued', 'running'].includes(job.state), 'job untouched');
+    const pre = new AbortController();
+    pre.abort();
+    await rejectsWith(job.wait({ signal: pre.signal }), 'WAIT_CANCELLED', 'pre-aborted signal');
+    eq((await job.wait()).outcome, 'succeeded', 'the job completes');
+    check(!types(job).includes('cancel_requested'), 'no cancel was requested');
+    rt.close();
+  },
+
+  async 'a job outlives the turn that started it and can be cancelled later'({ createRuntime, worker }) {
+    const rt = createRuntime();
+    const ep = rt.openWorker(worker('diffusion'));
+    const turn = new AbortController();
+    const job = ep.submit(LONG, { owner: 'agent', origin: { thread: 'th', turn: 'turn-1', toolCall: 'call-7' } });
+    const turnWait = job.wait({ signal: turn.signal }).catch((e) => e.code);
+    await firstEvent(job, 'progress');
+    turn.abort(); // the turn ends
+    eq(await turnWait, 'WAIT_CANCELLED', "the turn's wait ended");
+    await sleep(30);
+    eq(job.state, 'running', 'the job outlived the turn');
+    eq(job.cancel('turn-2 decided to stop it'), 'requested', 'later cancel');
+    eq((await job.wait()).outcome, 'cancelled', 'outcome');
+    const notes = rt.readMailbox('agent');
+    eq(notes.length, 1, 'one completion note');
+    eq(notes[0].origin, { thread: 'th', turn: 'turn-1', toolCall: 'call-7' }, 'note attributed to the original turn');
+    eq(rt.readMailbox('agent').length, 0, 'reading the mailbox takes the notes');
+    rt.close();
+  },
+
+  async 'two concurrent runs on one Worker, one cancelled'({ createRuntime, worker }) {
+    const rt = createRuntime();
+    const ep = rt.openWorker(worker('diffusion'));
+    const a = ep.submit({ points: 300, simTime: 0.15, chunkMs: 3 });
+    const b = ep.submit(LONG);
+    await Promise.all([firstEvent(a, 'progress'), firstEvent(b, 'progress')]);
+    eq(b.cancel(), 'requested', 'cancel b');
+    const [oa, ob] = await Promise.all([a.wait(), b.wait()]);
+    eq(oa.outcome, 'succeeded', 'a succeeded');
+    eq(ob, { outcome: 'cancelled', evidence: 'acknowledged' }, 'b cancelled');
+    check(!types(a).some((t) => t.startsWith('cancel')), 'no cancel events on a');
+    check(a.journal().every((e) => e.job === a.id) && b.journal().every((e) => e.job === b.id), 'events on the right job');
+    check(a.info.wireId !== b.info.wireId, 'distinct wire ids');
+    rt.close();
+  },
+
+  async 'a Worker that crashes mid-run: the job is lost, with the evidence'({ createRuntime, worker }) {
+    const rt = createRuntime();
+    const ep = rt.openWorker(worker('crash'));
+    const job = ep.submit({});
+    const out = await job.wait();
+    eq(out.outcome, 'lost', 'outcome');
+    check(/simulated crash/.test(out.reason), `the reason carries the error: ${out.reason}`);
+    const t = types(job);
+    check(t.includes('terminated'), 'terminated recorded');
+    check(t.indexOf('progress') < t.indexOf('terminated'), 'progress before the crash kept');
+    throwsWith(() => ep.submit({}), 'ENDPOINT_CLOSED', 'submit after the crash');
+    rt.close();
+  },
+
+  async 'unknown ids: cancel of a disposed job, replies for runs never issued'({ createRuntime, worker }) {
+    const rt = createRuntime();
+    eq(rt.job(424242), undefined, 'no such job');
+    const ep = rt.openWorker(worker('diffusion'));
+    const job = ep.submit({ points: 20, simTime: 0.0001 }, { owner: 'tmp' });
+    await job.wait();
+    rt.closeOwner('tmp');
+    throwsWith(() => job.cancel(), 'UNKNOWN_JOB', 'cancel after the owner closed');
+    const ep2 = rt.openWorker(worker('misbehave'));
+    await ep2.submit({}).wait();
+    const ev = ep2.info.events.find((e) => e.type === 'unknown_run');
+    check(ev && ev.id === 999999 && ev.reply === 'done', 'reply for a run never issued recorded on the endpoint');
+    rt.close();
+  },
+
+  async 'a late done after the cancel is late evidence, not a second completion'({ createRuntime, worker }) {
+    const rt = createRuntime();
+    const ep = rt.openWorker(worker('stubborn'), { hello: 'skip', quietMs: 80 });
+    const job = ep.submit({ ms: 400 }, { owner: 'agent' });
+    await sleep(20);
+    job.cancel();
+    eq((await job.wait()).evidence, 'quiet_no_ack', 'cancelled once quiet');
+    await sleep(500);
+    const j = job.journal();
+    const late = j.at(-1);
+    eq(late.type, 'late_evidence', 'late record appended');
+    eq(late.reply.type, 'done', 'late done');
+    eq(late.reply.value, 'finished anyway', 'late value kept as evidence');
+    eq(job.outcome.outcome, 'cancelled', 'the outcome is unchanged');
+    eq(j.filter((e) => e.type === 'outcome').length, 1, 'exactly one outcome');
+    eq(rt.readMailbox('agent').length, 1, 'one note');
+    rt.close();
+  },
+
+  async 'malformed replies are protocol errors and corrupt no run'({ createRuntime, worker }) {
+    const rt = createRuntime();
+    const ep = rt.openWorker(worker('misbehave'));
+    const a = ep.submit({ n: 1 });
+    const b = ep.submit({ n: 2 });
+    eq((await a.wait()).value, 'ok', 'a completes');
+    eq((await b.wait()).value, 'ok', 'b completes');
+    const info = ep.info;
+    check(info.protocolErrors >= 10, `protocol errors recorded on the endpoint (${info.protocolErrors})`);
+    const violations = info.events.filter((e) => e.type === 'protocol_error').map((e) => e.violation.violation);
+    for (const v of ['not_an_object', 'missing_id', 'bad_id', 'unknown_type', 'wrong_field_type']) {
+      check(violations.includes(v), `violation ${v} recorded`);
+    }
+    eq(a.journal().filter((e) => e.type === 'protocol_error').length, 2, "a's journal shows the two errors naming it");
+    eq(info.state, 'ready', 'the endpoint keeps serving');
+    rt.close();
+  },
+
+  async 'structured input: delivered vs applied; unsupported input refused'({ createRuntime, worker }) {
+    const rt = createRuntime();
+    const ep = rt.openWorker(worker('diffusion'));
+    const job = ep.submit(LONG);
+    await firstEvent(job, 'started');
+    eq(job.send({ snapshot: true }), 'input-1', 'input id');
+    await firstEvent(job, 'input_applied');
+    job.send({ bogus: 1 }, { inputId: 'bad' });
+    await firstEvent(job, 'input_rejected');
+    const t = job.journal().filter((e) => e.type.startsWith('input'));
+    eq(t.map((e) => [e.type, e.inputId]), [['input_delivered', 'input-1'], ['input_applied', 'input-1'], ['input_delivered', 'bad'], ['input_rejected', 'bad']], 'input records');
+    job.cancel();
+    await job.wait();
+    throwsWith(() => job.send({ snapshot: true }), 'JOB_NOT_RUNNING', 'input after the end');
+    const aiui = rt.openWorker(worker('aiui'), { hello: 'skip' });
+    const plain = aiui.submit({ chunks: 100 });
+    throwsWith(() => plain.send({ x: 1 }), 'INPUT_UNSUPPORTED', 'input to a worker without the capability');
+    eq(plain.journal().at(-1).type, 'input_rejected', 'the refusal is recorded');
+    rt.close();
+  },
+
+  async 'a slow observer is told exactly which events it missed'({ createRuntime, worker }) {
+    const rt = createRuntime();
+    const ep = rt.openWorker(worker('diffusion'));
+    const job = ep.submit({ points: 200, simTime: 0.2, chunkMs: 2 });
+    const it = job.events({ capacity: 3 });
+    await job.wait();
+    const seen = new Set();
+    let missed = 0;
+    for await (const d of it) {
+      if (d.type === 'missed') {
+        missed++;
+        for (let s = d.from; s <= d.to; s++) seen.add(s);
+      } else seen.add(d.seq);
+    }
+    const n = job.journal().length;
+    check(missed >= 1, 'the observer fell behind');
+    eq(seen.size, n, 'delivered + missed cover the whole journal exactly');
+    check(n > 5, 'many events recorded');
+    rt.close();
+  },
+
+  async 'reuse keys: equal requests stay separate unless reuse is asked for'({ createRuntime, worker }) {
+    const rt = createRuntime();
+    const ep = rt.openWorker(worker('diffusion'));
+    const p = { points: 20, simTime: 0.0001 };
+    const a = ep.submit(p);
+    const b = ep.submit(p);
+    check(a.id !== b.id, 'separate jobs');
+    const c = ep.submit(p, { reuseKey: 'k' });
+    const d = ep.submit({ ...p }, { reuseKey: 'k' });
+    eq([d.id, d.reused], [c.id, true], 'reused');
+    throwsWith(() => ep.submit({ points: 30 }, { reuseKey: 'k' }), 'REUSE_CONFLICT', 'different payload');
+    await Promise.all([a.wait(), b.wait(), c.wait()]);
+    rt.close();
+  },
+
+  async 'close owner: explicit outcomes, endpoint terminated'({ createRuntime, worker }) {
+    const rt = createRuntime();
+    const ep = rt.openWorker(worker('diffusion'), { owner: 'agent', maxConcurrent: 1 });
+    const done = ep.submit({ points: 20, simTime: 0.0001 }, { owner: 'agent' });
+    await done.wait();
+    const running = ep.submit(LONG, { owner: 'agent' });
+    const queued = ep.submit(LONG, { owner: 'agent' });
+    await firstEvent(running, 'progress');
+    const report = rt.closeOwner('agent');
+    eq(report.jobs.map((j) => [j.job, j.was, j.outcome]), [
+      [done.id, 'succeeded', 'succeeded'],
+      [running.id, 'running', 'lost'],
+      [queued.id, 'queued', 'failed'],
+    ], 'report');
+    eq(report.endpoints, [ep.id], 'endpoint terminated');
+    eq(report.unreadNotes.length, 1, 'the unread note is handed back');
+    eq(rt.jobs({ owner: 'agent' }).length, 0, 'disposed');
+    rt.close();
+  },
+};

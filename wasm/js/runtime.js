@@ -1,0 +1,498 @@
+// The weft JS runtime: a thin host around the wasm core. It owns transports, timers and
+// Promises; every decision (what a cancel means, when a wait ends, what is late evidence) is
+// made by the core's job registry.
+
+import { JobRegistry } from './weft_wasm.js';
+
+const defaultNow = () => Math.floor(performance.now());
+
+/** An Error with a stable `.code` (the core's codes, plus WAIT_CANCELLED / WAIT_TIMED_OUT). */
+export class WeftError extends Error {
+  constructor(code, message, options) {
+    super(message, options);
+    this.name = code === 'WAIT_CANCELLED' ? 'AbortError' : 'WeftError';
+    this.code = code;
+  }
+}
+
+let workerFactory = null;
+
+/** @internal Entry modules install the environment's Worker transport (DOM or worker_threads). */
+export function setWorkerFactory(factory) {
+  workerFactory = factory;
+}
+
+/** Creates a runtime: one job registry with its endpoints, waits and observers. */
+export function createRuntime(options = {}) {
+  return new Runtime(options);
+}
+
+export class Runtime {
+  #reg;
+  #now;
+  #timer = null;
+  #timerAt = Infinity;
+  #pumping = false;
+  #endpoints = new Map();
+  #waits = new Map();
+  #subs = new Map();
+  #listeners = { finished: new Set(), note: new Set(), wake: new Set() };
+
+  constructor({ now = defaultNow, firstJobId } = {}) {
+    this.#reg = new JobRegistry(firstJobId);
+    this.#now = now;
+  }
+
+  /** The current time on the runtime's clock (ms). */
+  now() {
+    return this.#now();
+  }
+
+  /**
+   * Opens a Worker endpoint: a DOM `Worker` in browsers, a `worker_threads` Worker in Node.
+   * `specifier` is a script URL/path (or, in browsers, an existing Worker).
+   */
+  openWorker(specifier, options = {}) {
+    if (!workerFactory) throw new WeftError('UNSUPPORTED', 'no Worker transport in this environment');
+    return this.openEndpoint(workerFactory(specifier, options), { label: String(specifier), ...options });
+  }
+
+  /**
+   * Opens an endpoint over any transport. `connect(handlers)` receives
+   * `{message(data), undecodable(detail), closed(reason)}` and returns `{post(msg), terminate()}`.
+   */
+  openEndpoint(connect, options = {}) {
+    const spec = {
+      owner: options.owner ?? 'app',
+      label: options.label ?? 'endpoint',
+      hello: options.hello ?? 'await',
+      helloTimeoutMs: options.helloTimeoutMs,
+      quietMs: options.quietMs,
+      maxConcurrent: options.maxConcurrent,
+      maxMessageBytes: options.maxMessageBytes,
+    };
+    const id = this.#call((r, now) => r.openEndpoint(now, spec));
+    const handlers = {
+      message: (data) => this.#call((r, now) => r.onMessage(now, id, data)),
+      undecodable: (detail) => this.#call((r, now) => r.onUndecodable(now, id, String(detail))),
+      closed: (reason) => this.#call((r, now) => r.onEndpointClosed(now, id, String(reason))),
+    };
+    let transport;
+    try {
+      transport = connect(handlers);
+    } catch (err) {
+      this.#call((r, now) => r.onEndpointClosed(now, id, `transport failed to start: ${err?.message ?? err}`));
+      throw err;
+    }
+    const ep = new Endpoint(this, id, transport);
+    this.#endpoints.set(id, ep);
+    return ep;
+  }
+
+  /**
+   * Opens an in-process endpoint running `fn(payload, ctx)` for each job. `ctx` has `signal`,
+   * `progress(v)`, `partial(v)` and `onInput(handler)`. A run that settles after its signal
+   * aborted acknowledges the cancel (by rejecting) or completes (by resolving).
+   */
+  openLocal(fn, options = {}) {
+    const { input = false } = options;
+    return this.openEndpoint(
+      (h) => {
+        const runs = new Map();
+        const handle = (m) => {
+          if (m.type === 'run') {
+            const ac = new AbortController();
+            const run = { ac, onInput: null };
+            runs.set(m.id, run);
+            const ctx = {
+              signal: ac.signal,
+              progress: (value) => h.message({ id: m.id, type: 'progress', value }),
+              partial: (value) => h.message({ id: m.id, type: 'partial', value }),
+              onInput: (handler) => {
+                run.onInput = handler;
+              },
+            };
+            Promise.resolve()
+              .then(() => fn(m.payload, ctx))
+              .then(
+                (value) => h.message({ id: m.id, type: 'done', value }),
+                (err) =>
+                  h.message(
+                    ac.signal.aborted
+                      ? { id: m.id, type: 'cancelled' }
+                      : { id: m.id, type: 'error', message: String(err?.message ?? err), code: err?.code },
+                  ),
+              )
+              .finally(() => runs.delete(m.id));
+          } else if (m.type === 'cancel') {
+            runs.get(m.id)?.ac.abort(new WeftError('CANCELLED', 'cancelled'));
+          } else if (m.type === 'input') {
+            const run = runs.get(m.id);
+            try {
+              if (!run?.onInput) throw new Error('this run takes no input');
+              run.onInput(m.value);
+              h.message({ id: m.id, type: 'input_applied', inputId: m.inputId });
+            } catch (err) {
+              h.message({ id: m.id, type: 'input_rejected', inputId: m.inputId, message: String(err?.message ?? err) });
+            }
+          }
+        };
+        return {
+          // Deliver asynchronously: the core never re-enters itself from its own outputs.
+          post: (m) => queueMicrotask(() => handle(m)),
+          terminate: () => {
+            for (const r of runs.values()) r.ac.abort(new WeftError('TERMINATED', 'endpoint terminated'));
+            runs.clear();
+          },
+        };
+      },
+      { label: 'local', ...options, hello: { declared: { input, cancelAck: true, errorCode: true } } },
+    );
+  }
+
+  /** A handle on an existing job, or undefined. */
+  job(id) {
+    return this.#reg.job(id) === undefined ? undefined : new Job(this, id, false);
+  }
+
+  /** Summaries of retained jobs (finished ones stay until their owner closes). */
+  jobs({ owner } = {}) {
+    return this.#reg.jobs(owner);
+  }
+
+  /** Takes the owner's unread completion notes. */
+  readMailbox(owner) {
+    return this.#reg.readMailbox(owner);
+  }
+
+  /** Number of unread notes. */
+  mailboxLength(owner) {
+    return this.#reg.mailboxLength(owner);
+  }
+
+  /** Disposes what `owner` owns, with an explicit outcome for each unfinished job. */
+  closeOwner(owner) {
+    return this.#call((r, now) => r.closeOwner(now, owner));
+  }
+
+  /** Listens for `finished` ({job, outcome}), `note` ({owner, job}) or `wake` ({owner, job}). */
+  on(event, listener) {
+    const set = this.#listeners[event];
+    if (!set) throw new WeftError('INVALID_ARGUMENT', `unknown event ${event}`);
+    set.add(listener);
+    return () => set.delete(listener);
+  }
+
+  /** Terminates every endpoint (running jobs become `lost`) and stops the timer. */
+  close(reason = 'runtime closed') {
+    for (const ep of this.#endpoints.values()) ep.terminate(reason);
+    clearTimeout(this.#timer);
+    this.#timer = null;
+  }
+
+  /** @internal the wasm registry, for bindings built on it. */
+  get registry() {
+    return this.#reg;
+  }
+
+  /** @internal Runs a core call, then carries out its outputs. */
+  _call(fn) {
+    return this.#call(fn);
+  }
+
+  /** @internal Runs a core call without carrying out outputs (the caller pumps). */
+  _raw(fn) {
+    return fn(this.#reg, this.#now());
+  }
+
+  /** @internal */
+  _registerWait(id, entry) {
+    this.#waits.set(id, entry);
+  }
+
+  /** @internal */
+  _registerSub(id, entry) {
+    this.#subs.set(id, entry);
+  }
+
+  /** @internal */
+  _dropSub(id) {
+    this.#subs.delete(id);
+    this.#reg.unsubscribe(id);
+  }
+
+  /** @internal Carries out every pending output, then re-arms the timer. */
+  _pump() {
+    if (this.#pumping) return;
+    this.#pumping = true;
+    try {
+      for (;;) {
+        const outs = this.#reg.drainOutputs();
+        if (outs.length === 0) break;
+        for (const o of outs) this.#dispatch(o);
+      }
+    } finally {
+      this.#pumping = false;
+    }
+    this.#arm();
+  }
+
+  #call(fn) {
+    try {
+      return fn(this.#reg, this.#now());
+    } finally {
+      this._pump();
+    }
+  }
+
+  #dispatch(o) {
+    switch (o.output) {
+      case 'send':
+        this.#endpoints.get(o.endpoint)?._post(o.message);
+        break;
+      case 'terminate':
+        this.#endpoints.get(o.endpoint)?._terminate();
+        break;
+      case 'wait_settled': {
+        const w = this.#waits.get(o.wait);
+        if (!w) break;
+        this.#waits.delete(o.wait);
+        w.settle(o);
+        break;
+      }
+      case 'observed':
+        this.#subs.get(o.subscription)?.notify();
+        break;
+      case 'job_finished':
+        for (const l of this.#listeners.finished) safely(l, { job: o.job, outcome: o.outcome });
+        break;
+      case 'note_queued':
+        for (const l of this.#listeners.note) safely(l, { owner: o.owner, job: o.job });
+        break;
+      case 'wake':
+        for (const l of this.#listeners.wake) safely(l, { owner: o.owner, job: o.job });
+        break;
+    }
+  }
+
+  #arm() {
+    const at = this.#reg.pollTimeout();
+    if (at === undefined || at === null) {
+      if (this.#timer) clearTimeout(this.#timer);
+      this.#timer = null;
+      this.#timerAt = Infinity;
+      return;
+    }
+    if (this.#timer && at === this.#timerAt) return;
+    if (this.#timer) clearTimeout(this.#timer);
+    this.#timerAt = at;
+    const delay = Math.max(0, at - this.#now());
+    this.#timer = setTimeout(() => {
+      this.#timer = null;
+      this.#timerAt = Infinity;
+      this.#call((r, now) => r.handleTimeout(now));
+    }, delay);
+  }
+}
+
+function safely(listener, arg) {
+  try {
+    listener(arg);
+  } catch (err) {
+    queueMicrotask(() => {
+      throw err;
+    });
+  }
+}
+
+/** One transport to an execution host. */
+export class Endpoint {
+  #rt;
+  #transport;
+  #terminated = false;
+
+  constructor(rt, id, transport) {
+    this.#rt = rt;
+    this.id = id;
+    this.#transport = transport;
+  }
+
+  /** Submits a job: `{owner, origin: {thread, turn, toolCall}, reuseKey, note, wake}`. */
+  submit(payload, options = {}) {
+    const r = this.#rt._call((reg, now) => reg.submit(now, this.id, payload, options));
+    return new Job(this.#rt, r.job, r.reused);
+  }
+
+  /** The endpoint's state, capabilities and log. */
+  get info() {
+    return this.#rt.registry.endpoint(this.id);
+  }
+
+  /** Terminates the execution host; its running jobs become `lost`. */
+  terminate(reason = 'terminated by caller') {
+    this.#rt._call((r, now) => r.terminateEndpoint(now, this.id, reason));
+  }
+
+  /** @internal */
+  _post(message) {
+    if (!this.#terminated) this.#transport.post(message);
+  }
+
+  /** @internal */
+  _terminate() {
+    if (this.#terminated) return;
+    this.#terminated = true;
+    this.#transport.terminate();
+  }
+}
+
+/** A handle on one execution. */
+export class Job {
+  #rt;
+
+  constructor(rt, id, reused) {
+    this.#rt = rt;
+    this.id = id;
+    this.reused = reused;
+  }
+
+  /** `{job, owner, origin, endpoint, state, wireId, capabilities, cancelRequested, outcome, events}`. */
+  get info() {
+    return this.#rt.registry.job(this.id);
+  }
+
+  /** `queued`, `running`, `succeeded`, `failed`, `cancelled` or `lost`. */
+  get state() {
+    return this.info?.state;
+  }
+
+  /** The terminal outcome, or null. */
+  get outcome() {
+    return this.info?.outcome ?? null;
+  }
+
+  /** The journal from sequence number `from` (default 1). */
+  journal(from) {
+    return this.#rt.registry.journal(this.id, from);
+  }
+
+  /** Asks the execution to stop. Returns `requested`, `cancelled_before_start`, ... */
+  cancel(reason = 'cancelled by caller') {
+    return this.#rt._call((r, now) => r.cancel(now, this.id, reason));
+  }
+
+  /** Sends structured input to a running job that accepts it; returns the input id. */
+  send(value, { inputId } = {}) {
+    return this.#rt._call((r, now) => r.sendInput(now, this.id, value, inputId));
+  }
+
+  /**
+   * Resolves with the terminal outcome. Aborting `signal` or reaching `timeoutMs` rejects
+   * (codes WAIT_CANCELLED / WAIT_TIMED_OUT) and leaves the job running.
+   */
+  wait({ signal, timeoutMs } = {}) {
+    const rt = this.#rt;
+    if (signal?.aborted) {
+      return Promise.reject(new WeftError('WAIT_CANCELLED', 'the wait was cancelled', { cause: signal.reason }));
+    }
+    return new Promise((resolve, reject) => {
+      let waitId;
+      try {
+        waitId = rt._raw((r, now) => r.wait(now, this.id, timeoutMs));
+      } catch (err) {
+        reject(err);
+        return;
+      }
+      const onAbort = () => {
+        try {
+          rt._call((r) => r.cancelWait(waitId));
+        } catch {
+          // Already settled.
+        }
+      };
+      rt._registerWait(waitId, {
+        settle: (o) => {
+          signal?.removeEventListener('abort', onAbort);
+          if (o.end === 'finished') resolve(rt.registry.job(this.id)?.outcome ?? { outcome: o.outcome });
+          else if (o.end === 'timed_out')
+            reject(new WeftError('WAIT_TIMED_OUT', `wait timed out after ${timeoutMs} ms; the job continues`));
+          else reject(new WeftError('WAIT_CANCELLED', 'the wait was cancelled; the job continues', { cause: signal?.reason }));
+        },
+      });
+      signal?.addEventListener('abort', onAbort, { once: true });
+      rt._pump();
+    });
+  }
+
+  /**
+   * Calls `listener(delivery)` for each journal event (and `{type:"missed", from, to}` when the
+   * bounded queue overflowed). `from`: 1 replays history (default), `"next"` only new events.
+   * Returns an unsubscribe function (which stops observation only).
+   */
+  observe(listener, { from = 1, capacity = 1024 } = {}) {
+    const rt = this.#rt;
+    const sub = rt._raw((r) => r.observe(this.id, from === 'next' ? undefined : from, capacity));
+    rt._registerSub(sub, {
+      notify: () => {
+        for (const d of rt.registry.takeDeliveries(sub)) safely(listener, d);
+      },
+    });
+    rt._pump();
+    return () => rt._dropSub(sub);
+  }
+
+  /**
+   * Async iteration over journal events; ends after the `outcome` event (or once the job has
+   * ended and everything was delivered or reported missed). A consumer slower
+   * than `capacity` events receives `{type:"missed"}` records for what it skipped.
+   */
+  events({ from = 1, capacity = 1024 } = {}) {
+    const rt = this.#rt;
+    const sub = rt._raw((r) => r.observe(this.id, from === 'next' ? undefined : from, capacity));
+    let wake = null;
+    let buffered = [];
+    let done = false;
+    rt._registerSub(sub, {
+      notify: () => {
+        const w = wake;
+        wake = null;
+        w?.();
+      },
+    });
+    rt._pump();
+    const isFinished = () => {
+      const st = rt.registry.job(this.id)?.state;
+      return st === undefined || !['queued', 'running'].includes(st);
+    };
+    const finish = () => {
+      if (done) return { value: undefined, done: true };
+      done = true;
+      rt._dropSub(sub);
+      return { value: undefined, done: true };
+    };
+    return {
+      [Symbol.asyncIterator]() {
+        return this;
+      },
+      async next() {
+        for (;;) {
+          if (done) return { value: undefined, done: true };
+          if (buffered.length === 0) buffered = Array.from(rt.registry.takeDeliveries(sub));
+          if (buffered.length > 0) {
+            const value = buffered.shift();
+            if (value.type === 'outcome') finish();
+            return { value, done: false };
+          }
+          // Everything up to the outcome is delivered or reported missed once the job ended.
+          if (isFinished()) return finish();
+          await new Promise((resolve) => {
+            wake = resolve;
+          });
+        }
+      },
+      async return() {
+        return finish();
+      },
+    };
+  }
+}

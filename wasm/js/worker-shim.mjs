@@ -1,0 +1,77 @@
+// Runs a DOM-style worker script (`self.onmessage`, `self.postMessage`,
+// `self.addEventListener("message")`) outside a browser:
+//   * in a Node worker_threads Worker (messages via parentPort, structured clone);
+//   * as a child process: `node worker-shim.mjs <script>`, one JSON message per line on
+//     stdin/stdout. console output goes to stderr so stdout carries only the protocol.
+// Messages that arrive before the script has installed its handler are held, not dropped.
+import { isMainThread, parentPort, workerData } from 'node:worker_threads';
+import { resolve } from 'node:path';
+import { pathToFileURL } from 'node:url';
+import { format } from 'node:util';
+import { createInterface } from 'node:readline';
+
+const listeners = new Set();
+let handler = null;
+let ready = false;
+const held = [];
+
+function dispatch(data) {
+  if (!ready) {
+    held.push(data);
+    return;
+  }
+  const event = { type: 'message', data };
+  if (handler) handler.call(globalThis, event);
+  for (const l of listeners) l.call(globalThis, event);
+}
+
+const toJson = (_k, v) => (ArrayBuffer.isView(v) && !(v instanceof DataView) ? Array.from(v) : v);
+
+let post;
+let script;
+if (!isMainThread && parentPort) {
+  script = workerData.script;
+  post = (m) => parentPort.postMessage(m);
+  parentPort.on('message', dispatch);
+} else {
+  const arg = process.argv[process.argv.length - 1];
+  script = /^[a-z]+:/i.test(arg) ? arg : pathToFileURL(resolve(arg)).href;
+  const out = (...a) => process.stderr.write(format(...a) + '\n');
+  console.log = console.info = console.debug = out;
+  post = (m) => process.stdout.write(JSON.stringify(m, toJson) + '\n');
+  const rl = createInterface({ input: process.stdin, crlfDelay: Infinity });
+  rl.on('line', (line) => {
+    if (!line.trim()) return;
+    let msg;
+    try {
+      msg = JSON.parse(line);
+    } catch {
+      process.stderr.write(`weft worker shim: ignored a line that is not JSON\n`);
+      return;
+    }
+    dispatch(msg);
+  });
+  // The host closing stdin means the endpoint is gone: stop.
+  rl.on('close', () => process.exit(0));
+}
+
+globalThis.self = globalThis;
+globalThis.postMessage = post;
+globalThis.addEventListener = (type, fn) => {
+  if (type === 'message') listeners.add(fn);
+};
+globalThis.removeEventListener = (type, fn) => {
+  if (type === 'message') listeners.delete(fn);
+};
+Object.defineProperty(globalThis, 'onmessage', {
+  configurable: true,
+  get: () => handler,
+  set: (fn) => {
+    handler = fn;
+  },
+});
+globalThis.close = () => process.exit(0);
+
+await import(script);
+ready = true;
+for (const m of held.splice(0)) dispatch(m);
