@@ -22,3 +22,4 @@ setWorkerFactory((specifier, options = {}) => (h) => {
 });
 
 export { createRuntime, Runtime, Endpoint, Job, WeftError } from './runtime.js';
+export { createFramesEngine, FramesEngine, evidenceFor } from './frames.js';

@@ -31,3 +31,4 @@ setWorkerFactory((specifier, options = {}) => (h) => {
 });
 
 export { createRuntime, Runtime, Endpoint, Job, WeftError } from './runtime.js';
+export { createFramesEngine, FramesEngine, evidenceFor } from './frames.js';

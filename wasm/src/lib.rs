@@ -3,7 +3,9 @@
 //! The bindings translate only: JS values in, core calls, JS values out. The hand-written JS
 //! package (`wasm/js`) adds transports (DOM Worker, `worker_threads`), timers and Promises.
 
+mod frames;
 mod jobs;
 mod js;
 
+pub use frames::{FramesEngine, evidence_for};
 pub use jobs::JobRegistry;

@@ -4,7 +4,10 @@
 use wasm_bindgen_test::*;
 
 /// Every suite under `tests/vectors/`, embedded at compile time (wasm has no file system).
-const SUITES: &[(&str, &str)] = &[("jobs", include_str!("../../tests/vectors/jobs.json"))];
+const SUITES: &[(&str, &str)] = &[
+    ("jobs", include_str!("../../tests/vectors/jobs.json")),
+    ("frames", include_str!("../../tests/vectors/frames.json")),
+];
 
 #[wasm_bindgen_test]
 fn conformance_vectors_pass_in_wasm() {
