@@ -100,6 +100,7 @@ const DRAFT_PURPOSE: &str = "Write a factual status-update draft. Never publish 
 pub struct ThreadDesk {
     graph: Graph,
     services: Vec<Service>,
+    extra_threads: u32,
 }
 
 impl Default for ThreadDesk {
@@ -265,6 +266,7 @@ impl ThreadDesk {
             extensions: None,
         };
         ThreadDesk {
+            extra_threads: 0,
             graph,
             services: vec![
                 service("llm.reason", ServiceOperation::Reason, 4000, REASON_PURPOSE),
@@ -276,6 +278,13 @@ impl ThreadDesk {
                 ),
             ],
         }
+    }
+
+    /// Also seeds `n` synthetic threads `thread-1000`, `thread-1001`, ... (for load tests; they
+    /// exist only when the store is created).
+    pub fn with_extra_threads(mut self, n: u32) -> Self {
+        self.extra_threads = n;
+        self
     }
 
     fn decision(
@@ -329,7 +338,13 @@ impl App for ThreadDesk {
     }
 
     fn initial_surfaces(&self) -> Vec<(String, Thread)> {
-        vec![
+        let extra = (0..self.extra_threads).map(|i| {
+            (
+                format!("thread-{}", 1000 + i),
+                Thread::new("Synthetic load-test thread", "Synthetic failure log for load testing; nothing ran."),
+            )
+        });
+        let mut v = vec![
             (
                 "thread-42".into(),
                 Thread::new(
@@ -344,7 +359,9 @@ impl App for ThreadDesk {
                     "Runner terminated. Last log line: loading configuration. No reliable error classification is available.",
                 ),
             ),
-        ]
+        ];
+        v.extend(extra);
+        v
     }
 
     fn summary(&self, t: &Thread) -> Summary {

@@ -38,6 +38,9 @@ pub struct ServeArgs {
     /// How long a frame may be committed against, in seconds.
     #[arg(long, default_value_t = 900)]
     pub frame_ttl_secs: u64,
+    /// Seed this many extra synthetic ThreadDesk threads when the store is new (load tests).
+    #[arg(long, default_value_t = 0)]
+    pub extra_threads: u32,
 }
 
 /// State every capability shares.
@@ -185,7 +188,7 @@ async fn run(args: ServeArgs) -> Result<(), String> {
         ..Default::default()
     };
     let desk = dgp::Dgp::open(
-        weft_threaddesk::ThreadDesk::new(),
+        weft_threaddesk::ThreadDesk::new().with_extra_threads(args.extra_threads),
         config,
         shared.store.clone(),
     )
