@@ -276,10 +276,25 @@ fn apply_step(
                 Value::String(t) => Some(t.clone()),
                 _ => None,
             };
-            let d =
-                run.engine
-                    .frame(now, &surface, s["disclosure"].as_str(), horizon.as_deref())?;
-            (json_of(&d.value), d.writes)
+            // The server's path (a per-state JSON template) must equal the typed rendering.
+            let d = run.engine.frame_json(
+                now,
+                &surface,
+                s["disclosure"].as_str(),
+                horizon.as_deref(),
+            )?;
+            let v: Value = serde_json::from_slice(&d.value)
+                .map_err(|e| vec_err(format!("frame JSON: {e}")))?;
+            let typed = json_of(
+                &run.engine
+                    .stored_frame(v["frame_id"].as_str().unwrap_or_default())?,
+            );
+            if typed != v {
+                return Err(vec_err(format!(
+                    "template rendering differs from the typed frame: {v} vs {typed}"
+                )));
+            }
+            (v, d.writes)
         }
         "stored_frame" => {
             let id = resolve(&s["frame"], &run.saved).map_err(vec_err)?;

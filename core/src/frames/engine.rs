@@ -169,6 +169,58 @@ struct SurfaceEntry<S> {
     state: S,
     /// The snapshot of the current revision and its key, once built.
     snapshot: Option<(Arc<str>, Arc<Snapshot>)>,
+    /// JSON templates of frames of the current snapshot, per disclosure variant.
+    templates: Vec<(Variant, Arc<Template>)>,
+}
+
+/// A disclosure variant of a frame: the level and, for `horizon`, the bound.
+type Variant = (DisclosureLevel, Option<u32>);
+
+/// A placeholder frame id, replaced when a template is filled.
+const TEMPLATE_ID: &str = "\u{1}F\u{1}";
+
+/// A frame's JSON text with holes for its frame id and timestamps.
+struct Template {
+    parts: Vec<String>,
+    holes: Vec<u8>,
+}
+
+impl Template {
+    fn of(frame: &Frame) -> Template {
+        let mut f = frame.clone();
+        f.created_at = "\u{1}C\u{1}".into();
+        f.expires_at = "\u{1}E\u{1}".into();
+        let text = serde_json::to_string(&f).expect("frames serialize");
+        let (mut parts, mut holes) = (Vec::new(), Vec::new());
+        let mut rest = text.as_str();
+        const MARK: &str = "\\u0001";
+        while let Some(i) = rest.find(MARK) {
+            let after = &rest[i + MARK.len()..];
+            let kind = after.as_bytes()[0];
+            parts.push(rest[..i].to_owned());
+            holes.push(kind);
+            rest = &after[1 + MARK.len()..];
+        }
+        parts.push(rest.to_owned());
+        Template { parts, holes }
+    }
+
+    fn fill(&self, frame_id: &str, created: &str, expires: &str) -> Vec<u8> {
+        let mut out = Vec::with_capacity(
+            self.parts.iter().map(String::len).sum::<usize>() + 64 * self.holes.len(),
+        );
+        for (i, part) in self.parts.iter().enumerate() {
+            out.extend_from_slice(part.as_bytes());
+            if let Some(h) = self.holes.get(i) {
+                out.extend_from_slice(match h {
+                    b'F' => frame_id.as_bytes(),
+                    b'C' => created.as_bytes(),
+                    _ => expires.as_bytes(),
+                });
+            }
+        }
+        out
+    }
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -322,6 +374,7 @@ impl<A: App> Engine<A> {
                             service_calls: r.service_calls,
                             state: r.state,
                             snapshot: None,
+                            templates: vec![],
                         },
                     );
                 }
@@ -398,6 +451,7 @@ impl<A: App> Engine<A> {
                     service_calls: 0,
                     state,
                     snapshot: None,
+                    templates: vec![],
                 };
                 writes.push(surface_write(&id, &entry));
                 e.surfaces.insert(id, entry);
@@ -598,8 +652,8 @@ impl<A: App> Engine<A> {
             required_features: required,
         };
         check_snapshot(&snap, self.app.services())?;
-        let value = serde_json::to_value(&snap).expect("snapshot serializes");
-        let hash = fingerprint(&value);
+        // Content address: identical snapshots (after a restart, or a state revisited) share it.
+        let hash = sha256_hex(&serde_json::to_vec(&snap).expect("snapshot serializes"));
         let key: Arc<str> = hash.as_str().into();
         let snap = match self.snapshots.get(&hash) {
             Some(existing) => existing.clone(),
@@ -665,15 +719,15 @@ impl<A: App> Engine<A> {
         }
     }
 
-    /// `GET /dgp/surfaces/{id}/frame`: a new immutable frame of the current state.
-    /// `disclosure` is `next` (default), `horizon` or `full`; `horizon` is 0..=20 (default 2).
-    pub fn frame(
+    /// Creates and records a new frame of `surface_id`; returns its id.
+    fn new_frame(
         &mut self,
         now: UnixMillis,
         surface_id: &str,
         disclosure: Option<&str>,
         horizon: Option<&str>,
-    ) -> Result<Done<Frame>, FramesError> {
+        writes: &mut Vec<Write>,
+    ) -> Result<String, FramesError> {
         let requested = match disclosure.unwrap_or("next") {
             "next" => DisclosureLevel::Next,
             "horizon" => DisclosureLevel::Horizon,
@@ -692,7 +746,6 @@ impl<A: App> Engine<A> {
                 ))
             })?,
         };
-        let mut writes = Vec::new();
         let (key, snapshot) = self.snapshot(surface_id)?;
         if self.persisted_snapshots.insert(key.to_string()) {
             writes.push(Write::json(
@@ -701,7 +754,7 @@ impl<A: App> Engine<A> {
                 &*snapshot,
             ));
         }
-        let frame_id = self.alloc_id("f", &mut writes);
+        let frame_id = self.alloc_id("f", writes);
         let rec = FrameRecord {
             surface: surface_id.to_owned(),
             snapshot: key.to_string(),
@@ -711,11 +764,66 @@ impl<A: App> Engine<A> {
             horizon: (requested == DisclosureLevel::Horizon).then_some(h),
         };
         writes.push(Write::json(RecordKind::Frame, frame_id.clone(), &rec));
-        let entry = FrameEntry { rec, snapshot };
-        let frame = self.render(&frame_id, &entry);
-        self.frames.insert(frame_id, entry);
+        self.frames
+            .insert(frame_id.clone(), FrameEntry { rec, snapshot });
+        Ok(frame_id)
+    }
+
+    /// `GET /dgp/surfaces/{id}/frame`: a new immutable frame of the current state.
+    /// `disclosure` is `next` (default), `horizon` or `full`; `horizon` is 0..=20 (default 2).
+    pub fn frame(
+        &mut self,
+        now: UnixMillis,
+        surface_id: &str,
+        disclosure: Option<&str>,
+        horizon: Option<&str>,
+    ) -> Result<Done<Frame>, FramesError> {
+        let mut writes = Vec::new();
+        let id = self.new_frame(now, surface_id, disclosure, horizon, &mut writes)?;
+        let frame = self.render(&id, &self.frames[&id]);
         Ok(Done {
             value: frame,
+            writes,
+        })
+    }
+
+    /// [`Engine::frame`] rendered straight to JSON from a per-state template: the same bytes
+    /// `serde_json::to_vec(&frame)` gives, without rebuilding the frame each read.
+    pub fn frame_json(
+        &mut self,
+        now: UnixMillis,
+        surface_id: &str,
+        disclosure: Option<&str>,
+        horizon: Option<&str>,
+    ) -> Result<Done<Vec<u8>>, FramesError> {
+        let mut writes = Vec::new();
+        let id = self.new_frame(now, surface_id, disclosure, horizon, &mut writes)?;
+        let entry = &self.frames[&id];
+        let variant = (entry.rec.requested, entry.rec.horizon);
+        let cached = self.surfaces.get(surface_id).and_then(|s| {
+            s.templates
+                .iter()
+                .find(|(v, _)| *v == variant)
+                .map(|(_, t)| t.clone())
+        });
+        let template = match cached {
+            Some(t) => t,
+            None => {
+                let t = Arc::new(Template::of(&self.render(TEMPLATE_ID, entry)));
+                if let Some(s) = self.surfaces.get_mut(surface_id) {
+                    s.templates.push((variant, t.clone()));
+                }
+                t
+            }
+        };
+        let entry = &self.frames[&id];
+        let bytes = template.fill(
+            &id,
+            &rfc3339(entry.rec.created),
+            &rfc3339(entry.rec.expires),
+        );
+        Ok(Done {
+            value: bytes,
             writes,
         })
     }
@@ -958,7 +1066,7 @@ impl<A: App> Engine<A> {
             }
             _ => live_decision.effect.clone(),
         }
-        .unwrap_or_else(|| Effect {
+        .unwrap_or(Effect {
             world_mutation: WorldMutation::None,
             recovery: Recovery::NotApplicable,
             data_egress: DataEgress::None,
@@ -1045,6 +1153,7 @@ impl<A: App> Engine<A> {
             service_calls,
             state,
             snapshot: None,
+            templates: vec![],
         };
         writes.push(surface_write(&surface_id, &entry));
         self.surfaces.insert(surface_id, entry);
@@ -1088,6 +1197,7 @@ impl<A: App> Engine<A> {
         self.policy_revision += 1;
         for s in self.surfaces.values_mut() {
             s.snapshot = None;
+            s.templates.clear();
         }
         Done {
             value: self.policy_revision,

@@ -75,7 +75,7 @@ pub fn sniff(b: &[u8]) -> Option<&'static str> {
 /// Standard base64 (RFC 4648 §4) with required padding; no whitespace, no URL alphabet.
 pub fn base64_decode(s: &str) -> Option<Vec<u8>> {
     let b = s.as_bytes();
-    if b.len() % 4 != 0 {
+    if !b.len().is_multiple_of(4) {
         return None;
     }
     let val = |c: u8| -> Option<u32> {

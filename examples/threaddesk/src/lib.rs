@@ -341,7 +341,10 @@ impl App for ThreadDesk {
         let extra = (0..self.extra_threads).map(|i| {
             (
                 format!("thread-{}", 1000 + i),
-                Thread::new("Synthetic load-test thread", "Synthetic failure log for load testing; nothing ran."),
+                Thread::new(
+                    "Synthetic load-test thread",
+                    "Synthetic failure log for load testing; nothing ran.",
+                ),
             )
         });
         let mut v = vec![

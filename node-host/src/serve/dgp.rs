@@ -67,8 +67,7 @@ where
             value: engine,
             writes,
         } = Engine::open(app, config, records).map_err(|e| e.to_string())?;
-        let seq = store.submit(puts(writes));
-        store.durable(seq).await?;
+        store.submit(puts(writes)).durable().await?;
         let limit = engine.config().max_message_bytes;
         Ok(Arc::new(Dgp {
             engine: Mutex::new(engine),
@@ -86,14 +85,14 @@ where
         if let Some(e) = self.store.failure() {
             return Err(storage(e));
         }
-        let (result, seq) = {
+        let (result, ticket) = {
             let mut engine = self.engine.lock().expect("engine lock");
             match f(&mut engine, now_ms()) {
                 Ok(Done { value, writes }) => (Ok(value), self.store.submit(puts(writes))),
                 Err(e) => (Err(e), self.store.submit(vec![])),
             }
         };
-        self.store.durable(seq).await.map_err(storage)?;
+        ticket.durable().await.map_err(storage)?;
         result
     }
 
@@ -105,11 +104,11 @@ where
         if let Some(e) = self.store.failure() {
             return Err(storage(e));
         }
-        let (result, seq) = {
+        let (result, ticket) = {
             let engine = self.engine.lock().expect("engine lock");
             (f(&engine), self.store.submit(vec![]))
         };
-        self.store.durable(seq).await.map_err(storage)?;
+        ticket.durable().await.map_err(storage)?;
         result
     }
 
@@ -197,9 +196,9 @@ where
     let h = q.get("horizon").cloned();
     Reply(
         c.dgp
-            .call(|e, now| e.frame(now, &id, d.as_deref(), h.as_deref()))
+            .call(|e, now| e.frame_json(now, &id, d.as_deref(), h.as_deref()))
             .await
-            .map(|f| to_json(&f)),
+            .map(json_response),
     )
 }
 

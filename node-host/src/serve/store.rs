@@ -12,7 +12,6 @@ use std::sync::{Arc, Mutex, mpsc};
 use std::thread;
 
 use rusqlite::{Connection, OpenFlags, params};
-use tokio::sync::watch;
 
 /// One write: insert or replace `(ns, kind, key)`.
 #[derive(Debug, Clone)]
@@ -23,19 +22,37 @@ pub struct Put {
     pub value: Vec<u8>,
 }
 
-/// Durability progress: the highest sequence number made durable, or the failure that stopped
-/// the writer.
-#[derive(Clone, Debug, PartialEq)]
-enum Progress {
-    Durable(u64),
-    Failed(String),
+type Done = tokio::sync::oneshot::Sender<Result<(), String>>;
+
+enum Job {
+    /// Persist these records, then report.
+    Write(Vec<Put>, Done),
+    /// Report once everything queued before is durable.
+    Barrier(Done),
+}
+
+/// A claim on the durability of a submitted batch (and of every batch before it).
+pub struct Ticket(Result<Option<tokio::sync::oneshot::Receiver<Result<(), String>>>, String>);
+
+impl Ticket {
+    /// Waits until the batch is durable.
+    pub async fn durable(self) -> Result<(), String> {
+        match self.0 {
+            Ok(None) => Ok(()),
+            Ok(Some(rx)) => rx
+                .await
+                .unwrap_or_else(|_| Err("the store writer stopped".into())),
+            Err(e) => Err(e),
+        }
+    }
 }
 
 /// The durable store.
 pub struct Store {
-    tx: Mutex<Option<mpsc::Sender<(u64, Vec<Put>)>>>,
-    next_seq: AtomicU64,
-    progress: watch::Receiver<Progress>,
+    tx: Mutex<Option<mpsc::Sender<Job>>>,
+    /// Write jobs queued and not yet committed.
+    pending: Arc<AtomicU64>,
+    failed: Arc<Mutex<Option<String>>>,
     reader: Mutex<Connection>,
     writer: Mutex<Option<thread::JoinHandle<()>>>,
 }
@@ -70,16 +87,18 @@ impl Store {
         reader
             .busy_timeout(std::time::Duration::from_secs(5))
             .map_err(|e| e.to_string())?;
-        let (tx, rx) = mpsc::channel::<(u64, Vec<Put>)>();
-        let (ptx, prx) = watch::channel(Progress::Durable(0));
+        let (tx, rx) = mpsc::channel::<Job>();
+        let pending = Arc::new(AtomicU64::new(0));
+        let failed = Arc::new(Mutex::new(None));
+        let (p, f) = (pending.clone(), failed.clone());
         let handle = thread::Builder::new()
             .name("weft-store".into())
-            .spawn(move || writer(w, rx, ptx))
+            .spawn(move || writer(w, rx, p, f))
             .map_err(|e| e.to_string())?;
         Ok(Arc::new(Store {
             tx: Mutex::new(Some(tx)),
-            next_seq: AtomicU64::new(0),
-            progress: prx,
+            pending,
+            failed,
             reader: Mutex::new(reader),
             writer: Mutex::new(Some(handle)),
         }))
@@ -125,44 +144,38 @@ impl Store {
         }
     }
 
-    /// Queues a batch and returns its sequence number. Call in the order the batches were
-    /// produced (i.e. while holding the lock of the state that produced them). An empty batch
-    /// returns the latest sequence, so waiting on it orders the answer after earlier writes.
-    pub fn submit(&self, puts: Vec<Put>) -> u64 {
-        if puts.is_empty() {
-            return self.next_seq.load(Ordering::SeqCst);
+    /// Queues a batch. Call in the order the batches were produced (i.e. while holding the
+    /// lock of the state that produced them). An empty batch yields a ticket that is durable
+    /// once every earlier batch is, so an answer is never ahead of the disk.
+    pub fn submit(&self, puts: Vec<Put>) -> Ticket {
+        if let Some(e) = self.failure() {
+            return Ticket(Err(e));
         }
-        let seq = self.next_seq.fetch_add(1, Ordering::SeqCst) + 1;
-        if let Some(tx) = self.tx.lock().expect("store lock").as_ref() {
-            // A send error means the writer stopped; `durable` reports its failure.
-            let _ = tx.send((seq, puts));
+        if puts.is_empty() && self.pending.load(Ordering::SeqCst) == 0 {
+            return Ticket(Ok(None));
         }
-        seq
-    }
-
-    /// Waits until batch `seq` (and every earlier one) is durable.
-    pub async fn durable(&self, seq: u64) -> Result<(), String> {
-        let mut rx = self.progress.clone();
-        let p = rx
-            .wait_for(|p| match p {
-                Progress::Durable(n) => *n >= seq,
-                Progress::Failed(_) => true,
-            })
-            .await
-            .map_err(|_| "the store writer stopped".to_owned())?
-            .clone();
-        match p {
-            Progress::Durable(_) => Ok(()),
-            Progress::Failed(e) => Err(e),
+        let (done, rx) = tokio::sync::oneshot::channel();
+        let job = if puts.is_empty() {
+            Job::Barrier(done)
+        } else {
+            self.pending.fetch_add(1, Ordering::SeqCst);
+            Job::Write(puts, done)
+        };
+        match self
+            .tx
+            .lock()
+            .expect("store lock")
+            .as_ref()
+            .map(|tx| tx.send(job))
+        {
+            Some(Ok(())) => Ticket(Ok(Some(rx))),
+            _ => Ticket(Err("the store is closed".into())),
         }
     }
 
-    /// Whether the writer has failed (the server must stop answering from memory).
+    /// The failure that stopped the writer, if any (the server must then refuse work).
     pub fn failure(&self) -> Option<String> {
-        match &*self.progress.borrow() {
-            Progress::Failed(e) => Some(e.clone()),
-            Progress::Durable(_) => None,
-        }
+        self.failed.lock().expect("store lock").clone()
     }
 
     /// Flushes every queued batch and stops the writer.
@@ -182,41 +195,51 @@ impl Drop for Store {
 
 fn writer(
     mut c: Connection,
-    rx: mpsc::Receiver<(u64, Vec<Put>)>,
-    progress: watch::Sender<Progress>,
+    rx: mpsc::Receiver<Job>,
+    pending: Arc<AtomicU64>,
+    failed: Arc<Mutex<Option<String>>>,
 ) {
     while let Ok(first) = rx.recv() {
-        let mut batch = vec![first];
-        while batch.len() < 4096 {
+        let mut jobs = vec![first];
+        while jobs.len() < 4096 {
             match rx.try_recv() {
-                Ok(x) => batch.push(x),
+                Ok(j) => jobs.push(j),
                 Err(_) => break,
             }
         }
-        let last = batch.last().map_or(0, |b| b.0);
-        let result = (|| -> rusqlite::Result<()> {
-            let tx = c.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
-            {
-                let mut st = tx.prepare_cached(
-                    "INSERT OR REPLACE INTO records(ns, kind, key, value) VALUES (?1, ?2, ?3, ?4)",
-                )?;
-                for (_, puts) in &batch {
-                    for p in puts {
-                        st.execute(params![p.ns, p.kind, p.key, p.value])?;
+        let writes = jobs.iter().filter(|j| matches!(j, Job::Write(..))).count() as u64;
+        let result = if writes == 0 {
+            Ok(())
+        } else {
+            (|| -> rusqlite::Result<()> {
+                let tx = c.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+                {
+                    let mut st = tx.prepare_cached(
+                        "INSERT OR REPLACE INTO records(ns, kind, key, value) VALUES (?1, ?2, ?3, ?4)",
+                    )?;
+                    for j in &jobs {
+                        if let Job::Write(puts, _) = j {
+                            for p in puts {
+                                st.execute(params![p.ns, p.kind, p.key, p.value])?;
+                            }
+                        }
                     }
                 }
-            }
-            tx.commit()
-        })();
-        match result {
-            Ok(()) => {
-                progress.send_replace(Progress::Durable(last));
-            }
-            Err(e) => {
-                progress.send_replace(Progress::Failed(format!("storage failure: {e}")));
-                eprintln!("weft serve: storage failure, refusing further work: {e}");
-                return;
-            }
+                tx.commit()
+            })()
+            .map_err(|e| format!("storage failure: {e}"))
+        };
+        pending.fetch_sub(writes, Ordering::SeqCst);
+        if let Err(e) = &result {
+            eprintln!("weft serve: {e}; refusing further work");
+            *failed.lock().expect("store lock") = Some(e.clone());
+        }
+        for j in jobs {
+            let (Job::Write(_, done) | Job::Barrier(done)) = j;
+            let _ = done.send(result.clone());
+        }
+        if result.is_err() {
+            return;
         }
     }
     let _ = c.pragma_update(None, "wal_checkpoint", "TRUNCATE");
