@@ -26,9 +26,28 @@ pub const NS: &str = "dgp";
 
 /// One application's engine and its store.
 pub struct Dgp<A: App> {
-    engine: Mutex<Engine<A>>,
+    engine: Mutex<Inner<A>>,
     store: Arc<Store>,
     limit: usize,
+}
+
+/// The engine and, per surface, the last effect batch that changed it (the policy under "").
+pub struct Inner<A: App> {
+    engine: Engine<A>,
+    last_effect: HashMap<String, u64>,
+}
+
+/// How an engine call's writes are persisted and what its answer waits for.
+#[derive(Clone, Copy)]
+enum Class {
+    /// A state change: wait until durable.
+    Effect,
+    /// A new frame of a surface: wait for earlier effects on that surface and the policy.
+    Frame,
+    /// An audit record (an assessment): wait for nothing.
+    Audit,
+    /// A read: wait for every earlier effect.
+    Read,
 }
 
 fn puts(writes: Vec<Write>) -> Vec<Put> {
@@ -67,48 +86,109 @@ where
             value: engine,
             writes,
         } = Engine::open(app, config, records).map_err(|e| e.to_string())?;
-        store.submit(puts(writes)).durable().await?;
+        store.effect(puts(writes)).0.durable().await?;
         let limit = engine.config().max_message_bytes;
         Ok(Arc::new(Dgp {
-            engine: Mutex::new(engine),
+            engine: Mutex::new(Inner {
+                engine,
+                last_effect: HashMap::new(),
+            }),
             store,
             limit,
         }))
     }
 
-    /// Runs a mutating engine call, queues its writes in order, and answers once they are
-    /// durable. Errors also wait for earlier writes, so no answer reflects undurable state.
+    /// Runs an engine call whose writes are an effect (a commit, a policy change): the answer
+    /// waits until they are durable. Errors and replays wait for every earlier effect, so no
+    /// answer is ahead of durable state.
     pub async fn call<T>(
         &self,
         f: impl FnOnce(&mut Engine<A>, u64) -> Result<Done<T>, FramesError>,
     ) -> Result<T, FramesError> {
-        if let Some(e) = self.store.failure() {
-            return Err(storage(e));
-        }
-        let (result, ticket) = {
-            let mut engine = self.engine.lock().expect("engine lock");
-            match f(&mut engine, now_ms()) {
-                Ok(Done { value, writes }) => (Ok(value), self.store.submit(puts(writes))),
-                Err(e) => (Err(e), self.store.submit(vec![])),
-            }
-        };
-        ticket.durable().await.map_err(storage)?;
-        result
+        self.run(f, Class::Effect, "").await
     }
 
-    /// Runs a read-only engine call, answering after every earlier write is durable.
+    /// Creates a frame of `surface`: its record is queued, and the answer waits only for
+    /// earlier effects on that surface or on the policy (a frame shows nothing else).
+    pub async fn frame<T>(
+        &self,
+        surface: &str,
+        f: impl FnOnce(&mut Engine<A>, u64) -> Result<Done<T>, FramesError>,
+    ) -> Result<T, FramesError> {
+        self.run(f, Class::Frame, surface).await
+    }
+
+    /// Records audit data (an assessment): queued in order, answered at once. A commit that
+    /// uses it is queued later, so it is durable before that commit is.
+    pub async fn audit<T>(
+        &self,
+        f: impl FnOnce(&mut Engine<A>, u64) -> Result<Done<T>, FramesError>,
+    ) -> Result<T, FramesError> {
+        self.run(f, Class::Audit, "").await
+    }
+
+    /// Runs a read-only engine call, answering after every earlier effect is durable.
     pub async fn read<T>(
         &self,
         f: impl FnOnce(&Engine<A>) -> Result<T, FramesError>,
     ) -> Result<T, FramesError> {
+        self.run(
+            |e, _| {
+                f(e).map(|value| Done {
+                    value,
+                    writes: vec![],
+                })
+            },
+            Class::Read,
+            "",
+        )
+        .await
+    }
+
+    async fn run<T>(
+        &self,
+        f: impl FnOnce(&mut Engine<A>, u64) -> Result<Done<T>, FramesError>,
+        class: Class,
+        surface: &str,
+    ) -> Result<T, FramesError> {
         if let Some(e) = self.store.failure() {
             return Err(storage(e));
         }
-        let (result, ticket) = {
-            let engine = self.engine.lock().expect("engine lock");
-            (f(&engine), self.store.submit(vec![]))
+        let (result, ticket, wait_for) = {
+            let mut inner = self.engine.lock().expect("engine lock");
+            let (result, writes) = match f(&mut inner.engine, now_ms()) {
+                Ok(Done { value, writes }) => (Ok(value), writes),
+                Err(e) => (Err(e), vec![]),
+            };
+            match class {
+                Class::Effect => {
+                    let touched: Vec<String> = writes
+                        .iter()
+                        .filter_map(|w| match w.kind {
+                            RecordKind::Surface => Some(w.key.clone()),
+                            RecordKind::Meta if w.key == "policy_revision" => Some(String::new()),
+                            _ => None,
+                        })
+                        .collect();
+                    let (ticket, seq) = self.store.effect(puts(writes));
+                    for t in touched {
+                        inner.last_effect.insert(t, seq);
+                    }
+                    (result, ticket, 0)
+                }
+                Class::Frame => {
+                    let last = |k: &str| inner.last_effect.get(k).copied().unwrap_or(0);
+                    let wait_for = last(surface).max(last(""));
+                    (result, self.store.audit(puts(writes), false), wait_for)
+                }
+                Class::Audit => (result, self.store.audit(puts(writes), false), 0),
+                Class::Read => (result, self.store.audit(puts(writes), true), 0),
+            }
         };
         ticket.durable().await.map_err(storage)?;
+        if wait_for > 0 {
+            self.store.effect_durable(wait_for).await.map_err(storage)?;
+        }
         result
     }
 
@@ -196,7 +276,9 @@ where
     let h = q.get("horizon").cloned();
     Reply(
         c.dgp
-            .call(|e, now| e.frame_json(now, &id, d.as_deref(), h.as_deref()))
+            .frame(&id, |e, now| {
+                e.frame_json(now, &id, d.as_deref(), h.as_deref())
+            })
             .await
             .map(json_response),
     )
@@ -305,7 +387,7 @@ where
     };
     Reply(
         c.dgp
-            .call(|e, now| e.assess_bytes(now, &p, &body))
+            .audit(|e, now| e.assess_bytes(now, &p, &body))
             .await
             .map(|a| to_json(&*a)),
     )
