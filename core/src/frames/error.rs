@@ -203,3 +203,69 @@ impl crate::ErrorCode for FramesError {
         FramesError::code(self)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::FramesError::*;
+    use super::*;
+
+    /// The specification's table (§12.1): every code, with its HTTP status.
+    #[test]
+    fn every_specified_code_has_its_status() {
+        let table = [
+            (Unauthenticated(String::new()), "UNAUTHENTICATED", 401),
+            (Forbidden(String::new()), "FORBIDDEN", 403),
+            (
+                HumanApprovalRequired(String::new()),
+                "HUMAN_APPROVAL_REQUIRED",
+                403,
+            ),
+            (NotFound(String::new()), "NOT_FOUND", 404),
+            (
+                CapabilityRequired(String::new()),
+                "CAPABILITY_REQUIRED",
+                406,
+            ),
+            (StaleFrame(String::new()), "STALE_FRAME", 409),
+            (FrameExpired(String::new()), "FRAME_EXPIRED", 409),
+            (
+                IdempotencyKeyReused(String::new()),
+                "IDEMPOTENCY_KEY_REUSED",
+                409,
+            ),
+            (
+                AssessmentIdReused(String::new()),
+                "ASSESSMENT_ID_REUSED",
+                409,
+            ),
+            (SpeculativeOnly(String::new()), "SPECULATIVE_ONLY", 409),
+            (Abstained(String::new()), "ABSTAINED", 409),
+            (BudgetExhausted(String::new()), "BUDGET_EXHAUSTED", 409),
+            (PayloadTooLarge(String::new()), "PAYLOAD_TOO_LARGE", 413),
+            (
+                UnsupportedMediaType(String::new()),
+                "UNSUPPORTED_MEDIA_TYPE",
+                415,
+            ),
+            (InvalidMessage(String::new()), "INVALID_MESSAGE", 422),
+            (InvalidInput(String::new()), "INVALID_INPUT", 422),
+            (InvalidChoice(String::new()), "INVALID_CHOICE", 422),
+            (
+                UnsupportedModality(String::new()),
+                "UNSUPPORTED_MODALITY",
+                422,
+            ),
+        ];
+        assert_eq!(table.len(), FramesError::SPEC_CODES.len());
+        for (e, code, status) in table {
+            assert_eq!((e.code(), e.http_status()), (code, status));
+            assert!(FramesError::SPEC_CODES.contains(&code));
+            let p = e.problem();
+            assert_eq!(
+                (p.code.as_str(), p.status, p.title.as_str()),
+                (code, status, code)
+            );
+            assert!(p.kind.starts_with("urn:dgp:problem:"));
+        }
+    }
+}

@@ -27,6 +27,9 @@ pub mod time;
 pub mod types;
 pub mod validate;
 
+#[cfg(test)]
+mod tests;
+
 pub use app::{App, Applied, ApplyCtx, Principal, Role, Summary, SurfaceCtx};
 pub use engine::{BlobMeta, Done, Engine, EngineConfig, Entry, RecordKind, Snapshot, Write};
 pub use error::FramesError;
