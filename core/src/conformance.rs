@@ -41,6 +41,10 @@ pub fn run_suite(text: &str) -> Result<Vec<VectorResult>, String> {
         .ok_or("suite has no `vectors` array")?;
     match kind {
         "jobs" => Ok(vectors.iter().map(run_jobs_vector).collect()),
+        "tools" => Ok(vectors
+            .iter()
+            .map(crate::tools::vectors::run_vector)
+            .collect()),
         "frames" => crate::frames::conformance::run(&suite),
         other => Err(format!("unknown suite kind `{other}`")),
     }
@@ -158,7 +162,8 @@ fn str_arg(step: &Value, key: &str, default: &str) -> String {
     step[key].as_str().unwrap_or(default).to_owned()
 }
 
-fn apply_jobs_step(
+/// Applies one registry op of a vector (shared by suites that drive a registry too).
+pub(crate) fn apply_jobs_step(
     reg: &mut Registry<Value>,
     at: u64,
     op: &str,

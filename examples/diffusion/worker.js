@@ -111,7 +111,18 @@ function initialProfile(q) {
 }
 
 const now = () => (typeof performance !== 'undefined' ? performance.now() : Date.now());
-const macrotask = () => new Promise((resolve) => setTimeout(resolve, 0));
+// Yield a real macrotask between chunks, so queued `cancel` / `input` messages are delivered.
+// setImmediate (Node) and a MessageChannel message (browsers) avoid the 1 ms minimum and the
+// 4 ms clamping that nested setTimeout(0) calls get.
+const yieldChannel = typeof setImmediate === 'function' ? null : new MessageChannel();
+const yieldQueue = [];
+if (yieldChannel) yieldChannel.port1.onmessage = () => yieldQueue.shift()?.();
+const macrotask = () =>
+  new Promise((resolve) => {
+    if (!yieldChannel) return setImmediate(resolve);
+    yieldQueue.push(resolve);
+    yieldChannel.port2.postMessage(null);
+  });
 
 async function run(id, payload) {
   let q;
@@ -147,7 +158,6 @@ async function run(id, payload) {
         lastPartial = now();
         self.postMessage({ id, type: 'partial', value: { t: step * dt, step, steps, u: Array.from(u) } });
       }
-      // A real macrotask: this is what lets a `cancel` (or `input`) message be delivered.
       await macrotask();
       if (cancelled.has(id)) {
         self.postMessage({ id, type: 'cancelled' });

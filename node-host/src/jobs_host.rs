@@ -118,6 +118,10 @@ pub struct JobsHost {
     waiters: HashMap<WaitId, oneshot::Sender<WaitEnd>>,
     /// Lines children wrote on stderr, most recent last (bounded per endpoint).
     pub stderr_tail: HashMap<EndpointId, Vec<String>>,
+    /// When set, `job_finished`, `note_queued` and `wake` outputs are kept for
+    /// [`JobsHost::take_notices`] (an agent host carries them to its sessions).
+    pub keep_notices: bool,
+    notices: Vec<Output<Value>>,
 }
 
 impl Default for JobsHost {
@@ -138,6 +142,8 @@ impl JobsHost {
             rx,
             waiters: HashMap::new(),
             stderr_tail: HashMap::new(),
+            keep_notices: false,
+            notices: Vec::new(),
         }
     }
 
@@ -386,10 +392,14 @@ impl JobsHost {
                         let _ = w.send(end);
                     }
                 }
-                Output::Observed { .. }
-                | Output::JobFinished { .. }
+                Output::Observed { .. } => {}
+                notice @ (Output::JobFinished { .. }
                 | Output::NoteQueued { .. }
-                | Output::Wake { .. } => {}
+                | Output::Wake { .. }) => {
+                    if self.keep_notices {
+                        self.notices.push(notice);
+                    }
+                }
             }
         }
     }
@@ -441,6 +451,12 @@ impl JobsHost {
             },
             None => {}
         }
+    }
+
+    /// Takes the kept `job_finished`, `note_queued` and `wake` outputs, in order (see
+    /// [`JobsHost::keep_notices`]).
+    pub fn take_notices(&mut self) -> Vec<Output<Value>> {
+        std::mem::take(&mut self.notices)
     }
 
     /// A sender for injecting inbound events (used by tests and in-process bodies).

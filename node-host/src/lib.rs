@@ -2,6 +2,7 @@
 //! sockets and clocks; it holds no rule of its own.
 
 pub mod agent;
+pub mod agent_host;
 pub mod jobs_host;
 pub mod run;
 pub mod serve;

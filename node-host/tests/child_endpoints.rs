@@ -32,6 +32,19 @@ fn open(host: &mut JobsHost, name: &str, hello: Hello, quiet_ms: u64) -> Endpoin
         .expect("node starts")
 }
 
+/// A diffusion worker endpoint that waits for the worker's hello.
+fn diffusion(host: &mut JobsHost) -> EndpointId {
+    open(host, "diffusion", Hello::Await { timeout_ms: 5000 }, 500)
+}
+
+/// Asks `job` to stop and performs the resulting outputs.
+fn cancel(host: &mut JobsHost, job: JobId, reason: &str) -> CancelStatus {
+    let now = host.now();
+    let status = host.registry.cancel(now, job, reason).unwrap();
+    host.pump();
+    status
+}
+
 fn submit(host: &mut JobsHost, ep: EndpointId, payload: Value) -> JobId {
     let now = host.now();
     let j = host
@@ -93,19 +106,12 @@ fn long() -> Value {
 #[tokio::test]
 async fn cancel_before_start_never_reaches_the_worker() {
     let mut host = JobsHost::new();
-    let ep = open(
-        &mut host,
-        "diffusion",
-        Hello::Await { timeout_ms: 5000 },
-        500,
-    );
+    let ep = diffusion(&mut host);
     let job = submit(&mut host, ep, long());
-    let now = host.now();
     assert_eq!(
-        host.registry.cancel(now, job, "changed my mind").unwrap(),
+        cancel(&mut host, job, "changed my mind"),
         CancelStatus::CancelledBeforeStart
     );
-    host.pump();
     assert_eq!(
         finished(&mut host, job).await,
         Outcome::Cancelled {
@@ -127,20 +133,13 @@ async fn cancel_before_start_never_reaches_the_worker() {
 #[tokio::test]
 async fn cancel_while_running_is_acknowledged() {
     let mut host = JobsHost::new();
-    let ep = open(
-        &mut host,
-        "diffusion",
-        Hello::Await { timeout_ms: 5000 },
-        500,
-    );
+    let ep = diffusion(&mut host);
     let job = submit(&mut host, ep, long());
     has_event(&mut host, job, "progress").await;
-    let now = host.now();
     assert_eq!(
-        host.registry.cancel(now, job, "stop").unwrap(),
+        cancel(&mut host, job, "stop"),
         CancelStatus::Requested { ack_expected: true }
     );
-    host.pump();
     assert_eq!(host.registry.job(job).unwrap().state, JobState::Running);
     assert_eq!(
         finished(&mut host, job).await,
@@ -161,14 +160,12 @@ async fn cancel_without_acknowledgement_waits_for_quiet() {
     let ep = open(&mut host, "aiui", Hello::Skip, 150);
     let job = submit(&mut host, ep, json!({"chunks": 400, "chunkMs": 5}));
     has_event(&mut host, job, "progress").await;
-    let now = host.now();
     assert_eq!(
-        host.registry.cancel(now, job, "stop").unwrap(),
+        cancel(&mut host, job, "stop"),
         CancelStatus::Requested {
             ack_expected: false
         }
     );
-    host.pump();
     assert_eq!(
         finished(&mut host, job).await,
         Outcome::Cancelled {
@@ -183,12 +180,7 @@ async fn cancel_without_acknowledgement_waits_for_quiet() {
 #[tokio::test]
 async fn cancelling_the_wait_leaves_the_job_running() {
     let mut host = JobsHost::new();
-    let ep = open(
-        &mut host,
-        "diffusion",
-        Hello::Await { timeout_ms: 5000 },
-        500,
-    );
+    let ep = diffusion(&mut host);
     let job = submit(
         &mut host,
         ep,
@@ -214,12 +206,7 @@ async fn cancelling_the_wait_leaves_the_job_running() {
 #[tokio::test]
 async fn a_job_outlives_its_turn_and_is_cancelled_later() {
     let mut host = JobsHost::new();
-    let ep = open(
-        &mut host,
-        "diffusion",
-        Hello::Await { timeout_ms: 5000 },
-        500,
-    );
+    let ep = diffusion(&mut host);
     let now = host.now();
     let mut req = Submit::new("agent", ep, long());
     req.origin = Origin {
@@ -237,9 +224,7 @@ async fn a_job_outlives_its_turn_and_is_cancelled_later() {
     })
     .await;
     assert_eq!(host.registry.job(job).unwrap().state, JobState::Running);
-    let now = host.now();
-    host.registry.cancel(now, job, "turn-2 stops it").unwrap();
-    host.pump();
+    cancel(&mut host, job, "turn-2 stops it");
     assert!(matches!(
         finished(&mut host, job).await,
         Outcome::Cancelled { .. }
@@ -252,12 +237,7 @@ async fn a_job_outlives_its_turn_and_is_cancelled_later() {
 #[tokio::test]
 async fn two_runs_on_one_process_one_cancelled() {
     let mut host = JobsHost::new();
-    let ep = open(
-        &mut host,
-        "diffusion",
-        Hello::Await { timeout_ms: 5000 },
-        500,
-    );
+    let ep = diffusion(&mut host);
     let a = submit(
         &mut host,
         ep,
@@ -266,9 +246,7 @@ async fn two_runs_on_one_process_one_cancelled() {
     let b = submit(&mut host, ep, long());
     has_event(&mut host, a, "progress").await;
     has_event(&mut host, b, "progress").await;
-    let now = host.now();
-    host.registry.cancel(now, b, "only b").unwrap();
-    host.pump();
+    cancel(&mut host, b, "only b");
     assert!(matches!(
         finished(&mut host, a).await,
         Outcome::Succeeded { .. }
@@ -352,9 +330,7 @@ async fn a_late_done_is_late_evidence() {
     let ep = open(&mut host, "stubborn", Hello::Skip, 80);
     let job = submit(&mut host, ep, json!({"ms": 400}));
     has_event(&mut host, job, "started").await;
-    let now = host.now();
-    host.registry.cancel(now, job, "stop").unwrap();
-    host.pump();
+    cancel(&mut host, job, "stop");
     assert!(matches!(
         finished(&mut host, job).await,
         Outcome::Cancelled {
@@ -376,12 +352,7 @@ async fn a_late_done_is_late_evidence() {
 #[tokio::test]
 async fn structured_input_is_delivered_then_applied() {
     let mut host = JobsHost::new();
-    let ep = open(
-        &mut host,
-        "diffusion",
-        Hello::Await { timeout_ms: 5000 },
-        500,
-    );
+    let ep = diffusion(&mut host);
     let job = submit(&mut host, ep, long());
     has_event(&mut host, job, "started").await;
     let now = host.now();
@@ -397,9 +368,7 @@ async fn structured_input_is_delivered_then_applied() {
         _ => None,
     });
     assert_eq!(applied, Some(id));
-    let now = host.now();
-    host.registry.cancel(now, job, "done").unwrap();
-    host.pump();
+    cancel(&mut host, job, "done");
     finished(&mut host, job).await;
 }
 
@@ -435,9 +404,7 @@ async fn in_process_jobs_report_cancel_and_panics_fail_only_their_job() {
     };
     assert_eq!(code.as_deref(), Some("PANIC"));
     has_event(&mut host, long, "progress").await;
-    let now = host.now();
-    host.registry.cancel(now, long, "stop").unwrap();
-    host.pump();
+    cancel(&mut host, long, "stop");
     assert_eq!(
         finished(&mut host, long).await,
         Outcome::Cancelled {

@@ -178,9 +178,197 @@ export class Runtime {
   on(event: 'finished', listener: (e: { job: number; outcome: Outcome['outcome'] }) => void): () => void;
   on(event: 'note' | 'wake', listener: (e: { owner: string; job: number }) => void): () => void;
   close(reason?: string): void;
+  /** close(), then free the registry's wasm memory; the runtime is unusable afterwards. */
+  dispose(): void;
 }
 
 export function createRuntime(options?: { now?: () => number; firstJobId?: number }): Runtime;
+
+/** Bytes of wasm linear memory in use by the core (it grows, never shrinks). */
+export function wasmMemoryBytes(): number;
+// ----- agent sessions -------------------------------------------------------------------
+
+/** A tool as declared to an agent (the handler is bound separately). */
+export interface ToolDeclaration {
+  /** 1-64 characters from [A-Za-z0-9_-]. */
+  name: string;
+  description?: string;
+  /** JSON Schema of the arguments: an object schema in weft's enforced subset (no `pattern`,
+   * no `$ref`); a schema weft cannot enforce is refused with INVALID_SCHEMA. */
+  parameters?: Record<string, unknown>;
+  /** Adjacent calls of parallel tools overlap; others run alone (default false). */
+  supportsParallel?: boolean;
+  /** The handler may start background jobs with `ctx.submitJob` (default false). */
+  mayStartJob?: boolean;
+  /** An interrupt may abort the handler's `ctx.signal` (default false: it is left running). */
+  safeToCancel?: boolean;
+}
+
+export interface ToolCallContext {
+  invocation: number;
+  callId: string;
+  tool: string;
+  step: number;
+  /** Aborted when the step is interrupted and the tool is declared `safeToCancel`. A handler
+   * that rejects after the abort acknowledges it (the call is reported `uncertain`). */
+  signal: AbortSignal;
+  /** `{thread, turn, toolCall}` of this call. */
+  readonly origin: Origin;
+  /** Starts a job owned by the agent with this call as its origin (tools declared
+   * `mayStartJob` only). The job outlives the call and the turn. */
+  submitJob<T = unknown>(endpoint: Endpoint | number, payload: unknown, options?: { wake?: boolean; note?: boolean; reuseKey?: string }): Job<T>;
+}
+
+export type ToolHandler = (args: any, ctx: ToolCallContext) => unknown | Promise<unknown>;
+
+export interface ModelToolCall {
+  /** Unique within the step; assigned when absent. */
+  id?: string;
+  name: string;
+  /** An object, or JSON text (as most model APIs send it). */
+  arguments?: Record<string, unknown> | string;
+}
+
+export interface ModelResponse {
+  text?: string | null;
+  calls?: ModelToolCall[];
+}
+
+export interface ModelRequest {
+  session: string;
+  turn: number;
+  step: number;
+  toolsVersion: number;
+  /** The transcript so far. Read-only. */
+  messages: TranscriptMessage[];
+  /** The tools this step advertises (its snapshot). */
+  tools: Required<ToolDeclaration>[];
+}
+
+export type Model = (request: ModelRequest, options: { signal: AbortSignal }) => ModelResponse | Promise<ModelResponse>;
+
+export type CallStatus = 'succeeded' | 'failed' | 'rejected' | 'not_started' | 'uncertain';
+
+/** One call's result, in model order. */
+export interface CallResult {
+  invocation: number;
+  callId: string;
+  tool: string;
+  status: CallStatus;
+  /** Whether the handler started (its effects may have happened). */
+  started: boolean;
+  value?: unknown;
+  message?: string;
+  code?: string;
+  reason?: string;
+  /** not_started: nothing happened. */
+  safeToRetry?: boolean;
+  /** uncertain: `abort_acknowledged` or `no_settlement`. */
+  evidence?: 'abort_acknowledged' | 'no_settlement';
+  /** Jobs the call started; they continue independently of the call and the turn. */
+  jobs?: number[];
+  handedOver?: boolean;
+  [field: string]: unknown;
+}
+
+export interface Mail {
+  seq: number;
+  at: number;
+  kind: 'job' | 'observation' | 'late_result' | 'late_job';
+  note?: Note;
+  source?: string;
+  value?: unknown;
+  result?: CallResult;
+  [field: string]: unknown;
+}
+
+export type TranscriptMessage =
+  | { role: 'turn_start'; turn: number; cause: { task: number } | { wake: 'job'; job: number } | { wake: 'app'; reason: string } }
+  | ({ role: 'mail' } & Mail)
+  | { role: 'standing'; key: string; value: unknown }
+  | { role: 'task'; task: number; input: unknown }
+  | { role: 'steer'; input: unknown }
+  | { role: 'assistant'; step: number; text: string | null; calls: { id: string; name: string; arguments: unknown }[] }
+  | ({ role: 'tool_result'; step: number } & CallResult)
+  | { role: 'turn_end'; turn: number; end: TurnEnd; reason?: string; message?: string; steps?: number };
+
+export type TurnEnd = 'completed' | 'interrupted' | 'model_failed' | 'step_limit';
+
+export interface TurnResult {
+  task: number;
+  turn: number;
+  end: TurnEnd;
+  reason?: string;
+  message?: string;
+  /** The model's last text in the turn. */
+  text: string | null;
+  /** Every call result of the turn, in model order per step. */
+  results: CallResult[];
+  messages: TranscriptMessage[];
+}
+
+export type AgentPhase = 'idle' | 'model_step' | 'running_tools' | 'interrupted';
+
+export interface AgentOptions {
+  /** The agent's id: the owner and thread of the jobs its tools start (default "agent"). */
+  id?: string;
+  /** Asked at every model step. Without one, each step waits for `agent.respond()`. */
+  model?: Model;
+  /** How long an interrupt waits for started calls before reporting them uncertain (1000). */
+  graceMs?: number;
+  /** Model steps per turn before the turn ends with `step_limit` (64). */
+  maxSteps?: number;
+}
+
+/** One agent session: one authoritative turn state machine. */
+export class Agent {
+  readonly id: string;
+  readonly phase: AgentPhase;
+  readonly state: Record<string, unknown>;
+  setModel(model: Model): void;
+  /** The pending model request while the agent waits for a model step, else null. */
+  pendingRequest(): ModelRequest | null;
+  /** Answers model step `step` yourself (agents without a model wait for this). Throws
+   * STALE_STEP / INVALID_RESPONSE and changes nothing on a bad answer. */
+  respond(step: number, response: ModelResponse): void;
+  registerTool(declaration: ToolDeclaration, handler: ToolHandler): number;
+  /** Declares several tools, each a declaration with its `handler` (e.g. a published tool surface). */
+  registerTools(tools: Iterable<ToolDeclaration & { handler: ToolHandler }>): number[];
+  unregisterTool(name: string): void;
+  tools(): { version: number; tools: (Required<ToolDeclaration> & { handler: number })[] };
+  submitTask(input: unknown): number;
+  /** Submits a task and resolves when its turn ends (rejects with CLOSED if the agent closes first). */
+  run(input: unknown, options?: { signal?: AbortSignal }): Promise<TurnResult>;
+  cancelTask(task: number): void;
+  steer(input: unknown): void;
+  wake(reason?: string): void;
+  interrupt(reason?: string): 'not_running' | 'ended' | 'stopping' | 'already_interrupting';
+  postObservation(source: string, value: unknown): number;
+  setStanding(key: string, value: unknown): void;
+  mailbox(): Mail[];
+  transcript(from?: number): TranscriptMessage[];
+  idle(options?: { signal?: AbortSignal }): Promise<void>;
+  on(event: 'turn_started' | 'turn_ended' | 'call_finished' | 'mail_queued' | 'model_request' | 'start_call' | 'abort_call' | 'output', listener: (output: Record<string, any>) => void): () => void;
+  /** Withdraws queued tasks (their run() rejects with CLOSED), interrupts the running turn,
+   * asks no model again and detaches from the runtime. Jobs the tools started continue. */
+  close(reason?: string): void;
+  /** close(), then free the session's wasm memory; the agent is unusable afterwards. */
+  dispose(): void;
+}
+
+export function createAgent(runtime: Runtime, options?: AgentOptions): Agent;
+
+/** A deterministic model answering with `responses` in order (then SCRIPT_EXHAUSTED). */
+export function scriptedModel(
+  responses?: (ModelResponse | ((request: ModelRequest) => ModelResponse))[],
+): Model & {
+  requests: { turn: number; step: number; messages: number; tools: string[]; toolsVersion: number }[];
+  push(...responses: (ModelResponse | ((request: ModelRequest) => ModelResponse))[]): void;
+  remaining(): number;
+};
+
+/** Validates arguments with weft's schema rules: `{ok, errors}` (INVALID_SCHEMA if unsupported). */
+export function validateToolArguments(schema: Record<string, unknown>, args: unknown): { ok: boolean; errors: string[] };
 
 // ---- Decision frames (DGP 0.1) -------------------------------------------------------------
 

@@ -2,7 +2,12 @@
 import init from './weft_wasm.js';
 import { setWorkerFactory } from './runtime.js';
 
-await init({ module_or_path: new URL('./weft_wasm_bg.wasm', import.meta.url) });
+const wasm = await init({ module_or_path: new URL('./weft_wasm_bg.wasm', import.meta.url) });
+
+/** Bytes of wasm linear memory in use by the core (it grows, never shrinks). */
+export function wasmMemoryBytes() {
+  return wasm.memory.buffer.byteLength;
+}
 
 /** The DOM Worker transport: an uncaught error terminates the Worker (its runs are lost). */
 setWorkerFactory((specifier, options = {}) => (h) => {
@@ -22,4 +27,6 @@ setWorkerFactory((specifier, options = {}) => (h) => {
 });
 
 export { createRuntime, Runtime, Endpoint, Job, WeftError } from './runtime.js';
+export { createAgent, Agent, scriptedModel } from './agent.js';
+export { validateToolArguments } from './weft_wasm.js';
 export { createFramesEngine, FramesEngine, evidenceFor } from './frames.js';

@@ -1,12 +1,24 @@
 // The weft package for Node: the same runtime, with `worker_threads` Workers.
 import { readFileSync } from 'node:fs';
+import { setFlagsFromString } from 'node:v8';
 import { resolve } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { Worker } from 'node:worker_threads';
 import { initSync } from './weft_wasm.js';
 import { setWorkerFactory } from './runtime.js';
 
-initSync({ module: readFileSync(new URL('./weft_wasm_bg.wasm', import.meta.url)) });
+// Node 20 ships V8 11.3, whose inlining of JS→wasm calls into optimized code intermittently
+// aborts the process ("Fatal error ... unreachable code" in the deoptimizer) under sustained
+// calls into this module (reproduced with tests/js/bench/registry.mjs: 5 of 8 runs crashed,
+// 0 of 8 with the inlining off). Turn that one optimization off before any call is optimized.
+if (/^11\./.test(process.versions.v8)) setFlagsFromString('--no-turbo-inline-js-wasm-calls');
+
+const wasm = initSync({ module: readFileSync(new URL('./weft_wasm_bg.wasm', import.meta.url)) });
+
+/** Bytes of wasm linear memory in use by the core (it grows, never shrinks). */
+export function wasmMemoryBytes() {
+  return wasm.memory.buffer.byteLength;
+}
 
 const shim = new URL('./worker-shim.mjs', import.meta.url);
 
@@ -31,4 +43,6 @@ setWorkerFactory((specifier, options = {}) => (h) => {
 });
 
 export { createRuntime, Runtime, Endpoint, Job, WeftError } from './runtime.js';
+export { createAgent, Agent, scriptedModel } from './agent.js';
+export { validateToolArguments } from './weft_wasm.js';
 export { createFramesEngine, FramesEngine, evidenceFor } from './frames.js';

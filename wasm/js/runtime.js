@@ -190,6 +190,13 @@ export class Runtime {
     this.#timer = null;
   }
 
+  /** Closes, then frees the registry's wasm memory. The runtime is unusable afterwards. */
+  dispose() {
+    this.close('runtime disposed');
+    this.#reg.free();
+    this.#reg = null;
+  }
+
   /** @internal the wasm registry, for bindings built on it. */
   get registry() {
     return this.#reg;
@@ -413,7 +420,7 @@ export class Job {
       rt._registerWait(waitId, {
         settle: (o) => {
           signal?.removeEventListener('abort', onAbort);
-          if (o.end === 'finished') resolve(rt.registry.job(this.id)?.outcome ?? { outcome: o.outcome });
+          if (o.end === 'finished') resolve(o.result ?? { outcome: o.outcome });
           else if (o.end === 'timed_out')
             reject(new WeftError('WAIT_TIMED_OUT', `wait timed out after ${timeoutMs} ms; the job continues`));
           else reject(new WeftError('WAIT_CANCELLED', 'the wait was cancelled; the job continues', { cause: signal?.reason }));

@@ -12,6 +12,69 @@ use weft_core::jobs::{
 
 use crate::js::{Js, array, error, json, object, opt, opt_bool, opt_f64, opt_string, set};
 
+// Object builders: one JS call per object instead of one per property (hot paths).
+#[wasm_bindgen(inline_js = r#"
+const END = ['finished', 'timed_out', 'cancelled'];
+const KIND = ['succeeded', 'failed', 'cancelled', 'lost'];
+const EVIDENCE = ['never_started', 'acknowledged', 'quiet_no_ack'];
+export function outSend(endpoint, id, kind, value, inputId) {
+  const message = kind === 0 ? { id, type: 'run', payload: value }
+    : kind === 1 ? { id, type: 'cancel' } : { id, type: 'input', inputId, value };
+  return { output: 'send', endpoint, message };
+}
+export function outWait(wait, job, end, outcome) {
+  const o = { output: 'wait_settled', wait, job, end: END[end] };
+  if (outcome !== undefined) { o.outcome = outcome.outcome; o.result = outcome; }
+  return o;
+}
+export function outJob(kind, job, outcome, owner) {
+  switch (kind) {
+    case 0: return { output: 'job_finished', job, outcome: KIND[outcome] };
+    case 1: return { output: 'note_queued', owner, job };
+    case 2: return { output: 'wake', owner, job };
+    case 3: return { output: 'terminate', endpoint: job };
+    default: return { output: 'observed', subscription: job };
+  }
+}
+export function mkOutcome(kind, value, message, code, started, evidence, quietMs, reason) {
+  switch (kind) {
+    case 0: return { outcome: 'succeeded', value };
+    case 1: return { outcome: 'failed', message, code: code ?? null, started };
+    case 2: { const o = { outcome: 'cancelled', evidence: EVIDENCE[evidence] }; if (evidence === 2) o.quietMs = quietMs; return o; }
+    default: return { outcome: 'lost', reason };
+  }
+}
+export function mkSubmitted(job, reused) { return { job, reused }; }
+"#)]
+extern "C" {
+    #[wasm_bindgen(js_name = outSend)]
+    fn out_send(
+        endpoint: f64,
+        id: f64,
+        kind: u32,
+        value: &JsValue,
+        input_id: Option<String>,
+    ) -> JsValue;
+    #[wasm_bindgen(js_name = outWait)]
+    fn out_wait(wait: f64, job: f64, end: u32, outcome: &JsValue) -> JsValue;
+    #[wasm_bindgen(js_name = outJob)]
+    fn out_job(kind: u32, job: f64, outcome: u32, owner: &JsValue) -> JsValue;
+    #[wasm_bindgen(js_name = mkOutcome)]
+    #[allow(clippy::too_many_arguments)]
+    fn mk_outcome(
+        kind: u32,
+        value: &JsValue,
+        message: Option<String>,
+        code: Option<String>,
+        started: bool,
+        evidence: u32,
+        quiet_ms: f64,
+        reason: Option<String>,
+    ) -> JsValue;
+    #[wasm_bindgen(js_name = mkSubmitted)]
+    fn mk_submitted(job: f64, reused: bool) -> JsValue;
+}
+
 fn ms(now: f64) -> u64 {
     if now.is_finite() && now > 0.0 {
         now as u64
@@ -24,7 +87,8 @@ fn ms(now: f64) -> u64 {
 /// caller chooses (the JS runtime uses `performance.now()`).
 #[wasm_bindgen]
 pub struct JobRegistry {
-    inner: Registry<Js>,
+    pub(crate) inner: Registry<Js>,
+    owner_strings: std::collections::HashMap<String, JsValue>,
 }
 
 impl Default for JobRegistry {
@@ -42,6 +106,7 @@ impl JobRegistry {
             inner: Registry::new(RegistryConfig {
                 first_job_id: first_job_id.map(ms).unwrap_or(1).max(1),
             }),
+            owner_strings: Default::default(),
         }
     }
 
@@ -96,7 +161,7 @@ impl JobRegistry {
     #[wasm_bindgen(js_name = onMessage)]
     pub fn on_message(&mut self, now: f64, endpoint: f64, msg: JsValue) -> Result<(), JsValue> {
         self.inner
-            .on_message(ms(now), EndpointId(endpoint as u64), &Js(msg))
+            .on_message(ms(now), EndpointId(endpoint as u64), &Js::from_js(msg))
             .map_err(|e| error(&e))
     }
 
@@ -146,7 +211,7 @@ impl JobRegistry {
         let mut req = Submit::new(
             opt_string(&opts, "owner").unwrap_or_else(|| "app".into()),
             EndpointId(endpoint as u64),
-            Js(payload),
+            Js::from_js(payload),
         );
         if let Some(o) = opt(&opts, "origin") {
             req.origin = Origin {
@@ -159,10 +224,7 @@ impl JobRegistry {
         req.note = opt_bool(&opts, "note").unwrap_or(true);
         req.wake = opt_bool(&opts, "wake").unwrap_or(false);
         let r = self.inner.submit(ms(now), req).map_err(|e| error(&e))?;
-        Ok(object(&[
-            ("job", (r.job.0 as f64).into()),
-            ("reused", r.reused.into()),
-        ]))
+        Ok(mk_submitted(r.job.0 as f64, r.reused))
     }
 
     /// Asks the job's execution to stop; returns the status name.
@@ -183,7 +245,7 @@ impl JobRegistry {
         input_id: Option<String>,
     ) -> Result<String, JsValue> {
         self.inner
-            .send_input(ms(now), JobId(job as u64), input_id, Js(value))
+            .send_input(ms(now), JobId(job as u64), input_id, Js::from_js(value))
             .map_err(|e| error(&e))
     }
 
@@ -267,9 +329,10 @@ impl JobRegistry {
     /// All pending outputs, as JS objects (`{output: "send" | "terminate" | ...}`).
     #[wasm_bindgen(js_name = drainOutputs)]
     pub fn drain_outputs(&mut self) -> Array {
+        let outputs: Vec<_> = self.inner.drain_outputs().collect();
         let out = Array::new();
-        for o in self.inner.drain_outputs() {
-            out.push(&output_js(o));
+        for o in outputs {
+            out.push(&self.output_js(o));
         }
         out
     }
@@ -349,39 +412,36 @@ fn origin_js(o: &Origin) -> JsValue {
 
 /// The outcome as `{outcome, value | message, code, started | evidence, quietMs | reason}`.
 pub fn outcome_js(o: &Outcome<Js>) -> JsValue {
+    let undef = JsValue::UNDEFINED;
     match o {
         Outcome::Succeeded { value } => {
-            object(&[("outcome", "succeeded".into()), ("value", value.0.clone())])
+            mk_outcome(0, &value.to_js(), None, None, false, 0, 0.0, None)
         }
         Outcome::Failed {
             message,
             code,
             started,
-        } => object(&[
-            ("outcome", "failed".into()),
-            ("message", message.as_str().into()),
-            (
-                "code",
-                code.as_deref()
-                    .map(JsValue::from_str)
-                    .unwrap_or(JsValue::NULL),
-            ),
-            ("started", (*started).into()),
-        ]),
+        } => mk_outcome(
+            1,
+            &undef,
+            Some(message.clone()),
+            code.clone(),
+            *started,
+            0,
+            0.0,
+            None,
+        ),
         Outcome::Cancelled { evidence } => {
-            let o = object(&[
-                ("outcome", "cancelled".into()),
-                ("evidence", evidence.as_str().into()),
-            ]);
-            if let CancelEvidence::Quiet { quiet_ms } = evidence {
-                set(&o, "quietMs", *quiet_ms as f64);
-            }
-            o
+            let (e, q) = match evidence {
+                CancelEvidence::NeverStarted => (0, 0.0),
+                CancelEvidence::Acknowledged => (1, 0.0),
+                CancelEvidence::Quiet { quiet_ms } => (2, *quiet_ms as f64),
+            };
+            mk_outcome(2, &undef, None, None, false, e, q, None)
         }
-        Outcome::Lost { reason } => object(&[
-            ("outcome", "lost".into()),
-            ("reason", reason.as_str().into()),
-        ]),
+        Outcome::Lost { reason } => {
+            mk_outcome(3, &undef, None, None, false, 0, 0.0, Some(reason.clone()))
+        }
     }
 }
 
@@ -443,7 +503,7 @@ fn reply_js(r: &Reply<Js>) -> JsValue {
         Reply::Partial { value, .. }
         | Reply::Progress { value, .. }
         | Reply::Done { value, .. } => {
-            set(&o, "value", value.0.clone());
+            set(&o, "value", value.to_js());
         }
         Reply::Error { message, code, .. } => {
             set(&o, "message", message.as_str());
@@ -474,7 +534,7 @@ pub fn event_js(e: &JobEvent<Js>) -> JsValue {
     ]);
     match &e.kind {
         EventKind::Submitted { payload, reuse_key } => {
-            set(&o, "payload", payload.0.clone());
+            set(&o, "payload", payload.to_js());
             if let Some(k) = reuse_key {
                 set(&o, "reuseKey", k.as_str());
             }
@@ -487,7 +547,7 @@ pub fn event_js(e: &JobEvent<Js>) -> JsValue {
             set(&o, "capabilities", caps_js(capabilities));
         }
         EventKind::Progress { value } | EventKind::Partial { value } => {
-            set(&o, "value", value.0.clone())
+            set(&o, "value", value.to_js())
         }
         EventKind::InputDelivered { input_id } | EventKind::InputApplied { input_id } => {
             set(&o, "inputId", input_id.as_str())
@@ -536,70 +596,73 @@ pub fn event_js(e: &JobEvent<Js>) -> JsValue {
     o
 }
 
-fn request_js(r: WireRequest<Js>) -> JsValue {
-    match r {
-        WireRequest::Run { id, payload } => object(&[
-            ("id", (id as f64).into()),
-            ("type", "run".into()),
-            ("payload", payload.0),
-        ]),
-        WireRequest::Cancel { id } => {
-            object(&[("id", (id as f64).into()), ("type", "cancel".into())])
-        }
-        WireRequest::Input {
-            id,
-            input_id,
-            value,
-        } => object(&[
-            ("id", (id as f64).into()),
-            ("type", "input".into()),
-            ("inputId", input_id.into()),
-            ("value", value.0),
-        ]),
+fn kind_code(k: weft_core::jobs::OutcomeKind) -> u32 {
+    use weft_core::jobs::OutcomeKind::*;
+    match k {
+        Succeeded => 0,
+        Failed => 1,
+        Cancelled => 2,
+        Lost => 3,
     }
 }
 
-fn output_js(o: Output<Js>) -> JsValue {
-    match o {
-        Output::Send { endpoint, request } => object(&[
-            ("output", "send".into()),
-            ("endpoint", (endpoint.0 as f64).into()),
-            ("message", request_js(request)),
-        ]),
-        Output::Terminate { endpoint } => object(&[
-            ("output", "terminate".into()),
-            ("endpoint", (endpoint.0 as f64).into()),
-        ]),
-        Output::WaitSettled { wait, job, end } => {
-            let o = object(&[
-                ("output", "wait_settled".into()),
-                ("wait", (wait.0 as f64).into()),
-                ("job", (job.0 as f64).into()),
-                ("end", end.as_str().into()),
-            ]);
-            if let WaitEnd::Finished(k) = end {
-                set(&o, "outcome", k.as_str());
-            }
-            o
+impl JobRegistry {
+    fn owner_js(&mut self, owner: &OwnerId) -> JsValue {
+        if let Some(v) = self.owner_strings.get(&owner.0) {
+            return v.clone();
         }
-        Output::Observed { subscription } => object(&[
-            ("output", "observed".into()),
-            ("subscription", (subscription.0 as f64).into()),
-        ]),
-        Output::JobFinished { job, outcome } => object(&[
-            ("output", "job_finished".into()),
-            ("job", (job.0 as f64).into()),
-            ("outcome", outcome.as_str().into()),
-        ]),
-        Output::NoteQueued { owner, job } => object(&[
-            ("output", "note_queued".into()),
-            ("owner", owner.0.into()),
-            ("job", (job.0 as f64).into()),
-        ]),
-        Output::Wake { owner, job } => object(&[
-            ("output", "wake".into()),
-            ("owner", owner.0.into()),
-            ("job", (job.0 as f64).into()),
-        ]),
+        let v = JsValue::from_str(&owner.0);
+        if self.owner_strings.len() < 1024 {
+            self.owner_strings.insert(owner.0.clone(), v.clone());
+        }
+        v
+    }
+
+    fn output_js(&mut self, o: Output<Js>) -> JsValue {
+        let none = JsValue::UNDEFINED;
+        match o {
+            Output::Send { endpoint, request } => {
+                let ep = endpoint.0 as f64;
+                match request {
+                    WireRequest::Run { id, payload } => {
+                        out_send(ep, id as f64, 0, &payload.to_js(), None)
+                    }
+                    WireRequest::Cancel { id } => out_send(ep, id as f64, 1, &none, None),
+                    WireRequest::Input {
+                        id,
+                        input_id,
+                        value,
+                    } => out_send(ep, id as f64, 2, &value.to_js(), Some(input_id)),
+                }
+            }
+            Output::Terminate { endpoint } => out_job(3, endpoint.0 as f64, 0, &none),
+            Output::WaitSettled { wait, job, end } => {
+                let (code, outcome) = match end {
+                    WaitEnd::Finished(_) => (
+                        0,
+                        self.inner
+                            .job(job)
+                            .and_then(|j| j.outcome())
+                            .map(outcome_js)
+                            .unwrap_or(none),
+                    ),
+                    WaitEnd::TimedOut => (1, none),
+                    WaitEnd::Cancelled => (2, none),
+                };
+                out_wait(wait.0 as f64, job.0 as f64, code, &outcome)
+            }
+            Output::Observed { subscription } => out_job(4, subscription.0 as f64, 0, &none),
+            Output::JobFinished { job, outcome } => {
+                out_job(0, job.0 as f64, kind_code(outcome), &none)
+            }
+            Output::NoteQueued { owner, job } => {
+                let owner = self.owner_js(&owner);
+                out_job(1, job.0 as f64, 0, &owner)
+            }
+            Output::Wake { owner, job } => {
+                let owner = self.owner_js(&owner);
+                out_job(2, job.0 as f64, 0, &owner)
+            }
+        }
     }
 }

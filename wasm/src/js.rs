@@ -36,67 +36,164 @@ export function toJsonText(v) {
   });
   return text === undefined ? 'null' : text;
 }
-export function typeName(v) {
-  if (v === null) return 'null';
-  if (Array.isArray(v)) return 'array';
-  return typeof v;
+const TYPES = ['null', 'array', 'object', 'string', 'number', 'boolean', 'undefined', 'bigint', 'function', 'symbol'];
+export function typeCode(v) {
+  if (v === null) return 0;
+  if (Array.isArray(v)) return 1;
+  const i = TYPES.indexOf(typeof v);
+  return i < 0 ? 9 : i;
 }
+export function field(o, k) {
+  return o !== null && (typeof o === 'object' || typeof o === 'function') ? o[k] : undefined;
+}
+export function isKind(v, s) { return v === s; }
 "#)]
 extern "C" {
     #[wasm_bindgen(js_name = approxSize)]
     fn approx_size(v: &JsValue, limit: f64) -> bool;
     #[wasm_bindgen(js_name = toJsonText)]
     fn to_json_text(v: &JsValue) -> String;
-    #[wasm_bindgen(js_name = typeName)]
-    fn type_name(v: &JsValue) -> String;
+    #[wasm_bindgen(js_name = typeCode)]
+    fn type_code(v: &JsValue) -> u32;
+    /// `o[k]` for objects, `undefined` otherwise (never throws).
+    #[wasm_bindgen(js_name = field)]
+    pub fn js_field(o: &JsValue, k: &JsValue) -> JsValue;
+}
+
+/// Property names the bindings read and write, created in JS once (passing a Rust string to
+/// JS costs a UTF-8 decode; these are hot).
+const KEYS: &[&str] = &[
+    "type",
+    "id",
+    "value",
+    "message",
+    "code",
+    "inputId",
+    "protocol",
+    "capabilities",
+    "input",
+    "cancelAck",
+    "errorCode",
+    "owner",
+    "label",
+    "hello",
+    "helloTimeoutMs",
+    "quietMs",
+    "maxConcurrent",
+    "maxMessageBytes",
+    "declared",
+    "thread",
+    "turn",
+    "toolCall",
+];
+
+thread_local! {
+    static KEY_VALUES: Vec<JsValue> = KEYS.iter().map(|k| JsValue::from_str(k)).collect();
+}
+
+/// The JS string for a property name (cached for the known ones).
+pub fn key(k: &str) -> JsValue {
+    match KEYS.iter().position(|x| *x == k) {
+        Some(i) => KEY_VALUES.with(|v| v[i].clone()),
+        None => JsValue::from_str(k),
+    }
 }
 
 /// A JS value as a core payload: carried by reference, never serialized on the hot path.
+/// Numbers, booleans, null and undefined are kept inline (progress values are usually numbers),
+/// so they occupy no slot in wasm-bindgen's reference table while they sit in a journal.
 #[derive(Clone, Debug)]
-pub struct Js(pub JsValue);
+pub enum Js {
+    Undefined,
+    Null,
+    Bool(bool),
+    Num(f64),
+    Val(JsValue),
+}
+
+impl Js {
+    /// Wraps a JS value.
+    pub fn from_js(v: JsValue) -> Js {
+        match type_code(&v) {
+            0 => Js::Null,
+            4 => Js::Num(v.as_f64().unwrap_or(f64::NAN)),
+            5 => Js::Bool(v.as_bool().unwrap_or(false)),
+            6 => Js::Undefined,
+            _ => Js::Val(v),
+        }
+    }
+
+    /// The JS value.
+    pub fn to_js(&self) -> JsValue {
+        match self {
+            Js::Undefined => JsValue::UNDEFINED,
+            Js::Null => JsValue::NULL,
+            Js::Bool(b) => JsValue::from_bool(*b),
+            Js::Num(n) => JsValue::from_f64(*n),
+            Js::Val(v) => v.clone(),
+        }
+    }
+}
 
 impl Payload for Js {
-    fn field(&self, key: &str) -> Option<Self> {
-        if !self.0.is_object() {
-            return None;
-        }
-        let v = Reflect::get(&self.0, &JsValue::from_str(key)).ok()?;
-        (!v.is_undefined()).then_some(Js(v))
+    fn field(&self, k: &str) -> Option<Self> {
+        let Js::Val(o) = self else { return None };
+        let v = js_field(o, &key(k));
+        (!v.is_undefined()).then(|| Js::from_js(v))
     }
     fn as_f64(&self) -> Option<f64> {
-        self.0.as_f64()
+        match self {
+            Js::Num(n) => Some(*n),
+            _ => None,
+        }
     }
     fn as_text(&self) -> Option<String> {
-        self.0.as_string()
+        match self {
+            Js::Val(v) => v.as_string(),
+            _ => None,
+        }
     }
     fn as_bool(&self) -> Option<bool> {
-        self.0.as_bool()
+        match self {
+            Js::Bool(b) => Some(*b),
+            _ => None,
+        }
     }
     fn type_name(&self) -> &'static str {
-        match type_name(&self.0).as_str() {
-            "null" => "null",
-            "array" => "array",
-            "object" => "object",
-            "string" => "string",
-            "number" => "number",
-            "boolean" => "boolean",
-            "undefined" => "undefined",
-            "bigint" => "bigint",
-            "function" => "function",
-            _ => "symbol",
+        const NAMES: [&str; 10] = [
+            "null",
+            "array",
+            "object",
+            "string",
+            "number",
+            "boolean",
+            "undefined",
+            "bigint",
+            "function",
+            "symbol",
+        ];
+        match self {
+            Js::Undefined => "undefined",
+            Js::Null => "null",
+            Js::Bool(_) => "boolean",
+            Js::Num(_) => "number",
+            Js::Val(v) => NAMES[(type_code(v) as usize).min(9)],
         }
     }
     fn fits_within(&self, limit: usize) -> bool {
-        approx_size(&self.0, limit as f64)
+        match self {
+            Js::Val(v) => approx_size(v, limit as f64),
+            _ => limit >= 24,
+        }
     }
     fn same_as(&self, other: &Self) -> bool {
-        to_json_text(&self.0) == to_json_text(&other.0)
+        to_json_text(&self.to_js()) == to_json_text(&other.to_js())
     }
     fn to_json(&self) -> serde_json::Value {
-        serde_json::from_str(&to_json_text(&self.0)).unwrap_or(serde_json::Value::Null)
+        serde_json::from_str(&to_json_text(&self.to_js())).unwrap_or(serde_json::Value::Null)
     }
     fn null() -> Self {
-        Js(JsValue::NULL)
+        Js::Null
     }
 }
 
@@ -110,8 +207,8 @@ pub fn object(props: &[(&str, JsValue)]) -> JsValue {
 }
 
 /// Sets one property on a JS object.
-pub fn set(o: &JsValue, key: &str, v: impl Into<JsValue>) {
-    Reflect::set(o, &JsValue::from_str(key), &v.into()).expect("set on a plain object");
+pub fn set(o: &JsValue, k: &str, v: impl Into<JsValue>) {
+    Reflect::set(o, &key(k), &v.into()).expect("set on a plain object");
 }
 
 /// A JSON value as a plain JS value (maps become objects).
@@ -138,35 +235,21 @@ pub fn array(items: impl IntoIterator<Item = JsValue>) -> Array {
 }
 
 /// Reads an optional property as a string.
-pub fn opt_string(o: &JsValue, key: &str) -> Option<String> {
-    if !o.is_object() {
-        return None;
-    }
-    Reflect::get(o, &JsValue::from_str(key)).ok()?.as_string()
+pub fn opt_string(o: &JsValue, k: &str) -> Option<String> {
+    js_field(o, &key(k)).as_string()
 }
 
 /// Reads an optional property as a number.
-pub fn opt_f64(o: &JsValue, key: &str) -> Option<f64> {
-    if !o.is_object() {
-        return None;
-    }
-    Reflect::get(o, &JsValue::from_str(key)).ok()?.as_f64()
+pub fn opt_f64(o: &JsValue, k: &str) -> Option<f64> {
+    js_field(o, &key(k)).as_f64()
 }
 
 /// Reads an optional property as a boolean.
-pub fn opt_bool(o: &JsValue, key: &str) -> Option<bool> {
-    if !o.is_object() {
-        return None;
-    }
-    Reflect::get(o, &JsValue::from_str(key)).ok()?.as_bool()
+pub fn opt_bool(o: &JsValue, k: &str) -> Option<bool> {
+    js_field(o, &key(k)).as_bool()
 }
 
 /// Reads an optional property.
-pub fn opt(o: &JsValue, key: &str) -> Option<JsValue> {
-    if !o.is_object() {
-        return None;
-    }
-    Reflect::get(o, &JsValue::from_str(key))
-        .ok()
-        .filter(|v| !v.is_undefined() && !v.is_null())
+pub fn opt(o: &JsValue, k: &str) -> Option<JsValue> {
+    Some(js_field(o, &key(k))).filter(|v| !v.is_undefined() && !v.is_null())
 }

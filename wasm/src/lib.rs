@@ -3,9 +3,11 @@
 //! The bindings translate only: JS values in, core calls, JS values out. The hand-written JS
 //! package (`wasm/js`) adds transports (DOM Worker, `worker_threads`), timers and Promises.
 
+mod agent;
 mod frames;
 mod jobs;
 mod js;
 
+pub use agent::{AgentSession, validate_tool_arguments};
 pub use frames::{FramesEngine, evidence_for};
 pub use jobs::JobRegistry;

@@ -237,7 +237,7 @@ impl<V: Payload> Registry<V> {
                         now,
                         Source::Endpoint(endpoint),
                         EventKind::ProtocolError {
-                            violation: refused.violation,
+                            violation: Box::new(refused.violation),
                         },
                     );
                 }

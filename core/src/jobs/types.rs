@@ -278,7 +278,7 @@ pub enum EventKind<V> {
     },
     /// A malformed message that named this run.
     ProtocolError {
-        violation: Violation,
+        violation: Box<Violation>,
     },
     /// The one accepted terminal outcome.
     Finished {

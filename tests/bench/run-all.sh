@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Runs every benchmark program and prints its figures (no assertions; not part of the tests).
+# Needs what tests/setup.sh installs. Usage: tests/bench/run-all.sh
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+tests/setup.sh >/dev/null
+echo "== wasm package size (release: lto, opt-level s)"
+wasm/build.sh 2>/dev/null | tail -n 1
+echo "== registry throughput, native"
+cargo run -q --release -p weft-bench --bin registry 2>/dev/null
+echo "== agent scheduling overhead per tool call, native"
+cargo run -q --release -p weft-bench --bin tools 2>/dev/null
+cd tests/js
+echo "== registry throughput, wasm under Node"
+node --expose-gc bench/registry.mjs 2>/dev/null
+echo "== worker round trip (weft vs piscina vs workerpool)"
+node bench/roundtrip.mjs
+echo "== cancel latency (Node and Chromium, weft vs workerpool)"
+node bench/cancel-latency.mjs
+echo "== agent scheduling overhead per tool call, JS agent in Node"
+node bench/tools.bench.mjs
