@@ -10,7 +10,7 @@ cargo build -p weft-wasm --target wasm32-unknown-unknown --profile wasm-release
 out="$root/wasm/pkg"
 rm -rf "$out.tmp"
 mkdir -p "$out.tmp"
-wasm-bindgen --target web --out-dir "$out.tmp" --out-name weft_wasm \
+wasm-bindgen --target web --remove-name-section --remove-producers-section --out-dir "$out.tmp" --out-name weft_wasm \
   "$target_dir/wasm32-unknown-unknown/wasm-release/weft_wasm.wasm"
 cp wasm/js/*.js wasm/js/*.mjs wasm/js/*.d.ts wasm/js/package.json "$out.tmp/"
 rm -rf "$out"
