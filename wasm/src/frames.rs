@@ -1,6 +1,8 @@
 //! Bindings of the DGP engine (`weft_core::frames`) for JS: the same engine, rules and records
 //! as `weft serve`, driving a declarative app ([`ScriptedApp`]) described as a plain object.
 //! Time comes in as wall-clock milliseconds; write batches come out for the caller's store.
+//! Records cross the boundary as JSON text (`wasm/js/frames.js` parses and stringifies), so the
+//! module carries one serializer (serde_json's) for them instead of a second one per type.
 
 use js_sys::{Array, Reflect, Uint8Array};
 use wasm_bindgen::prelude::*;
@@ -10,17 +12,16 @@ use weft_core::frames::{
     Engine, EngineConfig, FramesError, Principal, RecordKind, Role, ScriptedApp, Write,
 };
 
-use crate::js::{coded_error, error, json, object, opt_f64};
+use crate::js::{coded_error, error, object, opt_f64, opt_string};
 
-fn to_value(v: &JsValue, what: &str) -> Result<serde_json::Value, JsValue> {
-    serde_wasm_bindgen::from_value(v.clone())
-        .map_err(|e| coded_error("INVALID_MESSAGE", &format!("{what}: {e}")))
+fn text(v: &impl serde::Serialize) -> String {
+    serde_json::to_string(v).expect("records serialize")
 }
 
 fn principal(p: &JsValue) -> Result<Principal, JsValue> {
-    let id = crate::js::opt_string(p, "id")
+    let id = opt_string(p, "id")
         .ok_or_else(|| coded_error("UNAUTHENTICATED", "a principal needs an `id`"))?;
-    let role = match crate::js::opt_string(p, "role").as_deref() {
+    let role = match opt_string(p, "role").as_deref() {
         Some("human") => Role::Human,
         Some("agent") | None => Role::Agent,
         Some(other) => {
@@ -42,11 +43,13 @@ pub struct FramesEngine {
 
 #[wasm_bindgen]
 impl FramesEngine {
-    /// `app`: a scripted app description; `options`: `{frameTtlMs, serviceBudget, idSeed,
-    /// maxMessageBytes}`; `records`: what an earlier engine wrote (`[{kind, key, value}]`).
+    /// `app`: a scripted app description (JSON text); `options`: `{frameTtlMs, serviceBudget,
+    /// idSeed, maxMessageBytes}`; `records`: what an earlier engine wrote (`[{kind, key, value}]`).
     #[wasm_bindgen(constructor)]
-    pub fn new(app: JsValue, options: JsValue, records: JsValue) -> Result<FramesEngine, JsValue> {
-        let app = ScriptedApp::from_json(&to_value(&app, "app")?).map_err(|e| error(&e))?;
+    pub fn new(app: &str, options: JsValue, records: JsValue) -> Result<FramesEngine, JsValue> {
+        let app: serde_json::Value = serde_json::from_str(app)
+            .map_err(|e| coded_error("INVALID_MESSAGE", &format!("app: {e}")))?;
+        let app = ScriptedApp::from_json(&app).map_err(|e| error(&e))?;
         let mut config = EngineConfig::default();
         if let Some(t) = opt_f64(&options, "frameTtlMs") {
             config.frame_ttl_ms = t as u64;
@@ -63,8 +66,8 @@ impl FramesEngine {
         let mut recs = Vec::new();
         if records.is_object() {
             for r in Array::from(&records).iter() {
-                let kind = crate::js::opt_string(&r, "kind").and_then(|k| RecordKind::parse(&k));
-                let key = crate::js::opt_string(&r, "key");
+                let kind = opt_string(&r, "kind").and_then(|k| RecordKind::parse(&k));
+                let key = opt_string(&r, "key");
                 let value = Reflect::get(&r, &"value".into())
                     .ok()
                     .map(|v| Uint8Array::new(&v).to_vec());
@@ -86,37 +89,37 @@ impl FramesEngine {
         })
     }
 
-    /// The discovery document.
-    pub fn manifest(&self) -> JsValue {
-        json(&self.inner.manifest())
+    /// The discovery document (JSON).
+    pub fn manifest(&self) -> String {
+        text(&self.inner.manifest())
     }
 
-    /// Surface summaries.
-    pub fn surfaces(&self) -> JsValue {
-        json(&self.inner.surfaces())
+    /// Surface summaries (JSON).
+    pub fn surfaces(&self) -> String {
+        text(&self.inner.surfaces())
     }
 
-    /// The graph template list.
-    pub fn graphs(&self) -> JsValue {
-        json(&self.inner.graphs())
+    /// The graph template list (JSON).
+    pub fn graphs(&self) -> String {
+        text(&self.inner.graphs())
     }
 
-    /// The services.
-    pub fn services(&self) -> JsValue {
-        json(&self.inner.services())
+    /// The services (JSON).
+    pub fn services(&self) -> String {
+        text(&self.inner.services())
     }
 
-    /// A new immutable frame of a surface.
+    /// A new immutable frame of a surface (JSON).
     pub fn frame(
         &mut self,
         now: f64,
         surface_id: String,
         disclosure: Option<String>,
         horizon: Option<String>,
-    ) -> Result<JsValue, JsValue> {
+    ) -> Result<String, JsValue> {
         let d = self
             .inner
-            .frame(
+            .frame_json(
                 now as u64,
                 &surface_id,
                 disclosure.as_deref(),
@@ -124,53 +127,45 @@ impl FramesEngine {
             )
             .map_err(|e| error(&e))?;
         self.pending.extend(d.writes);
-        Ok(json(&d.value))
+        Ok(String::from_utf8(d.value).expect("JSON is UTF-8"))
     }
 
-    /// The exact stored frame.
+    /// The exact stored frame (JSON).
     #[wasm_bindgen(js_name = storedFrame)]
-    pub fn stored_frame(&self, frame_id: String) -> Result<JsValue, JsValue> {
+    pub fn stored_frame(&self, frame_id: String) -> Result<String, JsValue> {
         self.inner
             .stored_frame(&frame_id)
-            .map(|f| json(&f))
+            .map(|f| text(&f))
             .map_err(|e| error(&e))
     }
 
-    /// Records an assessment. `body` is an object, or JSON text (parsed strictly: duplicate
-    /// keys and non-finite numbers are refused).
-    pub fn assess(&mut self, now: f64, who: JsValue, body: JsValue) -> Result<JsValue, JsValue> {
+    /// Records an assessment; `body` is JSON text, parsed strictly (duplicate keys and
+    /// non-finite numbers are refused).
+    pub fn assess(&mut self, now: f64, who: JsValue, body: &str) -> Result<String, JsValue> {
         let p = principal(&who)?;
-        let d = match body.as_string() {
-            Some(text) => self.inner.assess_bytes(now as u64, &p, text.as_bytes()),
-            None => self
-                .inner
-                .assess(now as u64, &p, to_value(&body, "assessment")?),
-        }
-        .map_err(|e| error(&e))?;
+        let d = self
+            .inner
+            .assess_bytes(now as u64, &p, body.as_bytes())
+            .map_err(|e| error(&e))?;
         self.pending.extend(d.writes);
-        Ok(json(&*d.value))
+        Ok(text(&*d.value))
     }
 
-    /// Commits an assessment under an idempotency key.
+    /// Commits an assessment under an idempotency key; `body` is JSON text.
     pub fn commit(
         &mut self,
         now: f64,
         who: JsValue,
         key: Option<String>,
-        body: JsValue,
-    ) -> Result<JsValue, JsValue> {
+        body: &str,
+    ) -> Result<String, JsValue> {
         let p = principal(&who)?;
-        let d = match body.as_string() {
-            Some(text) => self
-                .inner
-                .commit_bytes(now as u64, &p, key.as_deref(), text.as_bytes()),
-            None => self
-                .inner
-                .commit(now as u64, &p, key.as_deref(), to_value(&body, "commit")?),
-        }
-        .map_err(|e| error(&e))?;
+        let d = self
+            .inner
+            .commit_bytes(now as u64, &p, key.as_deref(), body.as_bytes())
+            .map_err(|e| error(&e))?;
         self.pending.extend(d.writes);
-        Ok(json(&*d.value))
+        Ok(text(&*d.value))
     }
 
     /// Changes the shared policy (every earlier frame becomes stale); returns its revision.
@@ -181,26 +176,23 @@ impl FramesEngine {
         d.value as f64
     }
 
-    /// Entries of an app read view (e.g. `bulletin`).
-    pub fn entries(&self, view: String) -> JsValue {
+    /// Entries of an app read view, e.g. `bulletin` (JSON).
+    pub fn entries(&self, view: String) -> String {
         let list: Vec<serde_json::Value> = self
             .inner
             .entries(&view)
             .iter()
             .map(|e| e.to_json())
             .collect();
-        json(&list)
+        text(&list)
     }
 
-    /// A surface's state and revision.
+    /// A surface's `{state, revision}`, or `null` (JSON).
     #[wasm_bindgen(js_name = surfaceState)]
-    pub fn surface_state(&self, surface_id: String) -> JsValue {
+    pub fn surface_state(&self, surface_id: String) -> String {
         match self.inner.surface_state(&surface_id) {
-            Some((s, rev)) => object(&[
-                ("state", json(s)),
-                ("revision", JsValue::from_f64(rev as f64)),
-            ]),
-            None => JsValue::NULL,
+            Some((s, rev)) => text(&serde_json::json!({"state": s, "revision": rev})),
+            None => "null".into(),
         }
     }
 
@@ -222,16 +214,16 @@ impl FramesEngine {
     }
 }
 
-/// The controller's modality check: the evidence of `decisionId` an assessor reading
-/// `modalities` may receive, or an `UNSUPPORTED_MODALITY` error for required evidence it
-/// cannot consume.
+/// The controller's modality check on a frame (JSON text): the evidence of `decisionId` an
+/// assessor reading `modalities` may receive, or an `UNSUPPORTED_MODALITY` error for required
+/// evidence it cannot consume.
 #[wasm_bindgen(js_name = evidenceFor)]
 pub fn evidence_for(
-    frame: JsValue,
+    frame: &str,
     decision_id: String,
     modalities: Vec<String>,
-) -> Result<JsValue, JsValue> {
-    let frame: Frame = serde_json::from_value(to_value(&frame, "frame")?)
+) -> Result<String, JsValue> {
+    let frame: Frame = serde_json::from_str(frame)
         .map_err(|e| error(&FramesError::InvalidMessage(format!("frame: {e}"))))?;
     let d = frame.decision(&decision_id).ok_or_else(|| {
         error(&FramesError::DecisionNotOffered(format!(
@@ -245,8 +237,7 @@ pub fn evidence_for(
         .iter()
         .map(|e| e.evidence_id.as_str())
         .collect();
-    Ok(object(&[
-        ("evidenceIds", json(&ids)),
-        ("omittedOptional", json(&pack.omitted_optional)),
-    ]))
+    Ok(text(
+        &serde_json::json!({"evidenceIds": ids, "omittedOptional": pack.omitted_optional}),
+    ))
 }
