@@ -74,6 +74,9 @@ pub enum FramesError {
     UntrustedHost(String),
     #[error("{0}")]
     UntrustedOrigin(String),
+    /// The route exists but not with this HTTP method.
+    #[error("{0}")]
+    MethodNotAllowed(String),
     /// The host could not make a write batch durable; the engine refuses further work.
     #[error("{0}")]
     StorageFailure(String),
@@ -117,6 +120,7 @@ impl FramesError {
             SchemaUnsupported(_) => "SCHEMA_UNSUPPORTED",
             UntrustedHost(_) => "UNTRUSTED_HOST",
             UntrustedOrigin(_) => "UNTRUSTED_ORIGIN",
+            MethodNotAllowed(_) => "METHOD_NOT_ALLOWED",
             StorageFailure(_) => "STORAGE_FAILURE",
             CorruptRecord(_) => "CORRUPT_RECORD",
         }
@@ -129,6 +133,7 @@ impl FramesError {
             Unauthenticated(_) => 401,
             Forbidden(_) | HumanApprovalRequired(_) | UntrustedHost(_) | UntrustedOrigin(_) => 403,
             NotFound(_) => 404,
+            MethodNotAllowed(_) => 405,
             CapabilityRequired(_) => 406,
             StaleFrame(_)
             | FrameExpired(_)

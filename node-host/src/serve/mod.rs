@@ -99,6 +99,11 @@ pub fn router(shared: Shared, parts: Vec<Router>) -> Router {
         app = app.merge(p);
     }
     app.fallback(|| async { problem(&FramesError::NotFound("no such route".into())) })
+        .method_not_allowed_fallback(|| async {
+            problem(&FramesError::MethodNotAllowed(
+                "this route does not accept that method".into(),
+            ))
+        })
         .layer(middleware::from_fn_with_state(shared, boundary))
 }
 
