@@ -566,3 +566,54 @@ export function scriptedModel(
 
 /** Validates arguments with weft's schema rules: `{ok, errors}` (INVALID_SCHEMA if unsupported). */
 export function validateToolArguments(schema: Record<string, unknown>, args: unknown): { ok: boolean; errors: string[] };
+
+// ---- Decision frames (DGP 0.1) -------------------------------------------------------------
+
+/** An authenticated principal: the role decides who may commit human-only effects. */
+export interface Principal {
+  id: string;
+  role: 'human' | 'agent';
+}
+
+/** A persisted record of the frames engine. */
+export interface FramesRecord {
+  kind: string;
+  key: string;
+  value: Uint8Array;
+}
+
+/** Options of {@link createFramesEngine}. */
+export interface FramesEngineOptions {
+  /** A declarative app: `{name, resource_kind?, policy?, graph, services?, surfaces, states, always?}`. */
+  app: object;
+  /** Records an earlier engine wrote (reopen after a restart). */
+  records?: FramesRecord[];
+  frameTtlMs?: number;
+  serviceBudget?: number;
+  idSeed?: number;
+  maxMessageBytes?: number;
+  /** Wall-clock milliseconds since the Unix epoch (default `Date.now`). */
+  now?: () => number;
+}
+
+/** The DGP engine. Errors are `Error`s with `.code` (`STALE_FRAME`, `HUMAN_APPROVAL_REQUIRED`, ...). */
+export class FramesEngine {
+  manifest(): any;
+  surfaces(): { dgp: '0.1'; surfaces: any[] };
+  graphs(): any;
+  services(): any;
+  frame(surfaceId: string, options?: { disclosure?: 'next' | 'horizon' | 'full'; horizon?: number }): any;
+  storedFrame(frameId: string): any;
+  assess(principal: Principal, body: object | string): any;
+  commit(principal: Principal, idempotencyKey: string | undefined, body: object | string): any;
+  bumpPolicy(): number;
+  entries(view: string): any[];
+  surfaceState(surfaceId: string): { state: any; revision: number } | null;
+  takeWrites(): FramesRecord[];
+  free(): void;
+}
+
+export function createFramesEngine(options: FramesEngineOptions): FramesEngine;
+
+/** The controller's modality check; throws `UNSUPPORTED_MODALITY` for required evidence it cannot read. */
+export function evidenceFor(frame: any, decisionId: string, modalities: string[]): { evidenceIds: string[]; omittedOptional: string[] };

@@ -30,3 +30,4 @@ export { createRuntime, Runtime, Endpoint, Job, WeftError } from './runtime.js';
 export { createApp, App, Operation } from './ops.js';
 export { createAgent, Agent, scriptedModel } from './agent.js';
 export { validateToolArguments } from './weft_wasm.js';
+export { createFramesEngine, FramesEngine, evidenceFor } from './frames.js';

@@ -4,10 +4,12 @@
 //! package (`wasm/js`) adds transports (DOM Worker, `worker_threads`), timers and Promises.
 
 mod agent;
+mod frames;
 mod jobs;
 mod js;
 mod ops;
 
 pub use agent::{AgentSession, validate_tool_arguments};
+pub use frames::{FramesEngine, evidence_for};
 pub use jobs::JobRegistry;
 pub use ops::OpsApp;

@@ -7,6 +7,7 @@ use wasm_bindgen_test::*;
 const SUITES: &[(&str, &str)] = &[
     ("jobs", include_str!("../../tests/vectors/jobs.json")),
     ("ops", include_str!("../../tests/vectors/ops.json")),
+    ("frames", include_str!("../../tests/vectors/frames.json")),
     ("tools", include_str!("../../tests/vectors/tools.json")),
 ];
 
