@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs what the tests need, skipping whatever is already there: the wasm32 target,
-# wasm-bindgen-cli 0.2.130, Debian's Chromium + ChromeDriver, and the npm packages of tests/js.
+# wasm-bindgen-cli 0.2.130, Debian's Chromium + ChromeDriver, Python's jsonschema, and the npm
+# packages of tests/js.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -21,6 +22,12 @@ if [ ! -x /usr/bin/chromium ] || [ ! -x /usr/bin/chromedriver ]; then
   echo "setup: installing chromium and chromium-driver"
   $SUDO apt-get update -qq
   $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver
+fi
+
+# Python's jsonschema validates DGP records in the node-host tests and runs the shared smoke check.
+if ! python3 -c 'import jsonschema' 2>/dev/null; then
+  echo "setup: installing the Python jsonschema package"
+  python3 -m pip install --quiet jsonschema 2>/dev/null || python3 -m pip install --quiet --break-system-packages jsonschema
 fi
 
 npm_install() { # dir: npm ci when the lock changed since the last install

@@ -50,6 +50,7 @@ pub fn run_suite(text: &str) -> Result<Vec<VectorResult>, String> {
             .iter()
             .map(crate::tools::vectors::run_vector)
             .collect()),
+        "frames" => crate::frames::conformance::run(&suite),
         other => Err(format!("unknown suite kind `{other}`")),
     }
 }

@@ -2,7 +2,9 @@
 //! sockets and clocks; it holds no rule of its own.
 
 pub mod actors;
+pub mod agent;
 pub mod agent_host;
 pub mod desk;
 pub mod jobs_host;
 pub mod run;
+pub mod serve;

@@ -3,7 +3,7 @@
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
-use weft_host::{actors, run};
+use weft_host::{actors, agent, run, serve};
 
 /// weft — a portable runtime for applications that people and agents drive together.
 #[derive(Parser)]
@@ -17,6 +17,10 @@ struct Cli {
 enum Command {
     /// Run a worker script as a child process (JSON lines on stdio) and follow its job.
     Run(run::RunArgs),
+    /// Serve ThreadDesk over the DGP 0.1 HTTP binding (SQLite storage, bearer tokens).
+    Serve(serve::ServeArgs),
+    /// Drive DGP surfaces as an agent: read frames, judge, assess, commit; stop for humans.
+    Agent(agent::AgentArgs),
     /// Agent chat as a persisted graph of actor nodes ($CHAT_ROOT): spawn, route, status, audit, desk.
     Actors(actors::cli::ActorsArgs),
 }
@@ -31,6 +35,8 @@ fn main() -> ExitCode {
     rt.block_on(async {
         match cli.command {
             Command::Run(args) => run::main(args).await,
+            Command::Serve(args) => serve::main(args).await,
+            Command::Agent(args) => agent::main(args).await,
             Command::Actors(args) => actors::cli::main(args).await,
         }
     })

@@ -314,3 +314,79 @@ fn the_desk_serves_the_ui_and_the_api_and_pushes_changes() {
     assert_eq!(st, 201, "the desk's own origin may write");
     assert!(read_disk(&r).metas.contains_key("csrf"));
 }
+
+#[test]
+fn weft_serve_mounts_the_desk_beside_threaddesk() {
+    let dir = scratch("serve-desk");
+    let chat = dir.join("chat");
+    let mut child = weft()
+        .args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
+        .arg(dir.join("data"))
+        .arg("--chat-root")
+        .arg(&chat)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap();
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    let mut addr = None;
+    let mut desk_line = false;
+    for _ in 0..12 {
+        let mut line = String::new();
+        if out.read_line(&mut line).unwrap() == 0 {
+            break;
+        }
+        if addr.is_none() {
+            addr = line
+                .split("http://")
+                .nth(1)
+                .and_then(|r| r.split('/').next())
+                .map(str::to_owned);
+        }
+        desk_line |= line.contains("actor desk:");
+        if line.contains("discovery:") {
+            break;
+        }
+    }
+    let addr = addr.expect("weft serve prints its URL");
+    assert!(desk_line, "weft serve announces the desk");
+    let d = Desk { child, addr };
+    assert_eq!(http(&d.addr, "GET", "/actors/", None).0, 200);
+    assert_eq!(get(&d.addr, "/api/actors/graph")["root"], "coordinator");
+    let (st, s) = post(
+        &d.addr,
+        "/api/actors/spawn",
+        json!({"parent": "coordinator", "title": "served"}),
+    );
+    assert_eq!((st, s["id"].as_str()), (201, Some("served")));
+    assert!(read_disk(&chat).metas.contains_key("served"));
+    // ThreadDesk is still there, and serve's own boundary guards the desk routes too.
+    assert_eq!(http(&d.addr, "GET", "/.well-known/dgp", None).0, 200);
+    let (st, _, _) = raw(
+        &d.addr,
+        "GET",
+        "/api/actors/graph",
+        None,
+        "host: evil.example\r\n",
+    );
+    assert_eq!(st, 403);
+}
+
+#[test]
+fn the_desk_refuses_a_non_loopback_address() {
+    let dir = scratch("desk-public");
+    let out = weft()
+        .args([
+            "actors",
+            "desk",
+            dir.join("chat").to_str().unwrap(),
+            "--listen",
+            "0.0.0.0:0",
+            "--json",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(64));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("no authentication"));
+    assert!(!dir.join("chat").exists(), "nothing was created");
+}

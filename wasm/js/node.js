@@ -47,3 +47,4 @@ export { openActorStore, deleteActorStore, ActorStore } from './actors.js';
 export { createApp, App, Operation } from './ops.js';
 export { createAgent, Agent, scriptedModel } from './agent.js';
 export { validateToolArguments } from './weft_wasm.js';
+export { createFramesEngine, FramesEngine, evidenceFor } from './frames.js';

@@ -5,11 +5,13 @@
 
 mod actors;
 mod agent;
+mod frames;
 mod jobs;
 mod js;
 mod ops;
 
 pub use actors::{ActorGraphJs, actor_config};
 pub use agent::{AgentSession, validate_tool_arguments};
+pub use frames::{FramesEngine, evidence_for};
 pub use jobs::JobRegistry;
 pub use ops::OpsApp;

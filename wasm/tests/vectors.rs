@@ -8,6 +8,7 @@ const SUITES: &[(&str, &str)] = &[
     ("jobs", include_str!("../../tests/vectors/jobs.json")),
     ("actors", include_str!("../../tests/vectors/actors.json")),
     ("ops", include_str!("../../tests/vectors/ops.json")),
+    ("frames", include_str!("../../tests/vectors/frames.json")),
     ("tools", include_str!("../../tests/vectors/tools.json")),
 ];
 

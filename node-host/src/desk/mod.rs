@@ -275,6 +275,36 @@ pub fn router(state: DeskState) -> Router {
         .with_state(state)
 }
 
+/// The desk has no authentication of its own: it only listens on loopback addresses.
+fn check_loopback(addr: SocketAddr) -> Result<(), ActorsError> {
+    if addr.ip().is_loopback() {
+        Ok(())
+    } else {
+        Err(ActorsError::InvalidArgument(format!(
+            "the actor desk has no authentication; serve it on a loopback address, not {addr}"
+        )))
+    }
+}
+
+/// Opens `root` (with the harness variables of the environment) for a server bound to `addr`
+/// and returns the desk's routes to merge into it (what `weft serve --chat-root` does).
+pub async fn mount(root: &Path, addr: SocketAddr) -> Result<Router, String> {
+    let fail = |e: ActorsError| format!("{}: error[{}]: {e}", root.display(), e.code());
+    check_loopback(addr).map_err(fail)?;
+    let (config, notes) = crate::actors::config_from_env().map_err(fail)?;
+    for n in notes {
+        eprintln!("weft serve: note: {n}");
+    }
+    let owned = root.to_owned();
+    let state = tokio::task::spawn_blocking(move || {
+        DeskState::open(&owned, config, Duration::from_secs(10))
+    })
+    .await
+    .map_err(|e| e.to_string())?
+    .map_err(fail)?;
+    Ok(router(state))
+}
+
 /// Opens `root` and serves the desk alone on `listen` until Ctrl-C. Prints the URL.
 pub async fn serve_root(
     root: &Path,
@@ -282,18 +312,19 @@ pub async fn serve_root(
     listen: &str,
     wait: Duration,
 ) -> Result<(), ActorsError> {
-    let state = {
-        let root = root.to_owned();
-        tokio::task::spawn_blocking(move || DeskState::open(&root, config, wait))
-            .await
-            .map_err(|e| ActorsError::StoreIo(e.to_string()))??
-    };
     let listener = tokio::net::TcpListener::bind(listen)
         .await
         .map_err(|e| ActorsError::StoreIo(format!("listen on {listen}: {e}")))?;
     let addr = listener
         .local_addr()
         .map_err(|e| ActorsError::StoreIo(e.to_string()))?;
+    check_loopback(addr)?;
+    let state = {
+        let root = root.to_owned();
+        tokio::task::spawn_blocking(move || DeskState::open(&root, config, wait))
+            .await
+            .map_err(|e| ActorsError::StoreIo(e.to_string()))??
+    };
     println!("weft desk: http://{addr}/actors/ (root {})", root.display());
     let app = router(state).layer(axum::middleware::from_fn_with_state(addr, boundary));
     axum::serve(listener, app)

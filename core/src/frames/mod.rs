@@ -1,0 +1,37 @@
+//! Decision frames: a DGP 0.1 (Decision Graph Protocol) engine.
+//!
+//! An application publishes what can be judged, supplied and committed in its current state.
+//! The engine turns that into immutable frames (observations, decision instances, a read set of
+//! resource revisions including the shared policy), records assessments, and guards commits in
+//! the order the specification prescribes before the app applies a transition and a receipt is
+//! issued. It is sans-IO: time and id seeds come in, write batches come out, and the host makes
+//! each batch durable before releasing the result.
+//!
+//! * [`types`] — the wire records of `dgp.schema.json`.
+//! * [`engine`] — surfaces, frames, assessments, commits, receipts, idempotency, budgets.
+//! * [`app`] — the seam an application implements ([`App`]).
+//! * [`validate`] — strict JSON, schema constraints, input-schema validation.
+//! * [`controller`] — the client-side rules (`weft agent`): next step, modality check, stops.
+//! * [`scripted`] — a declarative [`App`] (used by the conformance vectors and from JS).
+
+pub mod app;
+pub mod conformance;
+pub mod controller;
+pub mod engine;
+mod error;
+pub mod features;
+pub mod graph;
+pub mod image;
+pub mod scripted;
+pub mod time;
+pub mod types;
+pub mod validate;
+
+#[cfg(test)]
+mod tests;
+
+pub use app::{App, Applied, ApplyCtx, Principal, Role, Summary, SurfaceCtx};
+pub use engine::{BlobMeta, Done, Engine, EngineConfig, Entry, RecordKind, Snapshot, Write};
+pub use error::FramesError;
+pub use scripted::ScriptedApp;
+pub use time::UnixMillis;

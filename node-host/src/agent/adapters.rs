@@ -1,0 +1,255 @@
+//! Decision adapters (who judges a decision) and text services (who fills an input node).
+//! The controller talks to both through traits, so fixtures, an external HTTP service, or a
+//! future model integration are interchangeable.
+
+use std::future::Future;
+use std::pin::Pin;
+
+use serde_json::{Value, json};
+use weft_core::frames::FramesError;
+use weft_core::frames::controller::EvidencePack;
+use weft_core::frames::types::*;
+
+use super::client::{CallError, Client};
+
+/// A boxed, sendable future.
+pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// Judges decisions. `modalities` are the evidence kinds it really consumes: the controller
+/// refuses (`UNSUPPORTED_MODALITY`) to send it a decision whose required evidence it cannot see.
+pub trait DecisionAdapter: Send + Sync {
+    /// Evidence kinds this adapter consumes (`text`, `json`, `image`, ...).
+    fn modalities(&self) -> Vec<String>;
+    /// A result for `decision`, and the resolver identity to record.
+    fn decide<'a>(
+        &'a self,
+        frame: &'a Frame,
+        decision: &'a Decision,
+        evidence: &'a EvidencePack,
+    ) -> BoxFuture<'a, Result<(AssessmentResult, Resolver), CallError>>;
+}
+
+/// Produces text for input nodes that name a fulfilment service.
+pub trait TextService: Send + Sync {
+    /// Evidence kinds the service consumes.
+    fn modalities(&self) -> Vec<String>;
+    /// Text for `decision`'s fulfilment, and the resolver identity to record.
+    fn generate<'a>(
+        &'a self,
+        frame: &'a Frame,
+        decision: &'a Decision,
+        evidence: &'a EvidencePack,
+    ) -> BoxFuture<'a, Result<(String, Resolver), CallError>>;
+}
+
+fn answered(answer: Answer) -> AssessmentResult {
+    AssessmentResult {
+        status: ResultStatus::Answered,
+        answer: Some(answer),
+        reason: None,
+        uncertainty: None,
+        extensions: None,
+    }
+}
+
+fn choice(id: &str) -> AssessmentResult {
+    answered(Answer::Choice(ChoiceAnswer {
+        choice: id.into(),
+        input: Default::default(),
+        extensions: None,
+    }))
+}
+
+/// Deterministic fixtures reproducing the seed's walkthroughs; not a model, and labelled so.
+///
+/// recovery: `retry` on thread-42 while offered, else `request_reasoning` while offered, else
+/// `investigate`; update: `draft_update` while offered, else `finish`; review: `publish` (the
+/// controller stops there: it needs a human); any other choice: the first option by id.
+pub struct FixtureAdapter;
+
+impl DecisionAdapter for FixtureAdapter {
+    fn modalities(&self) -> Vec<String> {
+        vec!["text".into(), "json".into()]
+    }
+
+    fn decide<'a>(
+        &'a self,
+        frame: &'a Frame,
+        d: &'a Decision,
+        _evidence: &'a EvidencePack,
+    ) -> BoxFuture<'a, Result<(AssessmentResult, Resolver), CallError>> {
+        Box::pin(async move {
+            let resolver = Resolver {
+                kind: ResolverKind::Rule,
+                provider: Some("weft-fixture".into()),
+                model: Some("deterministic-fixtures-not-a-model".into()),
+                extensions: None,
+            };
+            let offered = |id: &str| d.option(id).is_some();
+            let pick = match d.kind {
+                DecisionKind::Choice => match d.node_id.as_str() {
+                    "recovery" if frame.surface_id == "thread-42" && offered("retry") => "retry",
+                    "recovery" if offered("request_reasoning") => "request_reasoning",
+                    "recovery" if offered("investigate") => "investigate",
+                    "update" if offered("draft_update") => "draft_update",
+                    "update" if offered("finish") => "finish",
+                    "review" if offered("publish") => "publish",
+                    _ => {
+                        let mut ids: Vec<&str> =
+                            d.options.iter().flatten().map(|o| o.id.as_str()).collect();
+                        ids.sort();
+                        ids.first().copied().ok_or_else(|| {
+                            CallError::from(FramesError::InvalidChoice("no options".into()))
+                        })?
+                    }
+                },
+                DecisionKind::Probability => {
+                    return Ok((
+                        answered(Answer::Probability(ProbabilityAnswer {
+                            probability: 0.5,
+                            extensions: None,
+                        })),
+                        resolver,
+                    ));
+                }
+                DecisionKind::Score => {
+                    return Ok((
+                        answered(Answer::Score(ScoreAnswer {
+                            score: 0.0,
+                            extensions: None,
+                        })),
+                        resolver,
+                    ));
+                }
+                DecisionKind::Input => {
+                    return Err(FramesError::InvalidAnswer(
+                        "the fixture adapter does not write free input".into(),
+                    )
+                    .into());
+                }
+            };
+            Ok((choice(pick), resolver))
+        })
+    }
+}
+
+/// Canned texts for the fixture services (`llm.reason`, `llm.generate_text`); not model output.
+pub struct FixtureText;
+
+impl TextService for FixtureText {
+    fn modalities(&self) -> Vec<String> {
+        vec!["text".into(), "json".into()]
+    }
+
+    fn generate<'a>(
+        &'a self,
+        _frame: &'a Frame,
+        d: &'a Decision,
+        _evidence: &'a EvidencePack,
+    ) -> BoxFuture<'a, Result<(String, Resolver), CallError>> {
+        Box::pin(async move {
+            let service = d.fulfillment.as_ref().map_or("", |f| f.service_id.as_str());
+            let text = if service == "llm.reason" {
+                "FIXTURE ANALYSIS: the runner exit does not identify a reliable cause, and the log does not justify \
+                 repeated retries. An engineer should inspect the runner configuration and collect more logs."
+            } else {
+                "FIXTURE DRAFT: the simulated CI retry completed successfully. No real tests were executed. \
+                 This update awaits human review and has not been sent anywhere."
+            };
+            Ok((
+                text.to_owned(),
+                Resolver {
+                    kind: ResolverKind::Rule,
+                    provider: Some("weft-fixture".into()),
+                    model: Some("canned-text-not-a-model".into()),
+                    extensions: None,
+                },
+            ))
+        })
+    }
+}
+
+/// An external decision service over HTTP.
+///
+/// Request: `POST <url>` with `{"dgp": "0.1", "surface_id", "frame_id", "decision": Decision,
+/// "evidence": [Evidence...], "omitted_optional_evidence": [ids]}`. Answer:
+/// `{"result": AssessmentResult, "resolver": Resolver}`. The result is validated against the
+/// decision before it is recorded; evidence is data, never instructions.
+pub struct HttpAdapter {
+    pub client: Client,
+    pub url: String,
+    pub modalities: Vec<String>,
+}
+
+impl DecisionAdapter for HttpAdapter {
+    fn modalities(&self) -> Vec<String> {
+        self.modalities.clone()
+    }
+
+    fn decide<'a>(
+        &'a self,
+        frame: &'a Frame,
+        d: &'a Decision,
+        ev: &'a EvidencePack,
+    ) -> BoxFuture<'a, Result<(AssessmentResult, Resolver), CallError>> {
+        Box::pin(async move {
+            let body = json!({
+                "dgp": "0.1", "surface_id": frame.surface_id, "frame_id": frame.frame_id,
+                "decision": d, "evidence": ev.evidence, "omitted_optional_evidence": ev.omitted_optional,
+            });
+            let v = self.client.post(&self.url, &body, &[]).await?;
+            let bad =
+                |e: String| CallError::Transport(format!("decision service answered badly: {e}"));
+            let result: AssessmentResult =
+                serde_json::from_value(v["result"].clone()).map_err(|e| bad(e.to_string()))?;
+            let resolver: Resolver =
+                serde_json::from_value(v["resolver"].clone()).map_err(|e| bad(e.to_string()))?;
+            weft_core::frames::validate::check_result_shape(&result)?;
+            Ok((result, resolver))
+        })
+    }
+}
+
+/// An external text service over HTTP: `POST <url>` with `{"service_id", "purpose",
+/// "output_field", "max_chars", "evidence": [...]}`; answer `{"text": "...", "resolver"?: {...}}`.
+pub struct HttpText {
+    pub client: Client,
+    pub url: String,
+}
+
+impl TextService for HttpText {
+    fn modalities(&self) -> Vec<String> {
+        vec!["text".into(), "json".into()]
+    }
+
+    fn generate<'a>(
+        &'a self,
+        _frame: &'a Frame,
+        d: &'a Decision,
+        ev: &'a EvidencePack,
+    ) -> BoxFuture<'a, Result<(String, Resolver), CallError>> {
+        Box::pin(async move {
+            let f = d
+                .fulfillment
+                .as_ref()
+                .ok_or_else(|| CallError::Transport("no fulfillment".into()))?;
+            let max = d
+                .input_schema
+                .as_ref()
+                .and_then(|s| s["properties"][&f.output_field]["maxLength"].as_u64());
+            let body = json!({"service_id": f.service_id, "purpose": f.purpose, "output_field": f.output_field,
+                              "max_chars": max, "evidence": ev.evidence});
+            let v: Value = self.client.post(&self.url, &body, &[]).await?;
+            let text = v["text"].as_str().ok_or_else(|| {
+                CallError::Transport("text service answered without `text`".into())
+            })?;
+            let resolver = serde_json::from_value(v["resolver"].clone()).unwrap_or(Resolver {
+                kind: ResolverKind::Llm,
+                provider: Some("http-text-service".into()),
+                model: None,
+                extensions: None,
+            });
+            Ok((text.to_owned(), resolver))
+        })
+    }
+}

@@ -1,0 +1,352 @@
+//! `dgp-load`: a loopback load generator for `weft serve` (the DGP 0.1 binding). It prints
+//! figures and asserts nothing.
+//!
+//! Phase 1 reads frames (`GET /dgp/surfaces/{id}/frame`, each one a new immutable frame that is
+//! persisted before it is returned). Phase 2 commits: every commit is a real state change with
+//! read-set checking — the client reads a frame, records a note assessment and commits it with
+//! an idempotency key; the server checks the thread and policy revisions, applies the note,
+//! bumps the revision and makes the receipt durable before answering. Each client owns one
+//! thread, so commits do not conflict. Phase 3 races clients on one thread and reports how many
+//! commits won (exactly one per revision) and how many were refused as stale.
+//!
+//! Usage: `dgp-load [--weft target/release/weft] [--base-url URL --token T] [--seconds 5]
+//! [--clients 64]`. Without `--base-url` it starts `weft serve` on a free port with a temporary
+//! data directory and `--extra-threads` for the clients.
+
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper::{Method, Request};
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
+use serde_json::{Value, json};
+
+type Http = Client<HttpConnector, Full<Bytes>>;
+
+struct Target {
+    http: Http,
+    base: String,
+    token: String,
+}
+
+impl Target {
+    async fn call(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<&Value>,
+        key: Option<&str>,
+    ) -> (u16, Value) {
+        let (status, bytes) = self.raw(method, path, body, key).await;
+        (
+            status,
+            serde_json::from_slice(&bytes).unwrap_or(Value::Null),
+        )
+    }
+
+    async fn raw(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<&Value>,
+        key: Option<&str>,
+    ) -> (u16, Bytes) {
+        let mut req = Request::builder()
+            .method(method)
+            .uri(format!("{}{path}", self.base))
+            .header("authorization", format!("Bearer {}", self.token));
+        if body.is_some() {
+            req = req.header("content-type", "application/json");
+        }
+        if let Some(k) = key {
+            req = req.header("idempotency-key", k);
+        }
+        let bytes = body
+            .map(|b| serde_json::to_vec(b).unwrap())
+            .unwrap_or_default();
+        let resp = self
+            .http
+            .request(req.body(Full::new(Bytes::from(bytes))).unwrap())
+            .await
+            .expect("request");
+        let status = resp.status().as_u16();
+        (
+            status,
+            resp.into_body().collect().await.expect("body").to_bytes(),
+        )
+    }
+}
+
+fn arg(name: &str) -> Option<String> {
+    let args: Vec<String> = std::env::args().collect();
+    args.iter()
+        .position(|a| a == name)
+        .and_then(|i| args.get(i + 1).cloned())
+}
+
+fn percentile(sorted: &[u32], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[i] as f64 / 1000.0
+}
+
+fn report(name: &str, count: u64, secs: f64, mut lat: Vec<u32>, extra: &str) {
+    lat.sort_unstable();
+    println!(
+        "{name:<14} {:>9.0}/s   ({count} in {secs:.1}s)   p50 {:.2} ms   p99 {:.2} ms{extra}",
+        count as f64 / secs,
+        percentile(&lat, 0.50),
+        percentile(&lat, 0.99)
+    );
+}
+
+async fn frames(t: Arc<Target>, clients: usize, dur: Duration) {
+    let stop = Instant::now() + dur;
+    let started = Instant::now();
+    let mut tasks = Vec::new();
+    for i in 0..clients {
+        let t = t.clone();
+        tasks.push(tokio::spawn(async move {
+            let path = format!("/dgp/surfaces/thread-{}/frame", 1000 + i);
+            let mut lat = Vec::new();
+            while Instant::now() < stop {
+                let s = Instant::now();
+                let (status, body) = t.raw(Method::GET, &path, None, None).await;
+                assert!(status == 200 && body.len() > 1000, "{status}");
+                lat.push(s.elapsed().as_micros() as u32);
+            }
+            lat
+        }));
+    }
+    let mut all = Vec::new();
+    for task in tasks {
+        all.extend(task.await.unwrap());
+    }
+    report(
+        "frame reads",
+        all.len() as u64,
+        started.elapsed().as_secs_f64(),
+        all,
+        "",
+    );
+}
+
+fn assessment(frame: &Value, id: String, text: String) -> Value {
+    let fid = frame["frame_id"].as_str().unwrap();
+    json!({"dgp": "0.1", "assessment_id": id, "frame_id": fid, "decision_id": format!("{fid}:note"),
+           "mode": "live", "resolver": {"kind": "rule"},
+           "result": {"status": "answered", "answer": {"value": {"text": text}}}})
+}
+
+fn commit_of(a: &Value) -> Value {
+    json!({"dgp": "0.1", "frame_id": a["frame_id"], "decision_id": a["decision_id"], "assessment_id": a["assessment_id"]})
+}
+
+/// Threads each client commits to, in turn.
+const PER_CLIENT: usize = 40;
+
+/// The `frame_id` of a frame's JSON (the second field weft writes), without parsing it all.
+fn frame_id(bytes: &[u8]) -> String {
+    let text = std::str::from_utf8(bytes).expect("UTF-8");
+    let at = text.find("\"frame_id\":\"").expect("a frame") + 12;
+    text[at..at + text[at..].find('"').unwrap()].to_owned()
+}
+
+static SEQ: AtomicU64 = AtomicU64::new(0);
+
+fn unique(prefix: &str) -> String {
+    format!(
+        "{prefix}-{}-{}",
+        std::process::id(),
+        SEQ.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+async fn commits(t: Arc<Target>, clients: usize, dur: Duration) {
+    let stop = Instant::now() + dur;
+    let started = Instant::now();
+    let mut tasks = Vec::new();
+    for i in 0..clients {
+        let t = t.clone();
+        tasks.push(tokio::spawn(async move {
+            let (mut cycle, mut commit_only, mut failed) = (Vec::new(), Vec::new(), 0u64);
+            let mut round = 0;
+            while Instant::now() < stop {
+                // Each client cycles over its own threads, so frames stay small and no two
+                // clients ever contend for one thread.
+                let thread = 1000 + clients + i * PER_CLIENT + round % PER_CLIENT;
+                round += 1;
+                let s = Instant::now();
+                let (_, bytes) = t
+                    .raw(
+                        Method::GET,
+                        &format!("/dgp/surfaces/thread-{thread}/frame"),
+                        None,
+                        None,
+                    )
+                    .await;
+                let frame = json!({"frame_id": frame_id(&bytes)});
+                let a = assessment(
+                    &frame,
+                    unique("a"),
+                    format!("load note {}", SEQ.load(Ordering::Relaxed)),
+                );
+                let (st, _) = t
+                    .call(Method::POST, "/dgp/assessments", Some(&a), None)
+                    .await;
+                assert_eq!(st, 200);
+                let c = Instant::now();
+                let (st, receipt) = t
+                    .call(
+                        Method::POST,
+                        "/dgp/commits",
+                        Some(&commit_of(&a)),
+                        Some(&unique("k")),
+                    )
+                    .await;
+                if st == 200 && receipt["status"] == "succeeded" {
+                    commit_only.push(c.elapsed().as_micros() as u32);
+                    cycle.push(s.elapsed().as_micros() as u32);
+                } else {
+                    failed += 1;
+                }
+            }
+            (cycle, commit_only, failed)
+        }));
+    }
+    let (mut cycle, mut only, mut failed) = (Vec::new(), Vec::new(), 0);
+    for task in tasks {
+        let (c, o, f) = task.await.unwrap();
+        cycle.extend(c);
+        only.extend(o);
+        failed += f;
+    }
+    let secs = started.elapsed().as_secs_f64();
+    let n = cycle.len() as u64;
+    report(
+        "commits",
+        n,
+        secs,
+        only,
+        &format!("   (POST /dgp/commits alone; {failed} refused)"),
+    );
+    report(
+        "  full cycle",
+        n,
+        secs,
+        cycle,
+        "   (frame + assessment + commit)",
+    );
+}
+
+async fn race(t: Arc<Target>, clients: usize, rounds: usize) {
+    let (mut won, mut stale, mut other) = (0, 0, 0);
+    for _ in 0..rounds {
+        let (_, frame) = t
+            .call(Method::GET, "/dgp/surfaces/thread-42/frame", None, None)
+            .await;
+        let mut assessed = Vec::new();
+        for _ in 0..clients {
+            let a = assessment(&frame, unique("r"), "racing note".into());
+            t.call(Method::POST, "/dgp/assessments", Some(&a), None)
+                .await;
+            assessed.push(a);
+        }
+        let tasks: Vec<_> = assessed
+            .into_iter()
+            .map(|a| {
+                let t = t.clone();
+                tokio::spawn(async move {
+                    t.call(
+                        Method::POST,
+                        "/dgp/commits",
+                        Some(&commit_of(&a)),
+                        Some(&unique("rk")),
+                    )
+                    .await
+                })
+            })
+            .collect();
+        for task in tasks {
+            match task.await.unwrap() {
+                (200, _) => won += 1,
+                (409, p) if p["code"] == "STALE_FRAME" => stale += 1,
+                _ => other += 1,
+            }
+        }
+    }
+    println!(
+        "race           {rounds} rounds x {clients} conflicting commits: {won} succeeded, {stale} STALE_FRAME, {other} other"
+    );
+}
+
+fn main() {
+    let seconds: u64 = arg("--seconds").and_then(|s| s.parse().ok()).unwrap_or(5);
+    let clients: usize = arg("--clients").and_then(|s| s.parse().ok()).unwrap_or(64);
+    let mut child = None;
+    let (base, token, durability) = match arg("--base-url") {
+        Some(b) => (
+            b,
+            arg("--token").expect("--token with --base-url"),
+            "as configured by that server".to_owned(),
+        ),
+        None => {
+            let weft = arg("--weft").unwrap_or_else(|| "target/release/weft".into());
+            let dir = std::env::temp_dir().join(format!("weft-dgp-load-{}", std::process::id()));
+            let mut c = Command::new(&weft)
+                .args(["serve", "--listen", "127.0.0.1:0", "--extra-threads", &(clients * (PER_CLIENT + 1)).to_string(), "--data-dir"])
+                .arg(&dir)
+                .env("WEFT_AGENT_TOKEN", "bench-agent-token")
+                .env("WEFT_HUMAN_TOKEN", "bench-human-token")
+                .stdout(Stdio::piped())
+                .spawn()
+                .unwrap_or_else(|e| panic!("cannot start {weft} (build it with `cargo build --release -p weft-host`): {e}"));
+            use std::io::BufRead;
+            let mut lines = std::io::BufReader::new(c.stdout.take().unwrap()).lines();
+            let first = lines.next().unwrap().unwrap();
+            let url = first
+                .split_whitespace()
+                .find(|w| w.starts_with("http://"))
+                .unwrap()
+                .trim_end_matches('/')
+                .to_owned();
+            let data = lines.next().unwrap().unwrap();
+            std::thread::spawn(move || for _ in lines {});
+            child = Some((c, dir));
+            (
+                url,
+                "bench-agent-token".to_owned(),
+                data.trim().trim_start_matches("data:").trim().to_owned(),
+            )
+        }
+    };
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let mut http = Client::builder(TokioExecutor::new());
+        http.pool_max_idle_per_host(clients * 2);
+        let t = Arc::new(Target { http: http.build_http(), base: base.clone(), token });
+        println!("dgp-load: {base}  clients {clients}  {seconds}s per phase  (load generator: 1 Tokio worker; server: weft serve)");
+        println!("storage:       {durability}");
+        frames(t.clone(), clients, Duration::from_secs(seconds)).await;
+        commits(t.clone(), clients, Duration::from_secs(seconds)).await;
+        race(t, 16, 20).await;
+    });
+    if let Some((mut c, dir)) = child {
+        let _ = Command::new("kill")
+            .args(["-INT", &c.id().to_string()])
+            .status();
+        let _ = c.wait();
+        let _ = std::fs::remove_dir_all(dir);
+    }
+}

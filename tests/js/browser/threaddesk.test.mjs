@@ -1,0 +1,124 @@
+// ThreadDesk's browser UI in real Chromium against a real `weft serve`: two tabs (a note in one,
+// the stale action refused in the other), text rendered as text, verified images, the agent
+// token refused for publication, and a human publishing. Screenshots go to tests/artifacts/.
+import { after, before, test } from 'node:test';
+import assert from 'node:assert/strict';
+import { mkdirSync } from 'node:fs';
+import { join } from 'node:path';
+import { launch } from '../lib/browser.mjs';
+import { repoRoot } from '../lib/server.mjs';
+import { AGENT, HUMAN, runAgent, startServe } from '../lib/weft.mjs';
+
+const PNG = Buffer.from('iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAQAAAC1HAwCAAAAC0lEQVR42mP8/x8AAwMCAO+/l6cAAAAASUVORK5CYII=', 'base64');
+const artifacts = join(repoRoot, 'tests', 'artifacts');
+const HOSTILE = '<script>window.__pwned = 1</script><img src=x onerror="window.__pwned = 2"> ✓ Before another retry, check the DB migration.';
+
+let serve;
+let browser;
+
+before(async () => {
+  mkdirSync(artifacts, { recursive: true });
+  serve = await startServe();
+  browser = await launch();
+});
+
+after(async () => {
+  await browser?.close();
+  await serve?.close();
+});
+
+async function openTab(token) {
+  const ctx = await browser.newContext({ viewport: { width: 1280, height: 1000 } });
+  const page = await ctx.newPage();
+  page.on('pageerror', (e) => console.error('page error:', e));
+  await page.goto(`${serve.url}/`);
+  await page.fill('#token', token);
+  await connect(page);
+  return page;
+}
+
+async function connect(page) {
+  const before = await page.getAttribute('body', 'data-ready');
+  await page.click('#connect button[type=submit]');
+  await page.waitForFunction((b) => document.body.getAttribute('data-ready') !== b, before);
+}
+
+const card = (page, surface) => page.locator(`article[data-surface="${surface}"]`);
+
+test('two tabs: a note in one makes the other tab’s action stale; text stays text', { timeout: 60_000 }, async () => {
+  const a = await openTab(HUMAN);
+  const b = await openTab(HUMAN);
+  const frameB = await card(b, 'thread-42').getAttribute('data-frame');
+
+  // Tab A adds a note full of markup.
+  await card(a, 'thread-42').locator('section[data-node="note"] textarea').fill(HOSTILE);
+  const ready = await a.getAttribute('body', 'data-ready');
+  await card(a, 'thread-42').locator('section[data-node="note"] button').click();
+  await a.waitForFunction((r) => document.body.getAttribute('data-ready') !== r, ready);
+  const note = card(a, 'thread-42').locator('[data-evidence="note-0"] pre');
+  assert.equal(await note.textContent(), HOSTILE, 'rendered as text');
+  assert.equal(await a.evaluate(() => window.__pwned), undefined, 'no script ran');
+  assert.equal(await a.locator('#threads script').count(), 0);
+  assert.equal(await a.locator('#threads img[src="x"]').count(), 0);
+
+  // Tab B still shows the old frame; its retry is refused as stale and nothing changes.
+  assert.equal(await card(b, 'thread-42').getAttribute('data-frame'), frameB);
+  await card(b, 'thread-42').locator('button[data-option="retry"]').click();
+  const err = card(b, 'thread-42').locator('[data-role="error"]');
+  await err.filter({ hasText: 'STALE_FRAME' }).waitFor();
+  assert.match(await err.textContent(), /another tab/);
+  assert.match(await b.locator('#alert').textContent(), /STALE_FRAME/);
+  await b.screenshot({ path: join(artifacts, 'threaddesk-stale-tab.png'), fullPage: true });
+
+  // Refreshing B reads a new frame that includes the note, still as text.
+  await connect(b);
+  assert.notEqual(await card(b, 'thread-42').getAttribute('data-frame'), frameB);
+  assert.equal(await card(b, 'thread-42').locator('[data-evidence="note-0"] pre').textContent(), HOSTILE);
+  assert.match(await card(b, 'thread-42').locator('[data-role="meta"]').textContent(), /thread:thread-42@2/);
+  await a.context().close();
+  await b.context().close();
+});
+
+test('images are verified before display; a tampered blob is not shown', { timeout: 60_000 }, async () => {
+  const page = await openTab(HUMAN);
+  const section = card(page, 'thread-73').locator('section[data-node="attach_image"]');
+  await section.locator('input[type=file]').setInputFiles({ name: 'evidence.png', mimeType: 'image/png', buffer: PNG });
+  const ready = await page.getAttribute('body', 'data-ready');
+  await section.locator('button').click();
+  await page.waitForFunction((r) => document.body.getAttribute('data-ready') !== r, ready);
+  const img = card(page, 'thread-73').locator('[data-evidence="image-0"] img[data-verified="true"]');
+  await img.waitFor();
+  assert.ok(await img.evaluate((i) => i.complete && i.naturalWidth === 1), 'the verified image decodes');
+
+  // The same page, but the server's bytes are swapped in transit: the hash check refuses them.
+  await page.route('**/dgp/blobs/**', (route) => route.fulfill({ status: 200, contentType: 'image/png', body: Buffer.concat([PNG.subarray(0, 60), Buffer.alloc(8)]) }));
+  await connect(page);
+  await card(page, 'thread-73').locator('[data-image-error="image-0"]').waitFor();
+  assert.equal(await card(page, 'thread-73').locator('[data-evidence="image-0"] img').count(), 0);
+  assert.match(await card(page, 'thread-73').locator('[data-image-error="image-0"]').textContent(), /integrity check failed/);
+  await page.context().close();
+});
+
+test('publication: the agent token is refused whatever the page shows; a human publishes', { timeout: 60_000 }, async () => {
+  const events = runAgent(serve.url, ['--surface', 'thread-42']);
+  assert.equal(events.at(-1).event, 'human_review_required');
+
+  const agentTab = await openTab(AGENT);
+  await card(agentTab, 'thread-42').locator('button[data-option="publish"]').click();
+  await card(agentTab, 'thread-42').locator('[data-role="error"]').filter({ hasText: 'HUMAN_APPROVAL_REQUIRED' }).waitFor();
+
+  const human = await openTab(HUMAN);
+  const draft = await card(human, 'thread-42').locator('[data-evidence="draft"] pre').textContent();
+  assert.match(draft, /FIXTURE DRAFT/);
+  const ready = await human.getAttribute('body', 'data-ready');
+  await card(human, 'thread-42').locator('button[data-option="publish"]').click();
+  await human.waitForFunction((r) => document.body.getAttribute('data-ready') !== r, ready);
+  assert.deepEqual(await human.locator('#bulletin li').allTextContents(), [draft]);
+  const receipt = JSON.parse(await human.locator('#receipt').textContent());
+  assert.equal(receipt.status, 'succeeded');
+  assert.equal(receipt.submitted_by, 'human-local');
+  assert.match(await card(human, 'thread-42').locator('[data-role="meta"]').textContent(), /State: published/);
+  await human.screenshot({ path: join(artifacts, 'threaddesk-published.png'), fullPage: true });
+  await agentTab.context().close();
+  await human.context().close();
+});
