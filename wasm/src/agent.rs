@@ -12,7 +12,9 @@ use weft_core::tools::{
 };
 
 use crate::jobs::JobRegistry;
-use crate::js::{Js, coded_error, error, json, object, opt, opt_bool, opt_string, set};
+use crate::js::{
+    Js, coded_error, error, from_js_json, json, object, opt, opt_bool, opt_string, parse_text, set,
+};
 
 fn ms(now: f64) -> u64 {
     if now.is_finite() && now > 0.0 {
@@ -26,7 +28,7 @@ fn from_js(v: &JsValue, what: &str) -> Result<serde_json::Value, JsValue> {
     if v.is_undefined() {
         return Ok(serde_json::Value::Null);
     }
-    serde_wasm_bindgen::from_value(v.clone()).map_err(|e| {
+    from_js_json(v).map_err(|e| {
         coded_error(
             "INVALID_ARGUMENT",
             &format!("{what} must be JSON data: {e}"),
@@ -206,7 +208,7 @@ impl AgentSession {
         step: f64,
         text: &str,
     ) -> Result<(), JsValue> {
-        let v: serde_json::Value = serde_json::from_str(text)
+        let v: serde_json::Value = parse_text(text)
             .map_err(|e| err(ToolsError::InvalidResponse(format!("not JSON: {e}"))))?;
         let r = ModelResponse::from_json(&v).map_err(|m| err(ToolsError::InvalidResponse(m)))?;
         self.inner

@@ -18,13 +18,12 @@ use weft_core::ops::{
 };
 
 use crate::jobs::JobRegistry;
-use crate::js::{Js, array, error, key, opt, opt_f64, opt_string};
+use crate::js::{Js, array, error, from_js_json, from_js_typed, key, opt, opt_f64, opt_string};
 
 /// A JSON value as a JS value: one string and the engine's JSON.parse, much cheaper than a
 /// property-by-property conversion for records like outcomes and journals.
 fn jv(v: &serde_json::Value) -> JsValue {
-    let text = serde_json::to_string(v).expect("JSON values serialize");
-    js_sys::JSON::parse(&text).expect("valid JSON")
+    crate::js::json(v)
 }
 
 impl OpsValue for Js {
@@ -142,7 +141,7 @@ fn to_json(v: &JsValue) -> Result<serde_json::Value, JsValue> {
     if v.is_undefined() {
         return Ok(serde_json::Value::Null);
     }
-    serde_wasm_bindgen::from_value(v.clone()).map_err(|e| bad(format!("not JSON-like: {e}")))
+    from_js_json(v).map_err(|e| bad(format!("not JSON-like: {e}")))
 }
 
 fn cell_js(c: &CellView<Js>) -> JsValue {
@@ -255,8 +254,8 @@ impl OpsApp {
     /// `{kind: "host"}` or `{kind: "worker", endpoint}`).
     pub fn load(&mut self, now: f64, spec: JsValue) -> Result<(), JsValue> {
         let t = self.t(now);
-        let spec: GraphSpec = serde_wasm_bindgen::from_value(spec)
-            .map_err(|e| error(&OpsError::InvalidGraph(e.to_string())))?;
+        let spec: GraphSpec =
+            from_js_typed(&spec).map_err(|e| error(&OpsError::InvalidGraph(e)))?;
         self.app.load(t, spec).map_err(ops_err)
     }
 
@@ -269,8 +268,7 @@ impl OpsApp {
         cells: JsValue,
     ) -> Result<(), JsValue> {
         let t = self.t(now);
-        let cells = serde_wasm_bindgen::from_value(cells)
-            .map_err(|e| error(&OpsError::InvalidGraph(e.to_string())))?;
+        let cells = from_js_typed(&cells).map_err(|e| error(&OpsError::InvalidGraph(e)))?;
         self.app
             .replace_graph(t, ms(instance), cells)
             .map_err(ops_err)
