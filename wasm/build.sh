@@ -1,21 +1,51 @@
 #!/usr/bin/env bash
-# Builds the JS package `weft` into wasm/pkg: the release wasm (profile wasm-release: lto,
-# opt-level "s"), its wasm-bindgen glue (--target web, which also loads in Node via initSync),
-# and the hand-written runtime in wasm/js. Prints the .wasm size raw and gzipped.
+# Builds the JS package `weft` into wasm/pkg: three release WebAssembly modules of weft-wasm
+# (profile wasm-release: lto, opt-level "s"), one per feature, with their wasm-bindgen glue
+# (--target web, which also loads in Node via initSync), and the hand-written runtime in
+# wasm/js. `weft` loads weft_wasm_bg.wasm (jobs, agent sessions, ops); weft_frames_bg.wasm and
+# weft_actors_bg.wasm are loaded on first use (see wasm/js/lazy.js). Prints every module's size
+# raw and gzipped, the package without the two lazily loaded .wasm files (what a page that
+# imports `weft` and never touches frames or actors downloads, at most) and the whole package.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
 target_dir=$(cargo metadata --format-version 1 --no-deps | python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')
-cargo build -p weft-wasm --target wasm32-unknown-unknown --profile wasm-release
 out="$root/wasm/pkg"
-rm -rf "$out.tmp"
-mkdir -p "$out.tmp"
-wasm-bindgen --target web --remove-name-section --remove-producers-section --out-dir "$out.tmp" --out-name weft_wasm \
-  "$target_dir/wasm32-unknown-unknown/wasm-release/weft_wasm.wasm"
+rm -rf "$out.tmp" "$out.parts"
+mkdir -p "$out.tmp" "$out.parts"
+# feature:glue name. The three builds share weft-core's compiled crates; each links only
+# what its bindings reach.
+for module in jobs:weft_wasm frames:weft_frames actors:weft_actors; do
+  feature=${module%%:*}
+  name=${module#*:}
+  cargo build -p weft-wasm --target wasm32-unknown-unknown --profile wasm-release \
+    --no-default-features --features "$feature"
+  wasm-bindgen --target web --remove-name-section --remove-producers-section \
+    --out-dir "$out.parts/$name" --out-name "$name" \
+    "$target_dir/wasm32-unknown-unknown/wasm-release/weft_wasm.wasm"
+done
+# Merge the modules; snippets (inline JS) of the shared bindings must agree.
+for part in "$out.parts"/*; do
+  (cd "$part" && find . -type f) | while read -r f; do
+    if [ -e "$out.tmp/$f" ] && ! cmp -s "$part/$f" "$out.tmp/$f"; then
+      echo "wasm/build.sh: $f differs between modules" >&2
+      exit 1
+    fi
+    mkdir -p "$(dirname "$out.tmp/$f")"
+    cp "$part/$f" "$out.tmp/$f"
+  done
+done
+rm -rf "$out.parts"
 cp wasm/js/*.js wasm/js/*.mjs wasm/js/*.d.ts wasm/js/package.json "$out.tmp/"
 rm -rf "$out"
 mv "$out.tmp" "$out"
-raw=$(stat -c %s "$out/weft_wasm_bg.wasm")
-gz=$(gzip -9 -c "$out/weft_wasm_bg.wasm" | wc -c)
+summary="wasm/pkg:"
+for name in weft_wasm weft_frames weft_actors; do
+  f="$out/${name}_bg.wasm"
+  summary="$summary ${name}_bg.wasm $(stat -c %s "$f") bytes raw, $(gzip -9 -c "$f" | wc -c) gzipped;"
+done
+# `weft` alone: everything but the two lazily loaded .wasm files (their JS glue is included).
+core=$(tar -C "$out" --exclude='./weft_frames_bg.wasm' --exclude='./weft_actors_bg.wasm' -cf - . | gzip -9 | wc -c)
 all=$(tar -C "$out" -cf - . | gzip -9 | wc -c)
-printf 'wasm/pkg: weft_wasm_bg.wasm %d bytes raw, %d bytes gzipped; whole package %d bytes gzipped\n' "$raw" "$gz" "$all"
+printf '%s package without the lazy .wasm %d bytes gzipped; whole package %d bytes gzipped\n' \
+  "$summary" "$core" "$all"
