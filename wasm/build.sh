@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # Builds the JS package `weft` into wasm/pkg: three release WebAssembly modules of weft-wasm
 # (profile wasm-release: lto, opt-level "s"), one per feature, with their wasm-bindgen glue
-# (--target web, which also loads in Node via initSync), and the hand-written runtime in
-# wasm/js. `weft` loads weft_wasm_bg.wasm (jobs, agent sessions, ops); weft_frames_bg.wasm and
-# weft_actors_bg.wasm are loaded on first use (see wasm/js/lazy.js). Prints every module's size
-# raw and gzipped, the package without the two lazily loaded .wasm files (what a page that
-# imports `weft` and never touches frames or actors downloads, at most) and the whole package.
+# (--target web, which also loads in Node via initSync; no generated typings: the public
+# types are wasm/js/*.d.ts), and the hand-written runtime in wasm/js. `weft` loads
+# weft_wasm_bg.wasm (jobs, agent sessions, ops); weft_frames_bg.wasm and weft_actors_bg.wasm
+# are loaded on first use (see wasm/js/lazy.js). Prints every module's size raw and gzipped,
+# the package without the two lazily loaded .wasm files (what a page that imports `weft` and
+# never touches frames or actors downloads, at most) and the whole package, gzipped.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
@@ -20,7 +21,7 @@ for module in jobs:weft_wasm frames:weft_frames actors:weft_actors; do
   name=${module#*:}
   cargo build -p weft-wasm --target wasm32-unknown-unknown --profile wasm-release \
     --no-default-features --features "$feature"
-  wasm-bindgen --target web --remove-name-section --remove-producers-section \
+  wasm-bindgen --target web --no-typescript --remove-name-section --remove-producers-section \
     --out-dir "$out.parts/$name" --out-name "$name" \
     "$target_dir/wasm32-unknown-unknown/wasm-release/weft_wasm.wasm"
 done
