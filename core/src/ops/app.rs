@@ -277,6 +277,8 @@ pub struct App<V, R = Registry<V>> {
     pub(crate) calcs: BTreeMap<CalcId, Calc>,
     pub(crate) writes: Vec<WriteRecord>,
     staged: Vec<WriteId>,
+    /// `(cell index, action)` of the current graph instance; cleared when the graph is replaced
+    /// or disposed.
     staged_reruns: Vec<(usize, String)>,
     pub(crate) revision: Revision,
     bumped: bool,
@@ -1560,7 +1562,8 @@ impl<V: OpsValue, R: BorrowMut<Registry<V>>> App<V, R> {
 
     /// Hot replacement: a new graph instance with new cell definitions. Calculations of the old
     /// instance end as `owner_disposed` (Worker jobs are cancelled); controls keep their values;
-    /// waiting operations continue on the new instance when their cells still exist.
+    /// waiting operations continue on the new instance when their cells still exist. Reruns
+    /// staged by actions and not yet flushed are dropped: the new instance computes every cell.
     pub fn replace_graph(
         &mut self,
         now: Millis,
@@ -1586,6 +1589,8 @@ impl<V: OpsValue, R: BorrowMut<Registry<V>>> App<V, R> {
         self.bump();
         let old = self.instance;
         self.dispose_calcs(now, &format!("graph instance {old} replaced by {instance}"));
+        // Staged reruns name cells of the old instance; the new one computes every cell anyway.
+        self.staged_reruns.clear();
         self.used_instances.insert(instance);
         self.instance = instance;
         self.next_generation = 1;
@@ -1604,6 +1609,7 @@ impl<V: OpsValue, R: BorrowMut<Registry<V>>> App<V, R> {
         self.bump();
         let inst = self.instance;
         self.dispose_calcs(now, &format!("graph instance {inst} disposed"));
+        self.staged_reruns.clear();
         self.names.retain(|_, n| matches!(n, Node::Control(_)));
         self.install_cells(vec![], vec![]);
         self.ops_on_replace(now, inst, inst);

@@ -546,7 +546,23 @@ impl<V: OpsValue, R: BorrowMut<Registry<V>>> App<V, R> {
             let mut processed = op.processed.clone();
             let mut failures = op.failures.clone();
             for (i, &x) in op.wait.iter().enumerate() {
-                if processed[i].is_some() || failures[i].is_some() {
+                // A processed record is evidence about one state, not a latch: settlement is
+                // judged on the current state (the snapshot), so a cell that got a new
+                // calculation since (a rerun of it or of an upstream) is awaited again.
+                if let Some((was, _)) = processed[i] {
+                    let still = self.is_processed(x)
+                        && self.cells[x].value.as_ref().map(|v| v.calc) == Some(was);
+                    if still {
+                        continue;
+                    }
+                    processed[i] = None;
+                    events.push(OpEventKind::Reopened {
+                        cell: self.cells[x].name.clone(),
+                        was,
+                        calc: self.cells[x].current,
+                    });
+                }
+                if failures[i].is_some() {
                     continue;
                 }
                 if self.is_processed(x) {

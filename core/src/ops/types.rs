@@ -497,6 +497,14 @@ pub enum OpEventKind {
         calc: CalcId,
         noop: bool,
     },
+    /// An awaited cell that was processed is no longer in the requested state: a new
+    /// calculation (`calc`, e.g. an action's rerun of it or of an upstream) replaced the value
+    /// `was` recorded. The operation waits for it again; settlement is judged on one state.
+    Reopened {
+        cell: String,
+        was: CalcId,
+        calc: Option<CalcId>,
+    },
     /// An awaited cell failed.
     CellFailed { failure: FailureReason },
     /// A relevant input changed after the request took effect.
@@ -520,6 +528,7 @@ impl OpEventKind {
             OpEventKind::Effective { .. } => "effective",
             OpEventKind::Calculation { .. } => "calculation",
             OpEventKind::Processed { .. } => "processed",
+            OpEventKind::Reopened { .. } => "reopened",
             OpEventKind::CellFailed { .. } => "cell_failed",
             OpEventKind::Intervening { .. } => "intervening",
             OpEventKind::GraphReplaced { .. } => "graph_replaced",
@@ -551,6 +560,11 @@ impl OpEvent {
                 m.insert("cell".into(), json!(cell));
                 m.insert("calc".into(), calc.to_json());
                 m.insert("noop".into(), json!(noop));
+            }
+            OpEventKind::Reopened { cell, was, calc } => {
+                m.insert("cell".into(), json!(cell));
+                m.insert("was".into(), was.to_json());
+                m.insert("calc".into(), calc.map(|c| c.to_json()).into());
             }
             OpEventKind::CellFailed { failure } => {
                 if let Value::Object(f) = failure.to_json() {
