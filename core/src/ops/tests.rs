@@ -308,6 +308,31 @@ proptest! {
     }
 }
 
+/// Drains the app's outputs: computes join `running`; finished operations are checked.
+fn drain(
+    app: &mut App<Value>,
+    running: &mut Vec<CalcId>,
+    ended: &mut BTreeMap<OpId, OpOutcomeKind>,
+) -> Result<(), TestCaseError> {
+    while let Some(o) = app.poll_output() {
+        match o {
+            AppOutput::Compute { calc, .. } => running.push(calc),
+            AppOutput::Abort { .. } => {}
+            AppOutput::OpFinished {
+                op,
+                outcome,
+                snapshot,
+            } => {
+                prop_assert!(!ended.contains_key(&op), "{} finished twice", op);
+                ended.insert(op, outcome);
+                check_finished(app, op, snapshot.as_deref())?;
+            }
+            AppOutput::Jobs(_) => {}
+        }
+    }
+    Ok(())
+}
+
 /// Runs one generated scenario and checks every invariant (the property test's body; also
 /// called directly with recorded cases).
 fn run_steps(steps: Vec<Step>) -> Result<(), TestCaseError> {
@@ -416,22 +441,30 @@ fn run_steps(steps: Vec<Step>) -> Result<(), TestCaseError> {
         }
         prop_assert!(app.revision() >= last_revision, "revisions only grow");
         last_revision = app.revision();
-        while let Some(o) = app.poll_output() {
-            match o {
-                AppOutput::Compute { calc, .. } => running.push(calc),
-                AppOutput::Abort { .. } => {}
-                AppOutput::OpFinished {
-                    op,
-                    outcome,
-                    snapshot,
-                } => {
-                    prop_assert!(!ended.contains_key(&op), "{} finished twice", op);
-                    ended.insert(op, outcome);
-                    check_finished(&app, op, snapshot.as_deref())?;
-                }
-                AppOutput::Jobs(_) => {}
-            }
-        }
+        drain(&mut app, &mut running, &mut ended)?;
+    }
+    // Liveness: once every staged write is flushed and every calculation has reported, no
+    // operation is left waiting (each is settled, failed, superseded, cancelled or timed out).
+    for _ in 0..256 {
+        app.flush(now);
+        drain(&mut app, &mut running, &mut ended)?;
+        let Some(calc) = running.pop() else { break };
+        app.calc_done(now, calc, json!({"calc": calc.to_string()}))
+            .unwrap();
+        drain(&mut app, &mut running, &mut ended)?;
+    }
+    prop_assert!(
+        running.is_empty(),
+        "calculations keep coming: {:?}",
+        running
+    );
+    for o in app.operations() {
+        prop_assert!(
+            o.outcome.is_some(),
+            "{} still waiting with nothing in flight: {:?}",
+            o.id,
+            app.operation_json(o.id).unwrap()["journal"]
+        );
     }
     // Outcomes never change after the fact; waiting operations have none.
     for o in app.operations() {
