@@ -241,6 +241,12 @@ export interface CellSpec {
   compute?: (inputs: any, ctx: CellContext) => unknown;
   /** Or: run as a Worker job on this endpoint (the inputs are the run payload). */
   worker?: Endpoint | number;
+  /**
+   * Equality gating (default `'value'`): a recomputed value structurally equal to the current
+   * one (plain objects, arrays and typed arrays by content, `Object.is` on leaves, other
+   * objects by reference) does not trigger dependents. `'never'`: every result is a change.
+   */
+  equality?: 'value' | 'never';
 }
 
 export type CellState = 'unresolved' | 'pending' | 'streaming' | 'refreshing' | 'held' | 'ready' | 'errored';

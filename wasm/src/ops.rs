@@ -18,7 +18,7 @@ use weft_core::ops::{
 };
 
 use crate::jobs::JobRegistry;
-use crate::js::{Js, array, error, key, opt, opt_f64, opt_string};
+use crate::js::{Js, array, error, key, opt, opt_f64, opt_string, same_value};
 
 /// A JSON value as a JS value: one string and the engine's JSON.parse, much cheaper than a
 /// property-by-property conversion for records like outcomes and journals.
@@ -42,6 +42,19 @@ impl OpsValue for Js {
             Reflect::set(&o, &key(&k), &v.to_js()).expect("set on a plain object");
         }
         Js::Val(o.into())
+    }
+    fn equal_value(&self, other: &Self) -> bool {
+        match (self, other) {
+            (Js::Undefined, Js::Undefined) | (Js::Null, Js::Null) => true,
+            (Js::Bool(a), Js::Bool(b)) => a == b,
+            // `Object.is`: NaN equals NaN, 0 and -0 differ.
+            (Js::Num(a), Js::Num(b)) => {
+                (a.is_nan() && b.is_nan())
+                    || (a == b && a.is_sign_negative() == b.is_sign_negative())
+            }
+            (Js::Val(a), Js::Val(b)) => same_value(a, b),
+            _ => false,
+        }
     }
 }
 
@@ -514,6 +527,17 @@ impl OpsApp {
         let t = self.t(now);
         self.app
             .calc_done(t, calc_arg(calc)?, Js::from_js(value))
+            .map(|s| s.as_str().to_owned())
+            .map_err(ops_err)
+    }
+
+    /// A streaming host calculation finished: its last partial is its result (not committed
+    /// again).
+    #[wasm_bindgen(js_name = calcFinish)]
+    pub fn calc_finish(&mut self, now: f64, calc: &str) -> Result<String, JsValue> {
+        let t = self.t(now);
+        self.app
+            .calc_finish(t, calc_arg(calc)?)
             .map(|s| s.as_str().to_owned())
             .map_err(ops_err)
     }

@@ -86,6 +86,27 @@ pub struct CellSpec {
     pub gate: Option<GateSpec>,
     #[serde(default)]
     pub compute: ComputeSpec,
+    /// When a recomputed value counts as unchanged (equality gating).
+    #[serde(default, skip_serializing_if = "is_default")]
+    pub equality: Equality,
+}
+
+fn is_default<T: Default + PartialEq>(v: &T) -> bool {
+    *v == T::default()
+}
+
+/// Equality gating: a recomputed value equal to the cell's current value is a processed no-op
+/// for its dependents — they keep their values (their pending calculations end as `skipped`),
+/// and the calculation's journal says `unchanged`. Values are compared with
+/// [`OpsValue::equal_value`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Equality {
+    /// Equal values (structural equality) gate dependents (the default).
+    #[default]
+    Value,
+    /// Every result is a change (values that are expensive to compare, or mutable).
+    Never,
 }
 
 /// A named pure result function the host registers (run by the host over a snapshot).
@@ -210,7 +231,16 @@ pub(crate) struct CellValue<V> {
     pub(crate) provenance: Vec<Revision>,
     /// Computed from final values only (no partial anywhere upstream) and itself final.
     pub(crate) is_final: bool,
+    /// The revision at which this content was committed (an unchanged recomputation keeps it).
     pub(crate) revision: Revision,
+    /// The content's identity: a new one for every commit that changed the value, kept by an
+    /// equal one. Dependents record the identities they read.
+    pub(crate) content: u64,
+    /// The identities of the inputs it was computed from, aligned with the cell's deps:
+    /// control versions and upstream contents.
+    pub(crate) reads: Vec<u64>,
+    /// A partial value of its calculation (not its result).
+    pub(crate) partial: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -252,7 +282,10 @@ pub(crate) struct Calc {
     host: bool,
     pub(crate) job: Option<JobId>,
     provenance: Vec<Revision>,
-    inputs_final: bool,
+    /// The input identities it read when it started (see [`CellValue::reads`]).
+    reads: Vec<u64>,
+    /// Asked for explicitly (initial, rerun, reopened gate): never skipped.
+    forced: bool,
     partials: u32,
     pub(crate) journal: Vec<CalcEvent>,
 }
@@ -277,6 +310,8 @@ pub struct App<V, R = Registry<V>> {
     pub(crate) calcs: BTreeMap<CalcId, Calc>,
     pub(crate) writes: Vec<WriteRecord>,
     staged: Vec<WriteId>,
+    /// The last content identity handed out (see [`CellValue::content`]).
+    next_content: u64,
     /// `(cell index, action)` of the current graph instance; cleared when the graph is replaced
     /// or disposed.
     staged_reruns: Vec<(usize, String)>,
@@ -329,6 +364,7 @@ impl<V: OpsValue, R: BorrowMut<Registry<V>>> App<V, R> {
             calcs: BTreeMap::new(),
             writes: Vec::new(),
             staged: Vec::new(),
+            next_content: 0,
             staged_reruns: Vec::new(),
             revision: 0,
             bumped: false,
@@ -967,6 +1003,9 @@ impl<V: OpsValue, R: BorrowMut<Registry<V>>> App<V, R> {
             && let Some(c) = self.cells[x].current
             && self.calcs[&c].state == CalcState::Scheduled
         {
+            if matches!(trigger, Trigger::Rerun { .. } | Trigger::Initial) {
+                self.calcs.get_mut(&c).expect("exists").forced = true;
+            }
             return Some(c);
         }
         let trigger = if !was_open {
@@ -994,7 +1033,11 @@ impl<V: OpsValue, R: BorrowMut<Registry<V>>> App<V, R> {
             host,
             job: None,
             provenance: vec![],
-            inputs_final: true,
+            reads: vec![],
+            forced: matches!(
+                trigger,
+                Trigger::Initial | Trigger::Rerun { .. } | Trigger::GateOpened { .. }
+            ),
             partials: 0,
             journal: Vec::with_capacity(4),
         };
@@ -1092,18 +1135,47 @@ impl<V: OpsValue, R: BorrowMut<Registry<V>>> App<V, R> {
                 continue;
             }
             if self.cells[x].upstream.iter().all(|&u| self.readable(u)) {
-                self.start_calc(now, x, c);
+                if !self.calcs[&c].forced && self.value_stands(x) {
+                    self.skip_calc(now, x, c);
+                } else {
+                    self.start_calc(now, x, c);
+                }
             }
         }
         self.pump_registry(now);
     }
 
-    fn start_calc(&mut self, now: Millis, x: usize, id: CalcId) {
+    /// The identities of a cell's inputs now, aligned with its deps.
+    fn reads_now(&self, x: usize) -> impl Iterator<Item = u64> + '_ {
+        self.cells[x].deps.iter().map(|d| match d.node {
+            Node::Control(c) => self.controls[c].version,
+            Node::Cell(u) => self.cells[u].value.as_ref().map_or(0, |v| v.content),
+        })
+    }
+
+    /// Whether every upstream value is final.
+    pub(crate) fn upstream_final(&self, x: usize) -> bool {
+        self.cells[x]
+            .upstream
+            .iter()
+            .all(|&u| self.cells[u].value.as_ref().is_some_and(|v| v.is_final))
+    }
+
+    /// Whether the cell's value is the complete result of exactly its current inputs, and those
+    /// are final: recomputing could only give it again.
+    fn value_stands(&self, x: usize) -> bool {
+        self.cells[x].value.as_ref().is_some_and(|v| {
+            !v.partial && v.reads.iter().copied().eq(self.reads_now(x)) && self.upstream_final(x)
+        })
+    }
+
+    /// The versions of every relevant control a calculation of the cell would see now: the
+    /// stalest one, directly or through an upstream value (a held upstream keeps an old value:
+    /// the result then reflects the old input).
+    fn provenance_now(&self, x: usize) -> Vec<Revision> {
         let cell = &self.cells[x];
         let mut provenance = Vec::with_capacity(cell.rel.len());
         for &k in &cell.rel {
-            // The stalest version this calculation sees, directly or through an upstream value
-            // (a held upstream keeps an old value: the result then reflects the old input).
             let direct = cell.direct.contains(&k).then(|| self.controls[k].version);
             let through = cell.upstream.iter().filter_map(|&u| {
                 let uc = &self.cells[u];
@@ -1112,10 +1184,70 @@ impl<V: OpsValue, R: BorrowMut<Registry<V>>> App<V, R> {
             });
             provenance.push(direct.into_iter().chain(through).min().unwrap_or(0));
         }
-        let inputs_final = cell
-            .upstream
-            .iter()
-            .all(|&u| self.cells[u].value.as_ref().is_some_and(|v| v.is_final));
+        provenance
+    }
+
+    /// Ends a scheduled calculation whose cell's value already is its result (equality gating).
+    fn skip_calc(&mut self, now: Millis, x: usize, id: CalcId) {
+        let revision = self.revision;
+        let calc = self.calcs.get_mut(&id).expect("exists");
+        calc.state = CalcState::Ended(CalcEnd::Skipped);
+        push_calc_event(calc, now, revision, CalcEventKind::Skipped);
+        calc.journal.shrink_to_fit();
+        let cell = &mut self.cells[x];
+        cell.current = None;
+        cell.partial_this_run = false;
+        self.revalidate(x);
+    }
+
+    /// After a cell kept its content (an equal value, a finished stream, a skipped
+    /// calculation): its value and its idle dependents' values computed from the same contents
+    /// take the current provenance and finality — no calculation, no new content.
+    fn revalidate(&mut self, from: usize) {
+        let mut touched = vec![false; self.cells.len()];
+        touched[from] = true;
+        for i in 0..self.order.len() {
+            let x = self.order[i];
+            if !touched[x] {
+                continue;
+            }
+            let cell = &self.cells[x];
+            let idle = cell.current.is_none() && cell.error.is_none() && cell.gate_open;
+            if x != from && !idle {
+                continue;
+            }
+            if x != from && !self.value_matches_inputs(x) {
+                continue;
+            }
+            let provenance = self.provenance_now(x);
+            let upstream_final = self.upstream_final(x);
+            let Some(v) = self.cells[x].value.as_mut() else {
+                continue;
+            };
+            let is_final = !v.partial && upstream_final;
+            if x != from && v.provenance == provenance && v.is_final == is_final {
+                continue;
+            }
+            v.provenance = provenance;
+            v.is_final = is_final;
+            for &d in &self.cells[x].downstream {
+                touched[d] = true;
+            }
+        }
+    }
+
+    /// Whether the cell's value is the complete result of its current inputs.
+    pub(crate) fn value_matches_inputs(&self, x: usize) -> bool {
+        self.cells[x]
+            .value
+            .as_ref()
+            .is_some_and(|v| !v.partial && v.reads.iter().copied().eq(self.reads_now(x)))
+    }
+
+    fn start_calc(&mut self, now: Millis, x: usize, id: CalcId) {
+        let provenance = self.provenance_now(x);
+        let reads: Vec<u64> = self.reads_now(x).collect();
+        let cell = &self.cells[x];
         let mut fields = Vec::with_capacity(cell.deps.len() + cell.spec.constants.len());
         for d in &cell.deps {
             let v = match d.node {
@@ -1138,7 +1270,7 @@ impl<V: OpsValue, R: BorrowMut<Registry<V>>> App<V, R> {
         let revision = self.revision;
         let calc = self.calcs.get_mut(&id).expect("exists");
         calc.provenance = provenance;
-        calc.inputs_final = inputs_final;
+        calc.reads = reads;
         match compute {
             ComputeSpec::Host => {
                 calc.state = CalcState::Running;
@@ -1240,7 +1372,7 @@ impl<V: OpsValue, R: BorrowMut<Registry<V>>> App<V, R> {
         if !self.check_host_calc(id)? {
             return Ok(self.late(now, id, "partial"));
         }
-        self.commit(now, id, value, true);
+        self.commit(now, id, Some(value), true);
         self.settle(now);
         Ok(ReportStatus::Applied)
     }
@@ -1256,7 +1388,27 @@ impl<V: OpsValue, R: BorrowMut<Registry<V>>> App<V, R> {
         if !self.check_host_calc(id)? {
             return Ok(self.late(now, id, "done"));
         }
-        self.commit(now, id, value, false);
+        self.commit(now, id, Some(value), false);
+        self.settle(now);
+        Ok(ReportStatus::Applied)
+    }
+
+    /// The host reports that a streaming calculation finished: its last partial value is its
+    /// result. The value is not committed again (the journal's `succeeded` says
+    /// `lastPartial`); dependents computed from it become final without recomputing. A
+    /// calculation that yielded nothing has no result: report it with [`App::calc_done`] or
+    /// [`App::calc_failed`].
+    pub fn calc_finish(&mut self, now: Millis, id: CalcId) -> Result<ReportStatus, OpsError> {
+        self.begin();
+        if !self.check_host_calc(id)? {
+            return Ok(self.late(now, id, "done"));
+        }
+        if self.calcs[&id].partials == 0 {
+            return Err(OpsError::InvalidArgument(format!(
+                "calculation {id} yielded no partial value to finish with; report its result with calc_done"
+            )));
+        }
+        self.commit(now, id, None, false);
         self.settle(now);
         Ok(ReportStatus::Applied)
     }
@@ -1294,28 +1446,66 @@ impl<V: OpsValue, R: BorrowMut<Registry<V>>> App<V, R> {
         self.op_progress(now, x, id, fraction);
     }
 
-    fn commit(&mut self, now: Millis, id: CalcId, value: V, partial: bool) {
+    /// Commits a value of a calculation: a partial, or its result. `None` commits the last
+    /// partial as the result (a finished stream) without committing it again. A value equal
+    /// to the cell's current one keeps its content: dependents are not triggered, and those
+    /// computed from it take the new provenance and finality.
+    fn commit(&mut self, now: Millis, id: CalcId, value: Option<V>, partial: bool) {
         let revision = self.bump();
+        let x = self.calcs[&id].cell;
+        let inputs_current = self.calcs[&id].reads.iter().copied().eq(self.reads_now(x));
+        let is_final = !partial && inputs_current && self.upstream_final(x);
+        let gate = self.cells[x].spec.equality == Equality::Value;
+        let old = self.cells[x].value.as_ref();
+        let last_partial = value.is_none();
+        let kept = match (value, old) {
+            (None, Some(o)) => Ok(o),
+            (None, None) => unreachable!("a finished stream has a partial value"),
+            (Some(v), Some(o)) if gate && o.value.equal_value(&v) => Ok(o),
+            (Some(v), _) => Err(v),
+        };
+        let (value, content, value_revision, unchanged) = match kept {
+            Ok(o) => (o.value.clone(), o.content, o.revision, true),
+            Err(v) => {
+                self.next_content += 1;
+                (Arc::new(v), self.next_content, revision, false)
+            }
+        };
         let calc = self.calcs.get_mut(&id).expect("exists");
-        let x = calc.cell;
-        let is_final = !partial && calc.inputs_final;
         let provenance = calc.provenance.clone();
+        let reads = calc.reads.clone();
         if partial {
             let index = calc.partials;
             calc.partials += 1;
-            push_calc_event(calc, now, revision, CalcEventKind::Partial { index });
+            push_calc_event(
+                calc,
+                now,
+                revision,
+                CalcEventKind::Partial { index, unchanged },
+            );
         } else {
             calc.state = CalcState::Ended(CalcEnd::Succeeded);
-            push_calc_event(calc, now, revision, CalcEventKind::Succeeded);
+            push_calc_event(
+                calc,
+                now,
+                revision,
+                CalcEventKind::Succeeded {
+                    unchanged,
+                    last_partial,
+                },
+            );
             calc.journal.shrink_to_fit();
         }
         let cell = &mut self.cells[x];
         cell.value = Some(CellValue {
-            value: Arc::new(value),
+            value,
             calc: id,
             provenance,
             is_final,
-            revision,
+            revision: value_revision,
+            content,
+            reads,
+            partial,
         });
         if partial {
             cell.partial_this_run = true;
@@ -1324,12 +1514,16 @@ impl<V: OpsValue, R: BorrowMut<Registry<V>>> App<V, R> {
             cell.partial_this_run = false;
         }
         let mut dirty: Vec<Option<Trigger>> = vec![None; self.cells.len()];
-        let name = self.cells[x].name.clone();
-        for &d in &self.cells[x].downstream {
-            dirty[d] = Some(Trigger::Upstream {
-                cell: name.clone(),
-                calc: id,
-            });
+        if unchanged {
+            self.revalidate(x);
+        } else {
+            let name = self.cells[x].name.clone();
+            for &d in &self.cells[x].downstream {
+                dirty[d] = Some(Trigger::Upstream {
+                    cell: name.clone(),
+                    calc: id,
+                });
+            }
         }
         self.propagate(now, dirty);
     }
@@ -1465,7 +1659,7 @@ impl<V: OpsValue, R: BorrowMut<Registry<V>>> App<V, R> {
             }
             EventKind::Partial { value } => {
                 if current {
-                    self.commit(now, id, value, true);
+                    self.commit(now, id, Some(value), true);
                 } else {
                     self.late(now, id, "partial");
                 }
@@ -1473,7 +1667,9 @@ impl<V: OpsValue, R: BorrowMut<Registry<V>>> App<V, R> {
             EventKind::Finished { outcome } => {
                 if current {
                     match outcome {
-                        jobs::Outcome::Succeeded { value } => self.commit(now, id, value, false),
+                        jobs::Outcome::Succeeded { value } => {
+                            self.commit(now, id, Some(value), false)
+                        }
                         jobs::Outcome::Failed { message, code, .. } => {
                             self.bump();
                             self.fail_calc(now, id, message, code);

@@ -36,8 +36,8 @@ pub mod vectors;
 use thiserror::Error;
 
 pub use app::{
-    App, AppConfig, AppOutput, CellSnapshot, CellSpec, CellView, ComputeSpec, DepSpec, GateSpec,
-    GraphSpec, ReportStatus, SelectorSpec, Snapshot,
+    App, AppConfig, AppOutput, CellSnapshot, CellSpec, CellView, ComputeSpec, DepSpec, Equality,
+    GateSpec, GraphSpec, ReportStatus, SelectorSpec, Snapshot,
 };
 pub use operation::{CellOutcome, ObserveRequest, OpOutcome, Operation, Selection, SupersedeInfo};
 pub use types::*;
@@ -116,6 +116,11 @@ pub trait OpsValue: Payload {
     fn from_json(v: &serde_json::Value) -> Self;
     /// A plain object with these fields, in order.
     fn object(fields: Vec<(String, Self)>) -> Self;
+    /// Whether a recomputed cell value equals the previous one (equality gating: an equal
+    /// value does not trigger dependents). Structural by default.
+    fn equal_value(&self, other: &Self) -> bool {
+        self.same_as(other)
+    }
 }
 
 impl OpsValue for serde_json::Value {

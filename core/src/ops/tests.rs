@@ -203,7 +203,7 @@ fn step() -> impl Strategy<Value = Step> {
         )
             .prop_map(|(writes, wait, follow, collect, timeout)| Step::Observe { writes, wait, follow, collect, timeout }),
         4 => Just(Step::Flush),
-        8 => (any::<usize>(), 0..6u8).prop_map(|(pick, kind)| Step::Report { pick, kind }),
+        8 => (any::<usize>(), 0..8u8).prop_map(|(pick, kind)| Step::Report { pick, kind }),
         1 => any::<usize>().prop_map(Step::Cancel),
         1 => (0..3u8).prop_map(Step::Act),
         1 => (1..30u64).prop_map(Step::Advance),
@@ -396,15 +396,27 @@ fn run_steps(steps: Vec<Step>) -> Result<(), TestCaseError> {
             Step::Report { pick, kind } => {
                 if !running.is_empty() {
                     let calc = running[pick % running.len()];
+                    // Distinct values, or one constant value (equal results: equality gating).
                     let v = json!({"calc": calc.to_string()});
+                    let same = json!({"v": 0});
                     let r = match kind {
-                        0..=2 => app.calc_done(now, calc, v),
+                        0 | 2 => app.calc_done(now, calc, v),
+                        1 => app.calc_done(now, calc, same),
                         3 => app.calc_partial(now, calc, v),
+                        6 => app.calc_partial(now, calc, same),
                         4 => app.calc_progress(now, calc, 0.5),
+                        7 => app.calc_finish(now, calc),
                         _ => app.calc_failed(now, calc, "boom", None),
-                    }
-                    .unwrap();
-                    if r == ReportStatus::Late || kind <= 2 || kind == 5 {
+                    };
+                    let r = match r {
+                        Ok(r) => r,
+                        Err(e) => {
+                            // Finishing a stream that yielded nothing.
+                            prop_assert_eq!((kind, e.code()), (7, "INVALID_ARGUMENT"));
+                            continue;
+                        }
+                    };
+                    if r == ReportStatus::Late || matches!(kind, 0..=2 | 5 | 7) {
                         running.retain(|c| *c != calc);
                     }
                 }
@@ -442,6 +454,7 @@ fn run_steps(steps: Vec<Step>) -> Result<(), TestCaseError> {
         prop_assert!(app.revision() >= last_revision, "revisions only grow");
         last_revision = app.revision();
         drain(&mut app, &mut running, &mut ended)?;
+        check_cells(&app)?;
     }
     // Liveness: once every staged write is flushed and every calculation has reported, no
     // operation is left waiting (each is settled, failed, superseded, cancelled or timed out).
@@ -490,11 +503,12 @@ fn run_steps(steps: Vec<Step>) -> Result<(), TestCaseError> {
             .filter(|e| {
                 matches!(
                     e.kind,
-                    CalcEventKind::Succeeded
+                    CalcEventKind::Succeeded { .. }
                         | CalcEventKind::Errored { .. }
                         | CalcEventKind::Superseded { .. }
                         | CalcEventKind::Held { .. }
                         | CalcEventKind::OwnerDisposed { .. }
+                        | CalcEventKind::Skipped
                 )
             })
             .count();
@@ -504,6 +518,24 @@ fn run_steps(steps: Vec<Step>) -> Result<(), TestCaseError> {
         prop_assert!(first_is_scheduled);
     }
     // A ready cell has a value; a cell with a value in flight says so.
+    check_cells(&app)?;
+    Ok(())
+}
+
+/// Cell invariants: a ready cell's value is the result of exactly its current inputs (equality
+/// gating never leaves a stale value standing) and is final exactly when its inputs are.
+fn check_cells(app: &App<Value>) -> Result<(), TestCaseError> {
+    for x in 0..app.cells.len() {
+        let v = app.view(x);
+        if v.state == CellState::Ready {
+            prop_assert!(
+                app.value_matches_inputs(x),
+                "{} is ready with a value of other inputs",
+                v.name
+            );
+            prop_assert_eq!(v.is_final, app.upstream_final(x), "{} finality", v.name);
+        }
+    }
     for x in 0..app.cells.len() {
         let v = app.view(x);
         if v.state == CellState::Ready {

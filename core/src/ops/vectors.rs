@@ -309,10 +309,11 @@ fn apply_step(app: &mut App<Value>, at: u64, op: &str, s: &Value) -> Result<Valu
             let id = app.observe(at, req).map_err(err)?;
             json!({"operation": id.0})
         }
-        "done" | "partial" | "progress" | "fail" => {
+        "done" | "partial" | "progress" | "fail" | "finish" => {
             let calc = calc_arg(app, s)?;
             let r = match op {
                 "done" => app.calc_done(at, calc, s["value"].clone()),
+                "finish" => app.calc_finish(at, calc),
                 "partial" => app.calc_partial(at, calc, s["value"].clone()),
                 "progress" => app.calc_progress(at, calc, s["value"].as_f64().unwrap_or(f64::NAN)),
                 _ => app.calc_failed(
