@@ -39,8 +39,8 @@ export class App {
   #lastRevision = -1;
   #disposed = false;
 
-  constructor({ now, instance, firstOp, firstJobId } = {}) {
-    this.#core = new OpsApp({ instance, firstOp, firstJobId });
+  constructor({ now, instance, firstOp, firstJobId, retention } = {}) {
+    this.#core = new OpsApp({ instance, firstOp, firstJobId, retention });
     this.#rt = new Runtime({
       now,
       core: this.#core,
@@ -493,7 +493,13 @@ export class Operation {
    * WAIT_CANCELLED / WAIT_TIMED_OUT) and ends only this wait: the operation continues.
    */
   wait(options = {}) {
-    return this._ended(options).then(() => this.outcome);
+    return this._ended(options).then(() => {
+      const outcome = this.outcome;
+      if (outcome === null) {
+        throw new WeftError('PRUNED', `op-${this.id} finished and its record was pruned (retention)`);
+      }
+      return outcome;
+    });
   }
 
   /** @internal Resolves (with nothing) when the operation ends; rejects like `wait`. */

@@ -14,7 +14,8 @@ use wasm_bindgen::prelude::*;
 use weft_core::jobs::{EndpointId, Origin, Registry};
 use weft_core::ops::{
     Actor, App, AppConfig, AppOutput, CalcId, CellView, GraphSpec, ObserveRequest, OnFailure,
-    OnSupersede, OpId, OpsError, OpsValue, Selection, Snapshot, WriteId, tools::ToolReply,
+    OnSupersede, OpId, OpsError, OpsValue, Retention, Selection, Snapshot, WriteId,
+    tools::ToolReply,
 };
 
 use crate::jobs::JobRegistry;
@@ -249,11 +250,28 @@ impl OpsApp {
         let instance = opt_f64(&options, "instance").map(ms).unwrap_or(1).max(1);
         let first_op = opt_f64(&options, "firstOp").map(ms).unwrap_or(1).max(1);
         let registry = JobRegistry::new(opt_f64(&options, "firstJobId"));
+        // `retention: {operations, calculations, writes}` (counts; absent: the defaults).
+        let mut retention = Retention::default();
+        if let Some(r) = opt(&options, "retention") {
+            let limit = |k: &str, d: usize| {
+                opt_f64(&r, k).filter(|n| *n >= 0.0).map_or(d, |n| {
+                    if n.is_finite() {
+                        n as usize
+                    } else {
+                        usize::MAX
+                    }
+                })
+            };
+            retention.operations = limit("operations", retention.operations);
+            retention.calculations = limit("calculations", retention.calculations);
+            retention.writes = limit("writes", retention.writes);
+        }
         OpsApp {
             app: App::with_registry(
                 AppConfig {
                     instance,
                     first_op,
+                    retention,
                     ..AppConfig::default()
                 },
                 registry,
@@ -449,12 +467,12 @@ impl OpsApp {
             .map_err(ops_err)?))
     }
 
-    /// Whether the operation has its outcome (`false` for unknown ids too).
+    /// Whether the operation has its outcome, or had it and was pruned (`false` for unknown
+    /// ids).
     #[wasm_bindgen(js_name = isFinished)]
     pub fn is_finished(&self, op: f64) -> bool {
-        self.app
-            .operation(OpId(op as u64))
-            .is_some_and(|o| o.is_finished())
+        let id = OpId(op as u64);
+        self.app.was_pruned(id) || self.app.operation(id).is_some_and(|o| o.is_finished())
     }
 
     /// Every retained operation, briefly: `{operation, state, by}`.

@@ -13,6 +13,7 @@ use super::control::{
     ActionSpec, ControlKind, ControlSpec, ControlValue, Effect, EffectValue, qualify,
 };
 use super::operation::Operation;
+use super::retention::{Retention, RetentionState};
 use super::types::*;
 use super::{OpsError, OpsValue};
 use crate::Millis;
@@ -136,6 +137,8 @@ pub struct AppConfig {
     pub first_op: u64,
     /// The embedded job registry.
     pub registry: RegistryConfig,
+    /// How many finished records are kept for inspection.
+    pub retention: Retention,
 }
 
 impl Default for AppConfig {
@@ -144,6 +147,7 @@ impl Default for AppConfig {
             instance: 1,
             first_op: 1,
             registry: RegistryConfig::default(),
+            retention: Retention::default(),
         }
     }
 }
@@ -287,6 +291,9 @@ pub(crate) struct Calc {
     /// Asked for explicitly (initial, rerun, reopened gate): never skipped.
     forced: bool,
     partials: u32,
+    /// What still names it: its cell's value or error, retained operations, its unsynced
+    /// Worker job. Ended and unreferenced, it becomes prunable (see [`Retention`]).
+    pub(crate) refs: u32,
     pub(crate) journal: Vec<CalcEvent>,
 }
 
@@ -299,8 +306,8 @@ pub(crate) struct Calc {
 #[derive(Debug)]
 pub struct App<V, R = Registry<V>> {
     pub(crate) instance: u64,
-    used_instances: BTreeSet<u64>,
-    next_generation: u64,
+    pub(crate) used_instances: BTreeSet<u64>,
+    pub(crate) next_generation: u64,
     pub(crate) controls: Vec<Control>,
     pub(crate) actions: Vec<ActionSpec>,
     pub(crate) cells: Vec<Cell<V>>,
@@ -308,7 +315,10 @@ pub struct App<V, R = Registry<V>> {
     pub(crate) selectors: Vec<SelectorSpec>,
     pub(crate) names: HashMap<String, Node>,
     pub(crate) calcs: BTreeMap<CalcId, Calc>,
-    pub(crate) writes: Vec<WriteRecord>,
+    /// Write receipts by id: slot `i` holds write `write_base + i` (`None` once pruned).
+    pub(crate) writes: VecDeque<Option<WriteRecord>>,
+    pub(crate) write_base: u64,
+    pub(crate) retention: RetentionState,
     staged: Vec<WriteId>,
     /// The last content identity handed out (see [`CellValue::content`]).
     next_content: u64,
@@ -326,7 +336,7 @@ pub struct App<V, R = Registry<V>> {
     pub(crate) registry: R,
     pub(crate) ops_endpoint: Option<EndpointId>,
     pub(crate) op_wires: HashMap<u64, OpId>,
-    job_calcs: BTreeMap<JobId, (CalcId, usize)>,
+    pub(crate) job_calcs: BTreeMap<JobId, (CalcId, usize)>,
     pub(crate) outputs: VecDeque<AppOutput<V>>,
     loaded: bool,
 }
@@ -362,7 +372,9 @@ impl<V: OpsValue, R: BorrowMut<Registry<V>>> App<V, R> {
             selectors: Vec::new(),
             names: HashMap::new(),
             calcs: BTreeMap::new(),
-            writes: Vec::new(),
+            writes: VecDeque::new(),
+            write_base: 1,
+            retention: RetentionState::new(config.retention, config.first_op),
             staged: Vec::new(),
             next_content: 0,
             staged_reruns: Vec::new(),
@@ -630,6 +642,20 @@ impl<V: OpsValue, R: BorrowMut<Registry<V>>> App<V, R> {
     }
 
     fn install_cells(&mut self, cells: Vec<Cell<V>>, order: Vec<usize>) {
+        let old: Vec<CalcId> = self
+            .cells
+            .iter()
+            .flat_map(|c| {
+                c.value
+                    .as_ref()
+                    .map(|v| v.calc)
+                    .into_iter()
+                    .chain(c.error.as_ref().map(|e| e.calc))
+            })
+            .collect();
+        for id in old {
+            self.calc_unref(id);
+        }
         for c in &mut self.controls {
             c.dependents.clear();
         }
@@ -647,6 +673,7 @@ impl<V: OpsValue, R: BorrowMut<Registry<V>>> App<V, R> {
     /// Starts a new input: the first state change of this input bumps the revision once.
     pub(crate) fn begin(&mut self) {
         self.bumped = false;
+        self.prune();
     }
 
     pub(crate) fn bump(&mut self) -> Revision {
@@ -735,8 +762,8 @@ impl<V: OpsValue, R: BorrowMut<Registry<V>>> App<V, R> {
     ) -> Vec<WriteId> {
         let mut ids = Vec::with_capacity(checked.len());
         for (control, requested, accepted) in checked {
-            let id = WriteId(self.writes.len() as u64 + 1);
-            self.writes.push(WriteRecord {
+            let id = WriteId(self.write_base + self.writes.len() as u64);
+            self.writes.push_back(Some(WriteRecord {
                 id,
                 control,
                 requested,
@@ -747,7 +774,9 @@ impl<V: OpsValue, R: BorrowMut<Registry<V>>> App<V, R> {
                 invocation,
                 accepted_at: now,
                 status: WriteStatus::Staged,
-            });
+                refs: 0,
+            }));
+            self.retention.live_writes += 1;
             self.staged.push(id);
             ids.push(id);
         }
@@ -910,7 +939,8 @@ impl<V: OpsValue, R: BorrowMut<Registry<V>>> App<V, R> {
             } else {
                 WriteStatus::Overwritten { by: win }
             };
-            self.writes[(w.0 - 1) as usize].status = status;
+            self.write_mut(w).status = status;
+            self.write_released(w);
         }
         let fresh = self.ops_on_batch(now, &staged, &changed);
         let mut seeds: Vec<Option<Trigger>> = vec![None; self.cells.len()];
@@ -935,8 +965,17 @@ impl<V: OpsValue, R: BorrowMut<Registry<V>>> App<V, R> {
         revision
     }
 
+    /// A write that is retained (staged, or named by a retained operation).
     pub(crate) fn write(&self, id: WriteId) -> &WriteRecord {
-        &self.writes[(id.0 - 1) as usize]
+        self.write_record(id)
+            .expect("referenced writes are retained")
+    }
+
+    fn write_mut(&mut self, id: WriteId) -> &mut WriteRecord {
+        let i = id.0.checked_sub(self.write_base).expect("retained") as usize;
+        self.writes[i]
+            .as_mut()
+            .expect("referenced writes are retained")
     }
 
     // ----- scheduling ---------------------------------------------------------------------------
@@ -1039,6 +1078,7 @@ impl<V: OpsValue, R: BorrowMut<Registry<V>>> App<V, R> {
                 Trigger::Initial | Trigger::Rerun { .. } | Trigger::GateOpened { .. }
             ),
             partials: 0,
+            refs: 0,
             journal: Vec::with_capacity(4),
         };
         push_calc_event(
@@ -1064,9 +1104,12 @@ impl<V: OpsValue, R: BorrowMut<Registry<V>>> App<V, R> {
         }
         let cell = &mut self.cells[x];
         cell.current = Some(id);
-        cell.error = None;
+        let cleared = cell.error.take();
         cell.partial_this_run = false;
         cell.progress = None;
+        if let Some(e) = cleared {
+            self.calc_unref(e.calc);
+        }
         self.link_calc(now, x, id);
         Some(id)
     }
@@ -1094,6 +1137,9 @@ impl<V: OpsValue, R: BorrowMut<Registry<V>>> App<V, R> {
         };
         push_calc_event(calc, now, revision, event);
         let (host, job, cell_name) = (calc.host, calc.job, calc.cell_name.clone());
+        if calc.refs == 0 {
+            self.retention_queue_calc(id);
+        }
         if host && was_running {
             self.outputs.push_back(AppOutput::Abort {
                 calc: id,
@@ -1197,6 +1243,7 @@ impl<V: OpsValue, R: BorrowMut<Registry<V>>> App<V, R> {
         let cell = &mut self.cells[x];
         cell.current = None;
         cell.partial_this_run = false;
+        self.calc_released(id);
         self.revalidate(x);
     }
 
@@ -1302,6 +1349,7 @@ impl<V: OpsValue, R: BorrowMut<Registry<V>>> App<V, R> {
                             CalcEventKind::Submitted { job: s.job },
                         );
                         self.job_calcs.insert(s.job, (id, 0));
+                        self.calc_ref(id);
                     }
                     Err(e) => {
                         calc.state = CalcState::Running;
@@ -1320,11 +1368,15 @@ impl<V: OpsValue, R: BorrowMut<Registry<V>>> App<V, R> {
 
     // ----- calculation results ------------------------------------------------------------------
 
+    /// Whether a host calculation is running (reports apply). A report for one that ended
+    /// is late; so is one for a calculation already pruned (its record is gone).
     fn check_host_calc(&self, id: CalcId) -> Result<bool, OpsError> {
-        let calc = self
-            .calcs
-            .get(&id)
-            .ok_or(OpsError::UnknownCalculation(id))?;
+        let Some(calc) = self.calcs.get(&id) else {
+            return match self.calc_missing(id) {
+                OpsError::Pruned(_) => Ok(false),
+                e => Err(e),
+            };
+        };
         if !calc.host {
             return Err(OpsError::InvalidArgument(format!(
                 "calculation {id} runs as a Worker job; its results arrive through on_worker_message"
@@ -1335,8 +1387,9 @@ impl<V: OpsValue, R: BorrowMut<Registry<V>>> App<V, R> {
 
     fn late(&mut self, now: Millis, id: CalcId, what: &'static str) -> ReportStatus {
         let revision = self.revision;
-        let calc = self.calcs.get_mut(&id).expect("checked");
-        push_calc_event(calc, now, revision, CalcEventKind::Late { what });
+        if let Some(calc) = self.calcs.get_mut(&id) {
+            push_calc_event(calc, now, revision, CalcEventKind::Late { what });
+        }
         ReportStatus::Late
     }
 
@@ -1452,8 +1505,9 @@ impl<V: OpsValue, R: BorrowMut<Registry<V>>> App<V, R> {
     /// computed from it take the new provenance and finality.
     fn commit(&mut self, now: Millis, id: CalcId, value: Option<V>, partial: bool) {
         let revision = self.bump();
-        let x = self.calcs[&id].cell;
-        let inputs_current = self.calcs[&id].reads.iter().copied().eq(self.reads_now(x));
+        let calc = &self.calcs[&id];
+        let x = calc.cell;
+        let inputs_current = calc.reads.iter().copied().eq(self.reads_now(x));
         let is_final = !partial && inputs_current && self.upstream_final(x);
         let gate = self.cells[x].spec.equality == Equality::Value;
         let old = self.cells[x].value.as_ref();
@@ -1471,9 +1525,20 @@ impl<V: OpsValue, R: BorrowMut<Registry<V>>> App<V, R> {
                 (Arc::new(v), self.next_content, revision, false)
             }
         };
+        // The value names its calculation (which is then never unreferenced, so never queued
+        // for pruning while it is the value).
+        let first = self.cells[x].value.as_ref().is_none_or(|v| v.calc != id);
         let calc = self.calcs.get_mut(&id).expect("exists");
+        if first {
+            calc.refs += 1;
+        }
         let provenance = calc.provenance.clone();
-        let reads = calc.reads.clone();
+        // The result keeps the reads (the calculation ends); a partial copies them.
+        let reads = if partial {
+            calc.reads.clone()
+        } else {
+            std::mem::take(&mut calc.reads)
+        };
         if partial {
             let index = calc.partials;
             calc.partials += 1;
@@ -1497,6 +1562,7 @@ impl<V: OpsValue, R: BorrowMut<Registry<V>>> App<V, R> {
             calc.journal.shrink_to_fit();
         }
         let cell = &mut self.cells[x];
+        let replaced = cell.value.as_ref().map(|v| v.calc).filter(|c| *c != id);
         cell.value = Some(CellValue {
             value,
             calc: id,
@@ -1512,6 +1578,9 @@ impl<V: OpsValue, R: BorrowMut<Registry<V>>> App<V, R> {
         } else {
             cell.current = None;
             cell.partial_this_run = false;
+        }
+        if let Some(old) = replaced {
+            self.calc_unref(old);
         }
         let mut dirty: Vec<Option<Trigger>> = vec![None; self.cells.len()];
         if unchanged {
@@ -1545,11 +1614,16 @@ impl<V: OpsValue, R: BorrowMut<Registry<V>>> App<V, R> {
         let cell = &mut self.cells[x];
         cell.current = None;
         cell.partial_this_run = false;
-        cell.error = Some(CellError {
+        let old = cell.error.replace(CellError {
             calc: id,
             message,
             code,
         });
+        self.calc_ref(id);
+        if let Some(e) = old {
+            self.calc_unref(e.calc);
+        }
+        self.calc_released(id);
         // Dependents keep their scheduled calculations; they start once this cell recovers.
     }
 
@@ -1623,11 +1697,13 @@ impl<V: OpsValue, R: BorrowMut<Registry<V>>> App<V, R> {
             while let Some(&(calc, seen)) = self.job_calcs.get(&job) {
                 let Some(j) = reg_mut(&mut self.registry).job(job) else {
                     self.job_calcs.remove(&job);
+                    self.calc_unref(calc);
                     break;
                 };
                 let Some(ev) = j.journal().get(seen) else {
                     if j.is_finished() {
                         self.job_calcs.remove(&job);
+                        self.calc_unref(calc);
                     }
                     break;
                 };
@@ -1854,12 +1930,20 @@ impl<V: OpsValue, R: BorrowMut<Registry<V>>> App<V, R> {
 
     /// The receipt of a write.
     pub fn write_record(&self, id: WriteId) -> Option<&WriteRecord> {
-        self.writes.get((id.0 as usize).wrapping_sub(1))
+        let i = id.0.checked_sub(self.write_base)?;
+        self.writes.get(usize::try_from(i).ok()?)?.as_ref()
     }
 
-    /// The receipt of a write as JSON.
+    /// Every retained write receipt, in id order.
+    pub fn write_records(&self) -> impl Iterator<Item = &WriteRecord> {
+        self.writes.iter().flatten()
+    }
+
+    /// The receipt of a write as JSON (`null` for an unknown or pruned write).
     pub fn receipt_json(&self, id: WriteId) -> Value {
-        let w = self.write(id);
+        let Some(w) = self.write_record(id) else {
+            return Value::Null;
+        };
         let mut o = json!({
             "write": w.id.0, "control": self.controls[w.control].name, "requested": w.requested.to_json(),
             "accepted": w.accepted.to_json(), "adjusted": w.adjusted, "by": w.actor.by, "acceptedAt": w.accepted_at,
@@ -2020,10 +2104,7 @@ impl<V: OpsValue, R: BorrowMut<Registry<V>>> App<V, R> {
 
     /// A calculation's record as JSON (state, trigger, journal).
     pub fn calc_json(&self, id: CalcId) -> Result<Value, OpsError> {
-        let c = self
-            .calcs
-            .get(&id)
-            .ok_or(OpsError::UnknownCalculation(id))?;
+        let c = self.calcs.get(&id).ok_or_else(|| self.calc_missing(id))?;
         Ok(json!({
             "calc": id.to_json(), "cell": c.cell_name, "state": c.state.as_str(),
             "compute": if c.host { "host" } else { "worker" },
@@ -2043,7 +2124,7 @@ impl<V: OpsValue, R: BorrowMut<Registry<V>>> App<V, R> {
 
     /// Number of retained calculations, writes and operations (for inspection and benchmarks).
     pub fn retained(&self) -> (usize, usize, usize) {
-        (self.calcs.len(), self.writes.len(), self.ops.len())
+        (self.calcs.len(), self.retention.live_writes, self.ops.len())
     }
 
     /// The published surface as JSON: `brief` (maps of values and states) or full (metadata,

@@ -29,6 +29,7 @@ mod app;
 pub mod claims;
 pub mod control;
 mod operation;
+mod retention;
 pub mod tools;
 mod types;
 pub mod vectors;
@@ -40,6 +41,7 @@ pub use app::{
     GateSpec, GraphSpec, ReportStatus, SelectorSpec, Snapshot,
 };
 pub use operation::{CellOutcome, ObserveRequest, OpOutcome, Operation, Selection, SupersedeInfo};
+pub use retention::{Pruned, Retention};
 pub use types::*;
 
 use crate::jobs::JobsError;
@@ -65,6 +67,9 @@ pub enum OpsError {
     UnknownOperation(OpId),
     #[error("no calculation {0}")]
     UnknownCalculation(CalcId),
+    /// The record existed but was pruned by the retention policy ([`Retention`]).
+    #[error("{0}")]
+    Pruned(String),
     #[error("no tool `{name}`; tools: {}", list(.known))]
     UnknownTool { name: String, known: Vec<String> },
     #[error("invalid graph: {0}")]
@@ -95,6 +100,7 @@ impl OpsError {
             OpsError::UnknownSelector { .. } => "UNKNOWN_SELECTOR",
             OpsError::UnknownOperation(_) => "UNKNOWN_OPERATION",
             OpsError::UnknownCalculation(_) => "UNKNOWN_CALCULATION",
+            OpsError::Pruned(_) => "PRUNED",
             OpsError::UnknownTool { .. } => "UNKNOWN_TOOL",
             OpsError::InvalidGraph(_) => "INVALID_GRAPH",
             OpsError::InvalidArgument(_) => "INVALID_ARGUMENT",

@@ -303,8 +303,13 @@ proptest! {
     #![proptest_config(ProptestConfig { cases: cases(), ..ProptestConfig::default() })]
 
     #[test]
-    fn operations_end_once_and_settle_only_on_what_they_asked_for(steps in proptest::collection::vec(step(), 1..60)) {
-        run_steps(steps)?;
+    fn operations_end_once_and_settle_only_on_what_they_asked_for(
+        steps in proptest::collection::vec(step(), 1..60),
+        limits in (1..4usize, 0..6usize, 0..6usize),
+    ) {
+        // Small retention limits: pruning must never drop what something still names.
+        let retention = Retention { operations: limits.0, calculations: limits.1, writes: limits.2 };
+        run_steps(steps, retention)?;
     }
 }
 
@@ -335,8 +340,11 @@ fn drain(
 
 /// Runs one generated scenario and checks every invariant (the property test's body; also
 /// called directly with recorded cases).
-fn run_steps(steps: Vec<Step>) -> Result<(), TestCaseError> {
-    let mut app: App<Value> = App::new(AppConfig::default());
+fn run_steps(steps: Vec<Step>, retention: Retention) -> Result<(), TestCaseError> {
+    let mut app: App<Value> = App::new(AppConfig {
+        retention,
+        ..AppConfig::default()
+    });
     app.load(0, lab_spec()).unwrap();
     let mut now = 0u64;
     let mut next_instance = 2u64;
@@ -423,7 +431,10 @@ fn run_steps(steps: Vec<Step>) -> Result<(), TestCaseError> {
             }
             Step::Cancel(i) => {
                 if !ops.is_empty() {
-                    app.cancel_op(now, ops[i % ops.len()], "test").unwrap();
+                    let op = ops[i % ops.len()];
+                    if let Err(e) = app.cancel_op(now, op, "test") {
+                        prop_assert!(e.code() == "PRUNED" && app.was_pruned(op), "{e}");
+                    }
                 }
             }
             Step::Act(a) => {
@@ -455,6 +466,7 @@ fn run_steps(steps: Vec<Step>) -> Result<(), TestCaseError> {
         last_revision = app.revision();
         drain(&mut app, &mut running, &mut ended)?;
         check_cells(&app)?;
+        check_retention(&mut app)?;
     }
     // Liveness: once every staged write is flushed and every calculation has reported, no
     // operation is left waiting (each is settled, failed, superseded, cancelled or timed out).
@@ -519,6 +531,87 @@ fn run_steps(steps: Vec<Step>) -> Result<(), TestCaseError> {
     }
     // A ready cell has a value; a cell with a value in flight says so.
     check_cells(&app)?;
+    Ok(())
+}
+
+/// Retention invariants: whatever a retained record names is retained; after pruning, what
+/// nothing names stays within the limits.
+fn check_retention(app: &mut App<Value>) -> Result<(), TestCaseError> {
+    for o in app.operations() {
+        for c in &o.linked {
+            prop_assert!(app.calcs.contains_key(c), "{} names pruned {}", o.id, c);
+        }
+        let superseding = o
+            .outcome
+            .as_ref()
+            .and_then(|x| x.superseded.as_ref())
+            .map(|s| s.by.clone())
+            .unwrap_or_default();
+        for w in o.writes.iter().chain(&o.intervening).chain(&superseding) {
+            prop_assert!(
+                app.write_record(*w).is_some(),
+                "{} names pruned {}",
+                o.id,
+                w
+            );
+        }
+        if let Some(out) = &o.outcome {
+            for c in &out.cells {
+                for calc in c
+                    .value_calc
+                    .iter()
+                    .chain(c.processed.as_ref().map(|p| &p.0))
+                {
+                    prop_assert!(
+                        app.calcs.contains_key(calc),
+                        "{} names pruned {}",
+                        o.id,
+                        calc
+                    );
+                }
+            }
+        }
+        app.operation_json(o.id).unwrap();
+    }
+    for x in 0..app.cells.len() {
+        let cell = &app.cells[x];
+        let named = cell
+            .current
+            .iter()
+            .copied()
+            .chain(cell.value.as_ref().map(|v| v.calc))
+            .chain(cell.error.as_ref().map(|e| e.calc));
+        for c in named {
+            prop_assert!(
+                app.calcs.contains_key(&c),
+                "{} names pruned {}",
+                cell.name,
+                c
+            );
+        }
+    }
+    app.prune();
+    let limits = app.retention();
+    let finished = app.operations().filter(|o| o.is_finished()).count();
+    prop_assert!(
+        finished <= limits.operations,
+        "{} finished operations kept",
+        finished
+    );
+    let loose = app
+        .calcs
+        .values()
+        .filter(|c| c.refs == 0 && c.state.is_ended())
+        .count();
+    prop_assert!(
+        loose <= limits.calculations,
+        "{} unreferenced calculations kept",
+        loose
+    );
+    let (_, writes, _) = app.retained();
+    prop_assert_eq!(writes, app.write_records().count());
+    let loose = app.loose_writes();
+    prop_assert!(loose <= limits.writes, "{} unreferenced writes kept", loose);
     Ok(())
 }
 
@@ -599,5 +692,5 @@ fn recorded_case_a_rerun_after_processing_does_not_settle_on_the_stale_record() 
             kind: 0,
         },
     ];
-    run_steps(steps).unwrap();
+    run_steps(steps, Retention::default()).unwrap();
 }

@@ -397,6 +397,8 @@ pub struct WriteRecord {
     pub invocation: Option<InvocationId>,
     pub accepted_at: Millis,
     pub status: WriteStatus,
+    /// Retained operations naming it (see `Retention`).
+    pub(crate) refs: u32,
 }
 
 /// Caller policy when a relevant input changes while waiting.

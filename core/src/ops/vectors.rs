@@ -56,8 +56,14 @@ pub fn run_vector(v: &Value) -> VectorResult {
         return run_claims_vector(name, v);
     }
     let mut failures = Vec::new();
+    let mut retention = Retention::default();
+    let limit = |k: &str, d: usize| v["retention"][k].as_u64().map_or(d, |n| n as usize);
+    retention.operations = limit("operations", retention.operations);
+    retention.calculations = limit("calculations", retention.calculations);
+    retention.writes = limit("writes", retention.writes);
     let mut app: App<Value> = App::new(AppConfig {
         instance: v["instance"].as_u64().unwrap_or(1),
+        retention,
         ..AppConfig::default()
     });
     for (i, e) in v["endpoints"]
@@ -203,8 +209,9 @@ pub fn state_json(app: &App<Value>) -> Value {
     for c in app.calcs.keys() {
         calcs.insert(c.to_string(), app.calc_json(*c).unwrap_or(Value::Null));
     }
-    let writes: Vec<Value> = (1..=app.writes.len() as u64)
-        .map(|w| app.receipt_json(WriteId(w)))
+    let writes: Vec<Value> = app
+        .write_records()
+        .map(|w| app.receipt_json(w.id))
         .collect();
     let mut s = snap.to_json();
     s["operations"] = Value::Object(ops);
@@ -460,6 +467,14 @@ fn apply_step(app: &mut App<Value>, at: u64, op: &str, s: &Value) -> Result<Valu
         }
         "report" => app.report(s["full"].as_bool().unwrap_or(false)),
         "snapshot" => app.snapshot().to_json(),
+        "retained" => {
+            let (calcs, writes, operations) = app.retained();
+            let p = app.pruned();
+            json!({"calculations": calcs, "writes": writes, "operations": operations,
+                "jobs": app.jobs().jobs().count(),
+                "pruned": {"operations": p.operations, "calculations": p.calculations,
+                    "writes": p.writes, "jobs": p.jobs}})
+        }
         "state" => state_json(app),
         "advance" => Value::Null,
         other => return Err(verr(format!("unknown op `{other}`"))),

@@ -234,6 +234,34 @@ test('JS host cells: a finished stream commits its last value once; an equal rec
   app.dispose();
 });
 
+test('JS app retention: the newest finished records are kept, named ones never pruned, pruned ids say PRUNED', async () => {
+  const app = createApp({ retention: { operations: 2, calculations: 2, writes: 2 } });
+  app.load({
+    controls: [{ name: 'x', type: 'number', min: 0, max: 100, value: 0 }],
+    cells: [{ name: 'y', deps: ['x'], compute: ({ x }) => 2 * x }],
+  });
+  const ops = [];
+  for (let i = 1; i <= 6; i++) {
+    const op = app.start({ writes: { x: i }, waitFor: ['y'], select: ['y'] });
+    app.flush();
+    assert.equal(op.outcome.result.y, 2 * i);
+    ops.push(op);
+  }
+  app.flush(); // the next input prunes
+  const kept = app.retained();
+  assert.equal(kept.operations, 2);
+  assert.ok(kept.calcs <= 2 + 2 + 1, `calculations kept: ${kept.calcs}`);
+  assert.ok(kept.writes <= 2 + 2, `writes kept: ${kept.writes}`);
+  assert.deepEqual(app.operations().map((o) => o.operation), [5, 6]);
+  assert.throws(() => app.inspect(1), (e) => e.code === 'PRUNED');
+  await assert.rejects(ops[0].wait(), (e) => e.code === 'PRUNED');
+  assert.equal(app.receipt(1), undefined);
+  assert.equal((await ops[5].wait()).outcome, 'settled');
+  assert.equal(app.cell('y').value, 12, 'the current value and its calculation stay');
+  assert.equal(app.calc(app.cell('y').valueCalc).state, 'succeeded');
+  app.dispose();
+});
+
 test('headless diffusion lab in Node, driven by the published tools (worker_threads Worker)', { timeout: 60_000 }, async () => {
   const app = createApp();
   const worker = app.openWorker(diffusionWorker);
