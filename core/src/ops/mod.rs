@@ -6,7 +6,8 @@
 //! recalculate after a batch of writes, gives every evaluation a **calculation identity**
 //! `(graph instance, generation)`, and records each calculation's lifecycle at the source
 //! (scheduled, started, progress, partial, succeeded, errored, superseded by whom and why,
-//! held, owner disposed) before any projection into cell states.
+//! held, owner disposed, skipped) before any projection into cell states. A recomputation to
+//! an equal value is a no-op for dependents (equality gating, [`Equality`]).
 //!
 //! An **operation** is the agent-facing unit: writes validated all-or-nothing and applied in one
 //! batch, a wait set of cells, and a result selection over a consistent snapshot. It correlates
@@ -24,6 +25,7 @@
 //! * [`tools`] — the published agent tools (`report`, `set`, `act`, `observe`, `wait`,
 //!   `inspect`, `cancel`) with JSON Schemas.
 //! * [`claims`] — standing desires (latest wins), as distinct from submitted tasks (FIFO).
+//! * [`Retention`] — how many finished records are kept; what is never pruned.
 
 mod app;
 pub mod claims;

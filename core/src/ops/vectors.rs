@@ -8,6 +8,8 @@
 //! due timers fire first), `op`, and optional `expect`, `expectError` and `outputs` (everything
 //! the app emitted during the step), matched as subsets (see [`crate::conformance::subset`]).
 //! A calculation is named by `"calc": "instance:generation"` or by `"cell"` (its current one).
+//! An optional `"retention": {"operations", "calculations", "writes"}` sets the app's limits;
+//! the `retained` step reports what is kept and what was pruned.
 
 use serde_json::{Value, json};
 
