@@ -41,6 +41,10 @@ pub fn run_suite(text: &str) -> Result<Vec<VectorResult>, String> {
         .ok_or("suite has no `vectors` array")?;
     match kind {
         "jobs" => Ok(vectors.iter().map(run_jobs_vector).collect()),
+        "actors" => Ok(vectors
+            .iter()
+            .map(crate::actors::vectors::run_vector)
+            .collect()),
         "ops" => Ok(crate::ops::vectors::run_suite(&suite)),
         "tools" => Ok(vectors
             .iter()

@@ -6,12 +6,15 @@
 //! Tokio and as WebAssembly in browsers and Node.
 //!
 //! Capabilities, one module each:
+//! * [`actors`] — agent chat as a persisted graph of actor nodes: spawn lineage, metathread,
+//!   wait graph, close-out policy, projections; the storage seam its hosts implement.
 //! * [`jobs`] — the portable job registry and the Worker endpoint protocol.
 //! * [`ops`] — published controls, the cell graph, calculations and operations.
 //! * [`frames`] — decision frames: a DGP 0.1 engine (frames, assessments, guarded commits).
 //! * [`tools`] — agent sessions: the parallel tool scheduler, turn state and mailbox admission.
 //! * [`conformance`] — the data-driven vectors every host runs against this core.
 
+pub mod actors;
 pub mod conformance;
 pub mod frames;
 pub mod jobs;

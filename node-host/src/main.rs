@@ -3,7 +3,7 @@
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
-use weft_host::{agent, run, serve};
+use weft_host::{actors, agent, run, serve};
 
 /// weft — a portable runtime for applications that people and agents drive together.
 #[derive(Parser)]
@@ -21,6 +21,8 @@ enum Command {
     Serve(serve::ServeArgs),
     /// Drive DGP surfaces as an agent: read frames, judge, assess, commit; stop for humans.
     Agent(agent::AgentArgs),
+    /// Agent chat as a persisted graph of actor nodes ($CHAT_ROOT): spawn, route, status, audit, desk.
+    Actors(actors::cli::ActorsArgs),
 }
 
 fn main() -> ExitCode {
@@ -35,6 +37,7 @@ fn main() -> ExitCode {
             Command::Run(args) => run::main(args).await,
             Command::Serve(args) => serve::main(args).await,
             Command::Agent(args) => agent::main(args).await,
+            Command::Actors(args) => actors::cli::main(args).await,
         }
     })
 }

@@ -8,6 +8,8 @@ echo "== wasm package size (release: lto, opt-level s)"
 wasm/build.sh 2>/dev/null | tail -n 1
 echo "== registry throughput, native"
 cargo run -q --release -p weft-bench --bin registry 2>/dev/null
+echo "== actor graph: durable spawns/messages vs the raw fsync rate, audit walk"
+cargo run -q --release -p weft-bench --bin actors 2>/dev/null
 echo "== operation overhead (observe round trips), native"
 cargo run -q --release -p weft-bench --bin ops 2>/dev/null
 echo "== agent scheduling overhead per tool call, native"

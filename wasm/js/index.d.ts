@@ -640,3 +640,88 @@ export function createFramesEngine(options: FramesEngineOptions): FramesEngine;
 
 /** The controller's modality check; throws `UNSUPPORTED_MODALITY` for required evidence it cannot read. */
 export function evidenceFor(frame: any, decisionId: string, modalities: string[]): { evidenceIds: string[]; omittedOptional: string[] };
+
+// ----- actor graph -------------------------------------------------------------------------
+
+/** Harness variables (`ACTOR_AGENTIC_UI`, `ACTOR_GRAPH_EPOCHS`, `ACTOR_WAIT_GRAPH`, `ACTOR_NODE_STORE`, `GIT_CLOSEOUT`, deprecated `PROJECT_INBOX*`). */
+export type ActorConfig = Record<string, string>;
+
+export type NodeType = 'coordinator' | 'discussion' | 'task' | 'disambiguation' | (string & {});
+export type NodeStatus = 'idle' | 'running' | 'blocked' | 'awaiting_user' | 'done' | 'failed' | 'cancelled';
+export type Role = 'user' | 'assistant' | 'system' | 'routing' | 'tool' | 'progress' | 'completion';
+export type GitCloseout = 'coordinator-batch' | 'commit-only' | 'per-node' | 'off';
+
+export interface SpawnResult {
+  id: string;
+  parent: string;
+  type: NodeType;
+  /** The parent's routing-marker line (1-based). */
+  markerLine: number;
+  childLine: number | null;
+  gitCloseout: GitCloseout;
+  /** A disambiguation child pauses its parent until resolved. */
+  pausedParent: boolean;
+}
+
+export interface Diagnostic {
+  code: string;
+  file: string;
+  line?: number;
+  message: string;
+  repaired: boolean;
+}
+
+export interface OpenReport {
+  diagnostics: Diagnostic[];
+  repairs: string[];
+  recoveryBatch?: number;
+}
+
+export interface MutationOptions {
+  signal?: AbortSignal;
+}
+
+/**
+ * An actor graph with its store. Mutations resolve once the store committed them; errors are
+ * `WeftError`s with the core's codes (`NOT_PERSISTED`, `ROUTING_PAUSED`, `CADENCE_VIOLATION`,
+ * `WAIT_BLOCKED`, `INVALID_NODE_ID`, …).
+ */
+export class ActorStore {
+  readonly report: OpenReport;
+  readonly version: number;
+  spawn(args: { parent: string; type?: NodeType; id?: string; title?: string; topic?: string; reason?: string; gitCloseout?: GitCloseout; waitOn?: { node: string; mode?: 'warn' | 'enforce' }[] }, o?: MutationOptions): Promise<SpawnResult>;
+  message(args: { node: string; text: string; role?: Role; tokens?: number; from?: string }, o?: MutationOptions): Promise<{ node: string; line: number }>;
+  route(args: { node: string; text: string; tokens?: number }, o?: MutationOptions): Promise<{ outcome: 'continued'; node: string; line: number } | (SpawnResult & { outcome: 'spawned'; trigger: 'model' | 'policy' })>;
+  status(args: { node: string; status: NodeStatus; summary?: string; awaitingUser?: boolean }, o?: MutationOptions): Promise<{ node: string; version: number; status: NodeStatus; summary: string }>;
+  resolve(args: { node: string; candidates: ('continue' | { node: string } | { type: NodeType; title: string; topic?: string })[]; note?: string }, o?: MutationOptions): Promise<{ parent: string; into: string[]; created: string[] }>;
+  ref(args: { node: string; line: number; summary?: string }, o?: MutationOptions): Promise<{ metaLine: number }>;
+  narrate(args: { text: string }, o?: MutationOptions): Promise<{ metaLine: number }>;
+  wait(args: { node: string; on: string; mode: 'warn' | 'enforce' | null }, o?: MutationOptions): Promise<unknown[]>;
+  relate(args: { from: string; to: string; kind?: string }, o?: MutationOptions): Promise<null>;
+  archive(args: { node: string; hidden?: boolean }, o?: MutationOptions): Promise<null>;
+  reset(args: { before: number | string }, o?: MutationOptions): Promise<{ archived: string[] }>;
+  bookmark(args: { scope?: string; keywords?: string[]; text?: string; image?: string }, o?: MutationOptions): Promise<{ line: number }>;
+  epoch(args: { reason?: string; nodes?: string[] }, o?: MutationOptions): Promise<{ epoch: number }>;
+  export(args?: {}, o?: MutationOptions): Promise<{ lines: number }>;
+  /** Any mutation of `weft_core::actors::api` by name. */
+  mutate(op: string, args?: object, o?: MutationOptions): Promise<any>;
+  /** Any view by name: graph, linear, grid, tree, temporal, fork, metathread, audit, index, lineage, waits, model, mailbox. */
+  view(name: string, args?: object): any;
+  graph(): { root: string; version: number; nodes: any[]; broken: any[]; edges: any[]; diagnostics: Diagnostic[] };
+  gridView(): any;
+  treeView(): any;
+  linearView(args?: { node?: string }): any;
+  temporalView(args?: { scope?: string; at?: number | string; buckets?: number }): any;
+  forkView(args: { node: string }): any;
+  auditView(): { refs: number; ok: number; problems: number; entries: any[] };
+  lineageView(): string[];
+  onChange(listener: (events: { seq: number; kind: string; node: string | null }[]) => void): () => void;
+  /** Persists anything already queued. */
+  sync(): Promise<unknown>;
+  close(): Promise<void>;
+}
+
+/** Opens (or creates) an actor store: IndexedDB in browsers (default there), memory anywhere. */
+export function openActorStore(options?: { backend?: 'indexeddb' | 'memory'; name?: string; config?: ActorConfig; title?: string }): Promise<ActorStore>;
+/** Deletes an IndexedDB actor store. */
+export function deleteActorStore(name?: string): Promise<void>;

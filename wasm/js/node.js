@@ -43,6 +43,7 @@ setWorkerFactory((specifier, options = {}) => (h) => {
 });
 
 export { createRuntime, Runtime, Endpoint, Job, WeftError } from './runtime.js';
+export { openActorStore, deleteActorStore, ActorStore } from './actors.js';
 export { createApp, App, Operation } from './ops.js';
 export { createAgent, Agent, scriptedModel } from './agent.js';
 export { validateToolArguments } from './weft_wasm.js';

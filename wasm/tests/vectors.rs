@@ -6,6 +6,7 @@ use wasm_bindgen_test::*;
 /// Every suite under `tests/vectors/`, embedded at compile time (wasm has no file system).
 const SUITES: &[(&str, &str)] = &[
     ("jobs", include_str!("../../tests/vectors/jobs.json")),
+    ("actors", include_str!("../../tests/vectors/actors.json")),
     ("ops", include_str!("../../tests/vectors/ops.json")),
     ("frames", include_str!("../../tests/vectors/frames.json")),
     ("tools", include_str!("../../tests/vectors/tools.json")),

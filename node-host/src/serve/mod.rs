@@ -41,6 +41,10 @@ pub struct ServeArgs {
     /// Seed this many extra synthetic ThreadDesk threads when the store is new (load tests).
     #[arg(long, default_value_t = 0)]
     pub extra_threads: u32,
+    /// Also serve the actor desk (`/actors/`, `/api/actors/…`) over this `$CHAT_ROOT`
+    /// (initialised when empty). The server holds the root's writer lock while it runs.
+    #[arg(long)]
+    pub chat_root: Option<PathBuf>,
 }
 
 /// State every capability shares.
@@ -198,14 +202,21 @@ async fn run(args: ServeArgs) -> Result<(), String> {
         shared.store.clone(),
     )
     .await?;
-    let app = router(
-        shared.clone(),
-        vec![
-            dgp::routes(desk.clone(), shared.clone()),
-            threaddesk::routes(desk, shared.clone()),
-        ],
-    );
+    let mut parts = vec![
+        dgp::routes(desk.clone(), shared.clone()),
+        threaddesk::routes(desk, shared.clone()),
+    ];
+    if let Some(root) = &args.chat_root {
+        parts.push(crate::desk::mount(root, addr).await?);
+    }
+    let app = router(shared.clone(), parts);
     println!("weft serve: ThreadDesk (DGP 0.1) on http://{addr}/");
+    if let Some(root) = &args.chat_root {
+        println!(
+            "  actor desk:  http://{addr}/actors/ (root {})",
+            root.display()
+        );
+    }
     println!("  data:        {} ({})", db.display(), store::DURABILITY);
     let note = |g: bool| {
         if g {

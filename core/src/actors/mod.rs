@@ -1,0 +1,662 @@
+//! The actor graph: agent chat as a persisted graph of actor nodes.
+//!
+//! A node is a bounded conversation context with a type, an address, spawn links and a mailbox.
+//! [`ActorGraph`] holds the graph exactly as it is on disk (`meta.json` and `chat.jsonl` are
+//! authoritative; the structs mirror them 1:1 and every mutation rewrites or appends the
+//! records it changed). It is sans-IO: every call takes `now` (Unix-epoch milliseconds, since
+//! timestamps are persisted) and queues [`WriteBatch`]es the host performs on its store and
+//! acknowledges with [`ActorGraph::ack`]. A spawn's lineage — the parent's `spawned[]`, the
+//! child's `spawnedBy`, the graph edge and both addresses — is in one batch, and neither node
+//! accepts a message (`NOT_PERSISTED`) until that batch is acknowledged.
+//!
+//! Rules that live here, once: spawn (model-proposed via [`SpawnProposer`], user gesture,
+//! policy trigger), disambiguation pauses, the metathread and its audit, mailboxes with their
+//! compaction chain, the wait graph, cadence separation, git close-out, archive/reset, epochs,
+//! and crash recovery of half-finished spawns on open ([`ActorGraph::open`]).
+
+pub mod api;
+pub mod closeout;
+pub mod config;
+pub mod id;
+mod lineage;
+mod load;
+pub mod model;
+mod ops;
+pub mod proposer;
+pub mod store;
+pub mod time;
+pub mod vectors;
+mod views;
+
+#[cfg(test)]
+mod tests;
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+use serde_json::{Map, Value, json};
+use thiserror::Error;
+
+pub use config::{AgenticUi, CloseoutDefault, HarnessConfig, NodeStoreMode, WaitGraphMode};
+pub use id::{MAX_NODE_ID_BYTES, NodeId, slugify};
+pub use load::OpenReport;
+pub use model::{
+    ChatLine, Edge, GitCloseout, GraphEntry, GraphIndex, Mailbox, Node, NodeType, Related,
+    RelatedKind, Role, Status, WaitMode, WaitOn,
+};
+pub use ops::{Candidate, NewLine, Resolution, RouteOutcome, SpawnOutcome, SpawnRequest, Trigger};
+pub use proposer::{HeuristicProposer, Proposal, ProposalContext, SpawnProposer};
+pub use store::{ActorStore, BatchId, MemoryStore, Op, Snapshot, WriteBatch};
+pub use views::{AuditEntry, AuditReport, Scope, WaitCheck};
+
+use crate::Millis;
+
+/// Errors of the actor graph. Each has a stable code (see [`ActorsError::code`]). A call that
+/// fails changes nothing.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+#[non_exhaustive]
+pub enum ActorsError {
+    #[error("no node `{0}`")]
+    UnknownNode(String),
+    #[error("invalid node id {id:?}: it {reason}")]
+    InvalidNodeId { id: String, reason: String },
+    #[error("node `{0}` already exists")]
+    NodeExists(String),
+    #[error(
+        "node `{node}` does not accept messages yet: batch {batch} ({label}) that records its lineage is not acknowledged by the store"
+    )]
+    NotPersisted {
+        node: String,
+        batch: BatchId,
+        label: String,
+    },
+    #[error(
+        "node `{node}` is paused: disambiguation `{by}` must resolve the boundary first (write to `{by}` or resolve it)"
+    )]
+    RoutingPaused { node: String, by: String },
+    #[error("cadence violation on `{node}` ({node_type}): {reason}")]
+    CadenceViolation {
+        node: String,
+        node_type: String,
+        reason: String,
+    },
+    #[error("a {parent_type} node cannot spawn a {child_type} node")]
+    SpawnRule {
+        parent_type: String,
+        child_type: String,
+    },
+    #[error("spawning is disabled: ACTOR_AGENTIC_UI={0}")]
+    SpawnDisabled(String),
+    #[error("`{node}` is not a pending disambiguation: {reason}")]
+    NotPausing { node: String, reason: String },
+    #[error("ref to `{node}` line {line} is invalid: {reason}")]
+    RefInvalid {
+        node: String,
+        line: u64,
+        reason: String,
+    },
+    #[error("model call of `{node}` is blocked by the wait graph: {}", .on.join(", "))]
+    WaitBlocked { node: String, on: Vec<String> },
+    #[error("`{node}` waiting on `{target}` would close a wait cycle: {}", .cycle.join(" → "))]
+    WaitCycle {
+        node: String,
+        target: String,
+        cycle: Vec<String>,
+    },
+    #[error("epoch snapshots are off (ACTOR_GRAPH_EPOCHS=off)")]
+    EpochsDisabled,
+    #[error("node `{node}` cannot be used: {file} is unreadable ({detail})")]
+    NodeCorrupt {
+        node: String,
+        file: String,
+        detail: String,
+    },
+    #[error("the store failed batch {batch}: {detail}; reopen the root to continue")]
+    StoreFailed { batch: BatchId, detail: String },
+    #[error("the store is locked by another writer: {0}")]
+    StoreLocked(String),
+    #[error("store I/O error: {0}")]
+    StoreIo(String),
+    #[error("{var}={value:?} is not valid (expected {expected})")]
+    Config {
+        var: String,
+        value: String,
+        expected: String,
+    },
+    #[error("no actor graph here: run init first")]
+    NotInitialized,
+    #[error("an actor graph already exists here")]
+    AlreadyInitialized,
+    #[error("invalid argument: {0}")]
+    InvalidArgument(String),
+}
+
+impl ActorsError {
+    /// The stable string code, as JS `.code` and HTTP problem `code`.
+    pub fn code(&self) -> &'static str {
+        match self {
+            ActorsError::UnknownNode(_) => "UNKNOWN_NODE",
+            ActorsError::InvalidNodeId { .. } => "INVALID_NODE_ID",
+            ActorsError::NodeExists(_) => "NODE_EXISTS",
+            ActorsError::NotPersisted { .. } => "NOT_PERSISTED",
+            ActorsError::RoutingPaused { .. } => "ROUTING_PAUSED",
+            ActorsError::CadenceViolation { .. } => "CADENCE_VIOLATION",
+            ActorsError::SpawnRule { .. } => "SPAWN_RULE",
+            ActorsError::SpawnDisabled(_) => "SPAWN_DISABLED",
+            ActorsError::NotPausing { .. } => "NOT_PAUSING",
+            ActorsError::RefInvalid { .. } => "REF_INVALID",
+            ActorsError::WaitBlocked { .. } => "WAIT_BLOCKED",
+            ActorsError::WaitCycle { .. } => "WAIT_CYCLE",
+            ActorsError::EpochsDisabled => "EPOCHS_DISABLED",
+            ActorsError::NodeCorrupt { .. } => "NODE_CORRUPT",
+            ActorsError::StoreFailed { .. } => "STORE_FAILED",
+            ActorsError::StoreLocked(_) => "STORE_LOCKED",
+            ActorsError::StoreIo(_) => "STORE_IO",
+            ActorsError::Config { .. } => "CONFIG_INVALID",
+            ActorsError::NotInitialized => "NOT_INITIALIZED",
+            ActorsError::AlreadyInitialized => "ALREADY_INITIALIZED",
+            ActorsError::InvalidArgument(_) => "INVALID_ARGUMENT",
+        }
+    }
+}
+
+impl crate::ErrorCode for ActorsError {
+    fn code(&self) -> &'static str {
+        ActorsError::code(self)
+    }
+}
+
+/// A problem found in a store: the file, the line when it is a log line, and what was done.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Diagnostic {
+    /// `CORRUPT_JSON`, `TORN_LINE`, `MISSING_META`, `DANGLING_CHILD`, ...
+    pub code: &'static str,
+    pub file: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub line: Option<u64>,
+    pub message: String,
+    /// Whether open queued a repair for it (the repair is in the recovery batch).
+    pub repaired: bool,
+}
+
+/// One line of a JSONL log: parsed, or kept verbatim when it is not valid (line numbers of
+/// the lines after it stay what they are on disk).
+#[derive(Clone, Debug, PartialEq)]
+pub enum Entry<T> {
+    Ok(T),
+    Corrupt { raw: String, error: String },
+}
+
+impl<T> Entry<T> {
+    /// The parsed line, if it parsed.
+    pub fn ok(&self) -> Option<&T> {
+        match self {
+            Entry::Ok(t) => Some(t),
+            Entry::Corrupt { .. } => None,
+        }
+    }
+}
+
+/// A node as the graph holds it: its record and its log.
+#[derive(Clone, Debug)]
+pub(crate) struct NodeState {
+    pub meta: Node,
+    pub chat: Vec<Entry<ChatLine>>,
+    pub mailbox: Option<Mailbox>,
+    /// Compaction chain versions present (None = present but unreadable).
+    pub chain: BTreeMap<u64, Option<Mailbox>>,
+}
+
+impl NodeState {
+    fn lines(&self) -> u64 {
+        self.chat.len() as u64
+    }
+}
+
+/// A node whose `meta.json` cannot be read. It is listed (with what `graph.json` knows of it)
+/// and refuses every write; the rest of the graph works.
+#[derive(Clone, Debug)]
+pub(crate) struct Broken {
+    pub file: String,
+    pub error: String,
+}
+
+/// The actor graph of one `$CHAT_ROOT`.
+#[derive(Debug)]
+pub struct ActorGraph {
+    config: HarnessConfig,
+    root_address: String,
+    root: NodeId,
+    graph_version: u64,
+    graph_extra: Map<String, Value>,
+    /// `graph.json`'s entries as loaded (extra fields preserved), updated on spawn.
+    index: BTreeMap<String, GraphEntry>,
+    nodes: BTreeMap<NodeId, NodeState>,
+    broken: BTreeMap<String, Broken>,
+    meta: Vec<Entry<Map<String, Value>>>,
+    bookmarks: Vec<Entry<Map<String, Value>>>,
+    epochs: BTreeMap<u64, Option<Value>>,
+    outbox: Vec<WriteBatch>,
+    next_batch: BatchId,
+    acked: BatchId,
+    gates: BTreeMap<NodeId, BatchId>,
+    gate_labels: BTreeMap<BatchId, String>,
+    failed: Option<(BatchId, String)>,
+    events: Vec<Value>,
+    seq: u64,
+    diagnostics: Vec<Diagnostic>,
+}
+
+/// A change to the graph, for live views: `{"seq", "kind", "node"}`.
+pub type ActorEvent = Value;
+
+/// Pending writes of one call, turned into a [`WriteBatch`] by `commit`.
+#[derive(Default)]
+pub(crate) struct Tx {
+    pub label: String,
+    pub stages: Vec<Vec<Op>>,
+    pub gates: Vec<NodeId>,
+}
+
+impl Tx {
+    pub fn new(label: impl Into<String>) -> Tx {
+        Tx {
+            label: label.into(),
+            stages: vec![Vec::new()],
+            gates: Vec::new(),
+        }
+    }
+    /// Adds an op to the current stage.
+    pub fn op(&mut self, op: Op) {
+        self.stages.last_mut().expect("a stage").push(op);
+    }
+    /// Starts a new stage: what follows is performed after everything before is durable.
+    pub fn barrier(&mut self) {
+        if !self.stages.last().is_some_and(Vec::is_empty) {
+            self.stages.push(Vec::new());
+        }
+    }
+}
+
+pub(crate) fn meta_path(id: &str) -> String {
+    format!("nodes/{id}/meta.json")
+}
+pub(crate) fn chat_path(id: &str) -> String {
+    format!("nodes/{id}/chat.jsonl")
+}
+pub(crate) const GRAPH: &str = "graph.json";
+pub(crate) const METATHREAD: &str = "orchestrator/meta.jsonl";
+pub(crate) const INDEX: &str = "orchestrator/index.json";
+pub(crate) const BOOKMARKS: &str = "timeline/bookmarks.jsonl";
+pub(crate) const THREAD: &str = "thread.jsonl";
+
+pub(crate) fn pretty(v: &impl Serialize) -> String {
+    let mut s = serde_json::to_string_pretty(v).expect("records serialize");
+    s.push('\n');
+    s
+}
+
+pub(crate) fn line(v: &impl Serialize) -> String {
+    let mut s = serde_json::to_string(v).expect("records serialize");
+    s.push('\n');
+    s
+}
+
+impl ActorGraph {
+    fn empty(config: HarnessConfig, root_address: &str, root: NodeId) -> ActorGraph {
+        ActorGraph {
+            config,
+            root_address: root_address.trim_end_matches('/').to_owned(),
+            root,
+            graph_version: 1,
+            graph_extra: Map::new(),
+            index: BTreeMap::new(),
+            nodes: BTreeMap::new(),
+            broken: BTreeMap::new(),
+            meta: Vec::new(),
+            bookmarks: Vec::new(),
+            epochs: BTreeMap::new(),
+            outbox: Vec::new(),
+            next_batch: 1,
+            acked: 0,
+            gates: BTreeMap::new(),
+            gate_labels: BTreeMap::new(),
+            failed: None,
+            events: Vec::new(),
+            seq: 0,
+            diagnostics: Vec::new(),
+        }
+    }
+
+    // ----- host interface ------------------------------------------------------------------
+
+    /// The harness variables in force.
+    pub fn config(&self) -> &HarnessConfig {
+        &self.config
+    }
+
+    /// The root node (the coordinator).
+    pub fn root(&self) -> &NodeId {
+        &self.root
+    }
+
+    /// Takes the queued batches, oldest first. The host performs them in order and
+    /// acknowledges each (or reports failure) — see [`ack`](Self::ack).
+    pub fn take_batches(&mut self) -> Vec<WriteBatch> {
+        std::mem::take(&mut self.outbox)
+    }
+
+    /// Whether batches are waiting to be taken.
+    pub fn has_batches(&self) -> bool {
+        !self.outbox.is_empty()
+    }
+
+    /// Drops queued batches without performing them (read-only hosts: what open would repair
+    /// is then visible in memory and in the report, but nothing is written).
+    pub fn discard_batches(&mut self) {
+        self.outbox.clear();
+    }
+
+    /// The store performed batch `id` (and, stores being ordered, every earlier one) durably.
+    /// Nodes gated by those batches accept messages again.
+    pub fn ack(&mut self, id: BatchId) -> Result<(), ActorsError> {
+        if id >= self.next_batch {
+            return Err(ActorsError::InvalidArgument(format!(
+                "batch {id} was never issued"
+            )));
+        }
+        self.acked = self.acked.max(id);
+        self.gates.retain(|_, b| *b > id);
+        self.gate_labels.retain(|b, _| *b > id);
+        Ok(())
+    }
+
+    /// The store failed batch `id`. Memory and store may now disagree, so every later mutation
+    /// is refused (`STORE_FAILED`) until the host reopens the root, which recovers.
+    pub fn fail(&mut self, id: BatchId, detail: &str) {
+        if self.failed.is_none() {
+            self.failed = Some((id, detail.to_owned()));
+        }
+    }
+
+    /// The highest acknowledged batch.
+    pub fn acked(&self) -> BatchId {
+        self.acked
+    }
+
+    /// Events since the last drain (for live views).
+    pub fn drain_events(&mut self) -> Vec<ActorEvent> {
+        std::mem::take(&mut self.events)
+    }
+
+    /// A counter that increases with every change (live views poll or wait on it).
+    pub fn version(&self) -> u64 {
+        self.seq
+    }
+
+    /// What open found in the store (corrupt files, torn lines, repairs).
+    pub fn diagnostics(&self) -> &[Diagnostic] {
+        &self.diagnostics
+    }
+
+    /// Node ids in spawn order: the root, then depth-first through `spawned[]`, then nodes
+    /// not reachable from the root (sorted).
+    pub fn node_ids(&self) -> Vec<NodeId> {
+        let mut out = Vec::new();
+        let mut seen = std::collections::BTreeSet::new();
+        let mut stack = vec![self.root.clone()];
+        while let Some(id) = stack.pop() {
+            if !seen.insert(id.clone()) {
+                continue;
+            }
+            if let Some(n) = self.nodes.get(&id) {
+                out.push(id.clone());
+                for c in n.meta.spawned.iter().rev() {
+                    stack.push(c.clone());
+                }
+            }
+        }
+        for id in self.nodes.keys() {
+            if !seen.contains(id) {
+                out.push(id.clone());
+            }
+        }
+        out
+    }
+
+    /// Node ids in creation order (`createdAt`, then spawn order): the order of grid tiles
+    /// and worker lists.
+    pub fn creation_order(&self) -> Vec<NodeId> {
+        let mut ids: Vec<(Option<Millis>, usize, NodeId)> = self
+            .node_ids()
+            .into_iter()
+            .enumerate()
+            .map(|(i, id)| {
+                (
+                    self.nodes[&id]
+                        .meta
+                        .created_at
+                        .as_deref()
+                        .and_then(time::parse_timestamp),
+                    i,
+                    id,
+                )
+            })
+            .collect();
+        ids.sort_by_key(|(t, i, _)| (t.unwrap_or(Millis::MAX), *i));
+        ids.into_iter().map(|(_, _, id)| id).collect()
+    }
+
+    /// A node's record.
+    pub fn node(&self, id: &str) -> Option<&Node> {
+        self.nodes.get(id).map(|n| &n.meta)
+    }
+
+    /// A node's chat lines (1-based line `n` is index `n - 1`).
+    pub fn chat(&self, id: &str) -> Option<&[Entry<ChatLine>]> {
+        self.nodes.get(id).map(|n| n.chat.as_slice())
+    }
+
+    /// A node's latest mailbox.
+    pub fn mailbox(&self, id: &str) -> Option<&Mailbox> {
+        self.nodes.get(id).and_then(|n| n.mailbox.as_ref())
+    }
+
+    /// The metathread entries.
+    pub fn metathread(&self) -> &[Entry<Map<String, Value>>] {
+        &self.meta
+    }
+
+    /// Ids of nodes whose `meta.json` is unreadable.
+    pub fn broken_nodes(&self) -> Vec<String> {
+        self.broken.keys().cloned().collect()
+    }
+
+    // ----- internals shared by ops, load and views ----------------------------------------
+
+    pub(crate) fn event(&mut self, kind: &str, node: Option<&NodeId>) {
+        self.seq += 1;
+        self.events
+            .push(json!({"seq": self.seq, "kind": kind, "node": node.map(NodeId::as_str)}));
+    }
+
+    pub(crate) fn commit(&mut self, tx: Tx) -> BatchId {
+        let id = self.next_batch;
+        self.next_batch += 1;
+        let mut stages = tx.stages;
+        stages.retain(|s| !s.is_empty());
+        if !tx.gates.is_empty() {
+            self.gate_labels.insert(id, tx.label.clone());
+        }
+        for g in &tx.gates {
+            self.gates.insert(g.clone(), id);
+        }
+        self.outbox.push(WriteBatch {
+            id,
+            label: tx.label,
+            stages,
+            gates: tx.gates.iter().map(|g| g.to_string()).collect(),
+        });
+        id
+    }
+
+    pub(crate) fn address_of(&self, id: &NodeId) -> String {
+        format!("{}/nodes/{id}", self.root_address)
+    }
+
+    /// Resolves a node id given by a caller: valid, known, readable.
+    pub(crate) fn known(&self, id: &str) -> Result<NodeId, ActorsError> {
+        let nid = NodeId::parse(id).map_err(|reason| ActorsError::InvalidNodeId {
+            id: id.to_owned(),
+            reason,
+        })?;
+        if let Some(b) = self.broken.get(id) {
+            return Err(ActorsError::NodeCorrupt {
+                node: id.to_owned(),
+                file: b.file.clone(),
+                detail: b.error.clone(),
+            });
+        }
+        if !self.nodes.contains_key(&nid) {
+            return Err(ActorsError::UnknownNode(id.to_owned()));
+        }
+        Ok(nid)
+    }
+
+    /// Like [`known`](Self::known), and the node must accept writes now: the store works and no
+    /// unacknowledged lineage batch gates it.
+    pub(crate) fn writable(&self, id: &str) -> Result<NodeId, ActorsError> {
+        self.check_store()?;
+        let nid = self.known(id)?;
+        if let Some(b) = self.gates.get(&nid) {
+            return Err(ActorsError::NotPersisted {
+                node: nid.to_string(),
+                batch: *b,
+                label: self.gate_labels.get(b).cloned().unwrap_or_default(),
+            });
+        }
+        Ok(nid)
+    }
+
+    pub(crate) fn check_store(&self) -> Result<(), ActorsError> {
+        match &self.failed {
+            Some((batch, detail)) => Err(ActorsError::StoreFailed {
+                batch: *batch,
+                detail: detail.clone(),
+            }),
+            None => Ok(()),
+        }
+    }
+
+    pub(crate) fn state(&self, id: &NodeId) -> &NodeState {
+        &self.nodes[id]
+    }
+
+    pub(crate) fn state_mut(&mut self, id: &NodeId) -> &mut NodeState {
+        self.nodes.get_mut(id).expect("checked node")
+    }
+
+    pub(crate) fn put_meta(&self, id: &NodeId) -> Op {
+        Op::Put {
+            path: meta_path(id.as_str()),
+            text: pretty(&self.nodes[id].meta),
+        }
+    }
+
+    /// `graph.json` as it should be now: the loaded index updated with every node's type and
+    /// parent, broken nodes kept as they were, related edges derived from the node records.
+    pub(crate) fn graph_index(&self) -> GraphIndex {
+        let mut nodes = BTreeMap::new();
+        for (id, st) in &self.nodes {
+            let mut e = self.index.get(id.as_str()).cloned().unwrap_or(GraphEntry {
+                node_type: st.meta.node_type.clone(),
+                spawned_by: None,
+                extra: Map::new(),
+            });
+            e.node_type = st.meta.node_type.clone();
+            e.spawned_by = st.meta.spawned_by.clone();
+            nodes.insert(id.to_string(), e);
+        }
+        for id in self.broken.keys() {
+            if let Some(e) = self.index.get(id) {
+                nodes.insert(id.clone(), e.clone());
+            }
+        }
+        let mut related = Vec::new();
+        for (id, st) in &self.nodes {
+            for w in &st.meta.wait_on {
+                related.push(Edge {
+                    from: id.clone(),
+                    to: w.node.clone(),
+                    kind: RelatedKind::WaitsOn,
+                });
+            }
+            for r in &st.meta.related {
+                if r.kind != RelatedKind::WaitsOn
+                    || !st.meta.wait_on.iter().any(|w| w.node == r.node)
+                {
+                    related.push(Edge {
+                        from: id.clone(),
+                        to: r.node.clone(),
+                        kind: r.kind.clone(),
+                    });
+                }
+            }
+        }
+        GraphIndex {
+            version: self.graph_version,
+            root: self.root.clone(),
+            nodes,
+            related,
+            extra: self.graph_extra.clone(),
+        }
+    }
+
+    pub(crate) fn put_graph(&mut self) -> Op {
+        let g = self.graph_index();
+        self.index = g.nodes.clone();
+        Op::Put {
+            path: GRAPH.to_owned(),
+            text: pretty(&g),
+        }
+    }
+
+    /// Appends a chat line in memory and returns its 1-based number and the store op.
+    pub(crate) fn push_chat(&mut self, id: &NodeId, l: ChatLine) -> (u64, Op) {
+        let text = line(&l);
+        let st = self.state_mut(id);
+        st.chat.push(Entry::Ok(l));
+        (
+            st.lines(),
+            Op::Append {
+                path: chat_path(id.as_str()),
+                text,
+            },
+        )
+    }
+
+    /// Appends a metathread entry (`kind` and `at` are added) and returns its line and op.
+    pub(crate) fn push_meta(
+        &mut self,
+        kind: &str,
+        now: Millis,
+        mut fields: Map<String, Value>,
+    ) -> (u64, Op) {
+        fields.insert("kind".into(), Value::String(kind.to_owned()));
+        fields.insert("at".into(), Value::String(time::format_rfc3339(now)));
+        let text = line(&fields);
+        self.meta.push(Entry::Ok(fields));
+        (
+            self.meta.len() as u64,
+            Op::Append {
+                path: METATHREAD.to_owned(),
+                text,
+            },
+        )
+    }
+}
+
+/// Builds a JSON object from key/value pairs (a small helper for metathread entries).
+pub(crate) fn obj(pairs: Vec<(&str, Value)>) -> Map<String, Value> {
+    pairs.into_iter().map(|(k, v)| (k.to_owned(), v)).collect()
+}

@@ -1,0 +1,248 @@
+//! The storage seam. The core never touches a store: it expresses every change as a
+//! [`WriteBatch`] of [`Op`]s on paths under `$CHAT_ROOT`, the host performs the batch and
+//! acknowledges it ([`super::ActorGraph::ack`]). Loading is the reverse: the host hands the
+//! core a [`Snapshot`] of the files.
+//!
+//! A batch is a list of stages. A store must make every op of a stage durable before it starts
+//! the next stage; within a stage, ops may be performed in any order or concurrently. After a
+//! crash a store may hold any subset of a stage's ops (appends possibly torn), but never an op
+//! of a later stage without the whole earlier stage. Recovery on open relies on exactly that:
+//! a spawn's first stage creates the child (which names its parent), so everything the second
+//! stage writes can be rebuilt from it.
+
+use std::collections::BTreeMap;
+
+use serde_json::{Value, json};
+
+/// Identifies a batch. Ids increase; acknowledging one acknowledges every earlier one.
+pub type BatchId = u64;
+
+/// One storage operation. Paths are relative, `/`-separated, and built by the core from
+/// validated node ids (stores re-check them with [`check_path`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Op {
+    /// Creates `nodes/{id}/` with its first files, atomically: afterwards either the whole
+    /// directory exists or none of it does (file stores build it under a temporary name and
+    /// rename it into place).
+    CreateNode {
+        id: String,
+        /// (name inside the node directory, content).
+        files: Vec<(String, String)>,
+    },
+    /// Replaces a whole record atomically (JSON files: temp file + fsync + rename).
+    Put { path: String, text: String },
+    /// Appends whole lines to a log (JSONL), durably.
+    Append { path: String, text: String },
+    /// Cuts a log back to `len` bytes (recovery of a torn last line).
+    Truncate { path: String, len: u64 },
+    /// Moves a record aside (recovery keeps a corrupt record instead of overwriting it).
+    Rename { from: String, to: String },
+}
+
+impl Op {
+    /// The op as JSON (for logs, conformance vectors and the JS store).
+    pub fn to_json(&self) -> Value {
+        match self {
+            Op::CreateNode { id, files } => {
+                let f: serde_json::Map<String, Value> = files
+                    .iter()
+                    .map(|(n, t)| (n.clone(), Value::String(t.clone())))
+                    .collect();
+                json!({"op": "createNode", "id": id, "path": format!("nodes/{id}"), "files": f})
+            }
+            Op::Put { path, text } => json!({"op": "put", "path": path, "text": text}),
+            Op::Append { path, text } => json!({"op": "append", "path": path, "text": text}),
+            Op::Truncate { path, len } => json!({"op": "truncate", "path": path, "len": len}),
+            Op::Rename { from, to } => json!({"op": "rename", "path": from, "to": to}),
+        }
+    }
+
+    /// The paths this op writes.
+    pub fn paths(&self) -> Vec<String> {
+        match self {
+            Op::CreateNode { id, files } => files
+                .iter()
+                .map(|(n, _)| format!("nodes/{id}/{n}"))
+                .collect(),
+            Op::Put { path, .. } | Op::Append { path, .. } | Op::Truncate { path, .. } => {
+                vec![path.clone()]
+            }
+            Op::Rename { from, to } => vec![from.clone(), to.clone()],
+        }
+    }
+}
+
+/// Ordered stages of ops that one core call produced.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WriteBatch {
+    pub id: BatchId,
+    /// What the batch does (`spawn docs-sync`), for logs and errors.
+    pub label: String,
+    /// Every op of a stage is durable before the next stage begins.
+    pub stages: Vec<Vec<Op>>,
+    /// Whether lineage depends on this batch: the nodes it creates or re-links refuse new
+    /// messages until it is acknowledged.
+    pub gates: Vec<String>,
+}
+
+impl WriteBatch {
+    /// The batch as JSON.
+    pub fn to_json(&self) -> Value {
+        json!({
+            "id": self.id,
+            "label": self.label,
+            "gates": self.gates,
+            "stages": self.stages.iter().map(|s| s.iter().map(Op::to_json).collect::<Vec<_>>()).collect::<Vec<_>>(),
+        })
+    }
+
+    /// The number of ops.
+    pub fn op_count(&self) -> usize {
+        self.stages.iter().map(Vec::len).sum()
+    }
+}
+
+/// Checks that a store path is relative and cannot leave the root: `/`-separated components,
+/// none empty, `.`, `..`, or holding `\`, NUL or control characters.
+pub fn check_path(path: &str) -> Result<(), String> {
+    if path.is_empty() || path.starts_with('/') {
+        return Err(format!("store path {path:?} is not relative"));
+    }
+    for c in path.split('/') {
+        if c.is_empty()
+            || c == "."
+            || c == ".."
+            || c.contains('\\')
+            || c.chars().any(char::is_control)
+        {
+            return Err(format!("store path {path:?} has a bad component {c:?}"));
+        }
+    }
+    Ok(())
+}
+
+/// Everything the core reads from a store, keyed by relative path (`graph.json`,
+/// `nodes/x/meta.json`, ...). `dirs` lists node directories (`nodes/x`) so that a directory
+/// without its `meta.json` is reported rather than missed.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Snapshot {
+    pub files: BTreeMap<String, Vec<u8>>,
+    pub dirs: Vec<String>,
+}
+
+impl Snapshot {
+    /// Whether the store holds no actor graph at all.
+    pub fn is_empty(&self) -> bool {
+        self.files.is_empty() && self.dirs.is_empty()
+    }
+}
+
+/// Which files a store must include in a [`Snapshot`]: the graph index, the metathread and its
+/// index, timeline bookmarks, epoch views, and per node `meta.json`, `chat.jsonl` and
+/// `summaries/*.json`. (`thread.jsonl` is an export and is never read back.)
+pub fn is_snapshot_path(path: &str) -> bool {
+    let parts: Vec<&str> = path.split('/').collect();
+    match parts.as_slice() {
+        ["graph.json"] | ["orchestrator", "meta.jsonl"] | ["orchestrator", "index.json"] => true,
+        ["timeline", "bookmarks.jsonl"] => true,
+        ["views", f] => f.starts_with("epoch-") && f.ends_with(".json"),
+        ["nodes", id, "meta.json" | "chat.jsonl"] => !id.starts_with('.'),
+        ["nodes", id, "summaries", f] => !id.starts_with('.') && f.ends_with(".json"),
+        _ => false,
+    }
+}
+
+/// A synchronous store: what native hosts and the memory store implement. (Browser stores are
+/// asynchronous; they drain batches from the graph and acknowledge them the same way.)
+pub trait ActorStore {
+    /// The store's error.
+    type Error: std::fmt::Display;
+    /// Reads every snapshot file (see [`is_snapshot_path`]).
+    fn load(&mut self) -> Result<Snapshot, Self::Error>;
+    /// Performs a batch, stage by stage, durably.
+    fn apply(&mut self, batch: &WriteBatch) -> Result<(), Self::Error>;
+}
+
+/// A store in memory: a map of paths to bytes. Batches apply atomically. Used by tests, by
+/// hosts that run with `ACTOR_NODE_STORE=off`, and as the model other stores must match.
+#[derive(Clone, Debug, Default)]
+pub struct MemoryStore {
+    pub files: BTreeMap<String, Vec<u8>>,
+    pub dirs: std::collections::BTreeSet<String>,
+}
+
+impl MemoryStore {
+    /// Applies one op (no durability question arises in memory).
+    pub fn apply_op(&mut self, op: &Op) -> Result<(), String> {
+        for p in op.paths() {
+            check_path(&p)?;
+        }
+        match op {
+            Op::CreateNode { id, files } => {
+                let dir = format!("nodes/{id}");
+                if self.dirs.contains(&dir) {
+                    return Err(format!("{dir} already exists"));
+                }
+                self.dirs.insert(dir.clone());
+                for (name, text) in files {
+                    self.files
+                        .insert(format!("{dir}/{name}"), text.as_bytes().to_vec());
+                }
+            }
+            Op::Put { path, text } => {
+                self.files.insert(path.clone(), text.as_bytes().to_vec());
+            }
+            Op::Append { path, text } => {
+                self.files
+                    .entry(path.clone())
+                    .or_default()
+                    .extend_from_slice(text.as_bytes());
+            }
+            Op::Truncate { path, len } => {
+                if let Some(f) = self.files.get_mut(path) {
+                    f.truncate(*len as usize);
+                }
+            }
+            Op::Rename { from, to } => {
+                if let Some(f) = self.files.remove(from) {
+                    self.files.insert(to.clone(), f);
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+impl ActorStore for MemoryStore {
+    type Error = String;
+
+    fn load(&mut self) -> Result<Snapshot, String> {
+        Ok(Snapshot {
+            files: self
+                .files
+                .iter()
+                .filter(|(p, _)| is_snapshot_path(p))
+                .map(|(p, b)| (p.clone(), b.clone()))
+                .collect(),
+            dirs: self.dirs.iter().cloned().collect(),
+        })
+    }
+
+    fn apply(&mut self, batch: &WriteBatch) -> Result<(), String> {
+        // Validate everything first so that a refused batch changes nothing.
+        for op in batch.stages.iter().flatten() {
+            for p in op.paths() {
+                check_path(&p)?;
+            }
+            if let Op::CreateNode { id, .. } = op
+                && self.dirs.contains(&format!("nodes/{id}"))
+            {
+                return Err(format!("nodes/{id} already exists"));
+            }
+        }
+        for op in batch.stages.iter().flatten() {
+            self.apply_op(op)?;
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,998 @@
+//! Unit and property tests of the actor graph. Scenario coverage shared with every host lives
+//! in the conformance vectors (`tests/vectors/actors.json`).
+
+use proptest::prelude::*;
+use serde_json::Value;
+
+use super::*;
+
+const T0: Millis = 1_798_568_411_000; // 2026-12-29
+
+/// A graph over a memory store, flushing and acknowledging batches like a host.
+struct World {
+    store: MemoryStore,
+    g: ActorGraph,
+    now: Millis,
+    config: HarnessConfig,
+}
+
+impl World {
+    fn with(config: HarnessConfig) -> World {
+        let store = MemoryStore::default();
+        let g =
+            ActorGraph::init(config.clone(), "mem://t", &Snapshot::default(), T0, "Test").unwrap();
+        let mut w = World {
+            store,
+            g,
+            now: T0,
+            config,
+        };
+        w.flush();
+        w
+    }
+    fn new() -> World {
+        World::with(HarnessConfig::default())
+    }
+    fn tick(&mut self) -> Millis {
+        self.now += 1000;
+        self.now
+    }
+    fn flush(&mut self) {
+        for b in self.g.take_batches() {
+            self.store.apply(&b).unwrap();
+            self.g.ack(b.id).unwrap();
+        }
+    }
+    fn reopen(&mut self) -> OpenReport {
+        let snap = self.store.load().unwrap();
+        let (g, r) = ActorGraph::open(self.config.clone(), "mem://t", &snap, self.now).unwrap();
+        self.g = g;
+        self.flush();
+        r
+    }
+    fn spawn(&mut self, parent: &str, t: NodeType, title: &str) -> NodeId {
+        let now = self.tick();
+        let mut r = SpawnRequest::new(parent, t);
+        r.title = title.into();
+        let out = self.g.spawn(now, r).unwrap();
+        self.flush();
+        out.child
+    }
+    fn file(&self, p: &str) -> String {
+        String::from_utf8(self.store.files.get(p).cloned().unwrap_or_default()).unwrap()
+    }
+    fn lineage(&self) -> Vec<(String, Option<String>, Vec<String>)> {
+        self.g
+            .node_ids()
+            .iter()
+            .map(|id| {
+                let n = self.g.node(id.as_str()).unwrap();
+                (
+                    id.to_string(),
+                    n.spawned_by.as_ref().map(|s| s.to_string()),
+                    n.spawned.iter().map(|s| s.to_string()).collect(),
+                )
+            })
+            .collect()
+    }
+}
+
+fn code<T: std::fmt::Debug>(r: Result<T, ActorsError>) -> &'static str {
+    r.unwrap_err().code()
+}
+
+#[test]
+fn a_spawn_is_one_batch_and_gates_both_nodes_until_acknowledged() {
+    let mut w = World::new();
+    let mut r = SpawnRequest::new("coordinator", NodeType::Task);
+    r.title = "docs sync".into();
+    r.reason = "multi-repo docs".into();
+    let out = w.g.spawn(w.now + 1, r).unwrap();
+    assert_eq!(out.child.as_str(), "docs-sync");
+    assert_eq!(
+        out.marker_line, 2,
+        "line 1 is the coordinator's close-out addendum"
+    );
+    // Neither node accepts a message before the store acknowledges the lineage.
+    for n in ["coordinator", "docs-sync"] {
+        assert_eq!(
+            code(w.g.append(w.now + 2, n, NewLine::user("hi"))),
+            "NOT_PERSISTED"
+        );
+    }
+    let batches = w.g.take_batches();
+    assert_eq!(batches.len(), 1);
+    let b = &batches[0];
+    assert_eq!(b.gates, vec!["coordinator", "docs-sync"]);
+    assert_eq!(b.stages.len(), 2);
+    assert!(matches!(&b.stages[0][..], [Op::CreateNode { id, .. }] if id == "docs-sync"));
+    let paths: Vec<String> = b.stages[1].iter().flat_map(Op::paths).collect();
+    assert_eq!(
+        paths,
+        [
+            "nodes/coordinator/meta.json",
+            "graph.json",
+            "nodes/coordinator/chat.jsonl",
+            "orchestrator/meta.jsonl"
+        ]
+    );
+    w.store.apply(b).unwrap();
+    w.g.ack(b.id).unwrap();
+    assert_eq!(
+        w.g.append(
+            w.now + 3,
+            "docs-sync",
+            NewLine::user("start with the links")
+        )
+        .unwrap(),
+        2
+    );
+    assert!(w.g.lineage_violations().is_empty());
+    // What is on disk is what is in memory.
+    let meta: Value = serde_json::from_str(&w.file("nodes/docs-sync/meta.json")).unwrap();
+    assert_eq!(meta["spawnedBy"], "coordinator");
+    assert_eq!(meta["gitCloseout"], "coordinator-batch");
+    let coord: Value = serde_json::from_str(&w.file("nodes/coordinator/meta.json")).unwrap();
+    assert_eq!(coord["spawned"], serde_json::json!(["docs-sync"]));
+    assert!(
+        w.file("nodes/coordinator/chat.jsonl")
+            .contains("→ spawned task `docs-sync`: multi-repo docs")
+    );
+}
+
+#[test]
+fn a_failed_batch_stops_all_writes_until_reopen() {
+    let mut w = World::new();
+    let now = w.tick();
+    w.g.spawn(now, SpawnRequest::new("coordinator", NodeType::Task))
+        .unwrap();
+    let b = w.g.take_batches().remove(0);
+    w.g.fail(b.id, "disk full");
+    assert_eq!(
+        code(w.g.append(now, "coordinator", NewLine::user("x"))),
+        "STORE_FAILED"
+    );
+    assert_eq!(code(w.g.narrate(now, "x")), "STORE_FAILED");
+    // The batch never reached the store: reopening shows the graph without it.
+    w.reopen();
+    assert!(w.g.node("task").is_none());
+    w.g.append(now, "coordinator", NewLine::user("x")).unwrap();
+}
+
+#[test]
+fn reopening_reproduces_the_graph_and_keeps_unknown_fields() {
+    let mut w = World::new();
+    w.spawn("coordinator", NodeType::Discussion, "CLA permissions");
+    w.spawn("coordinator", NodeType::Task, "docs sync");
+    w.spawn("cla-permissions", NodeType::Task, "ask the org admin");
+    let before = w.lineage();
+    // Another writer added fields this version does not know.
+    let p = "nodes/docs-sync/meta.json";
+    let mut v: Value = serde_json::from_str(&w.file(p)).unwrap();
+    v["mixrModel"] = "z-ai/glm".into();
+    v["waitOn"] = serde_json::json!([{"node": "cla-permissions", "mode": "warn", "since": 3}]);
+    w.store
+        .files
+        .insert(p.into(), serde_json::to_vec(&v).unwrap());
+    let r = w.reopen();
+    assert!(r.diagnostics.is_empty(), "{:?}", r.diagnostics);
+    assert!(r.repairs.is_empty(), "{:?}", r.repairs);
+    assert_eq!(w.lineage(), before);
+    let now = w.tick();
+    w.g.set_status(
+        now,
+        "docs-sync",
+        Status::Running,
+        Some("PR open".into()),
+        None,
+    )
+    .unwrap();
+    w.flush();
+    let v: Value = serde_json::from_str(&w.file(p)).unwrap();
+    assert_eq!(v["mixrModel"], "z-ai/glm");
+    assert_eq!(v["waitOn"][0]["since"], 3);
+    assert_eq!(v["status"], "running");
+}
+
+#[test]
+fn disambiguation_pauses_the_parent_until_resolved() {
+    let mut w = World::new();
+    let now = w.tick();
+    let out =
+        w.g.route(
+            now,
+            "coordinator",
+            "Continue the merge or we could also refactor the timeline engine",
+            None,
+            &HeuristicProposer,
+        )
+        .unwrap();
+    let RouteOutcome::Spawned { spawn, .. } = out else {
+        panic!("{out:?}")
+    };
+    assert_eq!(spawn.child.as_str(), "disambig-boundary");
+    assert!(spawn.paused_parent);
+    assert_eq!(
+        spawn.child_line,
+        Some(2),
+        "the ambiguous line belongs to the child"
+    );
+    w.flush();
+    assert_eq!(
+        code(w.g.append(now, "coordinator", NewLine::user("hello?"))),
+        "ROUTING_PAUSED"
+    );
+    assert_eq!(
+        code(w.g.spawn(now, SpawnRequest::new("coordinator", NodeType::Task))),
+        "ROUTING_PAUSED"
+    );
+    // The boundary can be discussed in the disambiguation node itself.
+    w.g.append(now, "disambig-boundary", NewLine::user("both, separately"))
+        .unwrap();
+    w.flush();
+    assert_eq!(
+        code(w.g.resolve(now, "coordinator", vec![Candidate::Continue], "")),
+        "NOT_PAUSING"
+    );
+    assert_eq!(
+        code(w.g.resolve(now, "disambig-boundary", vec![], "")),
+        "INVALID_ARGUMENT"
+    );
+    let res =
+        w.g.resolve(
+            w.now + 5,
+            "disambig-boundary",
+            vec![
+                Candidate::Continue,
+                Candidate::New {
+                    node_type: NodeType::Task,
+                    title: "refactor timeline engine".into(),
+                    topic: String::new(),
+                },
+            ],
+            "merge continues here; refactor is its own task",
+        )
+        .unwrap();
+    assert_eq!(res.created.len(), 1);
+    let b = &w.g.take_batches()[0];
+    assert_eq!(
+        b.stages.len(),
+        3,
+        "children, then the decision, then the parent"
+    );
+    w.store.apply(b).unwrap();
+    w.g.ack(b.id).unwrap();
+    w.g.append(w.now + 6, "coordinator", NewLine::user("back to the merge"))
+        .unwrap();
+    let c = w.g.node("coordinator").unwrap();
+    assert_eq!(
+        c.spawned.iter().map(NodeId::as_str).collect::<Vec<_>>(),
+        ["disambig-boundary", "refactor-timeline-engine"]
+    );
+    assert_eq!(w.g.node("disambig-boundary").unwrap().status, Status::Done);
+    assert_eq!(
+        code(w.g.resolve(
+            w.now + 7,
+            "disambig-boundary",
+            vec![Candidate::Continue],
+            ""
+        )),
+        "NOT_PAUSING"
+    );
+    let meta = w.file("orchestrator/meta.jsonl");
+    assert!(meta.contains(r#""kind":"resolution""#) && meta.contains("refactor-timeline-engine"));
+    assert!(
+        w.g.lineage_violations().is_empty(),
+        "{:?}",
+        w.g.lineage_violations()
+    );
+    let before = w.lineage();
+    w.reopen();
+    assert_eq!(w.lineage(), before);
+}
+
+#[test]
+fn cadence_separation_keeps_worker_noise_off_the_discussion_surface() {
+    let mut w = World::new();
+    w.spawn("coordinator", NodeType::Task, "build");
+    w.spawn("coordinator", NodeType::Discussion, "ideas");
+    let now = w.tick();
+    for (node, role) in [
+        ("coordinator", Role::Progress),
+        ("ideas", Role::Tool),
+        ("coordinator", Role::Completion),
+    ] {
+        let l = NewLine {
+            role,
+            text: "50% done".into(),
+            tokens: None,
+            from: None,
+        };
+        assert_eq!(
+            code(w.g.append(now, node, l)),
+            "CADENCE_VIOLATION",
+            "{node}"
+        );
+    }
+    let from_task = NewLine {
+        role: Role::Assistant,
+        text: "done: all green".into(),
+        tokens: None,
+        from: Some("build".into()),
+    };
+    assert_eq!(
+        code(w.g.append(now, "coordinator", from_task)),
+        "CADENCE_VIOLATION"
+    );
+    let routing = NewLine {
+        role: Role::Routing,
+        text: "→ fake".into(),
+        tokens: None,
+        from: None,
+    };
+    assert_eq!(code(w.g.append(now, "build", routing)), "INVALID_ARGUMENT");
+    // Worker cadence is fine in the task's own transcript.
+    w.g.append(
+        now,
+        "build",
+        NewLine {
+            role: Role::Progress,
+            text: "50%".into(),
+            tokens: None,
+            from: None,
+        },
+    )
+    .unwrap();
+    w.g.append(
+        now,
+        "build",
+        NewLine {
+            role: Role::Tool,
+            text: "cargo test: ok".into(),
+            tokens: None,
+            from: None,
+        },
+    )
+    .unwrap();
+    // Nothing was appended to the coordinator.
+    assert_eq!(w.g.chat("coordinator").unwrap().len(), 3);
+}
+
+#[test]
+fn the_wait_graph_warns_blocks_and_refuses_cycles() {
+    let mut w = World::new();
+    w.spawn("coordinator", NodeType::Task, "cla");
+    w.spawn("coordinator", NodeType::Task, "ci");
+    w.spawn("coordinator", NodeType::Task, "release");
+    let now = w.tick();
+    w.g.set_wait(now, "release", "cla", Some(WaitMode::Warn))
+        .unwrap();
+    w.g.set_wait(now, "release", "ci", Some(WaitMode::Enforce))
+        .unwrap();
+    w.flush();
+    assert_eq!(
+        code(w.g.set_wait(now, "ci", "release", Some(WaitMode::Warn))),
+        "WAIT_CYCLE"
+    );
+    assert_eq!(
+        code(w.g.set_wait(now, "ci", "ci", Some(WaitMode::Warn))),
+        "INVALID_ARGUMENT"
+    );
+    assert_eq!(code(w.g.begin_model_call("release", 5)), "WAIT_BLOCKED");
+    w.g.set_status(now, "ci", Status::Done, Some("green".into()), None)
+        .unwrap();
+    w.flush();
+    let slice = w.g.begin_model_call("release", 5).unwrap();
+    assert_eq!(
+        slice["warnings"].as_array().unwrap().len(),
+        1,
+        "cla is still idle: maybe stale"
+    );
+    assert_eq!(slice["closeout"]["allowsAutomaticPush"], false);
+    let read = w.g.read_mailbox(Some("release"), "cla").unwrap();
+    assert_eq!(read["maybeStale"], true);
+    let read = w.g.read_mailbox(Some("release"), "ci").unwrap();
+    assert_eq!(read["maybeStale"], false);
+    assert_eq!(read["mailbox"]["summary"], "green");
+    // The graph index carries the wait edges.
+    let graph: Value = serde_json::from_str(&w.file("graph.json")).unwrap();
+    assert_eq!(graph["related"].as_array().unwrap().len(), 2);
+    // ACTOR_WAIT_GRAPH=off: nothing warns or blocks; enforce: every subscription blocks.
+    for (mode, outcome) in [("off", "off"), ("enforce", "blocked")] {
+        let (c, _) = HarnessConfig::from_vars([("ACTOR_WAIT_GRAPH", mode)]).unwrap();
+        w.config = c;
+        w.reopen();
+        assert_eq!(
+            w.g.wait_checks("release").unwrap()[0].outcome,
+            outcome,
+            "{mode}"
+        );
+    }
+}
+
+#[test]
+fn a_high_volatility_wave_moves_defaulted_leaves_to_coordinator_batch() {
+    let (c, _) = HarnessConfig::from_vars([("GIT_CLOSEOUT", "per-node")]).unwrap();
+    let mut w = World::with(c);
+    w.spawn("coordinator", NodeType::Task, "one");
+    assert_eq!(
+        w.g.node("one").unwrap().git_closeout,
+        Some(GitCloseout::PerNode)
+    );
+    let now = w.tick();
+    let mut r = SpawnRequest::new("coordinator", NodeType::Task);
+    r.title = "pinned".into();
+    r.git_closeout = Some(GitCloseout::PerNode);
+    w.g.spawn(now, r).unwrap();
+    w.flush();
+    // The explicit one keeps per-node; the defaulted one joined the wave.
+    assert_eq!(
+        w.g.node("pinned").unwrap().git_closeout,
+        Some(GitCloseout::PerNode)
+    );
+    assert_eq!(
+        w.g.node("one").unwrap().git_closeout,
+        Some(GitCloseout::CoordinatorBatch)
+    );
+    let chat = w.file("nodes/one/chat.jsonl");
+    assert!(
+        chat.lines()
+            .last()
+            .unwrap()
+            .contains("GIT_CLOSEOUT=coordinator-batch"),
+        "{chat}"
+    );
+    w.spawn("coordinator", NodeType::Task, "three");
+    assert_eq!(
+        w.g.node("three").unwrap().git_closeout,
+        Some(GitCloseout::CoordinatorBatch)
+    );
+    assert!(w.file("nodes/three/chat.jsonl").starts_with(r#"{"at":"#));
+    assert!(w.file("nodes/three/chat.jsonl").contains("do not push"));
+}
+
+#[test]
+fn routing_spawns_on_drift_and_on_policy() {
+    let mut w = World::new();
+    let t = w.spawn("coordinator", NodeType::Task, "merge docs");
+    let now = w.tick();
+    let out =
+        w.g.route(
+            now,
+            t.as_str(),
+            "Start with the README links.",
+            None,
+            &HeuristicProposer,
+        )
+        .unwrap();
+    assert!(
+        matches!(out, RouteOutcome::Continued { line: 2, .. }),
+        "{out:?}"
+    );
+    let out =
+        w.g.route(
+            now,
+            t.as_str(),
+            "Who can sign the CLA for the org?",
+            None,
+            &HeuristicProposer,
+        )
+        .unwrap();
+    let RouteOutcome::Spawned {
+        trigger: Trigger::Policy,
+        spawn,
+    } = out
+    else {
+        panic!("{out:?}")
+    };
+    assert_eq!(spawn.node_type, NodeType::Discussion);
+    w.flush();
+    let out =
+        w.g.route(
+            now,
+            "coordinator",
+            "Side note: the bot config lives in .github",
+            None,
+            &HeuristicProposer,
+        )
+        .unwrap();
+    let RouteOutcome::Spawned {
+        trigger: Trigger::Model,
+        spawn,
+    } = out
+    else {
+        panic!("{out:?}")
+    };
+    assert_eq!(spawn.child.as_str(), "the-bot-config-lives-in-github");
+    w.flush();
+    // The drifted line lives in the child; the parent has only the marker.
+    let chat = w.g.chat("coordinator").unwrap();
+    let last = chat.last().unwrap().ok().unwrap();
+    assert_eq!(last.role, Role::Routing);
+    assert_eq!(
+        w.g.chat(spawn.child.as_str()).unwrap()[1]
+            .ok()
+            .unwrap()
+            .text,
+        "Side note: the bot config lives in .github"
+    );
+    // Serialized mode never spawns.
+    let (c, _) = HarnessConfig::from_vars([("ACTOR_AGENTIC_UI", "serialized")]).unwrap();
+    w.config = c;
+    w.reopen();
+    let out =
+        w.g.route(
+            w.now,
+            "coordinator",
+            "Side note: another idea",
+            None,
+            &HeuristicProposer,
+        )
+        .unwrap();
+    assert!(matches!(out, RouteOutcome::Continued { .. }));
+    assert_eq!(
+        code(w.g.spawn(w.now, SpawnRequest::new("coordinator", NodeType::Task))),
+        "SPAWN_DISABLED"
+    );
+}
+
+#[test]
+fn refs_must_point_at_lines_and_audit_peeks_at_them() {
+    let mut w = World::new();
+    let t = w.spawn("coordinator", NodeType::Task, "ci");
+    let now = w.tick();
+    w.g.append(now, t.as_str(), NewLine::user("rerun the flaky test"))
+        .unwrap();
+    assert_eq!(code(w.g.add_ref(now, t.as_str(), 3, "x")), "REF_INVALID");
+    assert_eq!(code(w.g.add_ref(now, t.as_str(), 0, "x")), "REF_INVALID");
+    assert_eq!(code(w.g.add_ref(now, "nope", 1, "x")), "UNKNOWN_NODE");
+    w.g.add_ref(now, t.as_str(), 2, "asked for a rerun")
+        .unwrap();
+    w.g.set_status(now, t.as_str(), Status::Done, Some("green".into()), None)
+        .unwrap();
+    w.flush();
+    let a = w.g.audit();
+    // The spawn marker ref, the explicit ref, and the terminal-status ref.
+    assert_eq!((a.refs, a.ok, a.problems), (3, 3, 0), "{a:?}");
+    assert_eq!(
+        a.entries[1].peek.as_ref().unwrap()["text"],
+        "rerun the flaky test"
+    );
+    assert_eq!(a.entries[2].summary, "green");
+    // Mailbox chain: v1 + latest.
+    assert!(w.store.files.contains_key("nodes/ci/summaries/v1.json"));
+    assert!(w.store.files.contains_key("nodes/ci/summaries/latest.json"));
+}
+
+#[test]
+fn a_spawn_cut_after_its_first_stage_is_rolled_forward_on_open() {
+    let mut w = World::new();
+    w.spawn("coordinator", NodeType::Task, "a");
+    let now = w.tick();
+    let mut r = SpawnRequest::new("coordinator", NodeType::Task);
+    r.title = "b".into();
+    w.g.spawn(now, r).unwrap();
+    let b = w.g.take_batches().remove(0);
+    for op in &b.stages[0] {
+        w.store.apply_op(op).unwrap();
+    }
+    // And the marker append was torn halfway.
+    if let Op::Append { path, text } = &b.stages[1][2] {
+        w.store
+            .files
+            .get_mut(path)
+            .unwrap()
+            .extend_from_slice(&text.as_bytes()[..text.len() / 2]);
+    } else {
+        panic!("the third op of stage 2 is the marker");
+    }
+    let r = w.reopen();
+    let codes: Vec<&str> = r.diagnostics.iter().map(|d| d.code).collect();
+    assert_eq!(codes, ["TORN_LINE"]);
+    assert_eq!(r.diagnostics[0].file, "nodes/coordinator/chat.jsonl");
+    assert_eq!(r.diagnostics[0].line, Some(3));
+    assert!(r.diagnostics[0].repaired);
+    assert!(
+        r.repairs.iter().any(|x| x.contains("linked `b`")),
+        "{:?}",
+        r.repairs
+    );
+    assert!(
+        w.g.lineage_violations().is_empty(),
+        "{:?}",
+        w.g.lineage_violations()
+    );
+    assert_eq!(w.g.node("coordinator").unwrap().spawned.len(), 2);
+    // The torn bytes were kept, not dropped.
+    let kept: Vec<&String> = w
+        .store
+        .files
+        .keys()
+        .filter(|k| k.starts_with("orchestrator/torn/"))
+        .collect();
+    assert_eq!(kept.len(), 1);
+    // Reopening again finds nothing to do.
+    let r = w.reopen();
+    assert!(r.repairs.is_empty() && r.diagnostics.is_empty(), "{r:?}");
+}
+
+#[test]
+fn corrupt_records_are_reported_and_isolated() {
+    let mut w = World::new();
+    w.spawn("coordinator", NodeType::Task, "good");
+    w.spawn("coordinator", NodeType::Task, "bad");
+    let now = w.tick();
+    w.g.append(now, "good", NewLine::user("one")).unwrap();
+    w.g.append(now, "good", NewLine::user("two")).unwrap();
+    w.flush();
+    w.store.files.insert(
+        "nodes/bad/meta.json".into(),
+        b"{\"id\": \"bad\", \"type\": ".to_vec(),
+    );
+    // A corrupt middle line keeps later line numbers.
+    let chat = w
+        .file("nodes/good/chat.jsonl")
+        .replacen("\"one\"", "\"one", 1);
+    w.store
+        .files
+        .insert("nodes/good/chat.jsonl".into(), chat.into_bytes());
+    w.store.dirs.insert("nodes/empty".into());
+    let r = w.reopen();
+    let mut codes: Vec<(&str, &str, Option<u64>)> = r
+        .diagnostics
+        .iter()
+        .map(|d| (d.code, d.file.as_str(), d.line))
+        .collect();
+    codes.sort();
+    assert_eq!(
+        codes,
+        [
+            ("CORRUPT_JSON", "nodes/bad/meta.json", Some(1)),
+            ("CORRUPT_LINE", "nodes/good/chat.jsonl", Some(2)),
+            ("MISSING_META", "nodes/empty/meta.json", None),
+        ]
+    );
+    assert_eq!(
+        code(w.g.append(now, "bad", NewLine::user("x"))),
+        "NODE_CORRUPT"
+    );
+    assert_eq!(w.g.append(now, "good", NewLine::user("three")).unwrap(), 4);
+    assert_eq!(code(w.g.add_ref(now, "good", 2, "corrupt")), "REF_INVALID");
+    let view = w.g.graph_view();
+    assert_eq!(view["broken"][0]["id"], "bad");
+    assert_eq!(view["broken"][0]["spawnedBy"], "coordinator");
+    assert!(
+        w.g.lineage_violations().is_empty(),
+        "{:?}",
+        w.g.lineage_violations()
+    );
+    // The unreadable record is not overwritten by later writes.
+    w.spawn("coordinator", NodeType::Task, "more");
+    assert_eq!(
+        w.file("nodes/bad/meta.json"),
+        "{\"id\": \"bad\", \"type\": "
+    );
+}
+
+#[test]
+fn a_corrupt_graph_index_is_moved_aside_and_rebuilt() {
+    let mut w = World::new();
+    w.spawn("coordinator", NodeType::Task, "a");
+    w.store
+        .files
+        .insert("graph.json".into(), b"{not json".to_vec());
+    let r = w.reopen();
+    assert_eq!(r.diagnostics[0].code, "CORRUPT_JSON");
+    assert!(
+        w.store
+            .files
+            .keys()
+            .any(|k| k.starts_with("graph.json.corrupt-"))
+    );
+    let g: Value = serde_json::from_str(&w.file("graph.json")).unwrap();
+    assert_eq!(g["nodes"]["a"]["spawnedBy"], "coordinator");
+}
+
+#[test]
+fn temporal_view_replays_visibility_and_fades_idle_nodes() {
+    let mut w = World::new();
+    w.spawn("coordinator", NodeType::Task, "early");
+    w.now += 3 * 3600 * 1000;
+    w.spawn("coordinator", NodeType::Task, "late");
+    let now = w.tick();
+    w.g.set_status(
+        now,
+        "late",
+        Status::AwaitingUser,
+        Some("question".into()),
+        None,
+    )
+    .unwrap();
+    w.flush();
+    let later = now + 10 * 3600 * 1000;
+    let v =
+        w.g.temporal_view(later, &Scope::Global, Some(T0 + 60_000), 8)
+            .unwrap();
+    let vis = |v: &Value, id: &str| {
+        v["nodes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|n| n["id"] == id)
+            .unwrap()
+            .clone()
+    };
+    assert_eq!(vis(&v, "early")["visible"], true);
+    assert_eq!(
+        vis(&v, "late")["visible"],
+        false,
+        "not spawned yet at that time"
+    );
+    let v = w.g.temporal_view(later, &Scope::Global, None, 8).unwrap();
+    let early = vis(&v, "early")["opacity"].as_f64().unwrap();
+    assert!((0.25..1.0).contains(&early), "{early}");
+    assert_eq!(
+        vis(&v, "late")["opacity"],
+        1.0,
+        "awaiting the user: never faded"
+    );
+    assert_eq!(v["tokens"].as_array().unwrap().len(), 8);
+    let v =
+        w.g.temporal_view(
+            later,
+            &Scope::Subtree(NodeId::parse("late").unwrap()),
+            None,
+            4,
+        )
+        .unwrap();
+    assert_eq!(v["nodes"].as_array().unwrap().len(), 1);
+}
+
+#[test]
+fn epochs_bookmarks_reset_and_export() {
+    let mut w = World::new();
+    w.spawn("coordinator", NodeType::Task, "a");
+    w.spawn("coordinator", NodeType::Task, "b");
+    let now = w.tick();
+    assert_eq!(
+        code(w.g.reframe_epoch(now, "wave 1", None)),
+        "EPOCHS_DISABLED"
+    );
+    let (c, _) = HarnessConfig::from_vars([("ACTOR_GRAPH_EPOCHS", "on")]).unwrap();
+    w.config = c;
+    w.reopen();
+    assert_eq!(w.g.reframe_epoch(now, "wave 1", None).unwrap(), 1);
+    w.flush();
+    assert_eq!(w.g.node("b").unwrap().view_epoch, Some(1));
+    let snap: Value = serde_json::from_str(&w.file("views/epoch-1.json")).unwrap();
+    assert_eq!(snap["nodes"][1]["id"], "b");
+    w.g.bookmark(
+        now,
+        &Scope::Subtree(NodeId::parse("a").unwrap()),
+        vec!["ci".into()],
+        "wave 1 started",
+        None,
+    )
+    .unwrap();
+    assert_eq!(
+        code(w.g.bookmark(now, &Scope::Global, vec![], " ", None)),
+        "INVALID_ARGUMENT"
+    );
+    w.g.set_status(now, "a", Status::Done, None, None).unwrap();
+    w.flush();
+    let archived = w.g.reset(now + 10_000, now + 5_000, None).unwrap();
+    assert_eq!(
+        archived.iter().map(NodeId::as_str).collect::<Vec<_>>(),
+        ["a", "b"]
+    );
+    w.flush();
+    assert!(
+        w.store.files.contains_key("nodes/a/meta.json"),
+        "reset never deletes"
+    );
+    assert!(w.g.node("a").unwrap().hidden);
+    assert_eq!(w.g.grid_view(now)["total"], 0);
+    let n = w.g.export(now).unwrap();
+    w.flush();
+    let thread = w.file("thread.jsonl");
+    assert_eq!(thread.lines().count(), n + 1);
+    assert!(
+        thread
+            .lines()
+            .next()
+            .unwrap()
+            .contains("not a source of truth")
+    );
+    let reopened = w.reopen();
+    assert!(reopened.diagnostics.is_empty());
+    let idx: Value = serde_json::from_str(&w.file("orchestrator/index.json")).unwrap();
+    assert_eq!(
+        idx["nodes"]["coordinator"]["refLines"],
+        serde_json::json!([2, 3])
+    );
+}
+
+#[test]
+fn ids_are_validated_and_unique() {
+    let mut w = World::new();
+    let now = w.tick();
+    for bad in ["../x", "a/b", "", "x\0", ".tmp"] {
+        let mut r = SpawnRequest::new("coordinator", NodeType::Task);
+        r.id = Some(bad.into());
+        assert_eq!(code(w.g.spawn(now, r)), "INVALID_NODE_ID", "{bad:?}");
+    }
+    assert_eq!(
+        code(w.g.append(now, "../../etc", NewLine::user("x"))),
+        "INVALID_NODE_ID"
+    );
+    let mut r = SpawnRequest::new("coordinator", NodeType::Task);
+    r.id = Some("coordinator".into());
+    assert_eq!(code(w.g.spawn(now, r)), "NODE_EXISTS");
+    assert_eq!(
+        code(w.g.spawn(now, SpawnRequest::new("coordinator", NodeType::Coordinator))),
+        "SPAWN_RULE"
+    );
+    // Nothing was queued by the refused calls.
+    assert!(!w.g.has_batches());
+    w.spawn("coordinator", NodeType::Task, "same");
+    assert_eq!(
+        w.spawn("coordinator", NodeType::Task, "same").as_str(),
+        "same-2"
+    );
+}
+
+// ----- property tests --------------------------------------------------------------------
+
+#[derive(Clone, Debug)]
+enum Step {
+    Spawn(usize, u8),
+    Message(usize, u8),
+    Route(usize, u8),
+    Status(usize, u8),
+    Resolve(usize, u8),
+    Ref(usize, u8),
+    Reopen,
+    /// The next batch is cut: stages before `stage` applied, a subset of `stage`, maybe torn.
+    Crash {
+        stage: u8,
+        mask: u8,
+        tear: u8,
+    },
+}
+
+fn step() -> impl Strategy<Value = Step> {
+    prop_oneof![
+        4 => (any::<usize>(), any::<u8>()).prop_map(|(a, b)| Step::Spawn(a, b)),
+        3 => (any::<usize>(), any::<u8>()).prop_map(|(a, b)| Step::Message(a, b)),
+        3 => (any::<usize>(), any::<u8>()).prop_map(|(a, b)| Step::Route(a, b)),
+        2 => (any::<usize>(), any::<u8>()).prop_map(|(a, b)| Step::Status(a, b)),
+        2 => (any::<usize>(), any::<u8>()).prop_map(|(a, b)| Step::Resolve(a, b)),
+        2 => (any::<usize>(), any::<u8>()).prop_map(|(a, b)| Step::Ref(a, b)),
+        1 => Just(Step::Reopen),
+        2 => (any::<u8>(), any::<u8>(), any::<u8>()).prop_map(|(stage, mask, tear)| Step::Crash { stage, mask, tear }),
+    ]
+}
+
+const TEXTS: &[&str] = &[
+    "Start with the README links.",
+    "Side note: the bot config lives in .github",
+    "Continue the merge or we could also refactor the timeline engine",
+    "Who can sign the CLA?",
+    "Also, fix the flaky CI test",
+    "ok",
+];
+
+/// Applies a batch partially, as a crash would leave it.
+fn apply_cut(store: &mut MemoryStore, b: &WriteBatch, stage: u8, mask: u8, tear: u8) {
+    let cut = stage as usize % (b.stages.len() + 1);
+    for (si, s) in b.stages.iter().enumerate() {
+        if si < cut {
+            for op in s {
+                store.apply_op(op).unwrap();
+            }
+        } else if si == cut {
+            for (oi, op) in s.iter().enumerate() {
+                if mask & (1 << (oi % 8)) == 0 {
+                    continue;
+                }
+                match op {
+                    Op::Append { path, text } if tear.is_multiple_of(3) => {
+                        let n = (tear as usize).min(text.len().saturating_sub(1));
+                        store
+                            .files
+                            .entry(path.clone())
+                            .or_default()
+                            .extend_from_slice(&text.as_bytes()[..n]);
+                    }
+                    _ => store.apply_op(op).unwrap(),
+                }
+            }
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+
+    /// After any sequence of spawn / message / route / status / resolve / ref operations,
+    /// reopenings and crashes (a batch cut at any stage, with any subset of that stage's ops,
+    /// appends torn), lineage is consistent, refs point at lines, and every acknowledged node
+    /// survives with the parent it was acknowledged with.
+    #[test]
+    fn lineage_invariants_hold_under_any_sequence_and_crash(steps in proptest::collection::vec(step(), 1..40)) {
+        let mut w = World::new();
+        let mut acked: std::collections::BTreeMap<String, Option<String>> = Default::default();
+        acked.insert("coordinator".into(), None);
+        let mut crash: Option<(u8, u8, u8)> = None;
+        for s in steps {
+            let now = w.tick();
+            let ids = w.g.node_ids();
+            let pick = |i: usize| ids[i % ids.len()].to_string();
+            let _ = match s.clone() {
+                Step::Spawn(i, t) => {
+                    let types = [NodeType::Task, NodeType::Discussion, NodeType::Disambiguation];
+                    let mut r = SpawnRequest::new(pick(i), types[t as usize % 3].clone());
+                    r.title = format!("n{}", t % 5);
+                    w.g.spawn(now, r).map(|_| ())
+                }
+                Step::Message(i, t) => {
+                    let roles = [Role::User, Role::Assistant, Role::Progress, Role::Tool];
+                    let l = NewLine { role: roles[t as usize % 4].clone(), text: format!("line {t}"), tokens: None, from: None };
+                    w.g.append(now, &pick(i), l).map(|_| ())
+                }
+                Step::Route(i, t) => w.g.route(now, &pick(i), TEXTS[t as usize % TEXTS.len()], None, &HeuristicProposer).map(|_| ()),
+                Step::Status(i, t) => {
+                    let st = [Status::Running, Status::Done, Status::Blocked, Status::AwaitingUser];
+                    w.g.set_status(now, &pick(i), st[t as usize % 4].clone(), Some(format!("s{t}")), None).map(|_| ())
+                }
+                Step::Resolve(i, t) => {
+                    let c = match t % 3 {
+                        0 => vec![Candidate::Continue],
+                        1 => vec![Candidate::New { node_type: NodeType::Task, title: format!("r{t}"), topic: String::new() }],
+                        _ => vec![Candidate::Continue, Candidate::New { node_type: NodeType::Discussion, title: "d".into(), topic: String::new() }],
+                    };
+                    w.g.resolve(now, &pick(i), c, "").map(|_| ())
+                }
+                Step::Ref(i, t) => {
+                    let n = pick(i);
+                    let len = w.g.chat(&n).map_or(0, |c| c.len()) as u64;
+                    w.g.add_ref(now, &n, (t as u64) % (len + 2), "r").map(|_| ())
+                }
+                Step::Reopen => { w.reopen(); Ok(()) }
+                Step::Crash { stage, mask, tear } => { crash = Some((stage, mask, tear)); Ok(()) }
+            };
+            // Refused calls queue nothing; performed ones are flushed (or cut by a crash).
+            let batches = w.g.take_batches();
+            let mut crashed = false;
+            for b in batches {
+                if let Some((stage, mask, tear)) = crash.take() {
+                    apply_cut(&mut w.store, &b, stage, mask, tear);
+                    crashed = true;
+                    break;
+                }
+                w.store.apply(&b).unwrap();
+                w.g.ack(b.id).unwrap();
+            }
+            if crashed {
+                w.reopen();
+            } else {
+                for id in w.g.node_ids() {
+                    let p = w.g.node(id.as_str()).unwrap().spawned_by.as_ref().map(|p| p.to_string());
+                    acked.insert(id.to_string(), p);
+                }
+            }
+            let v = w.g.lineage_violations();
+            prop_assert!(v.is_empty(), "violations after {:?}: {:?}", s, v);
+            for (id, parent) in &acked {
+                let n = w.g.node(id);
+                prop_assert!(n.is_some(), "acknowledged node {} lost", id);
+                prop_assert_eq!(&n.unwrap().spawned_by.as_ref().map(|p| p.to_string()), parent);
+            }
+        }
+        // Whatever happened, a final reopen finds a consistent store and changes nothing more.
+        w.reopen();
+        let r = w.reopen();
+        prop_assert!(r.repairs.is_empty(), "{:?}", r.repairs);
+        prop_assert!(w.g.lineage_violations().is_empty());
+    }
+}

@@ -1,0 +1,344 @@
+//! The `actors` conformance suite runner (`tests/vectors/actors.json`), dispatched by
+//! [`crate::conformance::run_suite`]. Every host runs the same vectors: natively, as wasm under
+//! Node and in Chromium.
+//!
+//! A vector has optional `config` (harness variables), optional `files` (a store to open:
+//! path → text, or a JSON value written compactly; without it the graph is `init`ed with
+//! `title`), and `steps`. Each step has `at` (milliseconds after 2026-01-01T00:00:00Z) and
+//! `op`; it may state `expect` (a subset of the result), `expectError` (a code). After each
+//! step the queued batches are applied to the memory store and acknowledged, unless the step
+//! says `"hold": true` (then `take`, `apply`, `crash` and `fail` steps handle them). The final
+//! `expect` is matched against `{"violations": [...], "graph": <graph view>}`.
+
+use serde_json::{Value, json};
+
+use super::store::{ActorStore, MemoryStore, Op, Snapshot, WriteBatch};
+use super::{ActorGraph, ActorsError, HarnessConfig, HeuristicProposer};
+use crate::Millis;
+use crate::conformance::{VectorResult, subset};
+
+/// 2026-01-01T00:00:00.000Z: vector times are offsets from it.
+pub const BASE: Millis = 1_767_225_600_000;
+
+struct Run {
+    config: HarnessConfig,
+    store: MemoryStore,
+    g: Option<ActorGraph>,
+    held: Vec<WriteBatch>,
+}
+
+type StepResult = Result<Value, (String, String)>;
+
+fn verr(msg: impl Into<String>) -> (String, String) {
+    ("VECTOR".into(), msg.into())
+}
+
+fn aerr(e: ActorsError) -> (String, String) {
+    (e.code().to_owned(), e.to_string())
+}
+
+fn s<'a>(step: &'a Value, k: &str) -> &'a str {
+    step[k].as_str().unwrap_or("")
+}
+
+fn req_s<'a>(step: &'a Value, k: &str) -> Result<&'a str, (String, String)> {
+    step[k]
+        .as_str()
+        .ok_or_else(|| verr(format!("step lacks string `{k}`")))
+}
+
+fn config_from(v: &Value) -> Result<HarnessConfig, ActorsError> {
+    let vars: Vec<(String, String)> = v
+        .as_object()
+        .map(|o| {
+            o.iter()
+                .map(|(k, v)| (k.clone(), v.as_str().unwrap_or_default().to_owned()))
+                .collect()
+        })
+        .unwrap_or_default();
+    HarnessConfig::from_vars(vars).map(|(c, _)| c)
+}
+
+/// The store's file as JSON: a JSON file parsed, a JSONL file as an array of its lines
+/// (unparseable lines as strings), anything else as text.
+fn file_json(bytes: &[u8], path: &str) -> Value {
+    let text = String::from_utf8_lossy(bytes);
+    if path.ends_with(".jsonl") {
+        return Value::Array(
+            text.lines()
+                .filter(|l| !l.trim().is_empty())
+                .map(|l| serde_json::from_str(l).unwrap_or_else(|_| Value::String(l.to_owned())))
+                .collect(),
+        );
+    }
+    serde_json::from_str(&text).unwrap_or_else(|_| Value::String(text.into_owned()))
+}
+
+impl Run {
+    fn g(&mut self) -> Result<&mut ActorGraph, (String, String)> {
+        self.g
+            .as_mut()
+            .ok_or_else(|| verr("no graph: the vector must init or open first"))
+    }
+
+    fn flush(&mut self) -> Result<(), (String, String)> {
+        let Some(g) = self.g.as_mut() else {
+            return Ok(());
+        };
+        for b in g.take_batches() {
+            self.store
+                .apply(&b)
+                .map_err(|e| verr(format!("memory store refused batch {}: {e}", b.id)))?;
+            g.ack(b.id).map_err(aerr)?;
+        }
+        Ok(())
+    }
+
+    fn open(&mut self, at: Millis) -> StepResult {
+        let snap: Snapshot = self.store.load().map_err(verr)?;
+        let (g, report) =
+            ActorGraph::open(self.config.clone(), "mem://vector", &snap, at).map_err(aerr)?;
+        self.g = Some(g);
+        self.held.clear();
+        Ok(serde_json::to_value(&report).expect("serializes"))
+    }
+
+    fn step(&mut self, at: Millis, op: &str, st: &Value) -> StepResult {
+        let proposer = HeuristicProposer;
+        Ok(match op {
+            "init" => {
+                let g = ActorGraph::init(
+                    self.config.clone(),
+                    "mem://vector",
+                    &self.store.load().map_err(verr)?,
+                    at,
+                    s(st, "title"),
+                )
+                .map_err(aerr)?;
+                self.g = Some(g);
+                json!({"root": "coordinator"})
+            }
+            "open" => self.open(at)?,
+            "config" => {
+                let (c, notes) = HarnessConfig::from_vars(
+                    st["vars"]
+                        .as_object()
+                        .map(|o| {
+                            o.iter()
+                                .map(|(k, v)| (k.clone(), v.as_str().unwrap_or("").to_owned()))
+                                .collect::<Vec<_>>()
+                        })
+                        .unwrap_or_default(),
+                )
+                .map_err(aerr)?;
+                json!({"config": c, "notes": notes})
+            }
+            "reset" => {
+                let mut args = st.clone();
+                args["before"] = json!(
+                    BASE + st["before"]
+                        .as_u64()
+                        .ok_or_else(|| verr("reset needs `before`"))?
+                );
+                super::api::call(self.g()?, at, "reset", &args, &proposer).map_err(aerr)?
+            }
+            "take" => {
+                let b = self.g()?.take_batches();
+                self.held.extend(b);
+                Value::Array(self.held.iter().map(WriteBatch::to_json).collect())
+            }
+            "apply" => {
+                let held = std::mem::take(&mut self.held);
+                for b in &held {
+                    self.store.apply(b).map_err(verr)?;
+                    self.g()?.ack(b.id).map_err(aerr)?;
+                }
+                json!({"applied": held.len()})
+            }
+            "fail" => {
+                let held = std::mem::take(&mut self.held);
+                for b in &held {
+                    self.g()?.fail(b.id, s(st, "reason"));
+                }
+                json!({"failed": held.len()})
+            }
+            "crash" => {
+                // Apply the first held batch as a crash would leave it: stages before `stage`
+                // whole, the listed `ops` of `stage`, and `tear` bytes of op `tearOp`; then
+                // reopen (which recovers).
+                let held = std::mem::take(&mut self.held);
+                let b = held
+                    .first()
+                    .ok_or_else(|| verr("crash needs a held batch"))?;
+                let stage = st["stage"].as_u64().unwrap_or(0) as usize;
+                let keep: Vec<u64> = st["ops"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter_map(Value::as_u64)
+                    .collect();
+                let tear_op = st["tearOp"].as_u64();
+                let tear = st["tear"].as_u64().unwrap_or(0) as usize;
+                for (si, ops) in b.stages.iter().enumerate() {
+                    for (oi, op) in ops.iter().enumerate() {
+                        if si < stage || (si == stage && keep.contains(&(oi as u64))) {
+                            self.store.apply_op(op).map_err(verr)?;
+                        } else if si == stage && tear_op == Some(oi as u64) {
+                            let Op::Append { path, text } = op else {
+                                return Err(verr("tearOp must be an append"));
+                            };
+                            let n = tear.min(text.len());
+                            self.store
+                                .files
+                                .entry(path.clone())
+                                .or_default()
+                                .extend_from_slice(&text.as_bytes()[..n]);
+                        }
+                    }
+                }
+                self.open(at)?
+            }
+            "write" => {
+                // Change the store behind the graph's back (corruption, other writers).
+                let path = req_s(st, "path")?.to_owned();
+                let text = match &st["text"] {
+                    Value::String(t) => t.clone(),
+                    Value::Null => String::new(),
+                    v => v.to_string(),
+                };
+                if st["append"].as_bool().unwrap_or(false) {
+                    self.store
+                        .files
+                        .entry(path)
+                        .or_default()
+                        .extend_from_slice(text.as_bytes());
+                } else {
+                    self.store.files.insert(path, text.into_bytes());
+                }
+                Value::Null
+            }
+            "file" => {
+                let p = req_s(st, "path")?;
+                match self.store.files.get(p) {
+                    Some(b) => file_json(b, p),
+                    None => Value::Null,
+                }
+            }
+            "files" => {
+                let prefix = s(st, "prefix");
+                Value::Array(
+                    self.store
+                        .files
+                        .keys()
+                        .filter(|k| k.starts_with(prefix))
+                        .map(|k| json!(k))
+                        .collect(),
+                )
+            }
+            "view" => {
+                let mut args = st.clone();
+                args["at"] = st["time"].as_u64().map_or(Value::Null, |t| json!(BASE + t));
+                if args["buckets"].is_null() {
+                    args["buckets"] = json!(8);
+                }
+                let view = req_s(st, "view")?;
+                super::api::call(self.g()?, at, view, &args, &proposer).map_err(aerr)?
+            }
+            op => super::api::call(self.g()?, at, op, st, &proposer).map_err(aerr)?,
+        })
+    }
+}
+
+/// Runs one vector of the `actors` suite.
+pub fn run_vector(v: &Value) -> VectorResult {
+    let name = v["name"].as_str().unwrap_or("<unnamed>").to_owned();
+    let mut failures = Vec::new();
+    let config = match config_from(&v["config"]) {
+        Ok(c) => c,
+        Err(e) => {
+            return VectorResult {
+                name,
+                failures: vec![format!("bad vector config: {e}")],
+            };
+        }
+    };
+    let mut run = Run {
+        config,
+        store: MemoryStore::default(),
+        g: None,
+        held: Vec::new(),
+    };
+    if let Some(files) = v["files"].as_object() {
+        for (p, c) in files {
+            let text = match c {
+                Value::String(t) => t.clone(),
+                other => other.to_string(),
+            };
+            if let Some(dir) = p
+                .strip_prefix("nodes/")
+                .and_then(|r| r.split_once('/'))
+                .map(|(id, _)| format!("nodes/{id}"))
+            {
+                run.store.dirs.insert(dir);
+            }
+            run.store.files.insert(p.clone(), text.into_bytes());
+        }
+    }
+    let empty = vec![];
+    let mut last = 0u64;
+    for (i, st) in v["steps"].as_array().unwrap_or(&empty).iter().enumerate() {
+        let at = st["at"].as_u64().unwrap_or(last);
+        if at < last {
+            failures.push(format!("step {i}: time goes backwards"));
+            break;
+        }
+        last = at;
+        let op = st["op"].as_str().unwrap_or("");
+        let result = run.step(BASE + at, op, st);
+        let ctx = format!("step {i} ({op})");
+        match (&result, st.get("expectError")) {
+            (Err((code, msg)), Some(want)) => {
+                if want.as_str() != Some(code.as_str()) {
+                    failures.push(format!("{ctx}: expected error {want}, got {code}: {msg}"));
+                }
+            }
+            (Err((code, msg)), None) => {
+                failures.push(format!("{ctx}: unexpected error {code}: {msg}"))
+            }
+            (Ok(got), Some(want)) => failures.push(format!(
+                "{ctx}: expected error {want}, call succeeded: {got}"
+            )),
+            (Ok(got), None) => {
+                if let Some(want) = st.get("expect")
+                    && let Err(e) = subset(want, got, "result")
+                {
+                    failures.push(format!("{ctx}: {e}"));
+                }
+            }
+        }
+        // A refused call must leave nothing queued.
+        if result.is_err()
+            && let Some(g) = run.g.as_ref()
+            && g.has_batches()
+            && !st["hold"].as_bool().unwrap_or(false)
+        {
+            failures.push(format!("{ctx}: a refused call queued a batch"));
+        }
+        if !st["hold"].as_bool().unwrap_or(false)
+            && !matches!(op, "take" | "fail")
+            && let Err(e) = run.flush()
+        {
+            failures.push(format!("{ctx}: {}", e.1));
+        }
+    }
+    if let Some(want) = v.get("expect") {
+        let state = match &run.g {
+            Some(g) => json!({"violations": g.lineage_violations(), "graph": g.graph_view()}),
+            None => json!({}),
+        };
+        if let Err(e) = subset(want, &state, "final") {
+            failures.push(e);
+        }
+    }
+    VectorResult { name, failures }
+}

@@ -1,0 +1,392 @@
+//! The desk over real HTTP: `weft actors desk` serving the API and UI, writes answered after
+//! the store acknowledged them, live change events over SSE, problem+json errors.
+
+mod common;
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::process::{Child, Stdio};
+use std::time::Duration;
+
+use common::*;
+use serde_json::{Value, json};
+
+struct Desk {
+    child: Child,
+    addr: String,
+}
+
+impl Drop for Desk {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn desk(root: &str) -> Desk {
+    let mut child = weft()
+        .args(["actors", "desk", root, "--listen", "127.0.0.1:0"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let addr = line
+        .split("http://")
+        .nth(1)
+        .and_then(|r| r.split('/').next())
+        .expect("the desk prints its URL")
+        .to_owned();
+    Desk { child, addr }
+}
+
+/// One HTTP/1.1 request; returns (status, content type, body).
+fn http(addr: &str, method: &str, path: &str, body: Option<&str>) -> (u16, String, String) {
+    raw(
+        addr,
+        method,
+        path,
+        body,
+        &format!("host: {addr}\r\ncontent-type: application/json\r\n"),
+    )
+}
+
+/// One HTTP/1.1 request with the given header lines.
+fn raw(
+    addr: &str,
+    method: &str,
+    path: &str,
+    body: Option<&str>,
+    headers: &str,
+) -> (u16, String, String) {
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let body = body.unwrap_or("");
+    write!(
+        s,
+        "{method} {path} HTTP/1.1\r\n{headers}content-length: {}\r\nconnection: close\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    let mut raw = Vec::new();
+    s.read_to_end(&mut raw).unwrap();
+    let text = String::from_utf8_lossy(&raw).into_owned();
+    let (head, rest) = text.split_once("\r\n\r\n").unwrap();
+    let status = head.split(' ').nth(1).unwrap().parse().unwrap();
+    let ctype = head
+        .lines()
+        .find_map(|l| {
+            l.to_ascii_lowercase()
+                .strip_prefix("content-type: ")
+                .map(str::to_owned)
+        })
+        .unwrap_or_default();
+    (status, ctype, rest.to_owned())
+}
+
+fn get(addr: &str, path: &str) -> Value {
+    let (st, _, b) = http(addr, "GET", path, None);
+    assert_eq!(st, 200, "GET {path}: {b}");
+    serde_json::from_str(&b).unwrap()
+}
+
+fn post(addr: &str, path: &str, body: Value) -> (u16, Value) {
+    let (st, ct, b) = http(addr, "POST", path, Some(&body.to_string()));
+    if st >= 400 {
+        assert_eq!(ct, "application/problem+json", "{b}");
+    }
+    (st, serde_json::from_str(&b).unwrap_or(Value::Null))
+}
+
+#[test]
+fn the_desk_serves_the_ui_and_the_api_and_pushes_changes() {
+    let root = scratch("desk");
+    let r = root.join("chat");
+    let d = desk(r.to_str().unwrap());
+    let (st, ct, html) = http(&d.addr, "GET", "/actors/", None);
+    assert_eq!((st, ct.as_str()), (200, "text/html; charset=utf-8"));
+    assert!(html.contains("weft desk") && html.contains("/actors/desk.js"));
+    assert_eq!(http(&d.addr, "GET", "/actors/desk.js", None).0, 200);
+
+    // An empty root was initialised by the desk.
+    let g = get(&d.addr, "/api/actors/graph");
+    assert_eq!(g["root"], "coordinator");
+    let v0 = g["version"].as_u64().unwrap();
+
+    // Live updates: the event stream announces each change.
+    let mut ev = TcpStream::connect(&d.addr).unwrap();
+    ev.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    write!(
+        ev,
+        "GET /api/actors/events HTTP/1.1\r\nhost: {}\r\naccept: text/event-stream\r\n\r\n",
+        d.addr
+    )
+    .unwrap();
+    let mut evr = BufReader::new(ev);
+    let mut next_version = || -> u64 {
+        let mut line = String::new();
+        loop {
+            line.clear();
+            evr.read_line(&mut line).unwrap();
+            if let Some(data) = line.trim().strip_prefix("data: ") {
+                return serde_json::from_str::<Value>(data).unwrap()["version"]
+                    .as_u64()
+                    .unwrap();
+            }
+        }
+    };
+    assert_eq!(
+        next_version(),
+        v0,
+        "the stream starts with the current version"
+    );
+
+    let (st, s) = post(
+        &d.addr,
+        "/api/actors/spawn",
+        json!({"parent": "coordinator", "type": "task", "title": "docs sync"}),
+    );
+    assert_eq!(st, 201, "{s}");
+    assert_eq!(s["id"], "docs-sync");
+    assert!(next_version() > v0, "a spawn is pushed to live views");
+    // Answered after the store acknowledged it: the files already hold the lineage.
+    let disk = read_disk(&r);
+    assert_eq!(disk.metas["docs-sync"]["spawnedBy"], "coordinator");
+    assert!(lineage_problems(&disk).is_empty());
+
+    let (st, _) = post(
+        &d.addr,
+        "/api/actors/nodes/docs-sync/status",
+        json!({"status": "running", "summary": "PR open"}),
+    );
+    assert_eq!(st, 200);
+    let grid = get(&d.addr, "/api/actors/views/grid");
+    assert_eq!(grid["tiles"][0]["status"], "running");
+    let fork = get(&d.addr, "/api/actors/nodes/docs-sync");
+    assert_eq!(fork["transcript"][0]["role"], "system");
+    let (st, out) = post(
+        &d.addr,
+        "/api/actors/nodes/coordinator/route",
+        json!({"text": "Continue the merge or we could also refactor the timeline"}),
+    );
+    assert_eq!((st, out["type"].as_str()), (200, Some("disambiguation")));
+    for view in [
+        "linear",
+        "tree",
+        "metathread",
+        "temporal?scope=global&buckets=10",
+    ] {
+        get(&d.addr, &format!("/api/actors/views/{view}"));
+    }
+    assert_eq!(get(&d.addr, "/api/actors/audit")["problems"], 0);
+
+    // Errors: problem+json with the stable code and a fitting status; nothing changes.
+    let cases: Vec<(&str, Value, u16, &str)> = vec![
+        (
+            "/api/actors/nodes/coordinator/messages",
+            json!({"text": "hi"}),
+            409,
+            "ROUTING_PAUSED",
+        ),
+        (
+            "/api/actors/nodes/docs-sync/messages",
+            json!({"text": "x", "role": "progress", "from": "coordinator"}),
+            200,
+            "",
+        ),
+        (
+            "/api/actors/nodes/disambig-boundary/messages",
+            json!({"text": "50%", "role": "progress"}),
+            422,
+            "CADENCE_VIOLATION",
+        ),
+        (
+            "/api/actors/nodes/ghost/messages",
+            json!({"text": "x"}),
+            404,
+            "UNKNOWN_NODE",
+        ),
+        (
+            "/api/actors/nodes/..%2F..%2Fetc/messages",
+            json!({"text": "x"}),
+            400,
+            "INVALID_NODE_ID",
+        ),
+        (
+            "/api/actors/spawn",
+            json!({"parent": "docs-sync", "id": "a/b"}),
+            400,
+            "INVALID_NODE_ID",
+        ),
+        (
+            "/api/actors/spawn",
+            json!({"type": "task"}),
+            400,
+            "INVALID_ARGUMENT",
+        ),
+        (
+            "/api/actors/nodes/docs-sync/messages",
+            json!({"text": "x".repeat((1 << 20) + 1)}),
+            400,
+            "INVALID_ARGUMENT",
+        ),
+        (
+            "/api/actors/nodes/docs-sync/wait",
+            json!({"on": "docs-sync"}),
+            400,
+            "INVALID_ARGUMENT",
+        ),
+    ];
+    for (path, body, want, code) in cases {
+        let (st, p) = post(&d.addr, path, body);
+        assert_eq!(st, want, "{path}: {p}");
+        if !code.is_empty() {
+            assert_eq!(p["code"], code, "{path}: {p}");
+            assert_eq!(p["status"], want);
+        }
+    }
+    let (st, ct, b) = http(&d.addr, "POST", "/api/actors/spawn", Some("{not json"));
+    assert_eq!((st, ct.as_str()), (400, "application/problem+json"));
+    assert!(b.contains("INVALID_ARGUMENT"));
+    let (st, _, b) = http(&d.addr, "GET", "/api/actors/views/nope", None);
+    assert_eq!(st, 400, "{b}");
+    // Wait graph over HTTP: an enforced wait blocks the model call.
+    post(
+        &d.addr,
+        "/api/actors/nodes/disambig-boundary/resolve",
+        json!({"candidates": ["continue"]}),
+    );
+    post(
+        &d.addr,
+        "/api/actors/spawn",
+        json!({"parent": "coordinator", "type": "task", "id": "release"}),
+    );
+    post(
+        &d.addr,
+        "/api/actors/nodes/release/wait",
+        json!({"on": "docs-sync", "mode": "enforce"}),
+    );
+    let (st, _, b) = http(&d.addr, "GET", "/api/actors/nodes/release/model", None);
+    assert_eq!(st, 409, "{b}");
+    assert!(b.contains("WAIT_BLOCKED"));
+    assert!(lineage_problems(&read_disk(&r)).is_empty());
+
+    // The standalone desk only answers its own origin on a loopback Host, and writes must be
+    // JSON (so a cross-site form or no-cors fetch cannot reach them).
+    let spawn = r#"{"parent": "coordinator", "id": "csrf"}"#;
+    let a = d.addr.clone();
+    let (st, _, b) = raw(
+        &a,
+        "POST",
+        "/api/actors/spawn",
+        Some(spawn),
+        "host: evil.example\r\ncontent-type: application/json\r\n",
+    );
+    assert_eq!(st, 403, "{b}");
+    assert!(b.contains("UNTRUSTED_HOST"));
+    let (st, _, b) = raw(
+        &a,
+        "POST",
+        "/api/actors/spawn",
+        Some(spawn),
+        &format!("host: {a}\r\norigin: http://evil.example\r\ncontent-type: application/json\r\n"),
+    );
+    assert_eq!(st, 403, "{b}");
+    assert!(b.contains("UNTRUSTED_ORIGIN"));
+    let (st, _, b) = raw(
+        &a,
+        "POST",
+        "/api/actors/spawn",
+        Some(spawn),
+        &format!("host: {a}\r\ncontent-type: text/plain\r\n"),
+    );
+    assert_eq!(st, 400, "{b}");
+    let (st, _, _) = raw(
+        &a,
+        "POST",
+        "/api/actors/spawn",
+        Some(spawn),
+        &format!("host: {a}\r\norigin: http://{a}\r\ncontent-type: application/json\r\n"),
+    );
+    assert_eq!(st, 201, "the desk's own origin may write");
+    assert!(read_disk(&r).metas.contains_key("csrf"));
+}
+
+#[test]
+fn weft_serve_mounts_the_desk_beside_threaddesk() {
+    let dir = scratch("serve-desk");
+    let chat = dir.join("chat");
+    let mut child = weft()
+        .args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
+        .arg(dir.join("data"))
+        .arg("--chat-root")
+        .arg(&chat)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap();
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    let mut addr = None;
+    let mut desk_line = false;
+    for _ in 0..12 {
+        let mut line = String::new();
+        if out.read_line(&mut line).unwrap() == 0 {
+            break;
+        }
+        if addr.is_none() {
+            addr = line
+                .split("http://")
+                .nth(1)
+                .and_then(|r| r.split('/').next())
+                .map(str::to_owned);
+        }
+        desk_line |= line.contains("actor desk:");
+        if line.contains("discovery:") {
+            break;
+        }
+    }
+    let addr = addr.expect("weft serve prints its URL");
+    assert!(desk_line, "weft serve announces the desk");
+    let d = Desk { child, addr };
+    assert_eq!(http(&d.addr, "GET", "/actors/", None).0, 200);
+    assert_eq!(get(&d.addr, "/api/actors/graph")["root"], "coordinator");
+    let (st, s) = post(
+        &d.addr,
+        "/api/actors/spawn",
+        json!({"parent": "coordinator", "title": "served"}),
+    );
+    assert_eq!((st, s["id"].as_str()), (201, Some("served")));
+    assert!(read_disk(&chat).metas.contains_key("served"));
+    // ThreadDesk is still there, and serve's own boundary guards the desk routes too.
+    assert_eq!(http(&d.addr, "GET", "/.well-known/dgp", None).0, 200);
+    let (st, _, _) = raw(
+        &d.addr,
+        "GET",
+        "/api/actors/graph",
+        None,
+        "host: evil.example\r\n",
+    );
+    assert_eq!(st, 403);
+}
+
+#[test]
+fn the_desk_refuses_a_non_loopback_address() {
+    let dir = scratch("desk-public");
+    let out = weft()
+        .args([
+            "actors",
+            "desk",
+            dir.join("chat").to_str().unwrap(),
+            "--listen",
+            "0.0.0.0:0",
+            "--json",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(64));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("no authentication"));
+    assert!(!dir.join("chat").exists(), "nothing was created");
+}
