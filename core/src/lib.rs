@@ -16,6 +16,7 @@
 
 pub mod actors;
 pub mod conformance;
+pub mod fields;
 pub mod frames;
 pub mod jobs;
 pub mod ops;

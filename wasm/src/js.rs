@@ -274,11 +274,6 @@ pub fn parse_text<T: serde::de::DeserializeOwned>(text: &str) -> Result<T, Strin
     serde_json::from_slice(text.as_bytes()).map_err(|e| e.to_string())
 }
 
-/// JS data as a typed value, through its JSON text (see [`from_js_json`]).
-pub fn from_js_typed<T: serde::de::DeserializeOwned>(v: &JsValue) -> Result<T, String> {
-    parse_text(&to_json_text(v).map_err(|e| describe(&e))?)
-}
-
 /// The message of a thrown JS value.
 fn describe(e: &JsValue) -> String {
     js_field(e, &key("message"))

@@ -13,15 +13,13 @@ use js_sys::{Array, Object, Reflect};
 use wasm_bindgen::prelude::*;
 use weft_core::jobs::{EndpointId, Origin, Registry};
 use weft_core::ops::{
-    Actor, App, AppConfig, AppOutput, CalcId, CellView, GraphSpec, ObserveRequest, OnFailure,
-    OnSupersede, OpId, OpsError, OpsValue, Retention, Selection, Snapshot, WriteId,
+    Actor, App, AppConfig, AppOutput, CalcId, CellSpec, CellView, GraphSpec, ObserveRequest,
+    OnFailure, OnSupersede, OpId, OpsError, OpsValue, Retention, Selection, Snapshot, WriteId,
     tools::ToolReply,
 };
 
 use crate::jobs::JobRegistry;
-use crate::js::{
-    Js, array, error, from_js_json, from_js_typed, key, opt, opt_f64, opt_string, same_value,
-};
+use crate::js::{Js, array, error, from_js_json, key, opt, opt_f64, opt_string, same_value};
 
 /// A JSON value as a JS value: one string and the engine's JSON.parse, much cheaper than a
 /// property-by-property conversion for records like outcomes and journals.
@@ -287,8 +285,9 @@ impl OpsApp {
     /// `{kind: "host"}` or `{kind: "worker", endpoint}`).
     pub fn load(&mut self, now: f64, spec: JsValue) -> Result<(), JsValue> {
         let t = self.t(now);
-        let spec: GraphSpec =
-            from_js_typed(&spec).map_err(|e| error(&OpsError::InvalidGraph(e)))?;
+        let spec = from_js_json(&spec)
+            .and_then(|v| GraphSpec::from_value("", &v))
+            .map_err(|e| error(&OpsError::InvalidGraph(e)))?;
         self.app.load(t, spec).map_err(ops_err)
     }
 
@@ -301,7 +300,9 @@ impl OpsApp {
         cells: JsValue,
     ) -> Result<(), JsValue> {
         let t = self.t(now);
-        let cells = from_js_typed(&cells).map_err(|e| error(&OpsError::InvalidGraph(e)))?;
+        let cells = from_js_json(&cells)
+            .and_then(|v| weft_core::fields::list("cells", &v, CellSpec::from_value))
+            .map_err(|e| error(&OpsError::InvalidGraph(e)))?;
         self.app
             .replace_graph(t, ms(instance), cells)
             .map_err(ops_err)

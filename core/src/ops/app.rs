@@ -5,9 +5,11 @@ use std::borrow::BorrowMut;
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::sync::Arc;
 
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 
 use serde_json::{Value, json};
+
+use crate::fields::{Fields, ReadError, expected, join};
 
 use super::control::{
     ActionSpec, ControlKind, ControlSpec, ControlValue, Effect, EffectValue, qualify,
@@ -26,7 +28,7 @@ use crate::value::Payload;
 // ----- specs ------------------------------------------------------------------------------------
 
 /// One dependency of a cell: the input key its compute sees, and the control or cell it reads.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize)]
 #[serde(untagged)]
 pub enum DepSpec {
     /// Read `name` under the key `name`.
@@ -36,6 +38,21 @@ pub enum DepSpec {
 }
 
 impl DepSpec {
+    /// Reads `"name"` or `{key, from}`.
+    pub fn from_value(path: &str, v: &Value) -> Result<DepSpec, ReadError> {
+        match v {
+            Value::String(s) => Ok(DepSpec::Same(s.clone())),
+            Value::Object(_) => {
+                let f = Fields::of(path, v)?;
+                Ok(DepSpec::Keyed {
+                    key: f.string("key")?,
+                    from: f.string("from")?,
+                })
+            }
+            other => Err(expected(path, "a name or {key, from}", other)),
+        }
+    }
+
     fn key(&self) -> &str {
         match self {
             DepSpec::Same(n) => n,
@@ -51,14 +68,25 @@ impl DepSpec {
 }
 
 /// A cell's gate: the cell holds (nothing runs) unless `control` has one of the `open` values.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct GateSpec {
     pub control: String,
     pub open: Vec<ControlValue>,
 }
 
+impl GateSpec {
+    /// Reads `{control, open: [values]}`.
+    pub fn from_value(path: &str, v: &Value) -> Result<GateSpec, ReadError> {
+        let f = Fields::of(path, v)?;
+        Ok(GateSpec {
+            control: f.string("control")?,
+            open: f.req_list("open", ControlValue::from_value)?,
+        })
+    }
+}
+
 /// Who computes a cell.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
 #[serde(tag = "kind", rename_all = "lowercase")]
 pub enum ComputeSpec {
     /// The host runs the cell's function (synchronous or asynchronous, possibly streaming) when
@@ -69,8 +97,25 @@ pub enum ComputeSpec {
     Worker { endpoint: EndpointId },
 }
 
+impl ComputeSpec {
+    /// Reads `{kind: "host"}` or `{kind: "worker", endpoint}`.
+    pub fn from_value(path: &str, v: &Value) -> Result<ComputeSpec, ReadError> {
+        let f = Fields::of(path, v)?;
+        match f.string("kind")?.as_str() {
+            "host" => Ok(ComputeSpec::Host),
+            "worker" => Ok(ComputeSpec::Worker {
+                endpoint: EndpointId(f.u64("endpoint")?),
+            }),
+            other => Err(format!(
+                "{}: unknown compute kind `{other}`; kinds: host, worker",
+                join(path, "kind")
+            )),
+        }
+    }
+}
+
 /// A cell: a calculation rule with a stable, scope-qualified name.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct CellSpec {
     pub name: String,
@@ -96,11 +141,39 @@ fn is_default<T: Default + PartialEq>(v: &T) -> bool {
     *v == T::default()
 }
 
+impl CellSpec {
+    /// Reads `{name, scope?, description?, deps?, constants?, gate?, compute?, equality?}`.
+    pub fn from_value(path: &str, v: &Value) -> Result<CellSpec, ReadError> {
+        let f = Fields::of(path, v)?;
+        Ok(CellSpec {
+            name: f.string("name")?,
+            scope: f.opt_string("scope")?,
+            description: f.string_or_empty("description")?,
+            deps: f.list("deps", DepSpec::from_value)?,
+            constants: f.object_or_empty("constants")?,
+            gate: f
+                .get("gate")
+                .map(|g| GateSpec::from_value(&join(path, "gate"), g))
+                .transpose()?,
+            compute: f
+                .get("compute")
+                .map(|c| ComputeSpec::from_value(&join(path, "compute"), c))
+                .transpose()?
+                .unwrap_or_default(),
+            equality: f
+                .get("equality")
+                .map(|e| Equality::from_value(&join(path, "equality"), e))
+                .transpose()?
+                .unwrap_or_default(),
+        })
+    }
+}
+
 /// Equality gating: a recomputed value equal to the cell's current value is a processed no-op
 /// for its dependents — they keep their values (their pending calculations end as `skipped`),
 /// and the calculation's journal says `unchanged`. Values are compared with
 /// [`OpsValue::equal_value`].
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Equality {
     /// Equal values (structural equality) gate dependents (the default).
@@ -110,16 +183,39 @@ pub enum Equality {
     Never,
 }
 
+impl Equality {
+    /// Reads `"value"` or `"never"`.
+    pub fn from_value(path: &str, v: &Value) -> Result<Equality, ReadError> {
+        match v.as_str() {
+            Some("value") => Ok(Equality::Value),
+            Some("never") => Ok(Equality::Never),
+            _ => Err(expected(path, "\"value\" or \"never\"", v)),
+        }
+    }
+}
+
 /// A named pure result function the host registers (run by the host over a snapshot).
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct SelectorSpec {
     pub name: String,
     #[serde(default)]
     pub description: String,
 }
 
-/// The published surface of an application.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+impl SelectorSpec {
+    /// Reads `{name, description?}`.
+    pub fn from_value(path: &str, v: &Value) -> Result<SelectorSpec, ReadError> {
+        let f = Fields::of(path, v)?;
+        Ok(SelectorSpec {
+            name: f.string("name")?,
+            description: f.string_or_empty("description")?,
+        })
+    }
+}
+
+/// The published surface of an application. Implements `Deserialize` (through a hand-written
+/// reader over a JSON value: see [`crate::fields`]); every field may be absent.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
 #[serde(default)]
 pub struct GraphSpec {
     pub controls: Vec<ControlSpec>,
@@ -127,6 +223,29 @@ pub struct GraphSpec {
     pub cells: Vec<CellSpec>,
     pub selectors: Vec<SelectorSpec>,
 }
+
+impl GraphSpec {
+    /// Reads `{controls?, actions?, cells?, selectors?}`.
+    pub fn from_value(path: &str, v: &Value) -> Result<GraphSpec, ReadError> {
+        let f = Fields::of(path, v)?;
+        Ok(GraphSpec {
+            controls: f.list("controls", ControlSpec::from_value)?,
+            actions: f.list("actions", ActionSpec::from_value)?,
+            cells: f.list("cells", CellSpec::from_value)?,
+            selectors: f.list("selectors", SelectorSpec::from_value)?,
+        })
+    }
+}
+
+crate::via_value!(
+    DepSpec,
+    GateSpec,
+    ComputeSpec,
+    CellSpec,
+    Equality,
+    SelectorSpec,
+    GraphSpec
+);
 
 /// App construction parameters.
 #[derive(Clone, Debug)]
