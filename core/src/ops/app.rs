@@ -271,6 +271,17 @@ impl Default for AppConfig {
     }
 }
 
+/// A written value as the rules see it: a scalar, or the type name of a payload that is not one.
+pub(crate) type Requested = Result<ControlValue, &'static str>;
+
+/// The payloads of `(name, payload)` writes read as scalars.
+pub(crate) fn requested<P: Payload>(writes: &[(String, P)]) -> Vec<(String, Requested)> {
+    writes
+        .iter()
+        .map(|(n, v)| (n.clone(), ControlValue::from_payload(v)))
+        .collect()
+}
+
 // ----- outputs ----------------------------------------------------------------------------------
 
 /// Work for the host, drained after every input.
@@ -829,15 +840,25 @@ impl<V: OpsValue, R: BorrowMut<Registry<V>>> App<V, R> {
         name: &str,
         value: &P,
     ) -> Result<(usize, ControlValue, super::control::Accepted), OpsError> {
+        self.validate_requested(name, ControlValue::from_payload(value))
+    }
+
+    /// [`App::validate_write`] of a payload already read as a scalar (`Err`: the type name of
+    /// a payload that is not one). The payload-generic entry points convert and call this, so
+    /// the rules are compiled once whatever the payload type.
+    pub(crate) fn validate_requested(
+        &self,
+        name: &str,
+        requested: Requested,
+    ) -> Result<(usize, ControlValue, super::control::Accepted), OpsError> {
         let c = self.control_index(name)?;
-        let requested =
-            ControlValue::from_payload(value).map_err(|t| OpsError::InvalidControlValue {
-                control: name.into(),
-                reason: format!(
-                    "expected a {} value, got {t}",
-                    kind_name(&self.controls[c].spec.kind)
-                ),
-            })?;
+        let requested = requested.map_err(|t| OpsError::InvalidControlValue {
+            control: name.into(),
+            reason: format!(
+                "expected a {} value, got {t}",
+                kind_name(&self.controls[c].spec.kind)
+            ),
+        })?;
         let accepted = self.controls[c]
             .spec
             .kind
@@ -850,17 +871,17 @@ impl<V: OpsValue, R: BorrowMut<Registry<V>>> App<V, R> {
     }
 
     /// Validates every write first; stages them only if all are valid (all-or-nothing).
-    pub(crate) fn stage_writes<P: Payload>(
+    pub(crate) fn stage_writes(
         &mut self,
         now: Millis,
-        writes: &[(String, P)],
+        writes: &[(String, Requested)],
         actor: &Actor,
         op: Option<OpId>,
         invocation: Option<InvocationId>,
     ) -> Result<Vec<WriteId>, OpsError> {
         let mut checked = Vec::with_capacity(writes.len());
         for (name, value) in writes {
-            let c = self.validate_write(name, value)?;
+            let c = self.validate_requested(name, value.clone())?;
             if checked.iter().any(|x: &(usize, _, _)| x.0 == c.0) {
                 return Err(OpsError::InvalidArgument(format!(
                     "`{name}` is written twice in one batch; give one value per control"
@@ -911,9 +932,8 @@ impl<V: OpsValue, R: BorrowMut<Registry<V>>> App<V, R> {
         value: &P,
         actor: Actor,
     ) -> Result<WriteId, OpsError> {
-        let ids =
-            self.stage_writes(now, &[(name.to_owned(), value.clone())], &actor, None, None)?;
-        Ok(ids[0])
+        let write = [(name.to_owned(), ControlValue::from_payload(value))];
+        Ok(self.stage_writes(now, &write, &actor, None, None)?[0])
     }
 
     /// Accepts several writes all-or-nothing: if one is invalid, none is staged.
@@ -923,7 +943,7 @@ impl<V: OpsValue, R: BorrowMut<Registry<V>>> App<V, R> {
         writes: &[(String, P)],
         actor: Actor,
     ) -> Result<Vec<WriteId>, OpsError> {
-        self.stage_writes(now, writes, &actor, None, None)
+        self.stage_writes(now, &requested(writes), &actor, None, None)
     }
 
     /// Invokes a published action: validates the arguments and every effect first, then stages
@@ -933,6 +953,16 @@ impl<V: OpsValue, R: BorrowMut<Registry<V>>> App<V, R> {
         now: Millis,
         name: &str,
         args: &[(String, P)],
+        actor: Actor,
+    ) -> Result<(InvocationId, Vec<WriteId>), OpsError> {
+        self.act_requested(now, name, &requested(args), actor)
+    }
+
+    fn act_requested(
+        &mut self,
+        now: Millis,
+        name: &str,
+        args: &[(String, Requested)],
         actor: Actor,
     ) -> Result<(InvocationId, Vec<WriteId>), OpsError> {
         let a = self
@@ -961,7 +991,7 @@ impl<V: OpsValue, R: BorrowMut<Registry<V>>> App<V, R> {
                     }
                 )));
             };
-            let cv = ControlValue::from_payload(v).map_err(|t| bad(format!("`{k}`: got {t}")))?;
+            let cv = v.clone().map_err(|t| bad(format!("`{k}`: got {t}")))?;
             let accepted = p
                 .kind
                 .validate(&cv)

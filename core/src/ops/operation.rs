@@ -165,6 +165,27 @@ impl<V: OpsValue, R: BorrowMut<Registry<V>>> App<V, R> {
         now: Millis,
         req: ObserveRequest<P>,
     ) -> Result<OpId, OpsError> {
+        let writes = super::app::requested(&req.writes);
+        self.observe_requested(
+            now,
+            ObserveRequest {
+                writes,
+                wait_for: req.wait_for,
+                select: req.select,
+                on_supersede: req.on_supersede,
+                on_failure: req.on_failure,
+                timeout_ms: req.timeout_ms,
+                actor: req.actor,
+            },
+        )
+    }
+
+    /// [`App::observe`] with the writes read as scalars (compiled once for every payload type).
+    fn observe_requested(
+        &mut self,
+        now: Millis,
+        req: ObserveRequest<super::app::Requested>,
+    ) -> Result<OpId, OpsError> {
         self.begin();
         if req.writes.is_empty() && req.wait_for.is_empty() {
             return Err(OpsError::InvalidArgument(
@@ -204,7 +225,7 @@ impl<V: OpsValue, R: BorrowMut<Registry<V>>> App<V, R> {
         }
         let mut controls = Vec::with_capacity(req.writes.len());
         for (name, value) in &req.writes {
-            let c = self.validate_write(name, value)?.0;
+            let c = self.validate_requested(name, value.clone())?.0;
             if controls.contains(&c) {
                 return Err(OpsError::InvalidArgument(format!(
                     "`{name}` is written twice in one operation; give one value per control"
