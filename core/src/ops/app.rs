@@ -1903,7 +1903,7 @@ impl<V: OpsValue, R: BorrowMut<Registry<V>>> App<V, R> {
                         other => {
                             self.bump();
                             let summary = other.summary();
-                            let code = other.kind().as_str().to_uppercase();
+                            let code = other.kind().as_str().to_ascii_uppercase();
                             self.fail_calc(
                                 now,
                                 id,

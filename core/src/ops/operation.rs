@@ -757,7 +757,7 @@ impl<V: OpsValue, R: BorrowMut<Registry<V>>> App<V, R> {
                 OpOutcomeKind::Cancelled => json!({"id": wire, "type": "cancelled"}),
                 other => {
                     json!({"id": wire, "type": "error", "message": self.ops[&id].outcome.as_ref().map(|o| o.message.clone()),
-                    "code": other.as_str().to_uppercase()})
+                    "code": other.as_str().to_ascii_uppercase()})
                 }
             };
             let _ = reg_mut(&mut self.registry).on_message(now, ep, &V::from_json(&msg));
