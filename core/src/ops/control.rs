@@ -9,7 +9,7 @@ use serde::Serialize;
 use serde_json::{Value, json};
 
 use crate::fields::{Fields, ReadError, expected, join};
-use crate::value::Payload;
+use crate::value::{Payload, number_text};
 
 /// A control's value: controls are scalars (numbers, enum options, booleans, text).
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -228,8 +228,9 @@ impl ControlKind {
                 }
                 if let Some(st) = step {
                     s["description"] = json!(format!(
-                        "snapped to a multiple of {st} from {}; out-of-range values are clamped",
-                        min.unwrap_or(0.0)
+                        "snapped to a multiple of {} from {}; out-of-range values are clamped",
+                        number_text(*st),
+                        number_text(min.unwrap_or(0.0))
                     ));
                 }
                 s
