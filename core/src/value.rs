@@ -80,6 +80,18 @@ pub fn number_text(n: f64) -> String {
     }
 }
 
+/// A JSON object from `(key, value)` pairs, later keys winning (as `collect` would), built by
+/// insertion: collecting into a `Map` sorts first, and compiles a sort for every call site.
+pub fn map_of(
+    pairs: impl Iterator<Item = (String, serde_json::Value)>,
+) -> serde_json::Map<String, serde_json::Value> {
+    let mut m = serde_json::Map::new();
+    for (k, v) in pairs {
+        m.insert(k, v);
+    }
+    m
+}
+
 /// The JSON type name of a value.
 pub fn json_type_name(v: &serde_json::Value) -> &'static str {
     match v {

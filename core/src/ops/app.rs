@@ -436,7 +436,7 @@ pub(crate) struct Calc {
 #[derive(Debug)]
 pub struct App<V, R = Registry<V>> {
     pub(crate) instance: u64,
-    pub(crate) used_instances: BTreeSet<u64>,
+    pub(crate) used_instances: Vec<u64>,
     pub(crate) next_generation: u64,
     pub(crate) controls: Vec<Control>,
     pub(crate) actions: Vec<ActionSpec>,
@@ -493,7 +493,7 @@ impl<V: OpsValue, R: BorrowMut<Registry<V>>> App<V, R> {
     pub fn with_registry(config: AppConfig, registry: R) -> Self {
         App {
             instance: config.instance,
-            used_instances: BTreeSet::from([config.instance]),
+            used_instances: vec![config.instance],
             next_generation: 1,
             controls: Vec::new(),
             actions: Vec::new(),
@@ -639,7 +639,7 @@ impl<V: OpsValue, R: BorrowMut<Registry<V>>> App<V, R> {
         for (i, s) in specs.iter().enumerate() {
             let name = cell_names[i].clone();
             let mut deps = Vec::new();
-            let mut keys = BTreeSet::new();
+            let mut keys: Vec<&str> = Vec::new();
             for d in &s.deps {
                 let node = *names.get(d.source()).ok_or_else(|| {
                     OpsError::InvalidGraph(format!(
@@ -652,12 +652,13 @@ impl<V: OpsValue, R: BorrowMut<Registry<V>>> App<V, R> {
                         "cell `{name}` depends on itself"
                     )));
                 }
-                if !keys.insert(d.key().to_owned()) || s.constants.contains_key(d.key()) {
+                if keys.contains(&d.key()) || s.constants.contains_key(d.key()) {
                     return Err(OpsError::InvalidGraph(format!(
                         "cell `{name}` has two inputs named `{}`",
                         d.key()
                     )));
                 }
+                keys.push(d.key());
                 deps.push(Dep {
                     key: d.key().to_owned(),
                     node,
@@ -732,14 +733,17 @@ impl<V: OpsValue, R: BorrowMut<Registry<V>>> App<V, R> {
         }
         // Kahn's algorithm taking the first declared ready cell: declaration order whenever it
         // is a valid order, so generations follow the spec.
-        let mut ready: BTreeSet<usize> = (0..n).filter(|i| indegree[*i] == 0).collect();
+        // `ready` is kept sorted descending, so `pop` takes the first declared (a plain Vec:
+        // graphs are small, and an ordered set type costs more code than it saves here).
+        let mut ready: Vec<usize> = (0..n).rev().filter(|i| indegree[*i] == 0).collect();
         let mut order = Vec::with_capacity(n);
-        while let Some(i) = ready.pop_first() {
+        while let Some(i) = ready.pop() {
             order.push(i);
             for &d in &downstream[i] {
                 indegree[d] -= 1;
                 if indegree[d] == 0 {
-                    ready.insert(d);
+                    let at = ready.partition_point(|&r| r > d);
+                    ready.insert(at, d);
                 }
             }
         }
@@ -757,15 +761,19 @@ impl<V: OpsValue, R: BorrowMut<Registry<V>>> App<V, R> {
             cells[i].downstream = d;
         }
         for &i in &order {
-            let mut rel: BTreeSet<usize> = cells[i].direct.iter().copied().collect();
-            let mut anc: BTreeSet<usize> = BTreeSet::new();
+            let mut rel: Vec<usize> = cells[i].direct.clone();
+            let mut anc: Vec<usize> = Vec::new();
             for &u in &cells[i].upstream.clone() {
-                rel.extend(cells[u].rel.iter().copied());
-                anc.insert(u);
-                anc.extend(cells[u].ancestors.iter().copied());
+                rel.extend_from_slice(&cells[u].rel);
+                anc.push(u);
+                anc.extend_from_slice(&cells[u].ancestors);
             }
-            cells[i].rel = rel.into_iter().collect();
-            cells[i].ancestors = anc.into_iter().collect();
+            rel.sort_unstable();
+            rel.dedup();
+            anc.sort_unstable();
+            anc.dedup();
+            cells[i].rel = rel;
+            cells[i].ancestors = anc;
         }
         let _ = controls;
         Ok((cells, order))
@@ -978,7 +986,7 @@ impl<V: OpsValue, R: BorrowMut<Registry<V>>> App<V, R> {
             action: name.into(),
             reason,
         };
-        let mut given: BTreeMap<&str, ControlValue> = BTreeMap::new();
+        let mut given: Vec<(&str, ControlValue)> = Vec::new();
         for (k, v) in args {
             let Some(p) = a.params.iter().find(|p| &p.name == k) else {
                 let valid: Vec<&str> = a.params.iter().map(|p| p.name.as_str()).collect();
@@ -996,10 +1004,13 @@ impl<V: OpsValue, R: BorrowMut<Registry<V>>> App<V, R> {
                 .kind
                 .validate(&cv)
                 .map_err(|r| bad(format!("`{k}`: {r}")))?;
-            given.insert(k.as_str(), accepted.value);
+            match given.iter_mut().find(|(n, _)| *n == k.as_str()) {
+                Some(g) => g.1 = accepted.value,
+                None => given.push((k.as_str(), accepted.value)),
+            }
         }
         for p in &a.params {
-            if p.required && !given.contains_key(p.name.as_str()) {
+            if p.required && !given.iter().any(|(n, _)| *n == p.name) {
                 return Err(bad(format!("missing required parameter `{}`", p.name)));
             }
         }
@@ -1011,8 +1022,8 @@ impl<V: OpsValue, R: BorrowMut<Registry<V>>> App<V, R> {
                     let c = self.control_index(set)?;
                     let requested = match to {
                         EffectValue::Value(v) => v.clone(),
-                        EffectValue::Arg(arg) => match given.get(arg.as_str()) {
-                            Some(v) => v.clone(),
+                        EffectValue::Arg(arg) => match given.iter().find(|(n, _)| n == arg) {
+                            Some((_, v)) => v.clone(),
                             None => continue, // optional argument not given: no write
                         },
                         EffectValue::Increment(by) => match &self.controls[c].value {
@@ -1058,14 +1069,15 @@ impl<V: OpsValue, R: BorrowMut<Registry<V>>> App<V, R> {
         }
         let staged = std::mem::take(&mut self.staged);
         let reruns = std::mem::take(&mut self.staged_reruns);
-        let mut winner: BTreeMap<usize, WriteId> = BTreeMap::new();
+        // The last staged write of each control, by control index.
+        let mut winner: Vec<Option<WriteId>> = vec![None; self.controls.len()];
         for &w in &staged {
-            winner.insert(self.write(w).control, w);
+            winner[self.write(w).control] = Some(w);
         }
-        let changed: Vec<usize> = winner
-            .iter()
-            .filter(|(c, w)| self.write(**w).accepted != self.controls[**c].value)
-            .map(|(c, _)| *c)
+        let changed: Vec<usize> = (0..winner.len())
+            .filter(|&c| {
+                winner[c].is_some_and(|w| self.write(w).accepted != self.controls[c].value)
+            })
             .collect();
         let revision = if !changed.is_empty() || !reruns.is_empty() {
             Some(self.bump())
@@ -1073,13 +1085,13 @@ impl<V: OpsValue, R: BorrowMut<Registry<V>>> App<V, R> {
             None
         };
         for &c in &changed {
-            let v = self.write(winner[&c]).accepted.clone();
+            let v = self.write(winner[c].expect("a winner")).accepted.clone();
             self.controls[c].value = v;
             self.controls[c].version = self.revision;
         }
         for &w in &staged {
             let c = self.write(w).control;
-            let win = winner[&c];
+            let win = winner[c].expect("a winner");
             let status = if win == w || self.write(win).accepted == self.write(w).accepted {
                 WriteStatus::Effective {
                     revision: self.controls[c].version,
@@ -2012,7 +2024,7 @@ impl<V: OpsValue, R: BorrowMut<Registry<V>>> App<V, R> {
         self.dispose_calcs(now, &format!("graph instance {old} replaced by {instance}"));
         // Staged reruns name cells of the old instance; the new one computes every cell anyway.
         self.staged_reruns.clear();
-        self.used_instances.insert(instance);
+        self.used_instances.push(instance);
         self.instance = instance;
         self.next_generation = 1;
         self.names = names;
@@ -2304,9 +2316,9 @@ impl<V: OpsValue, R: BorrowMut<Registry<V>>> App<V, R> {
             return json!({
                 "revision": self.revision,
                 "instance": self.instance,
-                "controls": self.controls.iter().map(|c| (c.name.clone(), c.value.to_json())).collect::<serde_json::Map<_, _>>(),
+                "controls": crate::value::map_of(self.controls.iter().map(|c| (c.name.clone(), c.value.to_json()))),
                 "actions": self.actions.iter().map(|a| a.qualified()).collect::<Vec<_>>(),
-                "cells": (0..self.cells.len()).map(|x| (self.cells[x].name.clone(), json!(self.cell_state(x).as_str()))).collect::<serde_json::Map<_, _>>(),
+                "cells": crate::value::map_of((0..self.cells.len()).map(|x| (self.cells[x].name.clone(), json!(self.cell_state(x).as_str())))),
                 "edges": edges,
                 "selectors": self.selectors.iter().map(|s| s.name.clone()).collect::<Vec<_>>(),
             });
@@ -2345,7 +2357,7 @@ impl<V: OpsValue, R: BorrowMut<Registry<V>>> App<V, R> {
                     "final": v.is_final, "upToDate": v.up_to_date,
                     "progress": v.progress,
                     "error": v.error.as_ref().map(|(cell, calc, m, code)| json!({"cell": cell, "calc": calc.to_json(), "message": m, "code": code})),
-                    "provenance": v.provenance.iter().map(|(k, r)| (k.clone(), json!(r))).collect::<serde_json::Map<_, _>>(),
+                    "provenance": crate::value::map_of(v.provenance.iter().map(|(k, r)| (k.clone(), json!(r)))),
                     "gate": c.spec.gate,
                 })
             })
@@ -2380,7 +2392,7 @@ impl<V: OpsValue, R: BorrowMut<Registry<V>>> App<V, R> {
                 "cell `{cell}` is host-computed; tasks run Worker cells"
             )));
         };
-        let mut values: BTreeMap<usize, ControlValue> = BTreeMap::new();
+        let mut values: Vec<(usize, ControlValue)> = Vec::new();
         for (name, v) in overrides {
             let (c, _, accepted) = self.validate_write(name, v)?;
             if !self.cells[x]
@@ -2392,13 +2404,15 @@ impl<V: OpsValue, R: BorrowMut<Registry<V>>> App<V, R> {
                     "control `{name}` is not an input of `{cell}`"
                 )));
             }
-            values.insert(c, accepted.value);
+            values.retain(|(x, _)| *x != c);
+            values.push((c, accepted.value));
         }
         let mut fields = Vec::new();
         for d in &self.cells[x].deps {
             let v = match d.node {
                 Node::Control(c) => {
-                    V::from_json(&values.get(&c).unwrap_or(&self.controls[c].value).to_json())
+                    let v = values.iter().find(|(x, _)| *x == c).map(|(_, v)| v);
+                    V::from_json(&v.unwrap_or(&self.controls[c].value).to_json())
                 }
                 Node::Cell(u) => match &self.cells[u].value {
                     Some(v) if self.readable(u) => (*v.value).clone(),
@@ -2491,9 +2505,9 @@ impl<V: Payload> Snapshot<V> {
         json!({
             "revision": self.revision,
             "instance": self.instance,
-            "controls": self.controls.iter().map(|(n, v, _)| (n.clone(), v.to_json())).collect::<serde_json::Map<_, _>>(),
-            "versions": self.controls.iter().map(|(n, _, r)| (n.clone(), json!(r))).collect::<serde_json::Map<_, _>>(),
-            "cells": self.cells.iter().map(|c| (c.name.clone(), cell_view_json(c))).collect::<serde_json::Map<_, _>>(),
+            "controls": crate::value::map_of(self.controls.iter().map(|(n, v, _)| (n.clone(), v.to_json()))),
+            "versions": crate::value::map_of(self.controls.iter().map(|(n, _, r)| (n.clone(), json!(r)))),
+            "cells": crate::value::map_of(self.cells.iter().map(|c| (c.name.clone(), cell_view_json(c)))),
         })
     }
 }
@@ -2509,7 +2523,7 @@ pub(crate) fn cell_view_json<V: Payload>(c: &CellView<V>) -> Value {
         "calc": c.current.map(|x| x.to_json()),
         "progress": c.progress,
         "error": c.error.as_ref().map(|(cell, calc, m, code)| json!({"cell": cell, "calc": calc.to_json(), "message": m, "code": code})),
-        "provenance": c.provenance.iter().map(|(k, r)| (k.clone(), json!(r))).collect::<serde_json::Map<_, _>>(),
+        "provenance": crate::value::map_of(c.provenance.iter().map(|(k, r)| (k.clone(), json!(r)))),
     })
 }
 
@@ -2552,15 +2566,16 @@ fn validate_action(
     names: &HashMap<String, Node>,
 ) -> Result<(), OpsError> {
     let name = a.qualified();
-    let mut written = BTreeSet::new();
+    let mut written: Vec<&str> = Vec::new();
     for e in &a.effects {
         match e {
             Effect::Set { set, to } => {
-                if !written.insert(set.as_str()) {
+                if written.contains(&set.as_str()) {
                     return Err(OpsError::InvalidGraph(format!(
                         "action `{name}` sets `{set}` twice"
                     )));
                 }
+                written.push(set);
                 let Some(Node::Control(c)) = names.get(set) else {
                     return Err(OpsError::InvalidGraph(format!(
                         "action `{name}` sets `{set}`, which is not a control"

@@ -1035,14 +1035,14 @@ impl<V: OpsValue, R: BorrowMut<Registry<V>>> App<V, R> {
             "revision": o.revision,
             "at": o.at,
             "writes": op.writes.iter().map(|w| self.receipt_json(*w)).collect::<Vec<_>>(),
-            "inputs": o.inputs.iter().map(|(n, v)| (n.clone(), v.to_json())).collect::<serde_json::Map<_, _>>(),
-            "cells": o.cells.iter().map(|c| (c.name.clone(), json!({
+            "inputs": crate::value::map_of(o.inputs.iter().map(|(n, v)| (n.clone(), v.to_json()))),
+            "cells": crate::value::map_of(o.cells.iter().map(|c| (c.name.clone(), json!({
                 "state": c.state.map(|s| s.as_str()),
                 "valueCalc": c.value_calc.map(|c| c.to_json()),
                 "processed": c.processed.is_some(),
                 "calc": c.processed.map(|(c, _)| c.to_json()),
                 "noop": c.processed.map(|(_, n)| n),
-            }))).collect::<serde_json::Map<_, _>>(),
+            })))),
             "calculations": op.linked.iter().map(|c| c.to_json()).collect::<Vec<_>>(),
         });
         if let Some(r) = &o.result {

@@ -411,17 +411,13 @@ impl<V: OpsValue, R: BorrowMut<Registry<V>>> App<V, R> {
         }
         let job = self.host_as_job(now, op, owner, origin)?;
         let o = &self.ops[&op];
-        let cells: Map<String, Value> = o
-            .wait
-            .iter()
-            .map(|&x| {
-                let v = self.view(x);
-                (
-                    v.name.clone(),
-                    json!({"state": v.state.as_str(), "progress": v.progress}),
-                )
-            })
-            .collect();
+        let cells = crate::value::map_of(o.wait.iter().map(|&x| {
+            let v = self.view(x);
+            (
+                v.name.clone(),
+                json!({"state": v.state.as_str(), "progress": v.progress}),
+            )
+        }));
         Ok(json!({
             "operation": op.0,
             "status": "waiting",

@@ -474,14 +474,15 @@ impl<V: Payload> Session<V> {
                 c.id = format!("call-{}-{i}", step.0);
             }
         }
-        let mut seen = BTreeSet::new();
+        let mut seen: Vec<&str> = Vec::with_capacity(calls.len());
         for c in &calls {
-            if !seen.insert(c.id.as_str()) {
+            if seen.contains(&c.id.as_str()) {
                 return Err(ToolsError::InvalidResponse(format!(
                     "call id `{}` appears more than once in one step",
                     c.id
                 )));
             }
+            seen.push(&c.id);
         }
         let snapshot = self
             .step_snapshot
