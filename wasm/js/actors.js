@@ -3,16 +3,15 @@
 // whole or not at all) or memory (anywhere). Every mutating method resolves only after the
 // store has committed the batch and the core has been told (so a spawned node never accepts
 // a message before its lineage is durable).
-import init, { initSync, ActorGraph } from './weft_actors.js';
 import { WeftError } from './error.js';
 import { lazyModule } from './lazy.js';
 
 // The actor graph is its own WebAssembly module (weft_actors_bg.wasm), loaded on first use.
-const wasm = lazyModule(new URL('./weft_actors_bg.wasm', import.meta.url), init, initSync);
+const wasm = lazyModule('actors', new URL('./weft_actors_bg.wasm', import.meta.url), () => import('./weft_actors.js'));
 
 /** Loads the actor-graph module (`openActorStore` and importing `weft/actors` do this). */
-export function loadActors() {
-  return wasm.load();
+export async function loadActors() {
+  await wasm.load();
 }
 
 const enc = new TextEncoder();
@@ -256,7 +255,7 @@ for (const v of VIEWS) {
  */
 export async function openActorStore({ backend, name = 'weft-actors', config = {}, title = 'Session' } = {}) {
   const kind = backend ?? (typeof indexedDB === 'undefined' ? 'memory' : 'indexeddb');
-  await wasm.load();
+  const { ActorGraph } = await wasm.load();
   const store = kind === 'memory' ? new MemoryBackend() : await IndexedDbBackend.open(name);
   const files = await store.load();
   const address = kind === 'memory' ? 'memory:' : `idb://${name}`;

@@ -1,6 +1,6 @@
 // The package's WebAssembly modules in Chromium: importing `weft` downloads only the job
-// module (weft_wasm_bg.wasm); the actor graph and the DGP engine are separate modules fetched
-// the first time they are used, and the root exports keep working once they are.
+// module (weft_wasm_bg.wasm); the actor graph and the DGP engine are separate modules (glue and
+// .wasm) fetched the first time they are used, and the root exports keep working once they are.
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { launch } from '../lib/browser.mjs';
@@ -19,12 +19,13 @@ after(async () => {
   await server?.close();
 });
 
-/** A blank page on the test server that records the .wasm files it fetches. */
+/** A blank page on the test server that records the module files it fetches (the .wasm files
+ * and the wasm-bindgen glue of the lazily loaded modules). */
 async function page() {
   const p = await browser.newPage();
   const fetched = [];
   p.on('request', (r) => {
-    const m = /\/([^/]+\.wasm)$/.exec(new URL(r.url()).pathname);
+    const m = /\/([^/]+\.wasm|weft_(?:frames|actors)\.js)$/.exec(new URL(r.url()).pathname);
     if (m) fetched.push(m[1]);
   });
   p.on('pageerror', (e) => console.error('page error:', e));
@@ -56,7 +57,7 @@ test('importing weft fetches the job module only; the actor module is fetched by
     return { id: t.id, nodes: s.graph().nodes.length };
   });
   assert.deepEqual(root, { id: 'lazy-load', nodes: 2 });
-  assert.deepEqual(fetched, ['weft_wasm_bg.wasm', 'weft_actors_bg.wasm']);
+  assert.deepEqual(fetched, ['weft_wasm_bg.wasm', 'weft_actors.js', 'weft_actors_bg.wasm']);
   await p.close();
 });
 
@@ -91,6 +92,6 @@ test('frames: NOT_LOADED before the module is loaded; weft/frames loads it for t
   assert.ok(out.viaEntry && out.viaEntry !== 'NOT_LOADED', `the engine answered (${out.viaEntry})`);
   assert.equal(out.viaRoot, out.viaEntry);
   assert.equal(out.same, true);
-  assert.deepEqual(fetched, ['weft_wasm_bg.wasm', 'weft_frames_bg.wasm']);
+  assert.deepEqual(fetched, ['weft_wasm_bg.wasm', 'weft_frames.js', 'weft_frames_bg.wasm']);
   await p.close();
 });
