@@ -374,12 +374,6 @@ impl OpsApp {
         self.app.flush(t).map(|r| r as f64)
     }
 
-    /// Whether writes are waiting for a flush.
-    #[wasm_bindgen(js_name = hasStaged)]
-    pub fn has_staged(&self) -> bool {
-        self.app.has_staged()
-    }
-
     /// A write's receipt.
     pub fn receipt(&self, write: f64) -> JsValue {
         match self.app.write_record(WriteId(write as u64)) {
@@ -433,22 +427,6 @@ impl OpsApp {
         self.app
             .cancel_op(t, OpId(op as u64), reason)
             .map(|k| k.as_str().to_owned())
-            .map_err(ops_err)
-    }
-
-    /// Hosts a waiting operation as a registry job; returns the job id.
-    #[wasm_bindgen(js_name = hostAsJob)]
-    pub fn host_as_job(
-        &mut self,
-        now: f64,
-        op: f64,
-        owner: &str,
-        options: JsValue,
-    ) -> Result<f64, JsValue> {
-        let t = self.t(now);
-        self.app
-            .host_as_job(t, OpId(op as u64), owner, origin_of(&options))
-            .map(|j| j.0 as f64)
             .map_err(ops_err)
     }
 
