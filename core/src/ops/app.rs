@@ -137,6 +137,16 @@ pub struct CellSpec {
     pub equality: Equality,
 }
 
+/// `v` sorted and deduplicated, for indices below `n` (cells, controls): a mark per index, in
+/// O(n + len). (The standard sorts compile to kilobytes of WebAssembly per element type.)
+pub(crate) fn sorted_set(v: Vec<usize>, n: usize) -> Vec<usize> {
+    let mut mark = vec![false; n];
+    for &i in &v {
+        mark[i] = true;
+    }
+    (0..n).filter(|&i| mark[i]).collect()
+}
+
 fn is_default<T: Default + PartialEq>(v: &T) -> bool {
     *v == T::default()
 }
@@ -693,17 +703,15 @@ impl<V: OpsValue, R: BorrowMut<Registry<V>>> App<V, R> {
             if let Some((g, _)) = &gate {
                 direct.push(*g);
             }
-            direct.sort_unstable();
-            direct.dedup();
-            let mut upstream: Vec<usize> = deps
+            let direct = sorted_set(direct, controls.len());
+            let upstream: Vec<usize> = deps
                 .iter()
                 .filter_map(|d| match d.node {
                     Node::Cell(c) => Some(c),
                     _ => None,
                 })
                 .collect();
-            upstream.sort_unstable();
-            upstream.dedup();
+            let upstream = sorted_set(upstream, specs.len());
             cells.push(Cell {
                 name,
                 spec: s.clone(),
@@ -768,14 +776,9 @@ impl<V: OpsValue, R: BorrowMut<Registry<V>>> App<V, R> {
                 anc.push(u);
                 anc.extend_from_slice(&cells[u].ancestors);
             }
-            rel.sort_unstable();
-            rel.dedup();
-            anc.sort_unstable();
-            anc.dedup();
-            cells[i].rel = rel;
-            cells[i].ancestors = anc;
+            cells[i].rel = sorted_set(rel, controls.len());
+            cells[i].ancestors = sorted_set(anc, n);
         }
-        let _ = controls;
         Ok((cells, order))
     }
 
@@ -2291,27 +2294,23 @@ impl<V: OpsValue, R: BorrowMut<Registry<V>>> App<V, R> {
     /// The published surface as JSON: `brief` (maps of values and states) or full (metadata,
     /// provenance, current calculations).
     pub fn report(&self, full: bool) -> Value {
-        let edges: serde_json::Map<String, Value> = self
-            .cells
-            .iter()
-            .map(|c| {
-                let mut reads: Vec<String> = c
-                    .deps
-                    .iter()
-                    .map(|d| match d.node {
-                        Node::Control(k) => format!("control:{}", self.controls[k].name),
-                        Node::Cell(u) => format!("cell:{}", self.cells[u].name),
-                    })
-                    .collect();
-                if let Some((g, _)) = &c.gate {
-                    let gate = format!("control:{}", self.controls[*g].name);
-                    if !reads.contains(&gate) {
-                        reads.push(gate);
-                    }
+        let edges = crate::value::map_of(self.cells.iter().map(|c| {
+            let mut reads: Vec<String> = c
+                .deps
+                .iter()
+                .map(|d| match d.node {
+                    Node::Control(k) => format!("control:{}", self.controls[k].name),
+                    Node::Cell(u) => format!("cell:{}", self.cells[u].name),
+                })
+                .collect();
+            if let Some((g, _)) = &c.gate {
+                let gate = format!("control:{}", self.controls[*g].name);
+                if !reads.contains(&gate) {
+                    reads.push(gate);
                 }
-                (c.name.clone(), json!(reads))
-            })
-            .collect();
+            }
+            (c.name.clone(), json!(reads))
+        }));
         if !full {
             return json!({
                 "revision": self.revision,

@@ -289,11 +289,9 @@ impl<V: OpsValue, R: BorrowMut<Registry<V>>> App<V, R> {
             closure.extend(self.cells[x].ancestors.iter().copied());
             controls.extend(self.cells[x].rel.iter().copied());
         }
-        closure.sort_unstable();
-        closure.dedup();
-        controls.sort_unstable();
-        controls.dedup();
-        (closure, std::mem::take(controls))
+        let closure = super::app::sorted_set(closure, self.cells.len());
+        let controls = super::app::sorted_set(std::mem::take(controls), self.controls.len());
+        (closure, controls)
     }
 
     fn make_effective(
