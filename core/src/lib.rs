@@ -22,6 +22,7 @@ pub mod jobs;
 pub mod ops;
 pub mod tools;
 pub mod value;
+pub mod vecmap;
 
 /// Milliseconds on the host's monotonic clock. The core never reads a clock itself.
 pub type Millis = u64;

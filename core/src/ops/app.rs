@@ -24,6 +24,7 @@ use crate::jobs::{
     Submit,
 };
 use crate::value::Payload;
+use crate::vecmap::VecMap;
 
 // ----- specs ------------------------------------------------------------------------------------
 
@@ -476,7 +477,7 @@ pub struct App<V, R = Registry<V>> {
     pub(crate) registry: R,
     pub(crate) ops_endpoint: Option<EndpointId>,
     pub(crate) op_wires: HashMap<u64, OpId>,
-    pub(crate) job_calcs: BTreeMap<JobId, (CalcId, usize)>,
+    pub(crate) job_calcs: VecMap<JobId, (CalcId, usize)>,
     pub(crate) outputs: VecDeque<AppOutput<V>>,
     loaded: bool,
 }
@@ -528,7 +529,7 @@ impl<V: OpsValue, R: BorrowMut<Registry<V>>> App<V, R> {
             registry,
             ops_endpoint: None,
             op_wires: HashMap::new(),
-            job_calcs: BTreeMap::new(),
+            job_calcs: VecMap::new(),
             outputs: VecDeque::new(),
             loaded: false,
         }
