@@ -238,14 +238,20 @@ impl Payload for Js {
 pub fn object(props: &[(&str, JsValue)]) -> JsValue {
     let o = Object::new();
     for (k, v) in props {
-        Reflect::set(&o, &JsValue::from_str(k), v).expect("set on a plain object");
+        put(&o, &JsValue::from_str(k), v);
     }
     o.into()
 }
 
 /// Sets one property on a JS object.
 pub fn set(o: &JsValue, k: &str, v: impl Into<JsValue>) {
-    Reflect::set(o, &key(k), &v.into()).expect("set on a plain object");
+    put(o, &key(k), &v.into());
+}
+
+/// Sets a property on a plain object the bindings created. That cannot throw, so the result
+/// is not checked (a check would compile a panic path, with JsValue's Debug, per call site).
+pub fn put(o: &JsValue, k: &JsValue, v: &JsValue) {
+    let _ = Reflect::set(o, k, v);
 }
 
 /// A JSON value as a plain JS value: serde_json's text, then the engine's `JSON.parse`.
