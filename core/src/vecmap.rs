@@ -102,6 +102,16 @@ impl<K: Ord, V> VecMap<K, V> {
         &mut self.entries[i].1
     }
 
+    /// The smallest key.
+    pub fn first_key(&self) -> Option<&K> {
+        self.entries.first().map(|(k, _)| k)
+    }
+
+    /// Removes the entry with the smallest key.
+    pub fn pop_first(&mut self) -> Option<(K, V)> {
+        (!self.entries.is_empty()).then(|| self.entries.remove(0))
+    }
+
     /// The values in key order.
     pub fn values(&self) -> impl Iterator<Item = &V> {
         self.entries.iter().map(|(_, v)| v)
@@ -160,7 +170,10 @@ mod tests {
         *m.get_or_insert_with("d".to_owned(), || 0) += 5;
         *m.get_or_insert_with("d".to_owned(), || 0) += 1;
         assert_eq!(m.values().copied().collect::<Vec<_>>(), [20, 4, 6]);
+        assert_eq!(m.first_key().map(String::as_str), Some("b"));
         m.remove("d");
+        assert_eq!(m.pop_first(), Some(("b".to_owned(), 20)));
+        m.insert("b".to_owned(), 20);
         assert_eq!(m.len(), 2);
         assert_eq!(m.take().count(), 2);
         assert!(m.is_empty());

@@ -47,7 +47,6 @@ export function typeCode(v) {
 export function field(o, k) {
   return o !== null && (typeof o === 'object' || typeof o === 'function') ? o[k] : undefined;
 }
-export function isKind(v, s) { return v === s; }
 export function sameValue(a, b, depth = 0) {
   if (Object.is(a, b)) return true;
   if (typeof a !== 'object' || typeof b !== 'object' || a === null || b === null || depth > 64) return false;

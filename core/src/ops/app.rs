@@ -2,7 +2,7 @@
 //! registry for Worker cells. Operations live in `operation.rs` (same struct, more methods).
 
 use std::borrow::BorrowMut;
-use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::Arc;
 
 use serde::Serialize;
@@ -473,7 +473,8 @@ pub struct App<V, R = Registry<V>> {
     pub(crate) ops: BTreeMap<OpId, Box<Operation<V>>>,
     pub(crate) pending_ops: Vec<OpId>,
     pub(crate) next_op: u64,
-    pub(crate) op_timers: BTreeSet<(Millis, OpId)>,
+    /// Operation deadlines (operations with a timeout: few at a time).
+    pub(crate) op_timers: VecMap<(Millis, OpId), ()>,
     pub(crate) registry: R,
     pub(crate) ops_endpoint: Option<EndpointId>,
     pub(crate) op_wires: HashMap<u64, OpId>,
@@ -525,7 +526,7 @@ impl<V: OpsValue, R: BorrowMut<Registry<V>>> App<V, R> {
             ops: BTreeMap::new(),
             pending_ops: Vec::new(),
             next_op: config.first_op,
-            op_timers: BTreeSet::new(),
+            op_timers: VecMap::new(),
             registry,
             ops_endpoint: None,
             op_wires: HashMap::new(),
@@ -1963,7 +1964,7 @@ impl<V: OpsValue, R: BorrowMut<Registry<V>>> App<V, R> {
 
     /// The earliest time at which [`App::handle_timeout`] has something to do.
     pub fn poll_timeout(&self) -> Option<Millis> {
-        let own = self.op_timers.first().map(|(t, _)| *t);
+        let own = self.op_timers.first_key().map(|(t, _)| *t);
         match (own, reg_ref(&self.registry).poll_timeout()) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
@@ -1975,7 +1976,7 @@ impl<V: OpsValue, R: BorrowMut<Registry<V>>> App<V, R> {
         self.begin();
         reg_mut(&mut self.registry).handle_timeout(now);
         self.pump_registry(now);
-        while let Some(&(at, op)) = self.op_timers.first() {
+        while let Some(&(at, op)) = self.op_timers.first_key() {
             if at > now {
                 break;
             }

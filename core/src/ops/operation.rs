@@ -268,7 +268,7 @@ impl<V: OpsValue, R: BorrowMut<Registry<V>>> App<V, R> {
         };
         op.push(now, self.revision, OpEventKind::Accepted { writes });
         if let Some(d) = deadline {
-            self.op_timers.insert((d, id));
+            self.op_timers.insert((d, id), ());
         }
         self.ops.insert(id, Box::new(op));
         self.pending_ops.push(id);
