@@ -489,6 +489,23 @@ impl ActorGraph {
                     (i as u64 + 1, parent.to_owned(), line)
                 })
             });
+            // A record that names another line than the marker (a store written before records
+            // waited for their markers, or by another tool) cannot be rewritten in an
+            // append-only log: it is reported, and audit flags it too.
+            if let Some((meta_line, parent, line)) = &record
+                && (parent != p.as_str() || *line != Some(marker_line))
+            {
+                diags.push(Diagnostic {
+                    code: "SPAWN_RECORD_MISMATCH",
+                    file: METATHREAD.to_owned(),
+                    line: Some(*meta_line),
+                    message: format!(
+                        "the spawn record of `{c}` names `{parent}` line {}, but `{c}`'s routing marker is `{p}` line {marker_line}",
+                        line.map_or("(none)".to_owned(), |l| l.to_string())
+                    ),
+                    repaired: false,
+                });
+            }
             if record.is_none() {
                 let rec = obj(vec![
                     ("parent", json!(p)),
