@@ -913,15 +913,6 @@ fn apply_cut(store: &mut MemoryStore, b: &WriteBatch, stage: u8, mask: u8, tear:
     }
 }
 
-/// Cases per property run: 48 by default (the suite stays fast), `PROPTEST_CASES` for a longer
-/// hunt (`PROPTEST_CASES=20000 cargo test -p weft-core --lib actors::tests`).
-fn proptest_cases() -> u32 {
-    std::env::var("PROPTEST_CASES")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(48)
-}
-
 /// The next reopen after a crash: its recovery batch is itself cut by `cut` (then the root is
 /// opened again, which recovers whatever that left).
 fn reopen_with_recovery_cut(w: &mut World, cut: Option<(u8, u8, u8)>) {
@@ -1193,7 +1184,9 @@ fn perform_wide(w: &mut World, now: Millis, s: &Wide, crash: &mut Option<(u8, u8
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: proptest_cases(), ..ProptestConfig::default() })]
+    // 48 cases each by default (the suite stays fast); `PROPTEST_CASES=20000 cargo test -p
+    // weft-core --lib actors::tests` for a long hunt.
+    #![proptest_config(ProptestConfig { cases: crate::test_cases(48), ..ProptestConfig::default() })]
 
     /// After any sequence of spawn / message / route / status / resolve / ref operations,
     /// reopenings and crashes (a batch cut at any stage, with any subset of that stage's ops,
