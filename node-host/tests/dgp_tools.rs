@@ -444,3 +444,50 @@ async fn an_interrupt_mid_run_separates_never_started_safe_stops_and_an_uncertai
     record_run(&d, &a);
     d.validate();
 }
+
+#[tokio::test]
+async fn two_runs_of_one_surface_in_a_step_queue_instead_of_racing() {
+    let dir = TempDir::new("dgp-tools-same");
+    let server = Server::start(&dir.0, &[]);
+    let d = Dgp::new(&server);
+    let ctl = controller(&server, Hooked::default()).await;
+    let seen = Arc::new(Mutex::new(Vec::<String>::new()));
+    let seen2 = seen.clone();
+    let tools = DgpTools::new(ctl, RunOptions::default()).with_observer(move |e| {
+        seen2
+            .lock()
+            .unwrap()
+            .push(e["event"].as_str().unwrap().to_owned());
+    });
+    let script = ScriptedModel::new([
+        ModelResponse::calls(vec![
+            ToolCall::new("r1", "dgp_run_surface", json!({"surface_id": "thread-73"})),
+            ToolCall::new("r2", "dgp_run_surface", json!({"surface_id": "thread-73"})),
+        ]),
+        ModelResponse::text("done"),
+    ]);
+    let mut h = AgentHost::new(SessionConfig::new("desk-agent"), script);
+    tools.register(&mut h).unwrap();
+    h.submit_task(json!("Handle thread-73."));
+    bounded("the turn", h.run_until_idle()).await;
+    let r = results(&h);
+    let (first, second) = (value(&r[0].1), value(&r[1].1));
+    assert_eq!(first["ended"], "quiescent", "{first}");
+    assert!(!first["commits"].as_array().unwrap().is_empty());
+    // The second run began once the first had ended: it found nothing left to decide (no
+    // stale frame, no duplicate judgment).
+    assert_eq!(second["ended"], "quiescent", "{second}");
+    assert_eq!(
+        (second["steps"].as_u64(), &second["commits"]),
+        (Some(1), &json!([]))
+    );
+    let seen = seen.lock().unwrap();
+    let n = seen.len();
+    assert_eq!(&seen[n - 2..], ["frame", "quiescent"]);
+    assert_eq!(
+        seen[..n - 2].iter().filter(|e| *e == "quiescent").count(),
+        1
+    );
+    assert_eq!(seen[n - 3], "quiescent", "{seen:?}");
+    assert_eq!(surface(&d, "thread-73")["state"], "investigating");
+}
