@@ -241,6 +241,12 @@ export interface CellSpec {
   compute?: (inputs: any, ctx: CellContext) => unknown;
   /** Or: run as a Worker job on this endpoint (the inputs are the run payload). */
   worker?: Endpoint | number;
+  /**
+   * Equality gating (default `'value'`): a recomputed value structurally equal to the current
+   * one (plain objects, arrays and typed arrays by content, `Object.is` on leaves, other
+   * objects by reference) does not trigger dependents. `'never'`: every result is a change.
+   */
+  equality?: 'value' | 'never';
 }
 
 export type CellState = 'unresolved' | 'pending' | 'streaming' | 'refreshing' | 'held' | 'ready' | 'errored';
@@ -337,7 +343,10 @@ export class Operation<R = unknown> {
   readonly id: number;
   readonly outcome: OpOutcome<R> | null;
   inspect(): Record<string, unknown>;
-  /** Ends only this wait on abort/timeout (WAIT_CANCELLED / WAIT_TIMED_OUT). */
+  /**
+   * Ends only this wait on abort/timeout (WAIT_CANCELLED / WAIT_TIMED_OUT); rejects with
+   * PRUNED when the finished operation's record was already pruned (see `Retention`).
+   */
   wait(options?: { signal?: AbortSignal; timeoutMs?: number }): Promise<OpOutcome<R>>;
   /** Cancels the observation only; returns the outcome name. */
   cancel(reason?: string): OpOutcomeKind;
@@ -382,7 +391,21 @@ export class App {
   dispose(): void;
 }
 
-export function createApp(options?: { now?: () => number; instance?: number; firstOp?: number; firstJobId?: number }): App;
+/**
+ * How many finished records an app keeps (default 1024 each; `Infinity`: all). Records still
+ * named by a waiting or retained operation, a cell's value or error, or an unfinished Worker
+ * job are never pruned; a pruned id gives a `PRUNED` error.
+ */
+export interface Retention {
+  /** Finished operations kept, newest first. */
+  operations?: number;
+  /** Ended calculations nothing names any more, kept newest first. */
+  calculations?: number;
+  /** Write receipts nothing names any more, kept newest first. */
+  writes?: number;
+}
+
+export function createApp(options?: { now?: () => number; instance?: number; firstOp?: number; firstJobId?: number; retention?: Retention }): App;
 // ----- agent sessions -------------------------------------------------------------------
 
 /** A tool as declared to an agent (the handler is bound separately). */

@@ -39,8 +39,8 @@ export class App {
   #lastRevision = -1;
   #disposed = false;
 
-  constructor({ now, instance, firstOp, firstJobId } = {}) {
-    this.#core = new OpsApp({ instance, firstOp, firstJobId });
+  constructor({ now, instance, firstOp, firstJobId, retention } = {}) {
+    this.#core = new OpsApp({ instance, firstOp, firstJobId, retention });
     this.#rt = new Runtime({
       now,
       core: this.#core,
@@ -86,7 +86,8 @@ export class App {
 
   /**
    * Publishes the surface and starts the graph. `cells[i]`: `{name, scope?, description?,
-   * deps, constants?, gate?: {control, open: [...]}, compute(inputs, ctx) | worker: Endpoint}`;
+   * deps, constants?, gate?: {control, open: [...]}, compute(inputs, ctx) | worker: Endpoint,
+   * equality?: 'value' | 'never'}`;
    * `selectors`: `{name: (snapshot, outcome) => result}` (pure functions over a snapshot).
    */
   load({ controls = [], actions = [], cells = [], selectors = {} } = {}) {
@@ -400,16 +401,15 @@ export class App {
     if (isAsyncIterable(out) || (out != null && typeof out.then === 'function')) controller();
     if (isAsyncIterable(out)) {
       (async () => {
-        let last;
         let any = false;
         try {
           for await (const v of out) {
-            last = v;
             any = true;
             this.#report('calcPartial', calc, v);
           }
           if (!any) throw new WeftError('NO_VALUE', 'the async iterable finished without yielding');
-          this.#report('calcDone', calc, last);
+          // The last partial is the result: committed once, not again as a final value.
+          this.#report('calcFinish', calc);
         } catch (err) {
           fail(err);
         } finally {
@@ -493,7 +493,13 @@ export class Operation {
    * WAIT_CANCELLED / WAIT_TIMED_OUT) and ends only this wait: the operation continues.
    */
   wait(options = {}) {
-    return this._ended(options).then(() => this.outcome);
+    return this._ended(options).then(() => {
+      const outcome = this.outcome;
+      if (outcome === null) {
+        throw new WeftError('PRUNED', `op-${this.id} finished and its record was pruned (retention)`);
+      }
+      return outcome;
+    });
   }
 
   /** @internal Resolves (with nothing) when the operation ends; rejects like `wait`. */

@@ -47,6 +47,30 @@ export function field(o, k) {
   return o !== null && (typeof o === 'object' || typeof o === 'function') ? o[k] : undefined;
 }
 export function isKind(v, s) { return v === s; }
+export function sameValue(a, b, depth = 0) {
+  if (Object.is(a, b)) return true;
+  if (typeof a !== 'object' || typeof b !== 'object' || a === null || b === null || depth > 64) return false;
+  const proto = Object.getPrototypeOf(a);
+  if (proto !== Object.getPrototypeOf(b)) return false;
+  if (ArrayBuffer.isView(a)) {
+    if (a instanceof DataView || a.length !== b.length) return false;
+    for (let i = 0; i < a.length; i++) if (!Object.is(a[i], b[i])) return false;
+    return true;
+  }
+  if (Array.isArray(a)) {
+    if (a.length !== b.length) return false;
+    for (let i = 0; i < a.length; i++) if (!sameValue(a[i], b[i], depth + 1)) return false;
+    return true;
+  }
+  // Plain objects by content; class instances, Map, Set, Date, ... only by reference.
+  if (proto !== Object.prototype && proto !== null) return false;
+  const ka = Object.keys(a);
+  if (ka.length !== Object.keys(b).length) return false;
+  for (const k of ka) {
+    if (!Object.prototype.hasOwnProperty.call(b, k) || !sameValue(a[k], b[k], depth + 1)) return false;
+  }
+  return true;
+}
 "#)]
 extern "C" {
     #[wasm_bindgen(js_name = approxSize)]
@@ -55,6 +79,10 @@ extern "C" {
     fn to_json_text(v: &JsValue) -> String;
     #[wasm_bindgen(js_name = typeCode)]
     fn type_code(v: &JsValue) -> u32;
+    /// Structural equality of plain data (`Object.is` on leaves; typed arrays element-wise;
+    /// plain objects and arrays by content; other objects only by reference).
+    #[wasm_bindgen(js_name = sameValue)]
+    pub fn same_value(a: &JsValue, b: &JsValue) -> bool;
     /// `o[k]` for objects, `undefined` otherwise (never throws).
     #[wasm_bindgen(js_name = field)]
     pub fn js_field(o: &JsValue, k: &JsValue) -> JsValue;

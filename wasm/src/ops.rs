@@ -14,11 +14,12 @@ use wasm_bindgen::prelude::*;
 use weft_core::jobs::{EndpointId, Origin, Registry};
 use weft_core::ops::{
     Actor, App, AppConfig, AppOutput, CalcId, CellView, GraphSpec, ObserveRequest, OnFailure,
-    OnSupersede, OpId, OpsError, OpsValue, Selection, Snapshot, WriteId, tools::ToolReply,
+    OnSupersede, OpId, OpsError, OpsValue, Retention, Selection, Snapshot, WriteId,
+    tools::ToolReply,
 };
 
 use crate::jobs::JobRegistry;
-use crate::js::{Js, array, error, key, opt, opt_f64, opt_string};
+use crate::js::{Js, array, error, key, opt, opt_f64, opt_string, same_value};
 
 /// A JSON value as a JS value: one string and the engine's JSON.parse, much cheaper than a
 /// property-by-property conversion for records like outcomes and journals.
@@ -42,6 +43,19 @@ impl OpsValue for Js {
             Reflect::set(&o, &key(&k), &v.to_js()).expect("set on a plain object");
         }
         Js::Val(o.into())
+    }
+    fn equal_value(&self, other: &Self) -> bool {
+        match (self, other) {
+            (Js::Undefined, Js::Undefined) | (Js::Null, Js::Null) => true,
+            (Js::Bool(a), Js::Bool(b)) => a == b,
+            // `Object.is`: NaN equals NaN, 0 and -0 differ.
+            (Js::Num(a), Js::Num(b)) => {
+                (a.is_nan() && b.is_nan())
+                    || (a == b && a.is_sign_negative() == b.is_sign_negative())
+            }
+            (Js::Val(a), Js::Val(b)) => same_value(a, b),
+            _ => false,
+        }
     }
 }
 
@@ -236,11 +250,28 @@ impl OpsApp {
         let instance = opt_f64(&options, "instance").map(ms).unwrap_or(1).max(1);
         let first_op = opt_f64(&options, "firstOp").map(ms).unwrap_or(1).max(1);
         let registry = JobRegistry::new(opt_f64(&options, "firstJobId"));
+        // `retention: {operations, calculations, writes}` (counts; absent: the defaults).
+        let mut retention = Retention::default();
+        if let Some(r) = opt(&options, "retention") {
+            let limit = |k: &str, d: usize| {
+                opt_f64(&r, k).filter(|n| *n >= 0.0).map_or(d, |n| {
+                    if n.is_finite() {
+                        n as usize
+                    } else {
+                        usize::MAX
+                    }
+                })
+            };
+            retention.operations = limit("operations", retention.operations);
+            retention.calculations = limit("calculations", retention.calculations);
+            retention.writes = limit("writes", retention.writes);
+        }
         OpsApp {
             app: App::with_registry(
                 AppConfig {
                     instance,
                     first_op,
+                    retention,
                     ..AppConfig::default()
                 },
                 registry,
@@ -436,12 +467,12 @@ impl OpsApp {
             .map_err(ops_err)?))
     }
 
-    /// Whether the operation has its outcome (`false` for unknown ids too).
+    /// Whether the operation has its outcome, or had it and was pruned (`false` for unknown
+    /// ids).
     #[wasm_bindgen(js_name = isFinished)]
     pub fn is_finished(&self, op: f64) -> bool {
-        self.app
-            .operation(OpId(op as u64))
-            .is_some_and(|o| o.is_finished())
+        let id = OpId(op as u64);
+        self.app.was_pruned(id) || self.app.operation(id).is_some_and(|o| o.is_finished())
     }
 
     /// Every retained operation, briefly: `{operation, state, by}`.
@@ -514,6 +545,17 @@ impl OpsApp {
         let t = self.t(now);
         self.app
             .calc_done(t, calc_arg(calc)?, Js::from_js(value))
+            .map(|s| s.as_str().to_owned())
+            .map_err(ops_err)
+    }
+
+    /// A streaming host calculation finished: its last partial is its result (not committed
+    /// again).
+    #[wasm_bindgen(js_name = calcFinish)]
+    pub fn calc_finish(&mut self, now: f64, calc: &str) -> Result<String, JsValue> {
+        let t = self.t(now);
+        self.app
+            .calc_finish(t, calc_arg(calc)?)
             .map(|s| s.as_str().to_owned())
             .map_err(ops_err)
     }

@@ -695,6 +695,40 @@ impl<V: Payload> Registry<V> {
             .filter_map(|id| self.jobs.get(id))
     }
 
+    /// Removes a finished job's record, for hosts that bound what they retain (the ops graph
+    /// forgets a Worker cell's job together with the calculation it ran). Refused (`false`)
+    /// while the job is unfinished or something still refers to it: a pending wait, a
+    /// subscription, or its owner's reuse key. Unknown ids give `false`.
+    pub fn forget(&mut self, id: JobId) -> bool {
+        let Some(j) = self.jobs.get(&id) else {
+            return false;
+        };
+        let reused = j.reuse_key().is_some_and(|k| {
+            self.owners
+                .get(&j.owner)
+                .and_then(|o| o.reuse.get(k))
+                .is_some_and(|r| *r == id)
+        });
+        if !j.is_finished()
+            || !j.waits.is_empty()
+            || j.subs.iter().any(|s| self.subs.contains_key(s))
+            || reused
+        {
+            return false;
+        }
+        let j = self.jobs.remove(&id).expect("checked");
+        if let Some(d) = j.quiet_deadline {
+            self.timers.remove(&(d, Timer::Quiet(id)));
+        }
+        if let Some(o) = self.owners.get_mut(&j.owner) {
+            o.jobs.remove(&id);
+            if o.jobs.is_empty() && o.endpoints.is_empty() && o.mailbox.is_empty() {
+                self.owners.remove(&j.owner);
+            }
+        }
+        true
+    }
+
     /// Number of journal events recorded since creation.
     pub fn events_recorded(&self) -> u64 {
         self.events_recorded

@@ -55,6 +55,33 @@ fn late_done_after_acknowledged_cancel_is_evidence_not_completion() {
 }
 
 #[test]
+fn forget_removes_only_finished_jobs_nothing_refers_to() {
+    let mut reg = Registry::default();
+    let ep = endpoint(&mut reg, "app", caps(false, false));
+    let a = reg.submit(0, Submit::new("g", ep, json!(1))).unwrap().job;
+    assert!(!reg.forget(a), "a running job stays");
+    reg.on_message(1, ep, &json!({"id": 1, "type": "done", "value": 1}))
+        .unwrap();
+    // Observed: kept until the subscription ends.
+    let sub = reg.observe(a, Some(1), 8).unwrap();
+    assert!(!reg.forget(a));
+    assert!(reg.unsubscribe(sub));
+    assert!(reg.forget(a));
+    assert!(reg.job(a).is_none());
+    assert_eq!(reg.jobs_of(&OwnerId::new("g")).count(), 0);
+    assert!(!reg.forget(a), "already gone");
+    // A reuse key keeps its job: a resubmission must find it.
+    let mut req = Submit::new("g", ep, json!(2));
+    req.reuse_key = Some("k".into());
+    let b = reg.submit(2, req.clone()).unwrap().job;
+    reg.on_message(3, ep, &json!({"id": 2, "type": "done", "value": 2}))
+        .unwrap();
+    assert!(!reg.forget(b));
+    assert_eq!(reg.submit(4, req).unwrap().job, b);
+    assert!(!reg.forget(JobId(99)));
+}
+
+#[test]
 fn slow_observer_is_told_exactly_what_it_missed() {
     let mut reg = Registry::default();
     let ep = endpoint(&mut reg, "app", caps(false, false));
@@ -146,7 +173,7 @@ fn op() -> impl Strategy<Value = Op> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(400))]
+    #![proptest_config(ProptestConfig::with_cases(crate::test_cases(400)))]
     #[test]
     fn interleavings_keep_the_registry_invariants(ops in proptest::collection::vec(op(), 1..80)) {
         let mut reg: Registry<Value> = Registry::default();

@@ -13,6 +13,7 @@ use super::control::{
     ActionSpec, ControlKind, ControlSpec, ControlValue, Effect, EffectValue, qualify,
 };
 use super::operation::Operation;
+use super::retention::{Retention, RetentionState};
 use super::types::*;
 use super::{OpsError, OpsValue};
 use crate::Millis;
@@ -86,6 +87,27 @@ pub struct CellSpec {
     pub gate: Option<GateSpec>,
     #[serde(default)]
     pub compute: ComputeSpec,
+    /// When a recomputed value counts as unchanged (equality gating).
+    #[serde(default, skip_serializing_if = "is_default")]
+    pub equality: Equality,
+}
+
+fn is_default<T: Default + PartialEq>(v: &T) -> bool {
+    *v == T::default()
+}
+
+/// Equality gating: a recomputed value equal to the cell's current value is a processed no-op
+/// for its dependents — they keep their values (their pending calculations end as `skipped`),
+/// and the calculation's journal says `unchanged`. Values are compared with
+/// [`OpsValue::equal_value`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Equality {
+    /// Equal values (structural equality) gate dependents (the default).
+    #[default]
+    Value,
+    /// Every result is a change (values that are expensive to compare, or mutable).
+    Never,
 }
 
 /// A named pure result function the host registers (run by the host over a snapshot).
@@ -115,6 +137,8 @@ pub struct AppConfig {
     pub first_op: u64,
     /// The embedded job registry.
     pub registry: RegistryConfig,
+    /// How many finished records are kept for inspection.
+    pub retention: Retention,
 }
 
 impl Default for AppConfig {
@@ -123,6 +147,7 @@ impl Default for AppConfig {
             instance: 1,
             first_op: 1,
             registry: RegistryConfig::default(),
+            retention: Retention::default(),
         }
     }
 }
@@ -210,7 +235,16 @@ pub(crate) struct CellValue<V> {
     pub(crate) provenance: Vec<Revision>,
     /// Computed from final values only (no partial anywhere upstream) and itself final.
     pub(crate) is_final: bool,
+    /// The revision at which this content was committed (an unchanged recomputation keeps it).
     pub(crate) revision: Revision,
+    /// The content's identity: a new one for every commit that changed the value, kept by an
+    /// equal one. Dependents record the identities they read.
+    pub(crate) content: u64,
+    /// The identities of the inputs it was computed from, aligned with the cell's deps:
+    /// control versions and upstream contents.
+    pub(crate) reads: Vec<u64>,
+    /// A partial value of its calculation (not its result).
+    pub(crate) partial: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -252,8 +286,14 @@ pub(crate) struct Calc {
     host: bool,
     pub(crate) job: Option<JobId>,
     provenance: Vec<Revision>,
-    inputs_final: bool,
+    /// The input identities it read when it started (see [`CellValue::reads`]).
+    reads: Vec<u64>,
+    /// Asked for explicitly (initial, rerun, reopened gate): never skipped.
+    forced: bool,
     partials: u32,
+    /// What still names it: its cell's value or error, retained operations, its unsynced
+    /// Worker job. Ended and unreferenced, it becomes prunable (see [`Retention`]).
+    pub(crate) refs: u32,
     pub(crate) journal: Vec<CalcEvent>,
 }
 
@@ -266,8 +306,8 @@ pub(crate) struct Calc {
 #[derive(Debug)]
 pub struct App<V, R = Registry<V>> {
     pub(crate) instance: u64,
-    used_instances: BTreeSet<u64>,
-    next_generation: u64,
+    pub(crate) used_instances: BTreeSet<u64>,
+    pub(crate) next_generation: u64,
     pub(crate) controls: Vec<Control>,
     pub(crate) actions: Vec<ActionSpec>,
     pub(crate) cells: Vec<Cell<V>>,
@@ -275,8 +315,15 @@ pub struct App<V, R = Registry<V>> {
     pub(crate) selectors: Vec<SelectorSpec>,
     pub(crate) names: HashMap<String, Node>,
     pub(crate) calcs: BTreeMap<CalcId, Calc>,
-    pub(crate) writes: Vec<WriteRecord>,
+    /// Write receipts by id: slot `i` holds write `write_base + i` (`None` once pruned).
+    pub(crate) writes: VecDeque<Option<WriteRecord>>,
+    pub(crate) write_base: u64,
+    pub(crate) retention: RetentionState,
     staged: Vec<WriteId>,
+    /// The last content identity handed out (see [`CellValue::content`]).
+    next_content: u64,
+    /// `(cell index, action)` of the current graph instance; cleared when the graph is replaced
+    /// or disposed.
     staged_reruns: Vec<(usize, String)>,
     pub(crate) revision: Revision,
     bumped: bool,
@@ -289,7 +336,7 @@ pub struct App<V, R = Registry<V>> {
     pub(crate) registry: R,
     pub(crate) ops_endpoint: Option<EndpointId>,
     pub(crate) op_wires: HashMap<u64, OpId>,
-    job_calcs: BTreeMap<JobId, (CalcId, usize)>,
+    pub(crate) job_calcs: BTreeMap<JobId, (CalcId, usize)>,
     pub(crate) outputs: VecDeque<AppOutput<V>>,
     loaded: bool,
 }
@@ -325,8 +372,11 @@ impl<V: OpsValue, R: BorrowMut<Registry<V>>> App<V, R> {
             selectors: Vec::new(),
             names: HashMap::new(),
             calcs: BTreeMap::new(),
-            writes: Vec::new(),
+            writes: VecDeque::new(),
+            write_base: 1,
+            retention: RetentionState::new(config.retention, config.first_op),
             staged: Vec::new(),
+            next_content: 0,
             staged_reruns: Vec::new(),
             revision: 0,
             bumped: false,
@@ -592,6 +642,20 @@ impl<V: OpsValue, R: BorrowMut<Registry<V>>> App<V, R> {
     }
 
     fn install_cells(&mut self, cells: Vec<Cell<V>>, order: Vec<usize>) {
+        let old: Vec<CalcId> = self
+            .cells
+            .iter()
+            .flat_map(|c| {
+                c.value
+                    .as_ref()
+                    .map(|v| v.calc)
+                    .into_iter()
+                    .chain(c.error.as_ref().map(|e| e.calc))
+            })
+            .collect();
+        for id in old {
+            self.calc_unref(id);
+        }
         for c in &mut self.controls {
             c.dependents.clear();
         }
@@ -609,6 +673,7 @@ impl<V: OpsValue, R: BorrowMut<Registry<V>>> App<V, R> {
     /// Starts a new input: the first state change of this input bumps the revision once.
     pub(crate) fn begin(&mut self) {
         self.bumped = false;
+        self.prune();
     }
 
     pub(crate) fn bump(&mut self) -> Revision {
@@ -697,8 +762,8 @@ impl<V: OpsValue, R: BorrowMut<Registry<V>>> App<V, R> {
     ) -> Vec<WriteId> {
         let mut ids = Vec::with_capacity(checked.len());
         for (control, requested, accepted) in checked {
-            let id = WriteId(self.writes.len() as u64 + 1);
-            self.writes.push(WriteRecord {
+            let id = WriteId(self.write_base + self.writes.len() as u64);
+            self.writes.push_back(Some(WriteRecord {
                 id,
                 control,
                 requested,
@@ -709,7 +774,9 @@ impl<V: OpsValue, R: BorrowMut<Registry<V>>> App<V, R> {
                 invocation,
                 accepted_at: now,
                 status: WriteStatus::Staged,
-            });
+                refs: 0,
+            }));
+            self.retention.live_writes += 1;
             self.staged.push(id);
             ids.push(id);
         }
@@ -872,7 +939,8 @@ impl<V: OpsValue, R: BorrowMut<Registry<V>>> App<V, R> {
             } else {
                 WriteStatus::Overwritten { by: win }
             };
-            self.writes[(w.0 - 1) as usize].status = status;
+            self.write_mut(w).status = status;
+            self.write_released(w);
         }
         let fresh = self.ops_on_batch(now, &staged, &changed);
         let mut seeds: Vec<Option<Trigger>> = vec![None; self.cells.len()];
@@ -897,8 +965,17 @@ impl<V: OpsValue, R: BorrowMut<Registry<V>>> App<V, R> {
         revision
     }
 
+    /// A write that is retained (staged, or named by a retained operation).
     pub(crate) fn write(&self, id: WriteId) -> &WriteRecord {
-        &self.writes[(id.0 - 1) as usize]
+        self.write_record(id)
+            .expect("referenced writes are retained")
+    }
+
+    fn write_mut(&mut self, id: WriteId) -> &mut WriteRecord {
+        let i = id.0.checked_sub(self.write_base).expect("retained") as usize;
+        self.writes[i]
+            .as_mut()
+            .expect("referenced writes are retained")
     }
 
     // ----- scheduling ---------------------------------------------------------------------------
@@ -965,6 +1042,9 @@ impl<V: OpsValue, R: BorrowMut<Registry<V>>> App<V, R> {
             && let Some(c) = self.cells[x].current
             && self.calcs[&c].state == CalcState::Scheduled
         {
+            if matches!(trigger, Trigger::Rerun { .. } | Trigger::Initial) {
+                self.calcs.get_mut(&c).expect("exists").forced = true;
+            }
             return Some(c);
         }
         let trigger = if !was_open {
@@ -992,8 +1072,13 @@ impl<V: OpsValue, R: BorrowMut<Registry<V>>> App<V, R> {
             host,
             job: None,
             provenance: vec![],
-            inputs_final: true,
+            reads: vec![],
+            forced: matches!(
+                trigger,
+                Trigger::Initial | Trigger::Rerun { .. } | Trigger::GateOpened { .. }
+            ),
             partials: 0,
+            refs: 0,
             journal: Vec::with_capacity(4),
         };
         push_calc_event(
@@ -1019,9 +1104,12 @@ impl<V: OpsValue, R: BorrowMut<Registry<V>>> App<V, R> {
         }
         let cell = &mut self.cells[x];
         cell.current = Some(id);
-        cell.error = None;
+        let cleared = cell.error.take();
         cell.partial_this_run = false;
         cell.progress = None;
+        if let Some(e) = cleared {
+            self.calc_unref(e.calc);
+        }
         self.link_calc(now, x, id);
         Some(id)
     }
@@ -1049,6 +1137,9 @@ impl<V: OpsValue, R: BorrowMut<Registry<V>>> App<V, R> {
         };
         push_calc_event(calc, now, revision, event);
         let (host, job, cell_name) = (calc.host, calc.job, calc.cell_name.clone());
+        if calc.refs == 0 {
+            self.retention_queue_calc(id);
+        }
         if host && was_running {
             self.outputs.push_back(AppOutput::Abort {
                 calc: id,
@@ -1090,18 +1181,47 @@ impl<V: OpsValue, R: BorrowMut<Registry<V>>> App<V, R> {
                 continue;
             }
             if self.cells[x].upstream.iter().all(|&u| self.readable(u)) {
-                self.start_calc(now, x, c);
+                if !self.calcs[&c].forced && self.value_stands(x) {
+                    self.skip_calc(now, x, c);
+                } else {
+                    self.start_calc(now, x, c);
+                }
             }
         }
         self.pump_registry(now);
     }
 
-    fn start_calc(&mut self, now: Millis, x: usize, id: CalcId) {
+    /// The identities of a cell's inputs now, aligned with its deps.
+    fn reads_now(&self, x: usize) -> impl Iterator<Item = u64> + '_ {
+        self.cells[x].deps.iter().map(|d| match d.node {
+            Node::Control(c) => self.controls[c].version,
+            Node::Cell(u) => self.cells[u].value.as_ref().map_or(0, |v| v.content),
+        })
+    }
+
+    /// Whether every upstream value is final.
+    pub(crate) fn upstream_final(&self, x: usize) -> bool {
+        self.cells[x]
+            .upstream
+            .iter()
+            .all(|&u| self.cells[u].value.as_ref().is_some_and(|v| v.is_final))
+    }
+
+    /// Whether the cell's value is the complete result of exactly its current inputs, and those
+    /// are final: recomputing could only give it again.
+    fn value_stands(&self, x: usize) -> bool {
+        self.cells[x].value.as_ref().is_some_and(|v| {
+            !v.partial && v.reads.iter().copied().eq(self.reads_now(x)) && self.upstream_final(x)
+        })
+    }
+
+    /// The versions of every relevant control a calculation of the cell would see now: the
+    /// stalest one, directly or through an upstream value (a held upstream keeps an old value:
+    /// the result then reflects the old input).
+    fn provenance_now(&self, x: usize) -> Vec<Revision> {
         let cell = &self.cells[x];
         let mut provenance = Vec::with_capacity(cell.rel.len());
         for &k in &cell.rel {
-            // The stalest version this calculation sees, directly or through an upstream value
-            // (a held upstream keeps an old value: the result then reflects the old input).
             let direct = cell.direct.contains(&k).then(|| self.controls[k].version);
             let through = cell.upstream.iter().filter_map(|&u| {
                 let uc = &self.cells[u];
@@ -1110,10 +1230,71 @@ impl<V: OpsValue, R: BorrowMut<Registry<V>>> App<V, R> {
             });
             provenance.push(direct.into_iter().chain(through).min().unwrap_or(0));
         }
-        let inputs_final = cell
-            .upstream
-            .iter()
-            .all(|&u| self.cells[u].value.as_ref().is_some_and(|v| v.is_final));
+        provenance
+    }
+
+    /// Ends a scheduled calculation whose cell's value already is its result (equality gating).
+    fn skip_calc(&mut self, now: Millis, x: usize, id: CalcId) {
+        let revision = self.revision;
+        let calc = self.calcs.get_mut(&id).expect("exists");
+        calc.state = CalcState::Ended(CalcEnd::Skipped);
+        push_calc_event(calc, now, revision, CalcEventKind::Skipped);
+        calc.journal.shrink_to_fit();
+        let cell = &mut self.cells[x];
+        cell.current = None;
+        cell.partial_this_run = false;
+        self.calc_released(id);
+        self.revalidate(x);
+    }
+
+    /// After a cell kept its content (an equal value, a finished stream, a skipped
+    /// calculation): its value and its idle dependents' values computed from the same contents
+    /// take the current provenance and finality — no calculation, no new content.
+    fn revalidate(&mut self, from: usize) {
+        let mut touched = vec![false; self.cells.len()];
+        touched[from] = true;
+        for i in 0..self.order.len() {
+            let x = self.order[i];
+            if !touched[x] {
+                continue;
+            }
+            let cell = &self.cells[x];
+            let idle = cell.current.is_none() && cell.error.is_none() && cell.gate_open;
+            if x != from && !idle {
+                continue;
+            }
+            if x != from && !self.value_matches_inputs(x) {
+                continue;
+            }
+            let provenance = self.provenance_now(x);
+            let upstream_final = self.upstream_final(x);
+            let Some(v) = self.cells[x].value.as_mut() else {
+                continue;
+            };
+            let is_final = !v.partial && upstream_final;
+            if x != from && v.provenance == provenance && v.is_final == is_final {
+                continue;
+            }
+            v.provenance = provenance;
+            v.is_final = is_final;
+            for &d in &self.cells[x].downstream {
+                touched[d] = true;
+            }
+        }
+    }
+
+    /// Whether the cell's value is the complete result of its current inputs.
+    pub(crate) fn value_matches_inputs(&self, x: usize) -> bool {
+        self.cells[x]
+            .value
+            .as_ref()
+            .is_some_and(|v| !v.partial && v.reads.iter().copied().eq(self.reads_now(x)))
+    }
+
+    fn start_calc(&mut self, now: Millis, x: usize, id: CalcId) {
+        let provenance = self.provenance_now(x);
+        let reads: Vec<u64> = self.reads_now(x).collect();
+        let cell = &self.cells[x];
         let mut fields = Vec::with_capacity(cell.deps.len() + cell.spec.constants.len());
         for d in &cell.deps {
             let v = match d.node {
@@ -1136,7 +1317,7 @@ impl<V: OpsValue, R: BorrowMut<Registry<V>>> App<V, R> {
         let revision = self.revision;
         let calc = self.calcs.get_mut(&id).expect("exists");
         calc.provenance = provenance;
-        calc.inputs_final = inputs_final;
+        calc.reads = reads;
         match compute {
             ComputeSpec::Host => {
                 calc.state = CalcState::Running;
@@ -1168,6 +1349,7 @@ impl<V: OpsValue, R: BorrowMut<Registry<V>>> App<V, R> {
                             CalcEventKind::Submitted { job: s.job },
                         );
                         self.job_calcs.insert(s.job, (id, 0));
+                        self.calc_ref(id);
                     }
                     Err(e) => {
                         calc.state = CalcState::Running;
@@ -1186,11 +1368,15 @@ impl<V: OpsValue, R: BorrowMut<Registry<V>>> App<V, R> {
 
     // ----- calculation results ------------------------------------------------------------------
 
+    /// Whether a host calculation is running (reports apply). A report for one that ended
+    /// is late; so is one for a calculation already pruned (its record is gone).
     fn check_host_calc(&self, id: CalcId) -> Result<bool, OpsError> {
-        let calc = self
-            .calcs
-            .get(&id)
-            .ok_or(OpsError::UnknownCalculation(id))?;
+        let Some(calc) = self.calcs.get(&id) else {
+            return match self.calc_missing(id) {
+                OpsError::Pruned(_) => Ok(false),
+                e => Err(e),
+            };
+        };
         if !calc.host {
             return Err(OpsError::InvalidArgument(format!(
                 "calculation {id} runs as a Worker job; its results arrive through on_worker_message"
@@ -1201,8 +1387,9 @@ impl<V: OpsValue, R: BorrowMut<Registry<V>>> App<V, R> {
 
     fn late(&mut self, now: Millis, id: CalcId, what: &'static str) -> ReportStatus {
         let revision = self.revision;
-        let calc = self.calcs.get_mut(&id).expect("checked");
-        push_calc_event(calc, now, revision, CalcEventKind::Late { what });
+        if let Some(calc) = self.calcs.get_mut(&id) {
+            push_calc_event(calc, now, revision, CalcEventKind::Late { what });
+        }
         ReportStatus::Late
     }
 
@@ -1238,7 +1425,7 @@ impl<V: OpsValue, R: BorrowMut<Registry<V>>> App<V, R> {
         if !self.check_host_calc(id)? {
             return Ok(self.late(now, id, "partial"));
         }
-        self.commit(now, id, value, true);
+        self.commit(now, id, Some(value), true);
         self.settle(now);
         Ok(ReportStatus::Applied)
     }
@@ -1254,7 +1441,27 @@ impl<V: OpsValue, R: BorrowMut<Registry<V>>> App<V, R> {
         if !self.check_host_calc(id)? {
             return Ok(self.late(now, id, "done"));
         }
-        self.commit(now, id, value, false);
+        self.commit(now, id, Some(value), false);
+        self.settle(now);
+        Ok(ReportStatus::Applied)
+    }
+
+    /// The host reports that a streaming calculation finished: its last partial value is its
+    /// result. The value is not committed again (the journal's `succeeded` says
+    /// `lastPartial`); dependents computed from it become final without recomputing. A
+    /// calculation that yielded nothing has no result: report it with [`App::calc_done`] or
+    /// [`App::calc_failed`].
+    pub fn calc_finish(&mut self, now: Millis, id: CalcId) -> Result<ReportStatus, OpsError> {
+        self.begin();
+        if !self.check_host_calc(id)? {
+            return Ok(self.late(now, id, "done"));
+        }
+        if self.calcs[&id].partials == 0 {
+            return Err(OpsError::InvalidArgument(format!(
+                "calculation {id} yielded no partial value to finish with; report its result with calc_done"
+            )));
+        }
+        self.commit(now, id, None, false);
         self.settle(now);
         Ok(ReportStatus::Applied)
     }
@@ -1292,28 +1499,79 @@ impl<V: OpsValue, R: BorrowMut<Registry<V>>> App<V, R> {
         self.op_progress(now, x, id, fraction);
     }
 
-    fn commit(&mut self, now: Millis, id: CalcId, value: V, partial: bool) {
+    /// Commits a value of a calculation: a partial, or its result. `None` commits the last
+    /// partial as the result (a finished stream) without committing it again. A value equal
+    /// to the cell's current one keeps its content: dependents are not triggered, and those
+    /// computed from it take the new provenance and finality.
+    fn commit(&mut self, now: Millis, id: CalcId, value: Option<V>, partial: bool) {
         let revision = self.bump();
-        let calc = self.calcs.get_mut(&id).expect("exists");
+        let calc = &self.calcs[&id];
         let x = calc.cell;
-        let is_final = !partial && calc.inputs_final;
+        let inputs_current = calc.reads.iter().copied().eq(self.reads_now(x));
+        let is_final = !partial && inputs_current && self.upstream_final(x);
+        let gate = self.cells[x].spec.equality == Equality::Value;
+        let old = self.cells[x].value.as_ref();
+        let last_partial = value.is_none();
+        let kept = match (value, old) {
+            (None, Some(o)) => Ok(o),
+            (None, None) => unreachable!("a finished stream has a partial value"),
+            (Some(v), Some(o)) if gate && o.value.equal_value(&v) => Ok(o),
+            (Some(v), _) => Err(v),
+        };
+        let (value, content, value_revision, unchanged) = match kept {
+            Ok(o) => (o.value.clone(), o.content, o.revision, true),
+            Err(v) => {
+                self.next_content += 1;
+                (Arc::new(v), self.next_content, revision, false)
+            }
+        };
+        // The value names its calculation (which is then never unreferenced, so never queued
+        // for pruning while it is the value).
+        let first = self.cells[x].value.as_ref().is_none_or(|v| v.calc != id);
+        let calc = self.calcs.get_mut(&id).expect("exists");
+        if first {
+            calc.refs += 1;
+        }
         let provenance = calc.provenance.clone();
+        // The result keeps the reads (the calculation ends); a partial copies them.
+        let reads = if partial {
+            calc.reads.clone()
+        } else {
+            std::mem::take(&mut calc.reads)
+        };
         if partial {
             let index = calc.partials;
             calc.partials += 1;
-            push_calc_event(calc, now, revision, CalcEventKind::Partial { index });
+            push_calc_event(
+                calc,
+                now,
+                revision,
+                CalcEventKind::Partial { index, unchanged },
+            );
         } else {
             calc.state = CalcState::Ended(CalcEnd::Succeeded);
-            push_calc_event(calc, now, revision, CalcEventKind::Succeeded);
+            push_calc_event(
+                calc,
+                now,
+                revision,
+                CalcEventKind::Succeeded {
+                    unchanged,
+                    last_partial,
+                },
+            );
             calc.journal.shrink_to_fit();
         }
         let cell = &mut self.cells[x];
+        let replaced = cell.value.as_ref().map(|v| v.calc).filter(|c| *c != id);
         cell.value = Some(CellValue {
-            value: Arc::new(value),
+            value,
             calc: id,
             provenance,
             is_final,
-            revision,
+            revision: value_revision,
+            content,
+            reads,
+            partial,
         });
         if partial {
             cell.partial_this_run = true;
@@ -1321,13 +1579,20 @@ impl<V: OpsValue, R: BorrowMut<Registry<V>>> App<V, R> {
             cell.current = None;
             cell.partial_this_run = false;
         }
+        if let Some(old) = replaced {
+            self.calc_unref(old);
+        }
         let mut dirty: Vec<Option<Trigger>> = vec![None; self.cells.len()];
-        let name = self.cells[x].name.clone();
-        for &d in &self.cells[x].downstream {
-            dirty[d] = Some(Trigger::Upstream {
-                cell: name.clone(),
-                calc: id,
-            });
+        if unchanged {
+            self.revalidate(x);
+        } else {
+            let name = self.cells[x].name.clone();
+            for &d in &self.cells[x].downstream {
+                dirty[d] = Some(Trigger::Upstream {
+                    cell: name.clone(),
+                    calc: id,
+                });
+            }
         }
         self.propagate(now, dirty);
     }
@@ -1349,11 +1614,16 @@ impl<V: OpsValue, R: BorrowMut<Registry<V>>> App<V, R> {
         let cell = &mut self.cells[x];
         cell.current = None;
         cell.partial_this_run = false;
-        cell.error = Some(CellError {
+        let old = cell.error.replace(CellError {
             calc: id,
             message,
             code,
         });
+        self.calc_ref(id);
+        if let Some(e) = old {
+            self.calc_unref(e.calc);
+        }
+        self.calc_released(id);
         // Dependents keep their scheduled calculations; they start once this cell recovers.
     }
 
@@ -1427,11 +1697,13 @@ impl<V: OpsValue, R: BorrowMut<Registry<V>>> App<V, R> {
             while let Some(&(calc, seen)) = self.job_calcs.get(&job) {
                 let Some(j) = reg_mut(&mut self.registry).job(job) else {
                     self.job_calcs.remove(&job);
+                    self.calc_unref(calc);
                     break;
                 };
                 let Some(ev) = j.journal().get(seen) else {
                     if j.is_finished() {
                         self.job_calcs.remove(&job);
+                        self.calc_unref(calc);
                     }
                     break;
                 };
@@ -1463,7 +1735,7 @@ impl<V: OpsValue, R: BorrowMut<Registry<V>>> App<V, R> {
             }
             EventKind::Partial { value } => {
                 if current {
-                    self.commit(now, id, value, true);
+                    self.commit(now, id, Some(value), true);
                 } else {
                     self.late(now, id, "partial");
                 }
@@ -1471,7 +1743,9 @@ impl<V: OpsValue, R: BorrowMut<Registry<V>>> App<V, R> {
             EventKind::Finished { outcome } => {
                 if current {
                     match outcome {
-                        jobs::Outcome::Succeeded { value } => self.commit(now, id, value, false),
+                        jobs::Outcome::Succeeded { value } => {
+                            self.commit(now, id, Some(value), false)
+                        }
                         jobs::Outcome::Failed { message, code, .. } => {
                             self.bump();
                             self.fail_calc(now, id, message, code);
@@ -1560,7 +1834,8 @@ impl<V: OpsValue, R: BorrowMut<Registry<V>>> App<V, R> {
 
     /// Hot replacement: a new graph instance with new cell definitions. Calculations of the old
     /// instance end as `owner_disposed` (Worker jobs are cancelled); controls keep their values;
-    /// waiting operations continue on the new instance when their cells still exist.
+    /// waiting operations continue on the new instance when their cells still exist. Reruns
+    /// staged by actions and not yet flushed are dropped: the new instance computes every cell.
     pub fn replace_graph(
         &mut self,
         now: Millis,
@@ -1586,6 +1861,8 @@ impl<V: OpsValue, R: BorrowMut<Registry<V>>> App<V, R> {
         self.bump();
         let old = self.instance;
         self.dispose_calcs(now, &format!("graph instance {old} replaced by {instance}"));
+        // Staged reruns name cells of the old instance; the new one computes every cell anyway.
+        self.staged_reruns.clear();
         self.used_instances.insert(instance);
         self.instance = instance;
         self.next_generation = 1;
@@ -1604,6 +1881,7 @@ impl<V: OpsValue, R: BorrowMut<Registry<V>>> App<V, R> {
         self.bump();
         let inst = self.instance;
         self.dispose_calcs(now, &format!("graph instance {inst} disposed"));
+        self.staged_reruns.clear();
         self.names.retain(|_, n| matches!(n, Node::Control(_)));
         self.install_cells(vec![], vec![]);
         self.ops_on_replace(now, inst, inst);
@@ -1652,12 +1930,20 @@ impl<V: OpsValue, R: BorrowMut<Registry<V>>> App<V, R> {
 
     /// The receipt of a write.
     pub fn write_record(&self, id: WriteId) -> Option<&WriteRecord> {
-        self.writes.get((id.0 as usize).wrapping_sub(1))
+        let i = id.0.checked_sub(self.write_base)?;
+        self.writes.get(usize::try_from(i).ok()?)?.as_ref()
     }
 
-    /// The receipt of a write as JSON.
+    /// Every retained write receipt, in id order.
+    pub fn write_records(&self) -> impl Iterator<Item = &WriteRecord> {
+        self.writes.iter().flatten()
+    }
+
+    /// The receipt of a write as JSON (`null` for an unknown or pruned write).
     pub fn receipt_json(&self, id: WriteId) -> Value {
-        let w = self.write(id);
+        let Some(w) = self.write_record(id) else {
+            return Value::Null;
+        };
         let mut o = json!({
             "write": w.id.0, "control": self.controls[w.control].name, "requested": w.requested.to_json(),
             "accepted": w.accepted.to_json(), "adjusted": w.adjusted, "by": w.actor.by, "acceptedAt": w.accepted_at,
@@ -1818,10 +2104,7 @@ impl<V: OpsValue, R: BorrowMut<Registry<V>>> App<V, R> {
 
     /// A calculation's record as JSON (state, trigger, journal).
     pub fn calc_json(&self, id: CalcId) -> Result<Value, OpsError> {
-        let c = self
-            .calcs
-            .get(&id)
-            .ok_or(OpsError::UnknownCalculation(id))?;
+        let c = self.calcs.get(&id).ok_or_else(|| self.calc_missing(id))?;
         Ok(json!({
             "calc": id.to_json(), "cell": c.cell_name, "state": c.state.as_str(),
             "compute": if c.host { "host" } else { "worker" },
@@ -1841,7 +2124,7 @@ impl<V: OpsValue, R: BorrowMut<Registry<V>>> App<V, R> {
 
     /// Number of retained calculations, writes and operations (for inspection and benchmarks).
     pub fn retained(&self) -> (usize, usize, usize) {
-        (self.calcs.len(), self.writes.len(), self.ops.len())
+        (self.calcs.len(), self.retention.live_writes, self.ops.len())
     }
 
     /// The published surface as JSON: `brief` (maps of values and states) or full (metadata,

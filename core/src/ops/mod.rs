@@ -6,7 +6,8 @@
 //! recalculate after a batch of writes, gives every evaluation a **calculation identity**
 //! `(graph instance, generation)`, and records each calculation's lifecycle at the source
 //! (scheduled, started, progress, partial, succeeded, errored, superseded by whom and why,
-//! held, owner disposed) before any projection into cell states.
+//! held, owner disposed, skipped) before any projection into cell states. A recomputation to
+//! an equal value is a no-op for dependents (equality gating, [`Equality`]).
 //!
 //! An **operation** is the agent-facing unit: writes validated all-or-nothing and applied in one
 //! batch, a wait set of cells, and a result selection over a consistent snapshot. It correlates
@@ -24,11 +25,13 @@
 //! * [`tools`] — the published agent tools (`report`, `set`, `act`, `observe`, `wait`,
 //!   `inspect`, `cancel`) with JSON Schemas.
 //! * [`claims`] — standing desires (latest wins), as distinct from submitted tasks (FIFO).
+//! * [`Retention`] — how many finished records are kept; what is never pruned.
 
 mod app;
 pub mod claims;
 pub mod control;
 mod operation;
+mod retention;
 pub mod tools;
 mod types;
 pub mod vectors;
@@ -36,10 +39,11 @@ pub mod vectors;
 use thiserror::Error;
 
 pub use app::{
-    App, AppConfig, AppOutput, CellSnapshot, CellSpec, CellView, ComputeSpec, DepSpec, GateSpec,
-    GraphSpec, ReportStatus, SelectorSpec, Snapshot,
+    App, AppConfig, AppOutput, CellSnapshot, CellSpec, CellView, ComputeSpec, DepSpec, Equality,
+    GateSpec, GraphSpec, ReportStatus, SelectorSpec, Snapshot,
 };
 pub use operation::{CellOutcome, ObserveRequest, OpOutcome, Operation, Selection, SupersedeInfo};
+pub use retention::{Pruned, Retention};
 pub use types::*;
 
 use crate::jobs::JobsError;
@@ -65,6 +69,9 @@ pub enum OpsError {
     UnknownOperation(OpId),
     #[error("no calculation {0}")]
     UnknownCalculation(CalcId),
+    /// The record existed but was pruned by the retention policy ([`Retention`]).
+    #[error("{0}")]
+    Pruned(String),
     #[error("no tool `{name}`; tools: {}", list(.known))]
     UnknownTool { name: String, known: Vec<String> },
     #[error("invalid graph: {0}")]
@@ -95,6 +102,7 @@ impl OpsError {
             OpsError::UnknownSelector { .. } => "UNKNOWN_SELECTOR",
             OpsError::UnknownOperation(_) => "UNKNOWN_OPERATION",
             OpsError::UnknownCalculation(_) => "UNKNOWN_CALCULATION",
+            OpsError::Pruned(_) => "PRUNED",
             OpsError::UnknownTool { .. } => "UNKNOWN_TOOL",
             OpsError::InvalidGraph(_) => "INVALID_GRAPH",
             OpsError::InvalidArgument(_) => "INVALID_ARGUMENT",
@@ -116,6 +124,11 @@ pub trait OpsValue: Payload {
     fn from_json(v: &serde_json::Value) -> Self;
     /// A plain object with these fields, in order.
     fn object(fields: Vec<(String, Self)>) -> Self;
+    /// Whether a recomputed cell value equals the previous one (equality gating: an equal
+    /// value does not trigger dependents). Structural by default.
+    fn equal_value(&self, other: &Self) -> bool {
+        self.same_as(other)
+    }
 }
 
 impl OpsValue for serde_json::Value {

@@ -130,6 +130,9 @@ pub struct Operation<V> {
     pub(crate) processed: Vec<Option<(CalcId, bool)>>,
     pub(crate) failures: Vec<Option<FailureReason>>,
     pub(crate) intervening: Vec<WriteId>,
+    /// Calculations this record names besides `linked` (processed, failed, in the outcome):
+    /// kept, like the linked ones, while the operation is retained.
+    pub(crate) held: Vec<CalcId>,
     /// The registry job hosting this observation, once hosted.
     pub job: Option<JobId>,
     pub(crate) wire: Option<u64>,
@@ -212,6 +215,9 @@ impl<V: OpsValue, R: BorrowMut<Registry<V>>> App<V, R> {
         let id = OpId(self.next_op);
         self.next_op += 1;
         let writes = self.stage_writes(now, &req.writes, &req.actor, Some(id), None)?;
+        for w in &writes {
+            self.write_ref(*w);
+        }
         let (closure, relevant) = self.scope_of(&wait, &mut controls);
         let deadline = req.timeout_ms.map(|t| now.saturating_add(t));
         let n = wait.len();
@@ -233,6 +239,7 @@ impl<V: OpsValue, R: BorrowMut<Registry<V>>> App<V, R> {
             processed: vec![None; n],
             failures: vec![None; n],
             intervening: Vec::new(),
+            held: Vec::new(),
             job: None,
             wire: None,
             journal: Vec::with_capacity(6),
@@ -299,6 +306,7 @@ impl<V: OpsValue, R: BorrowMut<Registry<V>>> App<V, R> {
         if !op.linked.contains(&calc) {
             op.linked.push(calc);
             op.push(now, revision, OpEventKind::Calculation { cell, calc });
+            self.calc_ref(calc);
         }
     }
 
@@ -463,6 +471,10 @@ impl<V: OpsValue, R: BorrowMut<Registry<V>>> App<V, R> {
             }
         }
         op.intervening.extend(by.iter().copied());
+        for w in &by {
+            self.write_ref(*w);
+        }
+        let op = self.ops.get_mut(&id).expect("exists");
         op.push(
             now,
             revision,
@@ -546,7 +558,23 @@ impl<V: OpsValue, R: BorrowMut<Registry<V>>> App<V, R> {
             let mut processed = op.processed.clone();
             let mut failures = op.failures.clone();
             for (i, &x) in op.wait.iter().enumerate() {
-                if processed[i].is_some() || failures[i].is_some() {
+                // A processed record is evidence about one state, not a latch: settlement is
+                // judged on the current state (the snapshot), so a cell that got a new
+                // calculation since (a rerun of it or of an upstream) is awaited again.
+                if let Some((was, _)) = processed[i] {
+                    let still = self.is_processed(x)
+                        && self.cells[x].value.as_ref().map(|v| v.calc) == Some(was);
+                    if still {
+                        continue;
+                    }
+                    processed[i] = None;
+                    events.push(OpEventKind::Reopened {
+                        cell: self.cells[x].name.clone(),
+                        was,
+                        calc: self.cells[x].current,
+                    });
+                }
+                if failures[i].is_some() {
                     continue;
                 }
                 if self.is_processed(x) {
@@ -569,6 +597,21 @@ impl<V: OpsValue, R: BorrowMut<Registry<V>>> App<V, R> {
             }
             let policy = op.on_failure;
             let revision = self.revision;
+            for e in &events {
+                match e {
+                    // A processed calculation that is not a no-op is linked (named already).
+                    OpEventKind::Processed {
+                        calc, noop: true, ..
+                    }
+                    | OpEventKind::CellFailed {
+                        failure:
+                            FailureReason::Errored {
+                                calc: Some(calc), ..
+                            },
+                    } => self.op_holds_calc(id, *calc),
+                    _ => {}
+                }
+            }
             let op = self.ops.get_mut(&id).expect("exists");
             for e in events {
                 op.push(now, revision, e);
@@ -652,6 +695,21 @@ impl<V: OpsValue, R: BorrowMut<Registry<V>>> App<V, R> {
         };
         let (job, wire) = (op.job, op.wire);
         let deadline = op.deadline;
+        let unnamed: Vec<CalcId> = outcome
+            .cells
+            .iter()
+            .flat_map(|c| c.value_calc.into_iter().chain(c.processed.map(|p| p.0)))
+            .filter(|c| !op.linked.contains(c) && !op.held.contains(c))
+            .collect();
+        for calc in unnamed {
+            self.op_holds_calc(id, calc);
+        }
+        if let Some(s) = &outcome.superseded {
+            for w in &s.by {
+                self.write_ref(*w);
+            }
+        }
+        self.op_retired(id);
         let op = self.ops.get_mut(&id).expect("exists");
         op.push(now, revision, OpEventKind::Finished { outcome: kind });
         op.outcome = Some(outcome);
@@ -788,7 +846,7 @@ impl<V: OpsValue, R: BorrowMut<Registry<V>>> App<V, R> {
         reason: &str,
     ) -> Result<OpOutcomeKind, OpsError> {
         self.begin();
-        let op = self.ops.get(&id).ok_or(OpsError::UnknownOperation(id))?;
+        let op = self.ops.get(&id).ok_or_else(|| self.op_missing(id))?;
         if let Some(o) = &op.outcome {
             return Ok(o.kind);
         }
@@ -808,7 +866,7 @@ impl<V: OpsValue, R: BorrowMut<Registry<V>>> App<V, R> {
         origin: Origin,
     ) -> Result<JobId, OpsError> {
         self.begin();
-        let op = self.ops.get(&id).ok_or(OpsError::UnknownOperation(id))?;
+        let op = self.ops.get(&id).ok_or_else(|| self.op_missing(id))?;
         if let Some(j) = op.job {
             return Ok(j);
         }
@@ -843,7 +901,7 @@ impl<V: OpsValue, R: BorrowMut<Registry<V>>> App<V, R> {
             }
             WireRequest::Cancel { id } => {
                 if let Some(&op) = self.op_wires.get(&id)
-                    && self.ops[&op].outcome.is_none()
+                    && self.ops.get(&op).is_some_and(|o| o.outcome.is_none())
                 {
                     self.finish_op(
                         now,
@@ -860,10 +918,10 @@ impl<V: OpsValue, R: BorrowMut<Registry<V>>> App<V, R> {
 
     /// Stores what the host's selector returned for a settled operation.
     pub fn record_result(&mut self, id: OpId, value: V) -> Result<(), OpsError> {
-        let op = self
-            .ops
-            .get_mut(&id)
-            .ok_or(OpsError::UnknownOperation(id))?;
+        if !self.ops.contains_key(&id) {
+            return Err(self.op_missing(id));
+        }
+        let op = self.ops.get_mut(&id).expect("checked");
         match (&op.select, op.outcome.as_mut()) {
             (Selection::Selector(_), Some(o)) if o.kind == OpOutcomeKind::Settled => {
                 o.result = Some(value);
@@ -1002,7 +1060,7 @@ impl<V: OpsValue, R: BorrowMut<Registry<V>>> App<V, R> {
     /// The whole operation (request, correlation, journal, outcome) as JSON — what `inspect`
     /// returns.
     pub fn operation_json(&self, id: OpId) -> Result<Value, OpsError> {
-        let op = self.ops.get(&id).ok_or(OpsError::UnknownOperation(id))?;
+        let op = self.ops.get(&id).ok_or_else(|| self.op_missing(id))?;
         let select = match &op.select {
             Selection::None => Value::Null,
             Selection::Outputs(n) => json!({"outputs": n}),

@@ -170,6 +170,7 @@ enum Step {
         writes: Vec<(usize, f64)>,
         wait: Vec<usize>,
         follow: bool,
+        collect: bool,
         timeout: Option<u64>,
     },
     Flush,
@@ -181,6 +182,9 @@ enum Step {
     Act(u8),
     Advance(u64),
     Replace,
+    /// Sets `ic` (the gate of `errors`): `gaussian` or `step`.
+    Ic(bool),
+    Dispose,
 }
 
 const NUM_CONTROLS: [&str; 2] = ["kappa", "points"];
@@ -194,15 +198,18 @@ fn step() -> impl Strategy<Value = Step> {
             proptest::collection::vec((0..2usize, 0.0..1200.0f64), 0..3),
             proptest::collection::vec(0..4usize, 1..3),
             any::<bool>(),
+            any::<bool>(),
             proptest::option::of(1..50u64),
         )
-            .prop_map(|(writes, wait, follow, timeout)| Step::Observe { writes, wait, follow, timeout }),
+            .prop_map(|(writes, wait, follow, collect, timeout)| Step::Observe { writes, wait, follow, collect, timeout }),
         4 => Just(Step::Flush),
-        8 => (any::<usize>(), 0..6u8).prop_map(|(pick, kind)| Step::Report { pick, kind }),
+        8 => (any::<usize>(), 0..8u8).prop_map(|(pick, kind)| Step::Report { pick, kind }),
         1 => any::<usize>().prop_map(Step::Cancel),
         1 => (0..3u8).prop_map(Step::Act),
         1 => (1..30u64).prop_map(Step::Advance),
         1 => Just(Step::Replace),
+        1 => any::<bool>().prop_map(Step::Ic),
+        1 => Just(Step::Dispose),
     ]
 }
 
@@ -284,99 +291,397 @@ fn check_finished(
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 192, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: crate::test_cases(192), ..ProptestConfig::default() })]
 
     #[test]
-    fn operations_end_once_and_settle_only_on_what_they_asked_for(steps in proptest::collection::vec(step(), 1..60)) {
-        let mut app: App<Value> = App::new(AppConfig::default());
-        app.load(0, lab_spec()).unwrap();
-        let mut now = 0u64;
-        let mut next_instance = 2u64;
-        let mut running: Vec<CalcId> = Vec::new();
-        let mut ended: BTreeMap<OpId, OpOutcomeKind> = BTreeMap::new();
-        let mut ops: Vec<OpId> = Vec::new();
-        let mut last_revision = 0;
-        for s in steps {
-            match s {
-                Step::Set(c, v) => { app.set(now, NUM_CONTROLS[c], &json!(v), Actor::new("user")).unwrap(); }
-                Step::Label(l) => { app.set(now, "label", &json!(format!("l{l}")), Actor::new("user")).unwrap(); }
-                Step::Observe { writes, wait, follow, timeout } => {
-                    let mut writes: Vec<(String, Value)> = writes.into_iter().map(|(c, v)| (NUM_CONTROLS[c].to_owned(), json!(v))).collect();
-                    let mut seen = BTreeSet::new();
-                    writes.retain(|w| seen.insert(w.0.clone()));
-                    let mut req = ObserveRequest::new(writes, wait.into_iter().map(|w| CELLS[w].to_owned()).collect());
-                    req.on_supersede = if follow { OnSupersede::Follow } else { OnSupersede::End };
-                    // A selector, so the host receives the settled snapshot to check.
-                    req.select = Selection::Selector("summary".into());
-                    req.timeout_ms = timeout;
-                    ops.push(app.observe(now, req).unwrap());
-                }
-                Step::Flush => { app.flush(now); }
-                Step::Report { pick, kind } => {
-                    if !running.is_empty() {
-                        let calc = running[pick % running.len()];
-                        let v = json!({"calc": calc.to_string()});
-                        let r = match kind {
-                            0..=2 => app.calc_done(now, calc, v),
-                            3 => app.calc_partial(now, calc, v),
-                            4 => app.calc_progress(now, calc, 0.5),
-                            _ => app.calc_failed(now, calc, "boom", None),
-                        }.unwrap();
-                        if r == ReportStatus::Late || kind <= 2 || kind == 5 {
-                            running.retain(|c| *c != calc);
-                        }
-                    }
-                }
-                Step::Cancel(i) => {
-                    if !ops.is_empty() { app.cancel_op(now, ops[i % ops.len()], "test").unwrap(); }
-                }
-                Step::Act(a) => { app.act::<Value>(now, ["stop", "start", "recompute"][a as usize], &[], Actor::new("user")).unwrap(); }
-                Step::Advance(ms) => { now += ms; app.handle_timeout(now); }
-                Step::Replace => {
-                    app.replace_graph(now, next_instance, lab_spec().cells).unwrap();
-                    next_instance += 1;
-                }
+    fn operations_end_once_and_settle_only_on_what_they_asked_for(
+        steps in proptest::collection::vec(step(), 1..60),
+        limits in (1..4usize, 0..6usize, 0..6usize),
+    ) {
+        // Small retention limits: pruning must never drop what something still names.
+        let retention = Retention { operations: limits.0, calculations: limits.1, writes: limits.2 };
+        run_steps(steps, retention)?;
+    }
+}
+
+/// Drains the app's outputs: computes join `running`; finished operations are checked.
+fn drain(
+    app: &mut App<Value>,
+    running: &mut Vec<CalcId>,
+    ended: &mut BTreeMap<OpId, OpOutcomeKind>,
+) -> Result<(), TestCaseError> {
+    while let Some(o) = app.poll_output() {
+        match o {
+            AppOutput::Compute { calc, .. } => running.push(calc),
+            AppOutput::Abort { .. } => {}
+            AppOutput::OpFinished {
+                op,
+                outcome,
+                snapshot,
+            } => {
+                prop_assert!(!ended.contains_key(&op), "{} finished twice", op);
+                ended.insert(op, outcome);
+                check_finished(app, op, snapshot.as_deref())?;
             }
-            prop_assert!(app.revision() >= last_revision, "revisions only grow");
-            last_revision = app.revision();
-            while let Some(o) = app.poll_output() {
-                match o {
-                    AppOutput::Compute { calc, .. } => running.push(calc),
-                    AppOutput::Abort { .. } => {}
-                    AppOutput::OpFinished { op, outcome, snapshot } => {
-                        prop_assert!(!ended.contains_key(&op), "{} finished twice", op);
-                        ended.insert(op, outcome);
-                        check_finished(&app, op, snapshot.as_deref())?;
-                    }
-                    AppOutput::Jobs(_) => {}
-                }
-            }
-        }
-        // Outcomes never change after the fact; waiting operations have none.
-        for o in app.operations() {
-            match (&o.outcome, ended.get(&o.id)) {
-                (Some(out), Some(k)) => prop_assert_eq!(out.kind, *k),
-                (None, None) => {}
-                (a, b) => prop_assert!(false, "{}: record {:?} vs output {:?}", o.id, a.as_ref().map(|x| x.kind), b),
-            }
-        }
-        // Every calculation has one identity and at most one terminal event.
-        let mut ids = BTreeSet::new();
-        for c in app.calcs.values() {
-            prop_assert!(ids.insert(c.id));
-            let terminal = c.journal.iter().filter(|e| matches!(e.kind,
-                CalcEventKind::Succeeded | CalcEventKind::Errored { .. } | CalcEventKind::Superseded { .. }
-                | CalcEventKind::Held { .. } | CalcEventKind::OwnerDisposed { .. })).count();
-            prop_assert!(terminal <= 1, "{} has {} terminal events", c.id, terminal);
-            prop_assert_eq!(terminal == 1, c.state.is_ended());
-            let first_is_scheduled = matches!(c.journal[0].kind, CalcEventKind::Scheduled { .. });
-            prop_assert!(first_is_scheduled);
-        }
-        // A ready cell has a value; a cell with a value in flight says so.
-        for x in 0..app.cells.len() {
-            let v = app.view(x);
-            if v.state == CellState::Ready { prop_assert!(v.value.is_some() && v.current.is_none()); }
-            if v.state == CellState::Streaming { prop_assert!(v.current.is_some()); }
+            AppOutput::Jobs(_) => {}
         }
     }
+    Ok(())
+}
+
+/// Runs one generated scenario and checks every invariant (the property test's body; also
+/// called directly with recorded cases).
+fn run_steps(steps: Vec<Step>, retention: Retention) -> Result<(), TestCaseError> {
+    let mut app: App<Value> = App::new(AppConfig {
+        retention,
+        ..AppConfig::default()
+    });
+    app.load(0, lab_spec()).unwrap();
+    let mut now = 0u64;
+    let mut next_instance = 2u64;
+    let mut running: Vec<CalcId> = Vec::new();
+    let mut ended: BTreeMap<OpId, OpOutcomeKind> = BTreeMap::new();
+    let mut ops: Vec<OpId> = Vec::new();
+    let mut last_revision = 0;
+    for s in steps {
+        match s {
+            Step::Set(c, v) => {
+                app.set(now, NUM_CONTROLS[c], &json!(v), Actor::new("user"))
+                    .unwrap();
+            }
+            Step::Label(l) => {
+                app.set(now, "label", &json!(format!("l{l}")), Actor::new("user"))
+                    .unwrap();
+            }
+            Step::Observe {
+                writes,
+                wait,
+                follow,
+                collect,
+                timeout,
+            } => {
+                let mut writes: Vec<(String, Value)> = writes
+                    .into_iter()
+                    .map(|(c, v)| (NUM_CONTROLS[c].to_owned(), json!(v)))
+                    .collect();
+                let mut seen = BTreeSet::new();
+                writes.retain(|w| seen.insert(w.0.clone()));
+                let mut req = ObserveRequest::new(
+                    writes,
+                    wait.into_iter().map(|w| CELLS[w].to_owned()).collect(),
+                );
+                req.on_supersede = if follow {
+                    OnSupersede::Follow
+                } else {
+                    OnSupersede::End
+                };
+                // A selector, so the host receives the settled snapshot to check.
+                req.select = Selection::Selector("summary".into());
+                req.on_failure = if collect {
+                    OnFailure::Collect
+                } else {
+                    OnFailure::End
+                };
+                req.timeout_ms = timeout;
+                match app.observe(now, req) {
+                    Ok(id) => ops.push(id),
+                    // The graph is disposed: its cells are gone.
+                    Err(e) => prop_assert_eq!(e.code(), "UNKNOWN_CELL"),
+                }
+            }
+            Step::Flush => {
+                app.flush(now);
+            }
+            Step::Report { pick, kind } => {
+                if !running.is_empty() {
+                    let calc = running[pick % running.len()];
+                    // Distinct values, or one constant value (equal results: equality gating).
+                    let v = json!({"calc": calc.to_string()});
+                    let same = json!({"v": 0});
+                    let r = match kind {
+                        0 | 2 => app.calc_done(now, calc, v),
+                        1 => app.calc_done(now, calc, same),
+                        3 => app.calc_partial(now, calc, v),
+                        6 => app.calc_partial(now, calc, same),
+                        4 => app.calc_progress(now, calc, 0.5),
+                        7 => app.calc_finish(now, calc),
+                        _ => app.calc_failed(now, calc, "boom", None),
+                    };
+                    let r = match r {
+                        Ok(r) => r,
+                        Err(e) => {
+                            // Finishing a stream that yielded nothing.
+                            prop_assert_eq!((kind, e.code()), (7, "INVALID_ARGUMENT"));
+                            continue;
+                        }
+                    };
+                    if r == ReportStatus::Late || matches!(kind, 0..=2 | 5 | 7) {
+                        running.retain(|c| *c != calc);
+                    }
+                }
+            }
+            Step::Cancel(i) => {
+                if !ops.is_empty() {
+                    let op = ops[i % ops.len()];
+                    if let Err(e) = app.cancel_op(now, op, "test") {
+                        prop_assert!(e.code() == "PRUNED" && app.was_pruned(op), "{e}");
+                    }
+                }
+            }
+            Step::Act(a) => {
+                if let Err(e) = app.act::<Value>(
+                    now,
+                    ["stop", "start", "recompute"][a as usize],
+                    &[],
+                    Actor::new("user"),
+                ) {
+                    prop_assert_eq!(e.code(), "UNKNOWN_CELL");
+                }
+            }
+            Step::Advance(ms) => {
+                now += ms;
+                app.handle_timeout(now);
+            }
+            Step::Replace => {
+                app.replace_graph(now, next_instance, lab_spec().cells)
+                    .unwrap();
+                next_instance += 1;
+            }
+            Step::Ic(g) => {
+                let v = if g { "gaussian" } else { "step" };
+                app.set(now, "ic", &json!(v), Actor::new("user")).unwrap();
+            }
+            Step::Dispose => app.dispose_graph(now),
+        }
+        prop_assert!(app.revision() >= last_revision, "revisions only grow");
+        last_revision = app.revision();
+        drain(&mut app, &mut running, &mut ended)?;
+        check_cells(&app)?;
+        check_retention(&mut app)?;
+    }
+    // Liveness: once every staged write is flushed and every calculation has reported, no
+    // operation is left waiting (each is settled, failed, superseded, cancelled or timed out).
+    for _ in 0..256 {
+        app.flush(now);
+        drain(&mut app, &mut running, &mut ended)?;
+        let Some(calc) = running.pop() else { break };
+        app.calc_done(now, calc, json!({"calc": calc.to_string()}))
+            .unwrap();
+        drain(&mut app, &mut running, &mut ended)?;
+    }
+    prop_assert!(
+        running.is_empty(),
+        "calculations keep coming: {:?}",
+        running
+    );
+    for o in app.operations() {
+        prop_assert!(
+            o.outcome.is_some(),
+            "{} still waiting with nothing in flight: {:?}",
+            o.id,
+            app.operation_json(o.id).unwrap()["journal"]
+        );
+    }
+    // Outcomes never change after the fact; waiting operations have none.
+    for o in app.operations() {
+        match (&o.outcome, ended.get(&o.id)) {
+            (Some(out), Some(k)) => prop_assert_eq!(out.kind, *k),
+            (None, None) => {}
+            (a, b) => prop_assert!(
+                false,
+                "{}: record {:?} vs output {:?}",
+                o.id,
+                a.as_ref().map(|x| x.kind),
+                b
+            ),
+        }
+    }
+    // Every calculation has one identity and at most one terminal event.
+    let mut ids = BTreeSet::new();
+    for c in app.calcs.values() {
+        prop_assert!(ids.insert(c.id));
+        let terminal = c
+            .journal
+            .iter()
+            .filter(|e| {
+                matches!(
+                    e.kind,
+                    CalcEventKind::Succeeded { .. }
+                        | CalcEventKind::Errored { .. }
+                        | CalcEventKind::Superseded { .. }
+                        | CalcEventKind::Held { .. }
+                        | CalcEventKind::OwnerDisposed { .. }
+                        | CalcEventKind::Skipped
+                )
+            })
+            .count();
+        prop_assert!(terminal <= 1, "{} has {} terminal events", c.id, terminal);
+        prop_assert_eq!(terminal == 1, c.state.is_ended());
+        let first_is_scheduled = matches!(c.journal[0].kind, CalcEventKind::Scheduled { .. });
+        prop_assert!(first_is_scheduled);
+    }
+    // A ready cell has a value; a cell with a value in flight says so.
+    check_cells(&app)?;
+    Ok(())
+}
+
+/// Retention invariants: whatever a retained record names is retained; after pruning, what
+/// nothing names stays within the limits.
+fn check_retention(app: &mut App<Value>) -> Result<(), TestCaseError> {
+    for o in app.operations() {
+        for c in &o.linked {
+            prop_assert!(app.calcs.contains_key(c), "{} names pruned {}", o.id, c);
+        }
+        let superseding = o
+            .outcome
+            .as_ref()
+            .and_then(|x| x.superseded.as_ref())
+            .map(|s| s.by.clone())
+            .unwrap_or_default();
+        for w in o.writes.iter().chain(&o.intervening).chain(&superseding) {
+            prop_assert!(
+                app.write_record(*w).is_some(),
+                "{} names pruned {}",
+                o.id,
+                w
+            );
+        }
+        if let Some(out) = &o.outcome {
+            for c in &out.cells {
+                for calc in c
+                    .value_calc
+                    .iter()
+                    .chain(c.processed.as_ref().map(|p| &p.0))
+                {
+                    prop_assert!(
+                        app.calcs.contains_key(calc),
+                        "{} names pruned {}",
+                        o.id,
+                        calc
+                    );
+                }
+            }
+        }
+        app.operation_json(o.id).unwrap();
+    }
+    for x in 0..app.cells.len() {
+        let cell = &app.cells[x];
+        let named = cell
+            .current
+            .iter()
+            .copied()
+            .chain(cell.value.as_ref().map(|v| v.calc))
+            .chain(cell.error.as_ref().map(|e| e.calc));
+        for c in named {
+            prop_assert!(
+                app.calcs.contains_key(&c),
+                "{} names pruned {}",
+                cell.name,
+                c
+            );
+        }
+    }
+    app.prune();
+    let limits = app.retention();
+    let finished = app.operations().filter(|o| o.is_finished()).count();
+    prop_assert!(
+        finished <= limits.operations,
+        "{} finished operations kept",
+        finished
+    );
+    let loose = app
+        .calcs
+        .values()
+        .filter(|c| c.refs == 0 && c.state.is_ended())
+        .count();
+    prop_assert!(
+        loose <= limits.calculations,
+        "{} unreferenced calculations kept",
+        loose
+    );
+    let (_, writes, _) = app.retained();
+    prop_assert_eq!(writes, app.write_records().count());
+    let loose = app.loose_writes();
+    prop_assert!(loose <= limits.writes, "{} unreferenced writes kept", loose);
+    Ok(())
+}
+
+/// Cell invariants: a ready cell's value is the result of exactly its current inputs (equality
+/// gating never leaves a stale value standing) and is final exactly when its inputs are.
+fn check_cells(app: &App<Value>) -> Result<(), TestCaseError> {
+    for x in 0..app.cells.len() {
+        let v = app.view(x);
+        if v.state == CellState::Ready {
+            prop_assert!(
+                app.value_matches_inputs(x),
+                "{} is ready with a value of other inputs",
+                v.name
+            );
+            prop_assert_eq!(v.is_final, app.upstream_final(x), "{} finality", v.name);
+        }
+    }
+    for x in 0..app.cells.len() {
+        let v = app.view(x);
+        if v.state == CellState::Ready {
+            prop_assert!(v.value.is_some() && v.current.is_none());
+        }
+        if v.state == CellState::Streaming {
+            prop_assert!(v.current.is_some());
+        }
+    }
+    Ok(())
+}
+
+/// The case the property test shrank to (proptest-regressions seed 61c9557d…), kept as steps
+/// so it survives changes to the strategy: under `follow`, after a hot replacement, `evolution`
+/// was processed, then rerun by the `recompute` action; the operation settled when `banner`
+/// finished while `evolution` was refreshing.
+#[test]
+fn recorded_case_a_rerun_after_processing_does_not_settle_on_the_stale_record() {
+    use Step::*;
+    let steps = vec![
+        Set(0, 0.0),
+        Set(0, 0.0),
+        Set(0, 0.0),
+        Report { pick: 0, kind: 0 },
+        Report {
+            pick: 432382279040129124,
+            kind: 0,
+        },
+        Report { pick: 0, kind: 5 },
+        Set(0, 0.0),
+        Observe {
+            writes: vec![(0, 981.4864067922192)],
+            wait: vec![0, 3],
+            follow: true,
+            collect: false,
+            timeout: None,
+        },
+        Replace,
+        Flush,
+        Report {
+            pick: 3270645652915793018,
+            kind: 3,
+        },
+        Set(1, 840.5122502302719),
+        Flush,
+        Act(2),
+        Report {
+            pick: 184634825637110174,
+            kind: 0,
+        },
+        Label(0),
+        Label(0),
+        Set(0, 818.420876175816),
+        Flush,
+        Report {
+            pick: 10521932297405634,
+            kind: 0,
+        },
+        Report {
+            pick: 5751098898028290557,
+            kind: 0,
+        },
+    ];
+    run_steps(steps, Retention::default()).unwrap();
 }

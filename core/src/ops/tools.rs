@@ -392,7 +392,7 @@ impl<V: OpsValue, R: BorrowMut<Registry<V>>> App<V, R> {
                 let o = args_of(name, args, &["operation", "timeoutMs"])?;
                 let op = op_arg(name, o)?;
                 if self.operation(op).is_none() {
-                    return Err(OpsError::UnknownOperation(op));
+                    return Err(self.op_missing(op));
                 }
                 let wait_ms = ms_arg(name, o, "timeoutMs")?.unwrap_or(DEFAULT_WAIT_MS);
                 Ok(self.reply_or_wait(op, wait_ms))
@@ -439,7 +439,7 @@ impl<V: OpsValue, R: BorrowMut<Registry<V>>> App<V, R> {
         owner: &str,
         origin: Origin,
     ) -> Result<Value, OpsError> {
-        let o = self.operation(op).ok_or(OpsError::UnknownOperation(op))?;
+        let o = self.operation(op).ok_or_else(|| self.op_missing(op))?;
         if o.is_finished() {
             return Ok(self.outcome_json(op));
         }

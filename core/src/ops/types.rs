@@ -182,6 +182,9 @@ pub enum CalcEnd {
     Held,
     /// Its graph instance was replaced or disposed.
     Disposed,
+    /// Never started: its inputs are the ones its cell's value was computed from (an upstream
+    /// recomputed to an equal value), so that value stands.
+    Skipped,
 }
 
 impl CalcState {
@@ -196,6 +199,7 @@ impl CalcState {
             CalcState::Ended(CalcEnd::Superseded) => "superseded",
             CalcState::Ended(CalcEnd::Held) => "held",
             CalcState::Ended(CalcEnd::Disposed) => "owner_disposed",
+            CalcState::Ended(CalcEnd::Skipped) => "skipped",
         }
     }
 
@@ -226,10 +230,19 @@ pub enum CalcEventKind {
         value: f64,
     },
     /// The calculation yielded a partial value (the value itself lives in the cell).
+    /// `unchanged`: equal to the cell's value before it, so dependents were not triggered.
     Partial {
         index: u32,
+        unchanged: bool,
     },
-    Succeeded,
+    /// The calculation's result was committed. `unchanged`: it equals the cell's previous
+    /// value, so it is a processed no-op for dependents (they keep their values).
+    /// `last_partial`: the result is the last partial value (a finished stream), which was not
+    /// committed again.
+    Succeeded {
+        unchanged: bool,
+        last_partial: bool,
+    },
     Errored {
         message: String,
         code: Option<String>,
@@ -248,6 +261,8 @@ pub enum CalcEventKind {
     OwnerDisposed {
         reason: String,
     },
+    /// Ended before starting: its inputs equal the ones its cell's value was computed from.
+    Skipped,
     /// A result or progress that arrived after the calculation ended; never adopted.
     Late {
         what: &'static str,
@@ -268,11 +283,12 @@ impl CalcEventKind {
             CalcEventKind::Started => "started",
             CalcEventKind::Progress { .. } => "progress",
             CalcEventKind::Partial { .. } => "partial",
-            CalcEventKind::Succeeded => "succeeded",
+            CalcEventKind::Succeeded { .. } => "succeeded",
             CalcEventKind::Errored { .. } => "errored",
             CalcEventKind::Superseded { .. } => "superseded",
             CalcEventKind::Held { .. } => "held",
             CalcEventKind::OwnerDisposed { .. } => "owner_disposed",
+            CalcEventKind::Skipped => "skipped",
             CalcEventKind::Late { .. } => "late",
             CalcEventKind::JobEnded { .. } => "job_ended",
         }
@@ -306,8 +322,24 @@ impl CalcEvent {
             CalcEventKind::Progress { value } => {
                 m.insert("value".into(), json!(value));
             }
-            CalcEventKind::Partial { index } => {
+            CalcEventKind::Partial { index, unchanged } => {
                 m.insert("index".into(), json!(index));
+                m.insert("unchanged".into(), json!(unchanged));
+            }
+            CalcEventKind::Succeeded {
+                unchanged,
+                last_partial,
+            } => {
+                m.insert("unchanged".into(), json!(unchanged));
+                if *last_partial {
+                    m.insert("lastPartial".into(), json!(true));
+                }
+            }
+            CalcEventKind::Skipped => {
+                m.insert(
+                    "reason".into(),
+                    json!("inputs unchanged: the current value was computed from them"),
+                );
             }
             CalcEventKind::Errored { message, code } => {
                 m.insert("message".into(), json!(message));
@@ -331,7 +363,7 @@ impl CalcEvent {
                 m.insert("outcome".into(), json!(outcome));
                 m.insert("summary".into(), json!(summary));
             }
-            CalcEventKind::Started | CalcEventKind::Succeeded => {}
+            CalcEventKind::Started => {}
         }
         o
     }
@@ -365,6 +397,8 @@ pub struct WriteRecord {
     pub invocation: Option<InvocationId>,
     pub accepted_at: Millis,
     pub status: WriteStatus,
+    /// Retained operations naming it (see `Retention`).
+    pub(crate) refs: u32,
 }
 
 /// Caller policy when a relevant input changes while waiting.
@@ -497,6 +531,14 @@ pub enum OpEventKind {
         calc: CalcId,
         noop: bool,
     },
+    /// An awaited cell that was processed is no longer in the requested state: a new
+    /// calculation (`calc`, e.g. an action's rerun of it or of an upstream) replaced the value
+    /// `was` recorded. The operation waits for it again; settlement is judged on one state.
+    Reopened {
+        cell: String,
+        was: CalcId,
+        calc: Option<CalcId>,
+    },
     /// An awaited cell failed.
     CellFailed { failure: FailureReason },
     /// A relevant input changed after the request took effect.
@@ -520,6 +562,7 @@ impl OpEventKind {
             OpEventKind::Effective { .. } => "effective",
             OpEventKind::Calculation { .. } => "calculation",
             OpEventKind::Processed { .. } => "processed",
+            OpEventKind::Reopened { .. } => "reopened",
             OpEventKind::CellFailed { .. } => "cell_failed",
             OpEventKind::Intervening { .. } => "intervening",
             OpEventKind::GraphReplaced { .. } => "graph_replaced",
@@ -551,6 +594,11 @@ impl OpEvent {
                 m.insert("cell".into(), json!(cell));
                 m.insert("calc".into(), calc.to_json());
                 m.insert("noop".into(), json!(noop));
+            }
+            OpEventKind::Reopened { cell, was, calc } => {
+                m.insert("cell".into(), json!(cell));
+                m.insert("was".into(), was.to_json());
+                m.insert("calc".into(), calc.map(|c| c.to_json()).into());
             }
             OpEventKind::CellFailed { failure } => {
                 if let Value::Object(f) = failure.to_json() {

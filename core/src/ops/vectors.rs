@@ -8,6 +8,8 @@
 //! due timers fire first), `op`, and optional `expect`, `expectError` and `outputs` (everything
 //! the app emitted during the step), matched as subsets (see [`crate::conformance::subset`]).
 //! A calculation is named by `"calc": "instance:generation"` or by `"cell"` (its current one).
+//! An optional `"retention": {"operations", "calculations", "writes"}` sets the app's limits;
+//! the `retained` step reports what is kept and what was pruned.
 
 use serde_json::{Value, json};
 
@@ -56,8 +58,14 @@ pub fn run_vector(v: &Value) -> VectorResult {
         return run_claims_vector(name, v);
     }
     let mut failures = Vec::new();
+    let mut retention = Retention::default();
+    let limit = |k: &str, d: usize| v["retention"][k].as_u64().map_or(d, |n| n as usize);
+    retention.operations = limit("operations", retention.operations);
+    retention.calculations = limit("calculations", retention.calculations);
+    retention.writes = limit("writes", retention.writes);
     let mut app: App<Value> = App::new(AppConfig {
         instance: v["instance"].as_u64().unwrap_or(1),
+        retention,
         ..AppConfig::default()
     });
     for (i, e) in v["endpoints"]
@@ -203,8 +211,9 @@ pub fn state_json(app: &App<Value>) -> Value {
     for c in app.calcs.keys() {
         calcs.insert(c.to_string(), app.calc_json(*c).unwrap_or(Value::Null));
     }
-    let writes: Vec<Value> = (1..=app.writes.len() as u64)
-        .map(|w| app.receipt_json(WriteId(w)))
+    let writes: Vec<Value> = app
+        .write_records()
+        .map(|w| app.receipt_json(w.id))
         .collect();
     let mut s = snap.to_json();
     s["operations"] = Value::Object(ops);
@@ -309,10 +318,11 @@ fn apply_step(app: &mut App<Value>, at: u64, op: &str, s: &Value) -> Result<Valu
             let id = app.observe(at, req).map_err(err)?;
             json!({"operation": id.0})
         }
-        "done" | "partial" | "progress" | "fail" => {
+        "done" | "partial" | "progress" | "fail" | "finish" => {
             let calc = calc_arg(app, s)?;
             let r = match op {
                 "done" => app.calc_done(at, calc, s["value"].clone()),
+                "finish" => app.calc_finish(at, calc),
                 "partial" => app.calc_partial(at, calc, s["value"].clone()),
                 "progress" => app.calc_progress(at, calc, s["value"].as_f64().unwrap_or(f64::NAN)),
                 _ => app.calc_failed(
@@ -459,6 +469,14 @@ fn apply_step(app: &mut App<Value>, at: u64, op: &str, s: &Value) -> Result<Valu
         }
         "report" => app.report(s["full"].as_bool().unwrap_or(false)),
         "snapshot" => app.snapshot().to_json(),
+        "retained" => {
+            let (calcs, writes, operations) = app.retained();
+            let p = app.pruned();
+            json!({"calculations": calcs, "writes": writes, "operations": operations,
+                "jobs": app.jobs().jobs().count(),
+                "pruned": {"operations": p.operations, "calculations": p.calculations,
+                    "writes": p.writes, "jobs": p.jobs}})
+        }
         "state" => state_json(app),
         "advance" => Value::Null,
         other => return Err(verr(format!("unknown op `{other}`"))),

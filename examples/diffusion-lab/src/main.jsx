@@ -156,6 +156,8 @@ function OperationCard(props) {
         return `calculation ${e.calc} of ${e.cell}`;
       case 'processed':
         return `${e.cell} processed by ${e.calc}${e.noop ? ' (already current)' : ''}`;
+      case 'reopened':
+        return `${e.cell} reopened: ${e.calc ?? 'a new calculation'} replaces ${e.was}`;
       case 'cell_failed':
         return `${e.cell ?? ''} failed: ${e.message}`;
       case 'intervening':

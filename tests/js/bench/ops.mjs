@@ -2,15 +2,18 @@
 // synchronous JS cell — start → flush → the JS host computes the cell → settled → outcome read.
 // Paths: the JS API (app.start/flush/outcome), and the published `observe` tool (a Promise
 // with the JSON-shaped reply an agent receives). Prints operations/s and memory per retained
-// operation (wasm linear memory growth + JS heap growth, first round).
+// operation (wasm linear memory growth + JS heap growth, first round, retention unbounded), and
+// what N round trips leave held under the default retention (1024 of each record).
 //
 //     node --expose-gc tests/js/bench/ops.mjs [N]
 import { createApp, wasmMemoryBytes } from 'weft';
 
 const n = Number(process.argv[2] ?? 10_000);
 
-function app() {
-  const a = createApp();
+const unbounded = { operations: Infinity, calculations: Infinity, writes: Infinity };
+
+function app(retention) {
+  const a = createApp({ retention });
   a.load({
     controls: [{ name: 'x', type: 'number', min: 0, max: 1e12, value: 0 }],
     cells: [{ name: 'y', deps: ['x'], compute: ({ x }) => 2 * x }],
@@ -19,8 +22,8 @@ function app() {
   return a;
 }
 
-function apiRound() {
-  const a = app();
+function apiRound(retention = unbounded) {
+  const a = app(retention);
   globalThis.gc?.();
   const heap0 = process.memoryUsage().heapUsed;
   const wasm0 = wasmMemoryBytes();
@@ -34,7 +37,8 @@ function apiRound() {
   const secs = (performance.now() - t0) / 1000;
   globalThis.gc?.();
   const bytes = process.memoryUsage().heapUsed - heap0 + wasmMemoryBytes() - wasm0;
-  if (a.retained().operations !== n) throw new Error('operations missing');
+  const kept = a.retained().operations;
+  if (retention === unbounded ? kept !== n : kept > 1025) throw new Error(`${kept} operations retained`);
   a.dispose();
   return { secs, bytes };
 }
@@ -51,6 +55,7 @@ async function toolRound() {
   return secs;
 }
 
+const bounded = apiRound({}).bytes;
 let best = Infinity;
 let bestTool = Infinity;
 let perOp = null;
@@ -66,5 +71,6 @@ console.log(
   `ops (wasm, Node ${process.version}): ${n} observe round trips (one write, one synchronous cell): ` +
     `JS API ${Math.round(n / best)} ops/s (${((best * 1e6) / n).toFixed(1)} µs each), ` +
     `observe tool ${Math.round(n / bestTool)} ops/s (${((bestTool * 1e6) / n).toFixed(1)} µs each); ` +
-    `${Math.round(perOp)} bytes per retained operation (wasm memory + JS heap growth${globalThis.gc ? '' : ', run with --expose-gc for a clean figure'})`,
+    `${Math.round(perOp)} bytes per retained operation (wasm memory + JS heap growth, retention unbounded${globalThis.gc ? '' : ', run with --expose-gc for a clean figure'}); ` +
+    `${Math.round(bounded / 1024)} KiB held after ${n} round trips under the default retention`,
 );

@@ -182,6 +182,86 @@ test('JS host cells: hot replacement mid-run disposes the old calculations; the 
   app.dispose();
 });
 
+test('JS host cells: a finished stream commits its last value once; an equal recomputation does not trigger dependents', async () => {
+  const app = createApp();
+  const runs = { sink: 0, after: 0 };
+  app.load({
+    controls: [{ name: 'a', type: 'number', min: 0, max: 10, step: 1, value: 1 }],
+    cells: [
+      {
+        name: 'stream',
+        deps: ['a'],
+        compute: async function* ({ a }) {
+          for (let i = 1; i <= 3; i++) {
+            await tick();
+            yield { a, i, data: new Float64Array([a, i]) };
+          }
+        },
+      },
+      { name: 'sink', deps: ['stream'], compute: ({ stream }) => (runs.sink++, stream.i) },
+      { name: 'parity', deps: ['a'], compute: ({ a }) => ({ odd: a % 2 === 1, bits: new Uint8Array([a % 2]) }) },
+      { name: 'after', deps: ['parity'], compute: ({ parity }) => (runs.after++, parity.odd ? 'odd' : 'even') },
+    ],
+  });
+  await until(() => app.cell('stream').state === 'ready' && app.cell('sink').final, 'the stream and its dependent');
+  const stream = app.cell('stream');
+  assert.equal(stream.value.i, 3);
+  const journal = app.calc(stream.valueCalc).journal;
+  assert.deepEqual(
+    journal.map((e) => e.type),
+    ['scheduled', 'started', 'partial', 'partial', 'partial', 'succeeded'],
+  );
+  assert.equal(journal.at(-1).lastPartial, true, 'the last partial is the result, not committed again');
+  assert.equal(runs.sink, 3, 'the dependent ran once per value, not again for the final');
+  assert.equal(app.cell('sink').value, 3);
+
+  // a: 1 → 3 leaves `parity` equal (a fresh object with the same content): `after` keeps its value.
+  assert.equal(runs.after, 1);
+  const out = await app.observe({ writes: { a: 3 }, waitFor: ['parity', 'after'] });
+  assert.equal(out.outcome, 'settled');
+  assert.equal(out.cells.parity.noop, false, 'parity recomputed');
+  assert.equal(out.cells.after.noop, true, 'after is a processed no-op');
+  assert.equal(runs.after, 1, 'an equal value does not trigger dependents');
+  const parity = app.calc(app.cell('parity').valueCalc).journal.at(-1);
+  assert.deepEqual([parity.type, parity.unchanged], ['succeeded', true]);
+  const skipped = app.calcsOf('after').at(-1);
+  assert.equal(app.calc(skipped).state, 'skipped');
+  assert.equal(app.cell('after').upToDate, true);
+  // a: 3 → 4 changes it: the dependent runs.
+  await app.observe({ writes: { a: 4 }, waitFor: ['after'] });
+  assert.equal(runs.after, 2);
+  assert.equal(app.cell('after').value, 'even');
+  app.dispose();
+});
+
+test('JS app retention: the newest finished records are kept, named ones never pruned, pruned ids say PRUNED', async () => {
+  const app = createApp({ retention: { operations: 2, calculations: 2, writes: 2 } });
+  app.load({
+    controls: [{ name: 'x', type: 'number', min: 0, max: 100, value: 0 }],
+    cells: [{ name: 'y', deps: ['x'], compute: ({ x }) => 2 * x }],
+  });
+  const ops = [];
+  for (let i = 1; i <= 6; i++) {
+    const op = app.start({ writes: { x: i }, waitFor: ['y'], select: ['y'] });
+    app.flush();
+    assert.equal(op.outcome.result.y, 2 * i);
+    ops.push(op);
+  }
+  app.flush(); // the next input prunes
+  const kept = app.retained();
+  assert.equal(kept.operations, 2);
+  assert.ok(kept.calcs <= 2 + 2 + 1, `calculations kept: ${kept.calcs}`);
+  assert.ok(kept.writes <= 2 + 2, `writes kept: ${kept.writes}`);
+  assert.deepEqual(app.operations().map((o) => o.operation), [5, 6]);
+  assert.throws(() => app.inspect(1), (e) => e.code === 'PRUNED');
+  await assert.rejects(ops[0].wait(), (e) => e.code === 'PRUNED');
+  assert.equal(app.receipt(1), undefined);
+  assert.equal((await ops[5].wait()).outcome, 'settled');
+  assert.equal(app.cell('y').value, 12, 'the current value and its calculation stay');
+  assert.equal(app.calc(app.cell('y').valueCalc).state, 'succeeded');
+  app.dispose();
+});
+
 test('headless diffusion lab in Node, driven by the published tools (worker_threads Worker)', { timeout: 60_000 }, async () => {
   const app = createApp();
   const worker = app.openWorker(diffusionWorker);

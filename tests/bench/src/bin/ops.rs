@@ -2,7 +2,9 @@
 //! observe → flush → the host computes the cell → the operation settles → its outcome is read.
 //! Two paths: the core API (outcome record), and the published `observe` tool (JSON reply, what
 //! an agent receives). Prints operations/s and heap bytes per retained operation (its write
-//! receipt, calculation record and journal, operation record and journal, outcome).
+//! receipt, calculation record and journal, operation record and journal, outcome) with
+//! retention unbounded, and the heap the app holds after N round trips under the default
+//! retention (1024 of each record).
 //!
 //!     cargo run --release -p weft-bench --bin ops [-- N]
 
@@ -12,19 +14,23 @@ use serde_json::{Value, json};
 use weft_bench::{Counting, live_bytes};
 use weft_core::ops::tools::ToolReply;
 use weft_core::ops::{
-    Actor, App, AppConfig, AppOutput, GraphSpec, ObserveRequest, OpOutcomeKind, Selection,
+    Actor, App, AppConfig, AppOutput, GraphSpec, ObserveRequest, OpOutcomeKind, Retention,
+    Selection,
 };
 
 #[global_allocator]
 static ALLOC: Counting = Counting;
 
-fn app() -> App<Value> {
+fn app(retention: Retention) -> App<Value> {
     let spec: GraphSpec = serde_json::from_value(json!({
         "controls": [{"name": "x", "type": "number", "min": 0, "max": 1e12, "value": 0}],
         "cells": [{"name": "y", "deps": ["x"]}]
     }))
     .unwrap();
-    let mut app = App::new(AppConfig::default());
+    let mut app = App::new(AppConfig {
+        retention,
+        ..AppConfig::default()
+    });
     app.load(0, spec).unwrap();
     drive(&mut app, 0);
     app
@@ -49,8 +55,8 @@ fn drive(app: &mut App<Value>, now: u64) -> usize {
     settled
 }
 
-fn core_path(n: u64) -> (f64, usize) {
-    let mut app = app();
+fn core_path(n: u64, retention: Retention) -> (f64, usize) {
+    let mut app = app(retention);
     let before = live_bytes();
     let t = Instant::now();
     for i in 1..=n {
@@ -64,12 +70,13 @@ fn core_path(n: u64) -> (f64, usize) {
     }
     let secs = t.elapsed().as_secs_f64();
     let retained = live_bytes() - before;
-    assert_eq!(app.retained().2 as u64, n);
+    let kept = app.retained().2 as u64;
+    assert_eq!(kept, n.min((retention.operations as u64).saturating_add(1)));
     (secs, retained)
 }
 
 fn tool_path(n: u64) -> f64 {
-    let mut app = app();
+    let mut app = app(Retention::default());
     let t = Instant::now();
     for i in 1..=n {
         let args = json!({"writes": {"x": i}, "waitFor": ["y"], "select": ["y"]});
@@ -89,6 +96,13 @@ fn tool_path(n: u64) -> f64 {
 }
 
 fn main() {
+    if std::env::var_os("ONLY_CORE").is_some() {
+        for _ in 0..5 {
+            let (s, _) = core_path(30000, Retention::unbounded());
+            eprintln!("{:.0}", 30000.0 / s);
+        }
+        return;
+    }
     let n: u64 = std::env::args()
         .nth(1)
         .and_then(|s| s.parse().ok())
@@ -96,8 +110,9 @@ fn main() {
     let mut best_core = f64::MAX;
     let mut best_tool = f64::MAX;
     let mut per_op = 0.0;
+    let (_, bounded) = core_path(n, Retention::default());
     for round in 0..3 {
-        let (secs, retained) = core_path(n);
+        let (secs, retained) = core_path(n, Retention::unbounded());
         if round == 0 {
             per_op = retained as f64 / n as f64;
         }
@@ -113,11 +128,13 @@ fn main() {
     println!(
         "ops (native): {n} observe round trips (one write, one synchronous cell): core API {:.0} ops/s ({:.2} µs each), \
          observe tool with JSON reply {:.0} ops/s ({:.2} µs each); {:.0} heap bytes per retained operation \
-         (write receipt + calculation + operation records and journals)",
+         (write receipt + calculation + operation records and journals, retention unbounded); \
+         {:.0} KiB held after {n} round trips under the default retention (1024 of each record)",
         n as f64 / best_core,
         best_core * 1e6 / n as f64,
         n as f64 / best_tool,
         best_tool * 1e6 / n as f64,
-        per_op
+        per_op,
+        bounded as f64 / 1024.0
     );
 }
