@@ -33,3 +33,12 @@ pub trait ErrorCode: std::error::Error {
     /// The stable code.
     fn code(&self) -> &'static str;
 }
+
+/// Property-test case count: `PROPTEST_CASES` when set (for long local runs), else `default`.
+#[cfg(test)]
+pub(crate) fn test_cases(default: u32) -> u32 {
+    std::env::var("PROPTEST_CASES")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(default)
+}

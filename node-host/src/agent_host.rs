@@ -115,6 +115,12 @@ impl CallCtx {
         let _ = self.abort.wait_for(|a| *a).await;
     }
 
+    /// The abort signal itself (`true` once the call is asked to abort), for code that checks
+    /// it at its own safe points.
+    pub fn abort_signal(&self) -> watch::Receiver<bool> {
+        self.abort.clone()
+    }
+
     /// Starts a background job on `endpoint` for this call (the tool must be declared
     /// `may_start_job`). The job belongs to the agent, names this call as its origin and
     /// outlives the call and the turn; its completion note comes to the agent's mailbox.

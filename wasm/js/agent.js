@@ -2,7 +2,7 @@
 // model call, abort controllers and the timer; the core decides which calls overlap, what an
 // interrupt reports, and when mail (job notes, observations, late results) becomes model input.
 
-import { AgentSession } from './weft_wasm.js';
+import { AgentSession, JobRegistry } from './weft_wasm.js';
 import { WeftError } from './runtime.js';
 
 /** Creates an agent session on `runtime` (whose jobs its tools may start). */
@@ -72,7 +72,10 @@ export class Agent {
     // choice to wake it. Progress never reaches the agent.
     this.#unsubscribe.push(
       runtime.on('note', ({ owner }) => {
-        if (owner === this.id) this.#call((s, now) => s.takeNotes(now, this.#rt.registry));
+        if (owner !== this.id) return;
+        const reg = this.#rt.registry;
+        // An app's runtime (createApp) keeps its registry inside the app.
+        this.#call((s, now) => (reg instanceof JobRegistry ? s.takeNotes(now, reg) : s.takeAppNotes(now, reg)));
       }),
       runtime.on('wake', ({ owner, job }) => {
         if (owner === this.id) this.#call((s, now) => s.jobWake(now, job));
@@ -483,7 +486,11 @@ export class Agent {
        * completion note comes to the agent's mailbox. Returns the runtime's Job handle.
        */
       submitJob: (endpoint, payload, options = {}) => {
-        const id = rt._call((reg, now) => s.submitJob(now, inv, reg, endpoint.id ?? endpoint, payload, options));
+        const id = rt._call((reg, now) =>
+          reg instanceof JobRegistry
+            ? s.submitJob(now, inv, reg, endpoint.id ?? endpoint, payload, options)
+            : s.submitAppJob(now, inv, reg, endpoint.id ?? endpoint, payload, options),
+        );
         this.#pump();
         return rt.job(id);
       },

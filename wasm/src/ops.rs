@@ -912,6 +912,12 @@ impl OpsApp {
 }
 
 impl OpsApp {
+    /// The app's job registry (an agent on the app's runtime takes its notes and submits its
+    /// jobs there).
+    pub(crate) fn registry_mut(&mut self) -> &mut JobRegistry {
+        self.app.registry_host_mut()
+    }
+
     /// The core's time for a host time: never earlier than a time already seen.
     fn t(&mut self, now: f64) -> u64 {
         self.last_now = ms(now).max(self.last_now);

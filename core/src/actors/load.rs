@@ -367,10 +367,12 @@ impl ActorGraph {
         report: &mut OpenReport,
     ) {
         // Stage 1 keeps torn bytes in quarantine records, stage 2 cuts them off (and moves an
-        // unreadable graph.json aside), stage 3 completes lineage and records the recovery.
+        // unreadable graph.json aside), stage 3 completes lineage (records, markers), stage 4
+        // writes the metathread records, which name the markers' lines, and the recovery's.
         let mut keep: Vec<Op> = Vec::new();
         let mut first: Vec<Op> = Vec::new();
         let mut later: Vec<Op> = Vec::new();
+        let mut records: Vec<Op> = Vec::new();
         let mut repairs: Vec<String> = Vec::new();
         let mut quarantined = Vec::new();
         for (i, (path, len, line, bytes)) in tails.torn.iter().enumerate() {
@@ -479,11 +481,34 @@ impl ActorGraph {
                     n
                 }
             };
-            let has_record = self.meta.iter().filter_map(Entry::ok).any(|m| {
-                m.get("kind").and_then(Value::as_str) == Some("spawn")
-                    && m.get("child").and_then(Value::as_str) == Some(c.as_str())
+            let record = self.meta.iter().enumerate().find_map(|(i, e)| {
+                let m = e.ok()?;
+                (m.get("kind").and_then(Value::as_str) == Some("spawn")
+                    && m.get("child").and_then(Value::as_str) == Some(c.as_str()))
+                .then(|| {
+                    let parent = m.get("parent").and_then(Value::as_str).unwrap_or("");
+                    let line = m.get("parentLine").and_then(Value::as_u64);
+                    (i as u64 + 1, parent.to_owned(), line)
+                })
             });
-            if !has_record {
+            // A record that names another line than the marker (a store written before records
+            // waited for their markers, or by another tool) cannot be rewritten in an
+            // append-only log: it is reported, and audit flags it too.
+            if let Some((meta_line, parent, line)) = &record
+                && (parent != p.as_str() || *line != Some(marker_line))
+            {
+                diags.push(Diagnostic {
+                    code: "SPAWN_RECORD_MISMATCH",
+                    file: METATHREAD.to_owned(),
+                    line: Some(*meta_line),
+                    message: format!(
+                        "the spawn record of `{c}` names `{parent}` line {}, but `{c}`'s routing marker is `{p}` line {marker_line}",
+                        line.map_or("(none)".to_owned(), |l| l.to_string())
+                    ),
+                    repaired: false,
+                });
+            }
+            if record.is_none() {
                 let rec = obj(vec![
                     ("parent", json!(p)),
                     ("child", json!(c)),
@@ -493,7 +518,7 @@ impl ActorGraph {
                     ("trigger", json!("recovery")),
                 ]);
                 let (_, op) = self.push_meta("spawn", now, rec);
-                later.push(op);
+                records.push(op);
                 repairs.push(format!("wrote the metathread spawn record of `{c}`"));
             }
         }
@@ -597,7 +622,7 @@ impl ActorGraph {
                         ("note", json!("")),
                         ("recovered", json!(true)),
                     ]);
-                    later.push(self.push_meta("resolution", now, rec).1);
+                    records.push(self.push_meta("resolution", now, rec).1);
                     repairs.push(format!("wrote the metathread resolution record of `{d}`"));
                 }
             } else if dm.pauses_parent && self.nodes[&p].meta.routing_paused_by.is_none() {
@@ -682,7 +707,7 @@ impl ActorGraph {
             rec.insert("torn".into(), Value::Array(quarantined));
         }
         let (_, op) = self.push_meta("recovery", now, rec);
-        later.push(op);
+        records.push(op);
         let mut tx = Tx::new("recovery");
         for op in keep {
             tx.op(op);
@@ -694,6 +719,9 @@ impl ActorGraph {
         tx.barrier();
         for op in later {
             tx.op(op);
+        }
+        for op in records {
+            tx.record(op);
         }
         report.recovery_batch = Some(self.commit(tx));
         report.repairs = repairs;

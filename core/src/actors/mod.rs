@@ -251,11 +251,21 @@ pub struct ActorGraph {
 pub type ActorEvent = Value;
 
 /// Pending writes of one call, turned into a [`WriteBatch`] by `commit`.
+///
+/// Metathread records go through [`record`](Tx::record), never [`op`](Tx::op): a record can
+/// name a chat line (a spawn record's `parentLine`, a ref's `line`), and the ops of a stage
+/// have no order among them, so a crash can keep any subset of a stage. Were a record in the
+/// stage that appends the line it names, a crash could keep the record and lose the line — and
+/// another line appended by the same stage would then sit at the number the record names
+/// (recovery can rewrite the lost line, but only at the end of the log). So `commit` writes
+/// the records after everything else: in a stage of their own when the batch writes a chat log
+/// or the metathread itself (see [`orders_records`]), in the last stage otherwise.
 #[derive(Default)]
 pub(crate) struct Tx {
     pub label: String,
     pub stages: Vec<Vec<Op>>,
     pub gates: Vec<NodeId>,
+    pub records: Vec<Op>,
 }
 
 impl Tx {
@@ -264,11 +274,22 @@ impl Tx {
             label: label.into(),
             stages: vec![Vec::new()],
             gates: Vec::new(),
+            records: Vec::new(),
         }
     }
-    /// Adds an op to the current stage.
+    /// Adds an op to the current stage. Metathread records go through [`record`](Tx::record).
     pub fn op(&mut self, op: Op) {
+        debug_assert!(
+            !matches!(&op, Op::Append { path, text } if path == METATHREAD && !text.trim().is_empty()),
+            "metathread records go through Tx::record"
+        );
         self.stages.last_mut().expect("a stage").push(op);
+    }
+    /// Adds a metathread record (an op from `push_meta`); records are written after every
+    /// other op of the batch.
+    pub fn record(&mut self, op: Op) {
+        debug_assert!(matches!(&op, Op::Append { path, .. } if path == METATHREAD));
+        self.records.push(op);
     }
     /// Starts a new stage: what follows is performed after everything before is durable.
     pub fn barrier(&mut self) {
@@ -289,6 +310,15 @@ pub(crate) const METATHREAD: &str = "orchestrator/meta.jsonl";
 pub(crate) const INDEX: &str = "orchestrator/index.json";
 pub(crate) const BOOKMARKS: &str = "timeline/bookmarks.jsonl";
 pub(crate) const THREAD: &str = "thread.jsonl";
+
+/// Whether an op obliges the batch's metathread records to wait for it in a stage of their
+/// own: it writes lines a record can name (a chat log, including a new node's) or the
+/// metathread itself (recovery cuts a torn tail or terminates its last line before appending).
+pub(crate) fn orders_records(op: &Op) -> bool {
+    op.paths()
+        .iter()
+        .any(|p| p == METATHREAD || p.starts_with("nodes/") && p.ends_with("/chat.jsonl"))
+}
 
 pub(crate) fn pretty(v: &impl Serialize) -> String {
     let mut s = serde_json::to_string_pretty(v).expect("records serialize");
@@ -485,6 +515,14 @@ impl ActorGraph {
         self.next_batch += 1;
         let mut stages = tx.stages;
         stages.retain(|s| !s.is_empty());
+        if !tx.records.is_empty() {
+            // See `Tx`: records after every line they may name.
+            let separate = stages.iter().flatten().any(orders_records);
+            match stages.last_mut() {
+                Some(last) if !separate => last.extend(tx.records),
+                _ => stages.push(tx.records),
+            }
+        }
         if !tx.gates.is_empty() {
             self.gate_labels.insert(id, tx.label.clone());
         }

@@ -265,7 +265,7 @@ impl ActorGraph {
             now,
             obj(vec![("text", json!(format!("Session started: {title}")))]),
         );
-        tx.op(m);
+        tx.record(m);
         tx.gates.push(root.clone());
         g.commit(tx);
         g.event("init", Some(&root));
@@ -432,14 +432,16 @@ impl ActorGraph {
         })
     }
 
-    /// Applies a plan: stage-1 op creates the child; stage-2 ops (marker, metathread) go to
-    /// `later`. The parent's meta and `graph.json` are written by the caller.
+    /// Applies a plan: the op creating the child goes to `first`, the parent's routing marker
+    /// to `later`, the metathread spawn record (which names the marker's line) to `records`.
+    /// The parent's meta and `graph.json` are written by the caller.
     fn apply_spawn(
         &mut self,
         now: Millis,
         p: Plan,
         first: &mut Vec<Op>,
         later: &mut Vec<Op>,
+        records: &mut Vec<Op>,
         batch: BatchId,
     ) -> SpawnOutcome {
         let ts = format_rfc3339(now);
@@ -546,7 +548,7 @@ impl ActorGraph {
             rec.insert("pausesParent".into(), json!(true));
         }
         let (_, op) = self.push_meta("spawn", now, rec);
-        later.push(op);
+        records.push(op);
         self.event("spawned", Some(&p.id));
         SpawnOutcome {
             parent: p.parent,
@@ -599,9 +601,10 @@ impl ActorGraph {
     }
 
     /// Spawns a child. Stage 1 creates the child (its record names the parent); stage 2
-    /// writes the parent's `spawned[]`, `graph.json`, the parent's routing marker and the
-    /// metathread spawn record. Parent and child are gated until the batch is acknowledged.
-    /// A `disambiguation` child pauses the parent.
+    /// writes the parent's `spawned[]`, `graph.json` and the parent's routing marker; stage 3
+    /// the metathread spawn record, which names the marker's line (so it is never durable
+    /// without it). Parent and child are gated until the batch is acknowledged. A
+    /// `disambiguation` child pauses the parent.
     pub fn spawn(&mut self, now: Millis, req: SpawnRequest) -> Result<SpawnOutcome, ActorsError> {
         self.check_spawn_enabled()?;
         let parent = self.writable(&req.parent)?;
@@ -614,7 +617,7 @@ impl ActorGraph {
             vec![plan],
             label,
             |_| Vec::new(),
-            |_| Vec::new(),
+            |_| (Vec::new(), Vec::new()),
             Vec::new(),
         );
         Ok(outs.remove(0))
@@ -622,9 +625,10 @@ impl ActorGraph {
 
     /// Applies spawn plans under one parent and commits one batch: stage 1 creates the
     /// children, stage 2 holds `mid_ops` (a resolution's decision, which must not be durable
-    /// before the children it names), the last stage writes the parent's record,
-    /// `graph.json`, the markers and metathread records (plus `later_ops`). Gates the parent,
-    /// the children and `extra_gates`.
+    /// before the children it names), the next stage writes the parent's record,
+    /// `graph.json`, the markers and the first part of `later_ops`; the metathread records
+    /// (the spawn records and the second part of `later_ops`) come last (see `Tx`). Gates the
+    /// parent, the children and `extra_gates`.
     #[allow(clippy::too_many_arguments)]
     fn commit_spawns(
         &mut self,
@@ -633,21 +637,24 @@ impl ActorGraph {
         plans: Vec<Plan>,
         label: String,
         mid_ops: impl FnOnce(&mut ActorGraph) -> Vec<Op>,
-        later_ops: impl FnOnce(&mut ActorGraph) -> Vec<Op>,
+        later_ops: impl FnOnce(&mut ActorGraph) -> (Vec<Op>, Vec<Op>),
         extra_gates: Vec<NodeId>,
     ) -> (Vec<SpawnOutcome>, BatchId) {
         let batch = self.next_batch;
         let mut first = Vec::new();
         let mut later = Vec::new();
+        let mut records = Vec::new();
         let mut outs = Vec::new();
         let mut gates = vec![parent.clone()];
         gates.extend(extra_gates);
         for p in plans {
             gates.push(p.id.clone());
-            outs.push(self.apply_spawn(now, p, &mut first, &mut later, batch));
+            outs.push(self.apply_spawn(now, p, &mut first, &mut later, &mut records, batch));
         }
         let mid = mid_ops(self);
-        later.extend(later_ops(self));
+        let (more, more_records) = later_ops(self);
+        later.extend(more);
+        records.extend(more_records);
         self.wave_downgrade(now, &mut later);
         let mut tx = Tx::new(label);
         for op in first {
@@ -663,6 +670,9 @@ impl ActorGraph {
         tx.op(g);
         for op in later {
             tx.op(op);
+        }
+        for op in records {
+            tx.record(op);
         }
         tx.gates = gates;
         let id = self.commit(tx);
@@ -894,7 +904,7 @@ impl ActorGraph {
                 ("version", json!(version)),
             ]),
         );
-        tx.op(op);
+        tx.record(op);
         if status.is_terminal()
             && let Some(l) = last_line
         {
@@ -907,7 +917,7 @@ impl ActorGraph {
                     ("summary", json!(mb.summary)),
                 ]),
             );
-            tx.op(op);
+            tx.record(op);
         }
         self.commit(tx);
         self.event("status", Some(&id));
@@ -919,7 +929,8 @@ impl ActorGraph {
     /// the disambiguation done, and records the resolution in the metathread.
     ///
     /// Stage 1 creates the new children; stage 2 writes the disambiguation's `resolvedInto`,
-    /// which is what recovery rolls forward from; stage 3 writes the parent and the logs.
+    /// which is what recovery rolls forward from; stage 3 writes the parent, `graph.json` and
+    /// the routing markers; stage 4 the metathread records, which name the markers' lines.
     pub fn resolve(
         &mut self,
         now: Millis,
@@ -1041,7 +1052,7 @@ impl ActorGraph {
                 ("continueParent", json!(continue_parent)),
                 ("note", json!(note2)),
             ]);
-            ops.push(g.push_meta("resolution", now, rec).1);
+            let mut records = vec![g.push_meta("resolution", now, rec).1];
             if let Some(l) = g.state(&d2).chat.iter().rposition(|e| e.ok().is_some()) {
                 let summary = if note2.is_empty() {
                     "boundary resolved".to_owned()
@@ -1053,9 +1064,9 @@ impl ActorGraph {
                     ("line", json!(l + 1)),
                     ("summary", json!(summary)),
                 ]);
-                ops.push(g.push_meta("ref", now, rec).1);
+                records.push(g.push_meta("ref", now, rec).1);
             }
-            ops
+            (ops, records)
         };
         let (_, batch) = self.commit_spawns(
             now,
@@ -1110,7 +1121,7 @@ impl ActorGraph {
             ]),
         );
         let mut tx = Tx::new(format!("ref {id}:{line}"));
-        tx.op(op);
+        tx.record(op);
         self.commit(tx);
         self.event("ref", Some(&id));
         Ok(n)
@@ -1122,7 +1133,7 @@ impl ActorGraph {
         Self::check_text(text)?;
         let (n, op) = self.push_meta("narrative", now, obj(vec![("text", json!(text.trim()))]));
         let mut tx = Tx::new("narrative");
-        tx.op(op);
+        tx.record(op);
         self.commit(tx);
         self.event("narrative", None);
         Ok(n)
@@ -1265,7 +1276,7 @@ impl ActorGraph {
             now,
             obj(vec![("node", json!(id)), ("hidden", json!(hidden))]),
         );
-        tx.op(op);
+        tx.record(op);
         self.commit(tx);
         self.event("archive", Some(&id));
         Ok(())
@@ -1310,7 +1321,7 @@ impl ActorGraph {
             rec.insert("bookmark".into(), json!(b));
         }
         let (_, op) = self.push_meta("reset", now, rec);
-        tx.op(op);
+        tx.record(op);
         self.commit(tx);
         self.event("reset", None);
         Ok(ids)
@@ -1353,7 +1364,7 @@ impl ActorGraph {
             text: text_line,
         });
         let (_, op) = self.push_meta("bookmark", now, rec);
-        tx.op(op);
+        tx.record(op);
         self.commit(tx);
         self.event("bookmark", None);
         Ok(n)
@@ -1414,7 +1425,7 @@ impl ActorGraph {
                 ("nodes", json!(ids)),
             ]),
         );
-        tx.op(op);
+        tx.record(op);
         self.epochs.insert(epoch, Some(snap));
         self.commit(tx);
         self.event("epoch", None);

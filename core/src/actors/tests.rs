@@ -104,7 +104,7 @@ fn a_spawn_is_one_batch_and_gates_both_nodes_until_acknowledged() {
     assert_eq!(batches.len(), 1);
     let b = &batches[0];
     assert_eq!(b.gates, vec!["coordinator", "docs-sync"]);
-    assert_eq!(b.stages.len(), 2);
+    assert_eq!(b.stages.len(), 3);
     assert!(matches!(&b.stages[0][..], [Op::CreateNode { id, .. }] if id == "docs-sync"));
     let paths: Vec<String> = b.stages[1].iter().flat_map(Op::paths).collect();
     assert_eq!(
@@ -113,9 +113,11 @@ fn a_spawn_is_one_batch_and_gates_both_nodes_until_acknowledged() {
             "nodes/coordinator/meta.json",
             "graph.json",
             "nodes/coordinator/chat.jsonl",
-            "orchestrator/meta.jsonl"
         ]
     );
+    // The metathread record names the marker's line, so it is durable only after the marker.
+    let paths: Vec<String> = b.stages[2].iter().flat_map(Op::paths).collect();
+    assert_eq!(paths, ["orchestrator/meta.jsonl"]);
     w.store.apply(b).unwrap();
     w.g.ack(b.id).unwrap();
     assert_eq!(
@@ -257,8 +259,8 @@ fn disambiguation_pauses_the_parent_until_resolved() {
     let b = &w.g.take_batches()[0];
     assert_eq!(
         b.stages.len(),
-        3,
-        "children, then the decision, then the parent"
+        4,
+        "children, then the decision, then the parent and its markers, then the records"
     );
     w.store.apply(b).unwrap();
     w.g.ack(b.id).unwrap();
@@ -911,8 +913,280 @@ fn apply_cut(store: &mut MemoryStore, b: &WriteBatch, stage: u8, mask: u8, tear:
     }
 }
 
+/// The next reopen after a crash: its recovery batch is itself cut by `cut` (then the root is
+/// opened again, which recovers whatever that left).
+fn reopen_with_recovery_cut(w: &mut World, cut: Option<(u8, u8, u8)>) {
+    let Some((stage, mask, tear)) = cut else {
+        w.reopen();
+        return;
+    };
+    let snap = w.store.load().unwrap();
+    let (g, _) = ActorGraph::open(w.config.clone(), "mem://t", &snap, w.now).unwrap();
+    w.g = g;
+    if let Some(b) = w.g.take_batches().first() {
+        apply_cut(&mut w.store, b, stage, mask, tear);
+    }
+    w.reopen();
+}
+
+/// Performs one step (refused calls are fine: they must change nothing). `Crash` only arms
+/// `crash` for the next batch.
+fn perform(w: &mut World, now: Millis, s: &Step, crash: &mut Option<(u8, u8, u8)>) {
+    let ids = w.g.node_ids();
+    let pick = |i: usize| ids[i % ids.len()].to_string();
+    let _ = match *s {
+        Step::Spawn(i, t) => {
+            let types = [
+                NodeType::Task,
+                NodeType::Discussion,
+                NodeType::Disambiguation,
+            ];
+            let mut r = SpawnRequest::new(pick(i), types[t as usize % 3].clone());
+            r.title = format!("n{}", t % 5);
+            w.g.spawn(now, r).map(|_| ())
+        }
+        Step::Message(i, t) => {
+            let roles = [Role::User, Role::Assistant, Role::Progress, Role::Tool];
+            let l = NewLine {
+                role: roles[t as usize % 4].clone(),
+                text: format!("line {t}"),
+                tokens: None,
+                from: None,
+            };
+            w.g.append(now, &pick(i), l).map(|_| ())
+        }
+        Step::Route(i, t) => {
+            w.g.route(
+                now,
+                &pick(i),
+                TEXTS[t as usize % TEXTS.len()],
+                None,
+                &HeuristicProposer,
+            )
+            .map(|_| ())
+        }
+        Step::Status(i, t) => {
+            let st = [
+                Status::Running,
+                Status::Done,
+                Status::Blocked,
+                Status::AwaitingUser,
+            ];
+            w.g.set_status(
+                now,
+                &pick(i),
+                st[t as usize % 4].clone(),
+                Some(format!("s{t}")),
+                None,
+            )
+            .map(|_| ())
+        }
+        Step::Resolve(i, t) => {
+            let c = match t % 3 {
+                0 => vec![Candidate::Continue],
+                1 => vec![Candidate::New {
+                    node_type: NodeType::Task,
+                    title: format!("r{t}"),
+                    topic: String::new(),
+                }],
+                _ => vec![
+                    Candidate::Continue,
+                    Candidate::New {
+                        node_type: NodeType::Discussion,
+                        title: "d".into(),
+                        topic: String::new(),
+                    },
+                ],
+            };
+            w.g.resolve(now, &pick(i), c, "").map(|_| ())
+        }
+        Step::Ref(i, t) => {
+            let n = pick(i);
+            let len = w.g.chat(&n).map_or(0, |c| c.len()) as u64;
+            w.g.add_ref(now, &n, (t as u64) % (len + 2), "r")
+                .map(|_| ())
+        }
+        Step::Reopen => {
+            w.reopen();
+            Ok(())
+        }
+        Step::Crash { stage, mask, tear } => {
+            *crash = Some((stage, mask, tear));
+            Ok(())
+        }
+    };
+}
+
+/// What a sequence has established: every node acknowledged, with its parent.
+struct Acked(std::collections::BTreeMap<String, Option<String>>);
+
+impl Acked {
+    fn new() -> Acked {
+        Acked([("coordinator".to_owned(), None)].into())
+    }
+
+    /// Flushes the queued batches — the first one cut instead when a crash is armed, then the
+    /// root reopened (with its recovery cut by `recovery_cut` too, if given) — and checks the
+    /// invariants: no lineage violation, every acknowledged node kept with its parent.
+    fn settle(
+        &mut self,
+        w: &mut World,
+        crash: &mut Option<(u8, u8, u8)>,
+        recovery_cut: impl Fn((u8, u8, u8)) -> Option<(u8, u8, u8)>,
+        after: &dyn std::fmt::Debug,
+    ) -> Result<(), TestCaseError> {
+        let mut crashed = None;
+        for b in w.g.take_batches() {
+            if let Some((stage, mask, tear)) = crash.take() {
+                apply_cut(&mut w.store, &b, stage, mask, tear);
+                crashed = Some((stage, mask, tear));
+                break;
+            }
+            w.store.apply(&b).unwrap();
+            w.g.ack(b.id).unwrap();
+        }
+        if let Some(c) = crashed {
+            reopen_with_recovery_cut(w, recovery_cut(c));
+        } else {
+            for id in w.g.node_ids() {
+                let n = w.g.node(id.as_str()).unwrap();
+                let p = n.spawned_by.as_ref().map(|p| p.to_string());
+                self.0.insert(id.to_string(), p);
+            }
+        }
+        let v = w.g.lineage_violations();
+        prop_assert!(v.is_empty(), "violations after {:?}: {:?}", after, v);
+        for (id, parent) in &self.0 {
+            let n = w.g.node(id);
+            prop_assert!(n.is_some(), "acknowledged node {} lost", id);
+            prop_assert_eq!(
+                &n.unwrap().spawned_by.as_ref().map(|p| p.to_string()),
+                parent
+            );
+        }
+        Ok(())
+    }
+}
+
+/// Runs `steps` on a fresh graph and checks the lineage invariants after each. With
+/// `crash_recovery`, every recovery that follows a crash is cut too (by the crash's numbers,
+/// permuted).
+fn check_sequence(steps: Vec<Step>, crash_recovery: bool) -> Result<(), TestCaseError> {
+    let mut w = World::new();
+    let mut acked = Acked::new();
+    let mut crash = None;
+    for s in steps {
+        let now = w.tick();
+        perform(&mut w, now, &s, &mut crash);
+        // Refused calls queue nothing; performed ones are flushed (or cut by a crash).
+        let again = |(stage, mask, tear)| crash_recovery.then_some((mask, tear, stage));
+        acked.settle(&mut w, &mut crash, again, &s)?;
+    }
+    // Whatever happened, a final reopen finds a consistent store and changes nothing more.
+    w.reopen();
+    let r = w.reopen();
+    prop_assert!(r.repairs.is_empty(), "{:?}", r.repairs);
+    prop_assert!(w.g.lineage_violations().is_empty());
+    Ok(())
+}
+
+/// A step of the broader property: every base step, plus resolving the pending
+/// disambiguation into any mix of candidates (existing siblings included) and the graph's
+/// other writers.
+#[derive(Clone, Debug)]
+enum Wide {
+    Base(Step),
+    /// Resolves the first pending disambiguation; bits of the `u8` choose `continue`, an
+    /// existing sibling (the `usize` picks it), a new task, a new discussion.
+    ResolvePending(u8, usize),
+    Archive(usize, bool),
+    Reset(u8),
+    Wait(usize, usize, u8),
+    Relate(usize, usize),
+    Bookmark,
+    Narrate,
+    Export,
+    Epoch,
+}
+
+fn wide_step() -> impl Strategy<Value = Wide> {
+    prop_oneof![
+        12 => step().prop_map(Wide::Base),
+        4 => (any::<u8>(), any::<usize>()).prop_map(|(a, b)| Wide::ResolvePending(a, b)),
+        1 => (any::<usize>(), any::<bool>()).prop_map(|(a, b)| Wide::Archive(a, b)),
+        1 => any::<u8>().prop_map(Wide::Reset),
+        1 => (any::<usize>(), any::<usize>(), any::<u8>()).prop_map(|(a, b, c)| Wide::Wait(a, b, c)),
+        1 => (any::<usize>(), any::<usize>()).prop_map(|(a, b)| Wide::Relate(a, b)),
+        1 => Just(Wide::Bookmark),
+        1 => Just(Wide::Narrate),
+        1 => Just(Wide::Export),
+        1 => Just(Wide::Epoch),
+    ]
+}
+
+fn perform_wide(w: &mut World, now: Millis, s: &Wide, crash: &mut Option<(u8, u8, u8)>) {
+    let ids = w.g.node_ids();
+    let pick = |i: usize| ids[i % ids.len()].to_string();
+    let _ = match *s {
+        Wide::Base(ref b) => {
+            perform(w, now, b, crash);
+            Ok(())
+        }
+        Wide::ResolvePending(t, k) => {
+            let pending = ids.iter().find(|id| {
+                let n = w.g.node(id.as_str()).unwrap();
+                n.node_type == NodeType::Disambiguation && n.resolved_into.is_none()
+            });
+            let Some(d) = pending else { return };
+            let parent = w.g.node(d.as_str()).unwrap().spawned_by.clone().unwrap();
+            let siblings: Vec<String> =
+                w.g.node(parent.as_str())
+                    .unwrap()
+                    .spawned
+                    .iter()
+                    .filter(|c| *c != d)
+                    .map(|c| c.to_string())
+                    .collect();
+            let mut c = vec![];
+            if t & 1 != 0 {
+                c.push(Candidate::Continue);
+            }
+            if t & 2 != 0 && !siblings.is_empty() {
+                c.push(Candidate::Existing(siblings[k % siblings.len()].clone()));
+            }
+            for (bit, node_type) in [(4, NodeType::Task), (8, NodeType::Discussion)] {
+                if t & bit != 0 || (bit == 4 && c.is_empty()) {
+                    c.push(Candidate::New {
+                        node_type,
+                        title: format!("z{}", t % 3),
+                        topic: String::new(),
+                    });
+                }
+            }
+            w.g.resolve(now, d.as_str(), c, "n").map(|_| ())
+        }
+        Wide::Archive(i, hidden) => w.g.archive(now, &pick(i), hidden),
+        Wide::Reset(t) => w.g.reset(now, now - t as u64 * 1000, None).map(|_| ()),
+        Wide::Wait(a, b, m) => {
+            let mode =
+                [None, Some(WaitMode::Warn), Some(WaitMode::Enforce)][m as usize % 3].clone();
+            w.g.set_wait(now, &pick(a), &pick(b), mode)
+        }
+        Wide::Relate(a, b) => w.g.relate(now, &pick(a), &pick(b), RelatedKind::References),
+        Wide::Bookmark => {
+            w.g.bookmark(now, &Scope::Global, vec!["k".into()], "b", None)
+                .map(|_| ())
+        }
+        Wide::Narrate => w.g.narrate(now, "story").map(|_| ()),
+        Wide::Export => w.g.export(now).map(|_| ()),
+        Wide::Epoch => w.g.reframe_epoch(now, "wave", None).map(|_| ()),
+    };
+}
+
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+    // 48 cases each by default (the suite stays fast); `PROPTEST_CASES=20000 cargo test -p
+    // weft-core --lib actors::tests` for a long hunt.
+    #![proptest_config(ProptestConfig { cases: crate::test_cases(48), ..ProptestConfig::default() })]
 
     /// After any sequence of spawn / message / route / status / resolve / ref operations,
     /// reopenings and crashes (a batch cut at any stage, with any subset of that stage's ops,
@@ -920,79 +1194,39 @@ proptest! {
     /// survives with the parent it was acknowledged with.
     #[test]
     fn lineage_invariants_hold_under_any_sequence_and_crash(steps in proptest::collection::vec(step(), 1..40)) {
-        let mut w = World::new();
-        let mut acked: std::collections::BTreeMap<String, Option<String>> = Default::default();
-        acked.insert("coordinator".into(), None);
-        let mut crash: Option<(u8, u8, u8)> = None;
+        check_sequence(steps, false)?;
+    }
+
+    /// The same when the recovery after each crash is itself cut by a crash (a host killed
+    /// while it repairs): the next open still converges.
+    #[test]
+    fn lineage_invariants_hold_when_recovery_itself_crashes(steps in proptest::collection::vec(step(), 1..40)) {
+        check_sequence(steps, true)?;
+    }
+
+    /// Every writer of the graph (resolutions into existing siblings, archive, reset, waits,
+    /// related edges, bookmarks, narrative, export, epochs; per-node close-out so that waves
+    /// write to parents' chats) under crashes of batches and of recoveries: lineage holds, the
+    /// audit finds no bad ref, open leaves nothing unrepaired, and a final reopen is clean.
+    #[test]
+    fn every_writer_keeps_lineage_audit_and_recovery_clean(steps in proptest::collection::vec(wide_step(), 1..60)) {
+        let (c, _) = HarnessConfig::from_vars([("ACTOR_GRAPH_EPOCHS", "on"), ("GIT_CLOSEOUT", "per-node")]).unwrap();
+        let mut w = World::with(c);
+        let mut acked = Acked::new();
+        let mut crash = None;
         for s in steps {
             let now = w.tick();
-            let ids = w.g.node_ids();
-            let pick = |i: usize| ids[i % ids.len()].to_string();
-            let _ = match s.clone() {
-                Step::Spawn(i, t) => {
-                    let types = [NodeType::Task, NodeType::Discussion, NodeType::Disambiguation];
-                    let mut r = SpawnRequest::new(pick(i), types[t as usize % 3].clone());
-                    r.title = format!("n{}", t % 5);
-                    w.g.spawn(now, r).map(|_| ())
-                }
-                Step::Message(i, t) => {
-                    let roles = [Role::User, Role::Assistant, Role::Progress, Role::Tool];
-                    let l = NewLine { role: roles[t as usize % 4].clone(), text: format!("line {t}"), tokens: None, from: None };
-                    w.g.append(now, &pick(i), l).map(|_| ())
-                }
-                Step::Route(i, t) => w.g.route(now, &pick(i), TEXTS[t as usize % TEXTS.len()], None, &HeuristicProposer).map(|_| ()),
-                Step::Status(i, t) => {
-                    let st = [Status::Running, Status::Done, Status::Blocked, Status::AwaitingUser];
-                    w.g.set_status(now, &pick(i), st[t as usize % 4].clone(), Some(format!("s{t}")), None).map(|_| ())
-                }
-                Step::Resolve(i, t) => {
-                    let c = match t % 3 {
-                        0 => vec![Candidate::Continue],
-                        1 => vec![Candidate::New { node_type: NodeType::Task, title: format!("r{t}"), topic: String::new() }],
-                        _ => vec![Candidate::Continue, Candidate::New { node_type: NodeType::Discussion, title: "d".into(), topic: String::new() }],
-                    };
-                    w.g.resolve(now, &pick(i), c, "").map(|_| ())
-                }
-                Step::Ref(i, t) => {
-                    let n = pick(i);
-                    let len = w.g.chat(&n).map_or(0, |c| c.len()) as u64;
-                    w.g.add_ref(now, &n, (t as u64) % (len + 2), "r").map(|_| ())
-                }
-                Step::Reopen => { w.reopen(); Ok(()) }
-                Step::Crash { stage, mask, tear } => { crash = Some((stage, mask, tear)); Ok(()) }
-            };
-            // Refused calls queue nothing; performed ones are flushed (or cut by a crash).
-            let batches = w.g.take_batches();
-            let mut crashed = false;
-            for b in batches {
-                if let Some((stage, mask, tear)) = crash.take() {
-                    apply_cut(&mut w.store, &b, stage, mask, tear);
-                    crashed = true;
-                    break;
-                }
-                w.store.apply(&b).unwrap();
-                w.g.ack(b.id).unwrap();
-            }
-            if crashed {
-                w.reopen();
-            } else {
-                for id in w.g.node_ids() {
-                    let p = w.g.node(id.as_str()).unwrap().spawned_by.as_ref().map(|p| p.to_string());
-                    acked.insert(id.to_string(), p);
-                }
-            }
-            let v = w.g.lineage_violations();
-            prop_assert!(v.is_empty(), "violations after {:?}: {:?}", s, v);
-            for (id, parent) in &acked {
-                let n = w.g.node(id);
-                prop_assert!(n.is_some(), "acknowledged node {} lost", id);
-                prop_assert_eq!(&n.unwrap().spawned_by.as_ref().map(|p| p.to_string()), parent);
-            }
+            perform_wide(&mut w, now, &s, &mut crash);
+            acked.settle(&mut w, &mut crash, |(stage, mask, tear)| Some((mask, tear, stage)), &s)?;
+            let audit = w.g.audit();
+            let bad: Vec<&AuditEntry> = audit.entries.iter().filter(|e| !e.ok).collect();
+            prop_assert!(bad.is_empty(), "audit after {:?}: {:?}", s, bad);
+            let open: Vec<&Diagnostic> = w.g.diagnostics().iter().filter(|d| !d.repaired).collect();
+            prop_assert!(open.is_empty(), "unrepaired diagnostics after {:?}: {:?}", s, open);
         }
-        // Whatever happened, a final reopen finds a consistent store and changes nothing more.
         w.reopen();
         let r = w.reopen();
-        prop_assert!(r.repairs.is_empty(), "{:?}", r.repairs);
+        prop_assert!(r.repairs.is_empty() && r.diagnostics.is_empty(), "{:?}", r);
         prop_assert!(w.g.lineage_violations().is_empty());
     }
 }

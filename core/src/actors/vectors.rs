@@ -7,8 +7,8 @@
 //! `title`), and `steps`. Each step has `at` (milliseconds after 2026-01-01T00:00:00Z) and
 //! `op`; it may state `expect` (a subset of the result), `expectError` (a code). After each
 //! step the queued batches are applied to the memory store and acknowledged, unless the step
-//! says `"hold": true` (then `take`, `apply`, `crash` and `fail` steps handle them). The final
-//! `expect` is matched against `{"violations": [...], "graph": <graph view>}`.
+//! says `"hold": true` (then `take`, `apply`, `crash`, `crashSweep` and `fail` steps handle
+//! them). The final `expect` is matched against `{"violations": [...], "graph": <graph view>}`.
 
 use serde_json::{Value, json};
 
@@ -101,6 +101,131 @@ impl Run {
         self.g = Some(g);
         self.held.clear();
         Ok(serde_json::to_value(&report).expect("serializes"))
+    }
+
+    /// Every state a crash can leave the first held batch in — the stages before a cut
+    /// whole, any subset of the cut stage's ops (a stage's ops have no order among them), and
+    /// with `tear` the left-out appends of that stage half written — each opened (which
+    /// recovers) from a copy of the store. Each must recover to a graph without lineage
+    /// violations in which every node that existed before the batch keeps its parent, and a
+    /// second open must find nothing left to repair. Afterwards the batch is applied whole and
+    /// acknowledged, so the vector continues as if it had been performed. Returns the number
+    /// of cuts tried and the first failures.
+    fn crash_sweep(&mut self, at: Millis, tear: bool) -> StepResult {
+        /// Ops of one stage enumerated as subsets: 2^12 is already plenty.
+        const MAX_STAGE_OPS: usize = 12;
+        let held = std::mem::take(&mut self.held);
+        let b = held
+            .first()
+            .ok_or_else(|| verr("crashSweep needs a held batch"))?
+            .clone();
+        let mut base = self.store.clone();
+        let lineage = |g: &ActorGraph| -> Vec<(String, Option<String>)> {
+            g.node_ids()
+                .iter()
+                .map(|id| {
+                    let parent = g.node(id.as_str()).and_then(|n| n.spawned_by.clone());
+                    (id.to_string(), parent.map(|p| p.to_string()))
+                })
+                .collect()
+        };
+        let (before, _) = ActorGraph::open(
+            self.config.clone(),
+            "mem://vector",
+            &base.load().map_err(verr)?,
+            at,
+        )
+        .map_err(aerr)?;
+        let before = lineage(&before);
+        let mut cuts = 0u64;
+        let mut failures = Vec::new();
+        for cut in 0..=b.stages.len() {
+            let ops = b.stages.get(cut).map_or(&[][..], Vec::as_slice);
+            if ops.len() > MAX_STAGE_OPS {
+                return Err(verr(format!(
+                    "stage {cut} has {} ops; crashSweep enumerates at most {MAX_STAGE_OPS}",
+                    ops.len()
+                )));
+            }
+            for mask in 0u32..(1 << ops.len()) {
+                let left_out_append = ops
+                    .iter()
+                    .enumerate()
+                    .any(|(i, op)| mask & (1 << i) == 0 && matches!(op, Op::Append { .. }));
+                for torn in [false, true] {
+                    if torn && !(tear && left_out_append) {
+                        continue;
+                    }
+                    cuts += 1;
+                    let mut store = base.clone();
+                    for s in &b.stages[..cut] {
+                        for op in s {
+                            store.apply_op(op).map_err(verr)?;
+                        }
+                    }
+                    for (i, op) in ops.iter().enumerate() {
+                        if mask & (1 << i) != 0 {
+                            store.apply_op(op).map_err(verr)?;
+                        } else if let (true, Op::Append { path, text }) = (torn, op) {
+                            let half = &text.as_bytes()[..text.len() / 2];
+                            store
+                                .files
+                                .entry(path.clone())
+                                .or_default()
+                                .extend_from_slice(half);
+                        }
+                    }
+                    let kept: Vec<usize> =
+                        (0..ops.len()).filter(|i| mask & (1 << i) != 0).collect();
+                    let problems = Self::recover_copy(&self.config, &mut store, at, &before)
+                        .unwrap_or_else(|e| vec![e]);
+                    if !problems.is_empty() && failures.len() < 3 {
+                        failures.push(json!({
+                            "stage": cut, "ops": kept, "torn": torn, "problems": problems,
+                        }));
+                    }
+                }
+            }
+        }
+        self.store.apply(&b).map_err(verr)?;
+        self.g()?.ack(b.id).map_err(aerr)?;
+        Ok(json!({"cuts": cuts, "failures": failures}))
+    }
+
+    /// Opens a crashed store (performing the recovery batch), then checks it: lineage
+    /// violations, nodes of `before` lost or re-parented, and repairs a second open still
+    /// finds.
+    fn recover_copy(
+        config: &HarnessConfig,
+        store: &mut MemoryStore,
+        at: Millis,
+        before: &[(String, Option<String>)],
+    ) -> Result<Vec<String>, String> {
+        let open = |store: &mut MemoryStore| {
+            let snap = store.load()?;
+            ActorGraph::open(config.clone(), "mem://vector", &snap, at)
+                .map_err(|e| format!("open: {e}"))
+        };
+        let (mut g, _) = open(store)?;
+        for b in g.take_batches() {
+            store.apply(&b)?;
+            g.ack(b.id).map_err(|e| e.to_string())?;
+        }
+        let mut problems = g.lineage_violations();
+        for (id, parent) in before {
+            match g.node(id) {
+                None => problems.push(format!("`{id}` was lost")),
+                Some(n) if n.spawned_by.as_ref().map(|p| p.to_string()) != *parent => {
+                    problems.push(format!("`{id}` changed parent to {:?}", n.spawned_by))
+                }
+                Some(_) => {}
+            }
+        }
+        let (_, again) = open(store)?;
+        if !again.repairs.is_empty() {
+            problems.push(format!("a second open still repairs: {:?}", again.repairs));
+        }
+        Ok(problems)
     }
 
     fn step(&mut self, at: Millis, op: &str, st: &Value) -> StepResult {
@@ -198,6 +323,7 @@ impl Run {
                 }
                 self.open(at)?
             }
+            "crashSweep" => self.crash_sweep(at, st["tear"].as_bool().unwrap_or(false))?,
             "write" => {
                 // Change the store behind the graph's back (corruption, other writers).
                 let path = req_s(st, "path")?.to_owned();

@@ -73,7 +73,7 @@ fn open(records: &BTreeMap<(RecordKind, String), Vec<u8>>) -> Engine<ScriptedApp
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 96, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: crate::test_cases(96), ..ProptestConfig::default() })]
 
     #[test]
     fn commits_keep_their_invariants(ops in proptest::collection::vec(op(), 1..60)) {

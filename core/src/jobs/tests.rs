@@ -173,7 +173,7 @@ fn op() -> impl Strategy<Value = Op> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(400))]
+    #![proptest_config(ProptestConfig::with_cases(crate::test_cases(400)))]
     #[test]
     fn interleavings_keep_the_registry_invariants(ops in proptest::collection::vec(op(), 1..80)) {
         let mut reg: Registry<Value> = Registry::default();

@@ -422,17 +422,8 @@ fn check_finished(
     Ok(())
 }
 
-/// 192 cases by default; `PROPTEST_CASES=5000 cargo test -p weft-core ops::tests` runs more
-/// (an explicit `cases` would otherwise override the variable).
-fn cases() -> u32 {
-    std::env::var("PROPTEST_CASES")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(192)
-}
-
 proptest! {
-    #![proptest_config(ProptestConfig { cases: cases(), ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: crate::test_cases(192), ..ProptestConfig::default() })]
 
     #[test]
     fn operations_end_once_and_settle_only_on_what_they_asked_for(

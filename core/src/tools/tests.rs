@@ -123,7 +123,7 @@ fn results(s: &Session<Value>) -> Vec<CallResult<Value>> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: crate::test_cases(256), ..ProptestConfig::default() })]
 
     /// For every pattern of parallel/exclusive/refused calls and every completion order: the
     /// running set is always exactly one expected group, groups start in model order only after

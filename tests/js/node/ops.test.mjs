@@ -378,3 +378,127 @@ test("weft's own agent drives the lab through the published app tools (schemas e
   assert.equal(byId.c3.value.writes[0].toolCall, 'c3');
   app.dispose();
 });
+
+test('the agent drives all four app tools with real handlers: settled, held, superseded, and a handle passed to wait', { timeout: 90_000 }, async (t) => {
+  const app = createApp();
+  let agent = null;
+  t.after(() => {
+    agent?.dispose();
+    app.dispose();
+  });
+  app.load(labSpec(app.openWorker(diffusionWorker)));
+  const resultOf = (request, callId) =>
+    request.messages.find((m) => m.role === 'tool_result' && m.callId === callId);
+  const model = scriptedModel([
+    {
+      calls: [
+        { id: 'c1', name: 'report', arguments: {} },
+        { id: 'c2', name: 'set', arguments: { name: 'points', value: 420 } }, // snapped to the step
+        { id: 'c3', name: 'act', arguments: { name: 'stop' } },
+        { id: 'c4', name: 'observe', arguments: { writes: { simTime: 0.002 }, waitFor: ['profile'] } },
+        { id: 'c5', name: 'act', arguments: { name: 'start' } },
+        { id: 'c6', name: 'observe', arguments: { writes: { diffusivity: 0.4, simTime: 0.003 }, waitFor: ['errors'], selector: 'summary' } },
+      ],
+    },
+    { calls: [{ id: 'c7', name: 'observe', arguments: { writes: { points: 2000, simTime: 0.03 }, waitFor: ['errors'], selector: 'summary' } }] },
+    { calls: [{ id: 'c8', name: 'observe', arguments: { writes: { points: 1500, simTime: 0.02 }, waitFor: ['errors'], waitMs: 5 } }] },
+    // The model reads the handle from c8's result and passes it to `wait`.
+    (request) => {
+      const handle = resultOf(request, 'c8');
+      return { calls: [{ id: 'c9', name: 'wait', arguments: { operation: handle.value.operation, timeoutMs: 30_000 } }] };
+    },
+    { text: 'done' },
+  ]);
+  agent = createAgent(app.runtime, { id: 'lab-agent', model });
+  for (const tool of app.tools.list()) {
+    agent.registerTool({ name: tool.name, description: tool.description, parameters: tool.inputSchema }, (args, ctx) =>
+      app.tools.call(tool.name, args, { by: 'lab-agent', toolCall: ctx.callId, owner: 'lab-agent' }),
+    );
+  }
+  // The user moves the diffusivity while c7's calculation runs.
+  let c7Started = false;
+  agent.on('start_call', (o) => {
+    if (o.callId === 'c7') c7Started = true;
+  });
+  const user = (async () => {
+    await until(() => c7Started && app.cell('evolution').state !== 'ready' && (app.cell('evolution').progress ?? 0) > 0.05, 'c7 to run', 60_000);
+    return app.set('diffusivity', 0.7, { by: 'user' });
+  })();
+  const turn = await agent.run('Explore the lab: check the stop action, then try a fine grid.');
+  assert.equal(turn.end, 'completed', JSON.stringify(turn));
+  assert.equal((await user).accepted, 0.7);
+
+  // One result per call, in model order, each from the real handler.
+  assert.deepEqual(turn.results.map((r) => r.callId), ['c1', 'c2', 'c3', 'c4', 'c5', 'c6', 'c7', 'c8', 'c9']);
+  assert.ok(turn.results.every((r) => r.status === 'succeeded'), JSON.stringify(turn.results.map((r) => [r.callId, r.status, r.message])));
+  const [report, set, stop, held, start, settled, superseded, handle, waited] = turn.results.map((r) => r.value);
+  assert.deepEqual(Object.keys(report.cells).sort(), ['errors', 'evolution', 'profile']);
+  assert.equal(set.control, 'points');
+  assert.equal(set.accepted, 400, 'the receipt says the value was snapped');
+  assert.deepEqual(set.adjusted, ['snapped']);
+  assert.equal(set.by, 'lab-agent');
+  assert.equal(stop.action, 'stop');
+  assert.equal(stop.writes[0].control, 'running');
+  assert.equal(held.outcome, 'failed');
+  assert.equal(held.failures[0].reason, 'held', 'observe sees the effect of act');
+  assert.equal(start.writes[0].accepted, true);
+  assert.equal(settled.outcome, 'settled');
+  assert.equal(settled.result.diffusivity, 0.4);
+  assert.equal(settled.writes[0].toolCall, 'c6');
+  assert.equal(superseded.outcome, 'superseded');
+  assert.equal(superseded.superseded.stage, 'during_execution');
+  assert.deepEqual(superseded.superseded.changedInputs, ['diffusivity']);
+  assert.equal(superseded.superseded.by[0].by, 'user');
+  assert.equal(superseded.result, undefined, 'no replacement answer');
+  assert.equal(handle.status, 'waiting');
+  assert.equal(typeof handle.job, 'number');
+  assert.equal(waited.outcome, 'settled');
+  assert.equal(waited.job, handle.job);
+  assert.equal(waited.inputs.points, 1500);
+  assert.equal(waited.inputs.diffusivity, 0.7, 'settled on the user’s value');
+  // The hosted observation's job belongs to the agent: its note waits in the mailbox for the
+  // next turn, and no model call was made for it.
+  assert.equal(model.requests.length, 5);
+  await until(() => agent.mailbox().some((m) => m.kind === 'job' && m.note.job === handle.job), 'the job note in the mailbox');
+  assert.equal(agent.phase, 'idle');
+  assert.equal(model.requests.length, 5);
+});
+
+test("an agent on an app's runtime: a job its tool starts notes the agent's mailbox, admitted at the next turn", async (t) => {
+  const app = createApp();
+  let agent = null;
+  t.after(() => {
+    agent?.dispose();
+    app.dispose();
+  });
+  app.load({ controls: [{ name: 'a', type: 'number', min: 0, max: 10, step: 1, value: 1 }], cells: [] });
+  const release = deferred();
+  const ep = app.openLocal(async (payload) => {
+    await release.promise;
+    return payload.n * 2;
+  });
+  const model = scriptedModel([
+    { calls: [{ id: 's1', name: 'start', arguments: { n: 21 } }] },
+    { text: 'started' },
+    { text: 'the job finished' },
+  ]);
+  agent = createAgent(app.runtime, { id: 'app-agent', model });
+  agent.registerTool(
+    { name: 'start', mayStartJob: true, parameters: { type: 'object', properties: { n: { type: 'integer' } } } },
+    (args, ctx) => ({ job: ctx.submitJob(ep, args).id }),
+  );
+  const turn = await agent.run('start the job');
+  assert.equal(turn.results[0].status, 'succeeded', JSON.stringify(turn.results[0]));
+  const job = turn.results[0].value.job;
+  assert.deepEqual(turn.results[0].jobs, [job], 'handed over to the agent');
+  assert.equal(app.runtime.job(job).state, 'running', 'the job outlives the turn');
+  release.resolve();
+  await until(() => agent.mailbox().some((m) => m.kind === 'job' && m.note.job === job), "the job's note");
+  assert.equal(model.requests.length, 2, 'the note called no model');
+  const next = await agent.run('what happened?');
+  const admitted = next.messages.filter((m) => m.role === 'mail');
+  assert.equal(admitted.length, 1, JSON.stringify(next.messages));
+  assert.equal(admitted[0].note.job, job);
+  assert.equal(admitted[0].note.outcome, 'succeeded');
+  assert.equal(app.runtime.job(job).outcome.value, 42);
+});
