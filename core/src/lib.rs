@@ -16,11 +16,13 @@
 
 pub mod actors;
 pub mod conformance;
+pub mod fields;
 pub mod frames;
 pub mod jobs;
 pub mod ops;
 pub mod tools;
 pub mod value;
+pub mod vecmap;
 
 /// Milliseconds on the host's monotonic clock. The core never reads a clock itself.
 pub type Millis = u64;

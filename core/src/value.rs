@@ -64,6 +64,34 @@ impl Payload for serde_json::Value {
     }
 }
 
+/// A number as message text: integral values as integers (`64`), others in serde_json's
+/// shortest form (`0.25`, `1e-7`), `NaN`/`inf`/`-inf` for non-finite ones. Used instead of
+/// `f64`'s `Display`, whose float formatting would be a second one in the WebAssembly modules
+/// (serde_json's is already there).
+pub fn number_text(n: f64) -> String {
+    if n.is_nan() {
+        "NaN".into()
+    } else if n.is_infinite() {
+        if n > 0.0 { "inf" } else { "-inf" }.into()
+    } else if n.fract() == 0.0 && n.abs() < 9e15 {
+        (n as i64).to_string()
+    } else {
+        serde_json::Number::from_f64(n).map_or_else(String::new, |x| x.to_string())
+    }
+}
+
+/// A JSON object from `(key, value)` pairs, later keys winning (as `collect` would), built by
+/// insertion: collecting into a `Map` sorts first, and compiles a sort for every call site.
+pub fn map_of(
+    pairs: impl Iterator<Item = (String, serde_json::Value)>,
+) -> serde_json::Map<String, serde_json::Value> {
+    let mut m = serde_json::Map::new();
+    for (k, v) in pairs {
+        m.insert(k, v);
+    }
+    m
+}
+
 /// The JSON type name of a value.
 pub fn json_type_name(v: &serde_json::Value) -> &'static str {
     match v {
@@ -93,5 +121,21 @@ fn json_fits(v: &serde_json::Value, budget: &mut i64) -> bool {
         Array(a) => a.iter().all(|x| json_fits(x, budget)),
         Object(o) => o.values().all(|x| json_fits(x, budget)),
         _ => true,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::number_text;
+
+    #[test]
+    fn numbers_print_like_their_json() {
+        assert_eq!(number_text(64.0), "64");
+        assert_eq!(number_text(-3.0), "-3");
+        assert_eq!(number_text(0.25), "0.25");
+        assert_eq!(number_text(0.1 + 0.2), "0.30000000000000004");
+        assert_eq!(number_text(1.5e-7), "1.5e-7");
+        assert_eq!(number_text(f64::NAN), "NaN");
+        assert_eq!(number_text(f64::NEG_INFINITY), "-inf");
     }
 }

@@ -3,8 +3,16 @@
 // whole or not at all) or memory (anywhere). Every mutating method resolves only after the
 // store has committed the batch and the core has been told (so a spawned node never accepts
 // a message before its lineage is durable).
-import { ActorGraph } from './weft_wasm.js';
-import { WeftError } from './runtime.js';
+import { WeftError } from './error.js';
+import { lazyModule } from './lazy.js';
+
+// The actor graph is its own WebAssembly module (weft_actors_bg.wasm), loaded on first use.
+const wasm = lazyModule('actors', new URL('./weft_actors_bg.wasm', import.meta.url), () => import('./weft_actors.js'));
+
+/** Loads the actor-graph module (`openActorStore` and importing `weft/actors` do this). */
+export async function loadActors() {
+  await wasm.load();
+}
 
 const enc = new TextEncoder();
 const dec = new TextDecoder();
@@ -247,6 +255,7 @@ for (const v of VIEWS) {
  */
 export async function openActorStore({ backend, name = 'weft-actors', config = {}, title = 'Session' } = {}) {
   const kind = backend ?? (typeof indexedDB === 'undefined' ? 'memory' : 'indexeddb');
+  const { ActorGraph } = await wasm.load();
   const store = kind === 'memory' ? new MemoryBackend() : await IndexedDbBackend.open(name);
   const files = await store.load();
   const address = kind === 'memory' ? 'memory:' : `idb://${name}`;

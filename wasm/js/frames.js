@@ -1,6 +1,24 @@
 // DGP 0.1 decision frames in JS: the core's engine (WebAssembly) over a declarative app. The
 // same rules as `weft serve`: immutable frames, assessments, guarded commits, receipts.
-import { FramesEngine as RawEngine, evidenceFor as rawEvidenceFor } from './weft_wasm.js';
+import { WeftError } from './error.js';
+import { lazyModule } from './lazy.js';
+
+// The engine is its own WebAssembly module (weft_frames_bg.wasm), loaded on first use.
+const wasm = lazyModule('frames', new URL('./weft_frames_bg.wasm', import.meta.url), () => import('./weft_frames.js'));
+
+/** Loads the frames module (importing `weft/frames` does this; in Node the first call does). */
+export async function loadFrames() {
+  await wasm.load();
+}
+
+/** The loaded bindings (NOT_LOADED in a browser before `loadFrames`). */
+function loaded() {
+  const glue = wasm.loadSync();
+  if (!glue) {
+    throw new WeftError('NOT_LOADED', "the frames module is not loaded yet: import 'weft/frames' or await loadFrames() first");
+  }
+  return glue;
+}
 
 const parse = (text) => JSON.parse(text);
 const body = (b) => (typeof b === 'string' ? b : JSON.stringify(b));
@@ -71,6 +89,7 @@ export class FramesEngine {
 
 /** Opens an engine over a declarative app (and the records of an earlier engine, if any). */
 export function createFramesEngine({ app, records, frameTtlMs, serviceBudget, idSeed, maxMessageBytes, now = Date.now } = {}) {
+  const { FramesEngine: RawEngine } = loaded();
   const seed = idSeed ?? Math.floor(Math.random() * 2 ** 52);
   const raw = new RawEngine(JSON.stringify(app), { frameTtlMs, serviceBudget, idSeed: seed, maxMessageBytes }, records);
   return new FramesEngine(raw, now);
@@ -78,5 +97,5 @@ export function createFramesEngine({ app, records, frameTtlMs, serviceBudget, id
 
 /** The evidence of a decision an assessor reading `modalities` may receive; throws UNSUPPORTED_MODALITY. */
 export function evidenceFor(frame, decisionId, modalities) {
-  return parse(rawEvidenceFor(typeof frame === 'string' ? frame : JSON.stringify(frame), decisionId, modalities));
+  return parse(loaded().evidenceFor(typeof frame === 'string' ? frame : JSON.stringify(frame), decisionId, modalities));
 }

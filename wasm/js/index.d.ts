@@ -636,7 +636,15 @@ export class FramesEngine {
   free(): void;
 }
 
+/**
+ * Creates an engine. The engine is a WebAssembly module of its own, loaded on first use: in
+ * Node this call loads it; in browsers import `weft/frames` (or `await loadFrames()`) first,
+ * else this throws `NOT_LOADED`.
+ */
 export function createFramesEngine(options: FramesEngineOptions): FramesEngine;
+
+/** Loads the frames module (once). Importing `weft/frames` has done it. */
+export function loadFrames(): Promise<void>;
 
 /** The controller's modality check; throws `UNSUPPORTED_MODALITY` for required evidence it cannot read. */
 export function evidenceFor(frame: any, decisionId: string, modalities: string[]): { evidenceIds: string[]; omittedOptional: string[] };
@@ -720,6 +728,9 @@ export class ActorStore {
   sync(): Promise<unknown>;
   close(): Promise<void>;
 }
+
+/** Loads the actor-graph module (once); `openActorStore` does it on first use. */
+export function loadActors(): Promise<void>;
 
 /** Opens (or creates) an actor store: IndexedDB in browsers (default there), memory anywhere. */
 export function openActorStore(options?: { backend?: 'indexeddb' | 'memory'; name?: string; config?: ActorConfig; title?: string }): Promise<ActorStore>;

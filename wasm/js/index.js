@@ -27,8 +27,8 @@ setWorkerFactory((specifier, options = {}) => (h) => {
 });
 
 export { createRuntime, Runtime, Endpoint, Job, WeftError } from './runtime.js';
-export { openActorStore, deleteActorStore, ActorStore } from './actors.js';
+export { openActorStore, deleteActorStore, ActorStore, loadActors } from './actors.js';
 export { createApp, App, Operation } from './ops.js';
 export { createAgent, Agent, scriptedModel } from './agent.js';
 export { validateToolArguments } from './weft_wasm.js';
-export { createFramesEngine, FramesEngine, evidenceFor } from './frames.js';
+export { createFramesEngine, FramesEngine, evidenceFor, loadFrames } from './frames.js';

@@ -5,6 +5,7 @@ import { resolve } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { Worker } from 'node:worker_threads';
 import { initSync } from './weft_wasm.js';
+import './node-reader.js';
 import { setWorkerFactory } from './runtime.js';
 
 // Node 20 ships V8 11.3, whose inlining of JS→wasm calls into optimized code intermittently
@@ -43,8 +44,8 @@ setWorkerFactory((specifier, options = {}) => (h) => {
 });
 
 export { createRuntime, Runtime, Endpoint, Job, WeftError } from './runtime.js';
-export { openActorStore, deleteActorStore, ActorStore } from './actors.js';
+export { openActorStore, deleteActorStore, ActorStore, loadActors } from './actors.js';
 export { createApp, App, Operation } from './ops.js';
 export { createAgent, Agent, scriptedModel } from './agent.js';
 export { validateToolArguments } from './weft_wasm.js';
-export { createFramesEngine, FramesEngine, evidenceFor } from './frames.js';
+export { createFramesEngine, FramesEngine, evidenceFor, loadFrames } from './frames.js';

@@ -3,17 +3,11 @@
 // made by the core's job registry.
 
 import { JobRegistry } from './weft_wasm.js';
+import { WeftError } from './error.js';
+
+export { WeftError };
 
 const defaultNow = () => Math.floor(performance.now());
-
-/** An Error with a stable `.code` (the core's codes, plus WAIT_CANCELLED / WAIT_TIMED_OUT). */
-export class WeftError extends Error {
-  constructor(code, message, options) {
-    super(message, options);
-    this.name = code === 'WAIT_CANCELLED' ? 'AbortError' : 'WeftError';
-    this.code = code;
-  }
-}
 
 let workerFactory = null;
 

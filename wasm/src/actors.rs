@@ -11,7 +11,7 @@ use weft_core::actors::{
     ActorGraph, ActorsError, HarnessConfig, HeuristicProposer, OpenReport, api,
 };
 
-use crate::js::{error, json};
+use crate::js::{error, from_js_json, json};
 
 fn ms(now: f64) -> u64 {
     if now.is_finite() && now > 0.0 {
@@ -133,7 +133,7 @@ impl ActorGraphJs {
         let args: serde_json::Value = if args.is_undefined() || args.is_null() {
             serde_json::json!({})
         } else {
-            serde_wasm_bindgen::from_value(args).map_err(|e| {
+            from_js_json(&args).map_err(|e| {
                 error(&ActorsError::InvalidArgument(format!(
                     "arguments are not JSON-like: {e}"
                 )))

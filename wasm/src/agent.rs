@@ -7,12 +7,14 @@ use serde_json::json;
 use wasm_bindgen::prelude::*;
 use weft_core::jobs::{EndpointId, JobId, Submit};
 use weft_core::tools::{
-    CallOutcome, CallResult, InvocationId, Mail, MailItem, Message, ModelResponse, Session,
-    SessionConfig, Settlement, StepId, TaskId, ToolDecl, ToolsError,
+    CallOutcome, CallResult, InvocationId, Mail, MailItem, ModelResponse, Session, SessionConfig,
+    Settlement, StepId, TaskId, ToolDecl, ToolsError,
 };
 
 use crate::jobs::JobRegistry;
-use crate::js::{Js, coded_error, error, json, object, opt, opt_bool, opt_string, set};
+use crate::js::{
+    Js, coded_error, error, from_js_json, json, object, opt, opt_bool, opt_string, parse_text, set,
+};
 use crate::ops::OpsApp;
 
 fn ms(now: f64) -> u64 {
@@ -27,7 +29,7 @@ fn from_js(v: &JsValue, what: &str) -> Result<serde_json::Value, JsValue> {
     if v.is_undefined() {
         return Ok(serde_json::Value::Null);
     }
-    serde_wasm_bindgen::from_value(v.clone()).map_err(|e| {
+    from_js_json(v).map_err(|e| {
         coded_error(
             "INVALID_ARGUMENT",
             &format!("{what} must be JSON data: {e}"),
@@ -190,21 +192,6 @@ impl AgentSession {
         }
     }
 
-    /// The model answered `step` with `{text, calls: [{id, name, arguments}]}`.
-    #[wasm_bindgen(js_name = onModelResponse)]
-    pub fn on_model_response(
-        &mut self,
-        now: f64,
-        step: f64,
-        response: JsValue,
-    ) -> Result<(), JsValue> {
-        let v = from_js(&response, "a model response")?;
-        let r = ModelResponse::from_json(&v).map_err(|m| err(ToolsError::InvalidResponse(m)))?;
-        self.inner
-            .on_model_response(ms(now), StepId(step as u64), r)
-            .map_err(err)
-    }
-
     /// The model answered `step`; the answer as JSON text (`JSON.stringify` of `{text,
     /// calls}`). One string crosses the boundary instead of a walk over JS objects.
     #[wasm_bindgen(js_name = onModelResponseJson)]
@@ -214,7 +201,7 @@ impl AgentSession {
         step: f64,
         text: &str,
     ) -> Result<(), JsValue> {
-        let v: serde_json::Value = serde_json::from_str(text)
+        let v: serde_json::Value = parse_text(text)
             .map_err(|e| err(ToolsError::InvalidResponse(format!("not JSON: {e}"))))?;
         let r = ModelResponse::from_json(&v).map_err(|m| err(ToolsError::InvalidResponse(m)))?;
         self.inner
@@ -324,14 +311,6 @@ impl AgentSession {
         )
     }
 
-    /// Records that a running call started `job` (for jobs submitted by other means).
-    #[wasm_bindgen(js_name = onCallJob)]
-    pub fn on_call_job(&mut self, now: f64, invocation: f64, job: f64) -> Result<(), JsValue> {
-        self.inner
-            .on_call_job(ms(now), InvocationId(invocation as u64), JobId(job as u64))
-            .map_err(err)
-    }
-
     /// The origin (`{thread, turn, toolCall}`) for a job a running call starts.
     pub fn origin(&self, invocation: f64) -> JsValue {
         self.inner
@@ -358,23 +337,13 @@ impl AgentSession {
         self.inner.handle_timeout(ms(now));
     }
 
-    /// All pending outputs, as JS objects (`{output: "model_request" | "start_call" | ...}`).
-    #[wasm_bindgen(js_name = drainOutputs)]
-    pub fn drain_outputs(&mut self) -> Array {
-        let out = Array::new();
-        for o in self.inner.drain_outputs() {
-            out.push(&json(&o.to_json()));
-        }
-        out
-    }
-
     /// All pending outputs as JSON text (an array; `JSON.parse` it): one string crosses the
     /// boundary per drain, the cheapest form for hot loops.
     #[wasm_bindgen(js_name = drainOutputsJson)]
     pub fn drain_outputs_json(&mut self) -> String {
         let outs: Vec<serde_json::Value> =
             self.inner.drain_outputs().map(|o| o.to_json()).collect();
-        serde_json::to_string(&outs).expect("outputs are JSON")
+        serde_json::to_string(&outs).unwrap_or_default()
     }
 
     /// `idle`, `model_step`, `running_tools` or `interrupted`.
@@ -394,17 +363,6 @@ impl AgentSession {
     /// Unadmitted mail, in arrival order (values are the original JS values).
     pub fn mailbox(&self) -> Array {
         self.inner.mailbox().map(mail_js).collect()
-    }
-
-    /// The transcript from message `from` (default 0).
-    pub fn transcript(&self, from: Option<f64>) -> Array {
-        let from = from.map(ms).unwrap_or(0) as usize;
-        self.inner
-            .history()
-            .iter()
-            .skip(from)
-            .map(message_js)
-            .collect()
     }
 
     /// The transcript from message `from` in the cheap form: `[jsonText, patches]`, where
@@ -431,7 +389,7 @@ impl AgentSession {
             } else {
                 serde_json::to_string(m)
             };
-            text.push_str(&json.expect("messages serialize to JSON"));
+            text.push_str(&json.unwrap_or_default());
         }
         text.push(']');
         let result = Array::new();
@@ -487,29 +445,4 @@ fn mail_js(m: &Mail<Js>) -> JsValue {
         // No application values inside.
         MailItem::Job(_) | MailItem::LateJob { .. } => json(&m.to_json()),
     }
-}
-
-fn message_js(m: &Message<Js>) -> JsValue {
-    let role = m.role();
-    let o = match m {
-        Message::Admitted(mail) => mail_js(mail),
-        Message::Standing { key, value } => {
-            object(&[("key", key.as_str().into()), ("value", value.to_js())])
-        }
-        Message::Task { task, input } => {
-            object(&[("task", (task.0 as f64).into()), ("input", input.to_js())])
-        }
-        Message::Steer { input } => object(&[("input", input.to_js())]),
-        Message::ToolResult { step, result } => {
-            let o = call_result_js(result);
-            set(&o, "step", step.0 as f64);
-            o
-        }
-        // No application values inside.
-        Message::TurnStart { .. } | Message::Assistant { .. } | Message::TurnEnd { .. } => {
-            json(&m.to_json())
-        }
-    };
-    set(&o, "role", role);
-    o
 }

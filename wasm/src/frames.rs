@@ -6,13 +6,13 @@
 
 use js_sys::{Array, Reflect, Uint8Array};
 use wasm_bindgen::prelude::*;
-use weft_core::frames::controller;
 use weft_core::frames::types::Frame;
 use weft_core::frames::{
     Engine, EngineConfig, FramesError, Principal, RecordKind, Role, ScriptedApp, Write,
 };
+use weft_core::frames::{controller, validate};
 
-use crate::js::{coded_error, error, object, opt_f64, opt_string};
+use crate::js::{coded_error, error, object, opt_f64, opt_string, parse_text};
 
 fn text(v: &impl serde::Serialize) -> String {
     serde_json::to_string(v).expect("records serialize")
@@ -47,8 +47,8 @@ impl FramesEngine {
     /// idSeed, maxMessageBytes}`; `records`: what an earlier engine wrote (`[{kind, key, value}]`).
     #[wasm_bindgen(constructor)]
     pub fn new(app: &str, options: JsValue, records: JsValue) -> Result<FramesEngine, JsValue> {
-        let app: serde_json::Value = serde_json::from_str(app)
-            .map_err(|e| coded_error("INVALID_MESSAGE", &format!("app: {e}")))?;
+        let app: serde_json::Value =
+            parse_text(app).map_err(|e| coded_error("INVALID_MESSAGE", &format!("app: {e}")))?;
         let app = ScriptedApp::from_json(&app).map_err(|e| error(&e))?;
         let mut config = EngineConfig::default();
         if let Some(t) = opt_f64(&options, "frameTtlMs") {
@@ -223,8 +223,9 @@ pub fn evidence_for(
     decision_id: String,
     modalities: Vec<String>,
 ) -> Result<String, JsValue> {
-    let frame: Frame = serde_json::from_str(frame)
+    let frame: serde_json::Value = parse_text(frame)
         .map_err(|e| error(&FramesError::InvalidMessage(format!("frame: {e}"))))?;
+    let frame: Frame = validate::typed("frame", frame).map_err(|e| error(&e))?;
     let d = frame.decision(&decision_id).ok_or_else(|| {
         error(&FramesError::DecisionNotOffered(format!(
             "no decision `{decision_id}`"

@@ -357,17 +357,6 @@ impl JobRegistry {
         ))
     }
 
-    /// The job's journal as JSON text (values via JSON.stringify), for export.
-    #[wasm_bindgen(js_name = journalJson)]
-    pub fn journal_json(&self, job: f64) -> Result<String, JsValue> {
-        let j = self
-            .inner
-            .job(JobId(job as u64))
-            .ok_or_else(|| error(&JobsError::UnknownJob(JobId(job as u64))))?;
-        let v: Vec<_> = j.journal().iter().map(|e| e.to_json()).collect();
-        Ok(serde_json::to_string(&v).expect("json"))
-    }
-
     /// Summaries of the retained jobs, optionally of one owner.
     pub fn jobs(&self, owner: Option<String>) -> Array {
         match owner {

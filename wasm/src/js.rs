@@ -36,6 +36,7 @@ export function toJsonText(v) {
   });
   return text === undefined ? 'null' : text;
 }
+export function parseJson(text) { return JSON.parse(text); }
 const TYPES = ['null', 'array', 'object', 'string', 'number', 'boolean', 'undefined', 'bigint', 'function', 'symbol'];
 export function typeCode(v) {
   if (v === null) return 0;
@@ -46,7 +47,6 @@ export function typeCode(v) {
 export function field(o, k) {
   return o !== null && (typeof o === 'object' || typeof o === 'function') ? o[k] : undefined;
 }
-export function isKind(v, s) { return v === s; }
 export function sameValue(a, b, depth = 0) {
   if (Object.is(a, b)) return true;
   if (typeof a !== 'object' || typeof b !== 'object' || a === null || b === null || depth > 64) return false;
@@ -75,8 +75,13 @@ export function sameValue(a, b, depth = 0) {
 extern "C" {
     #[wasm_bindgen(js_name = approxSize)]
     fn approx_size(v: &JsValue, limit: f64) -> bool;
-    #[wasm_bindgen(js_name = toJsonText)]
-    fn to_json_text(v: &JsValue) -> String;
+    /// `JSON.stringify` (BigInts as strings, typed arrays as arrays, `undefined` as `null`).
+    /// Throws for cyclic values.
+    #[wasm_bindgen(js_name = toJsonText, catch)]
+    fn to_json_text(v: &JsValue) -> Result<String, JsValue>;
+    /// `JSON.parse` of text this module produced (valid JSON by construction).
+    #[wasm_bindgen(js_name = parseJson)]
+    fn parse_json(text: &str) -> JsValue;
     #[wasm_bindgen(js_name = typeCode)]
     fn type_code(v: &JsValue) -> u32;
     /// Structural equality of plain data (`Object.is` on leaves; typed arrays element-wise;
@@ -215,10 +220,13 @@ impl Payload for Js {
         }
     }
     fn same_as(&self, other: &Self) -> bool {
-        to_json_text(&self.to_js()) == to_json_text(&other.to_js())
+        match (to_json_text(&self.to_js()), to_json_text(&other.to_js())) {
+            (Ok(a), Ok(b)) => a == b,
+            _ => false,
+        }
     }
     fn to_json(&self) -> serde_json::Value {
-        serde_json::from_str(&to_json_text(&self.to_js())).unwrap_or(serde_json::Value::Null)
+        from_js_json(&self.to_js()).unwrap_or(serde_json::Value::Null)
     }
     fn null() -> Self {
         Js::Null
@@ -229,20 +237,54 @@ impl Payload for Js {
 pub fn object(props: &[(&str, JsValue)]) -> JsValue {
     let o = Object::new();
     for (k, v) in props {
-        Reflect::set(&o, &JsValue::from_str(k), v).expect("set on a plain object");
+        put(&o, &JsValue::from_str(k), v);
     }
     o.into()
 }
 
 /// Sets one property on a JS object.
 pub fn set(o: &JsValue, k: &str, v: impl Into<JsValue>) {
-    Reflect::set(o, &key(k), &v.into()).expect("set on a plain object");
+    put(o, &key(k), &v.into());
 }
 
-/// A JSON value as a plain JS value (maps become objects).
+/// Sets a property on a plain object the bindings created. That cannot throw, so the result
+/// is not checked (a check would compile a panic path, with JsValue's Debug, per call site).
+pub fn put(o: &JsValue, k: &JsValue, v: &JsValue) {
+    let _ = Reflect::set(o, k, v);
+}
+
+/// A JSON value as a plain JS value: serde_json's text, then the engine's `JSON.parse`.
+///
+/// Every value crossing into JS goes this one way (and every JSON value coming in goes through
+/// [`from_js_json`]), so each serializable type is compiled for one serializer only: the
+/// module carries serde_json's text serializer and parser, no second serde data format.
 pub fn json(v: &impl serde::Serialize) -> JsValue {
-    v.serialize(&serde_wasm_bindgen::Serializer::json_compatible())
-        .unwrap_or(JsValue::UNDEFINED)
+    parse_json(&text(v))
+}
+
+/// The JSON text of a value (serde_json's, compact).
+pub fn text(v: &impl serde::Serialize) -> String {
+    serde_json::to_string(v).unwrap_or_else(|_| "null".into())
+}
+
+/// JS data as JSON: `JSON.stringify` (so `undefined` properties and functions are left out,
+/// BigInts become strings, typed arrays arrays), then serde_json's parser. `undefined` is
+/// `null`. The error says why the value is not JSON data (e.g. a cycle).
+pub fn from_js_json(v: &JsValue) -> Result<serde_json::Value, String> {
+    parse_text(&to_json_text(v).map_err(|e| describe(&e))?)
+}
+
+/// Parses JSON text (serde_json's parser over bytes: the one parser instance in the module).
+pub fn parse_text<T: serde::de::DeserializeOwned>(text: &str) -> Result<T, String> {
+    serde_json::from_slice(text.as_bytes()).map_err(|e| e.to_string())
+}
+
+/// The message of a thrown JS value.
+fn describe(e: &JsValue) -> String {
+    js_field(e, &key("message"))
+        .as_string()
+        .or_else(|| e.as_string())
+        .unwrap_or_else(|| "not JSON data".into())
 }
 
 /// A JS `Error` with a stable `.code`, from any core error.

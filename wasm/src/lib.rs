@@ -2,16 +2,35 @@
 //!
 //! The bindings translate only: JS values in, core calls, JS values out. The hand-written JS
 //! package (`wasm/js`) adds transports (DOM Worker, `worker_threads`), timers and Promises.
+//!
+//! One feature per WebAssembly module of the package (see `Cargo.toml`): `jobs` (registry,
+//! agent sessions, ops app), `frames` and `actors`. Each module carries only its bindings.
 
+// A module built with some features leaves some shared helpers unused.
+#![cfg_attr(
+    not(all(feature = "jobs", feature = "frames", feature = "actors")),
+    allow(dead_code)
+)]
+
+#[cfg(feature = "actors")]
 mod actors;
+#[cfg(feature = "jobs")]
 mod agent;
+#[cfg(feature = "frames")]
 mod frames;
+#[cfg(feature = "jobs")]
 mod jobs;
 mod js;
+#[cfg(feature = "jobs")]
 mod ops;
 
+#[cfg(feature = "actors")]
 pub use actors::{ActorGraphJs, actor_config};
+#[cfg(feature = "jobs")]
 pub use agent::{AgentSession, validate_tool_arguments};
+#[cfg(feature = "frames")]
 pub use frames::{FramesEngine, evidence_for};
+#[cfg(feature = "jobs")]
 pub use jobs::JobRegistry;
+#[cfg(feature = "jobs")]
 pub use ops::OpsApp;

@@ -9,23 +9,22 @@
 use std::borrow::{Borrow, BorrowMut};
 use std::sync::Arc;
 
-use js_sys::{Array, Object, Reflect};
+use js_sys::{Array, Object};
 use wasm_bindgen::prelude::*;
 use weft_core::jobs::{EndpointId, Origin, Registry};
 use weft_core::ops::{
-    Actor, App, AppConfig, AppOutput, CalcId, CellView, GraphSpec, ObserveRequest, OnFailure,
-    OnSupersede, OpId, OpsError, OpsValue, Retention, Selection, Snapshot, WriteId,
+    Actor, App, AppConfig, AppOutput, CalcId, CellSpec, CellView, GraphSpec, ObserveRequest,
+    OnFailure, OnSupersede, OpId, OpsError, OpsValue, Retention, Selection, Snapshot, WriteId,
     tools::ToolReply,
 };
 
 use crate::jobs::JobRegistry;
-use crate::js::{Js, array, error, key, opt, opt_f64, opt_string, same_value};
+use crate::js::{Js, array, error, from_js_json, key, opt, opt_f64, opt_string, put, same_value};
 
 /// A JSON value as a JS value: one string and the engine's JSON.parse, much cheaper than a
 /// property-by-property conversion for records like outcomes and journals.
 fn jv(v: &serde_json::Value) -> JsValue {
-    let text = serde_json::to_string(v).expect("JSON values serialize");
-    js_sys::JSON::parse(&text).expect("valid JSON")
+    crate::js::json(v)
 }
 
 impl OpsValue for Js {
@@ -40,7 +39,7 @@ impl OpsValue for Js {
     fn object(fields: Vec<(String, Self)>) -> Self {
         let o = Object::new();
         for (k, v) in fields {
-            Reflect::set(&o, &key(&k), &v.to_js()).expect("set on a plain object");
+            put(&o, &key(&k), &v.to_js());
         }
         Js::Val(o.into())
     }
@@ -156,47 +155,45 @@ fn to_json(v: &JsValue) -> Result<serde_json::Value, JsValue> {
     if v.is_undefined() {
         return Ok(serde_json::Value::Null);
     }
-    serde_wasm_bindgen::from_value(v.clone()).map_err(|e| bad(format!("not JSON-like: {e}")))
+    from_js_json(v).map_err(|e| bad(format!("not JSON-like: {e}")))
 }
 
 fn cell_js(c: &CellView<Js>) -> JsValue {
     let o = Object::new();
-    let put = |k: &str, v: JsValue| {
-        Reflect::set(&o, &key(k), &v).expect("set");
-    };
-    put("state", c.state.as_str().into());
-    put(
+    let field = |k: &str, v: JsValue| put(&o, &key(k), &v);
+    field("state", c.state.as_str().into());
+    field(
         "value",
         c.value
             .as_ref()
             .map(|v| v.to_js())
             .unwrap_or(JsValue::UNDEFINED),
     );
-    put(
+    field(
         "valueCalc",
         c.value_calc
             .map(|x| x.to_string().into())
             .unwrap_or(JsValue::NULL),
     );
-    put(
+    field(
         "valueRevision",
         c.value_revision
             .map(|x| (x as f64).into())
             .unwrap_or(JsValue::NULL),
     );
-    put("final", c.is_final.into());
-    put("upToDate", c.up_to_date.into());
-    put(
+    field("final", c.is_final.into());
+    field("upToDate", c.up_to_date.into());
+    field(
         "calc",
         c.current
             .map(|x| x.to_string().into())
             .unwrap_or(JsValue::NULL),
     );
-    put(
+    field(
         "progress",
         c.progress.map(JsValue::from_f64).unwrap_or(JsValue::NULL),
     );
-    put(
+    field(
         "error",
         match &c.error {
             Some((cell, calc, m, code)) => jv(
@@ -207,9 +204,9 @@ fn cell_js(c: &CellView<Js>) -> JsValue {
     );
     let prov = Object::new();
     for (k, r) in &c.provenance {
-        Reflect::set(&prov, &key(k), &(*r as f64).into()).expect("set");
+        put(&prov, &key(k), &(*r as f64).into());
     }
-    put("provenance", prov.into());
+    field("provenance", prov.into());
     o.into()
 }
 
@@ -217,19 +214,19 @@ fn snapshot_js(s: &Snapshot<Js>) -> JsValue {
     let controls = Object::new();
     let versions = Object::new();
     for (n, v, r) in &s.controls {
-        Reflect::set(&controls, &key(n), &Js::from_json(&v.to_json()).to_js()).expect("set");
-        Reflect::set(&versions, &key(n), &(*r as f64).into()).expect("set");
+        put(&controls, &key(n), &Js::from_json(&v.to_json()).to_js());
+        put(&versions, &key(n), &(*r as f64).into());
     }
     let cells = Object::new();
     for c in &s.cells {
-        Reflect::set(&cells, &key(&c.name), &cell_js(c)).expect("set");
+        put(&cells, &key(&c.name), &cell_js(c));
     }
     let o = Object::new();
-    Reflect::set(&o, &key("revision"), &(s.revision as f64).into()).expect("set");
-    Reflect::set(&o, &key("instance"), &(s.instance as f64).into()).expect("set");
-    Reflect::set(&o, &key("controls"), &controls).expect("set");
-    Reflect::set(&o, &key("versions"), &versions).expect("set");
-    Reflect::set(&o, &key("cells"), &cells).expect("set");
+    put(&o, &key("revision"), &(s.revision as f64).into());
+    put(&o, &key("instance"), &(s.instance as f64).into());
+    put(&o, &key("controls"), &controls);
+    put(&o, &key("versions"), &versions);
+    put(&o, &key("cells"), &cells);
     o.into()
 }
 
@@ -286,8 +283,9 @@ impl OpsApp {
     /// `{kind: "host"}` or `{kind: "worker", endpoint}`).
     pub fn load(&mut self, now: f64, spec: JsValue) -> Result<(), JsValue> {
         let t = self.t(now);
-        let spec: GraphSpec = serde_wasm_bindgen::from_value(spec)
-            .map_err(|e| error(&OpsError::InvalidGraph(e.to_string())))?;
+        let spec = from_js_json(&spec)
+            .and_then(|v| GraphSpec::from_value("", &v))
+            .map_err(|e| error(&OpsError::InvalidGraph(e)))?;
         self.app.load(t, spec).map_err(ops_err)
     }
 
@@ -300,8 +298,9 @@ impl OpsApp {
         cells: JsValue,
     ) -> Result<(), JsValue> {
         let t = self.t(now);
-        let cells = serde_wasm_bindgen::from_value(cells)
-            .map_err(|e| error(&OpsError::InvalidGraph(e.to_string())))?;
+        let cells = from_js_json(&cells)
+            .and_then(|v| weft_core::fields::list("cells", &v, CellSpec::from_value))
+            .map_err(|e| error(&OpsError::InvalidGraph(e)))?;
         self.app
             .replace_graph(t, ms(instance), cells)
             .map_err(ops_err)
@@ -373,12 +372,6 @@ impl OpsApp {
         self.app.flush(t).map(|r| r as f64)
     }
 
-    /// Whether writes are waiting for a flush.
-    #[wasm_bindgen(js_name = hasStaged)]
-    pub fn has_staged(&self) -> bool {
-        self.app.has_staged()
-    }
-
     /// A write's receipt.
     pub fn receipt(&self, write: f64) -> JsValue {
         match self.app.write_record(WriteId(write as u64)) {
@@ -435,22 +428,6 @@ impl OpsApp {
             .map_err(ops_err)
     }
 
-    /// Hosts a waiting operation as a registry job; returns the job id.
-    #[wasm_bindgen(js_name = hostAsJob)]
-    pub fn host_as_job(
-        &mut self,
-        now: f64,
-        op: f64,
-        owner: &str,
-        options: JsValue,
-    ) -> Result<f64, JsValue> {
-        let t = self.t(now);
-        self.app
-            .host_as_job(t, OpId(op as u64), owner, origin_of(&options))
-            .map(|j| j.0 as f64)
-            .map_err(ops_err)
-    }
-
     /// Stores what a selector returned for a settled operation.
     #[wasm_bindgen(js_name = recordResult)]
     pub fn record_result(&mut self, op: f64, value: JsValue) -> Result<(), JsValue> {
@@ -502,7 +479,7 @@ impl OpsApp {
             .and_then(|o| o.outcome.as_ref())
             .and_then(|o| o.result.as_ref())
         {
-            Reflect::set(&o, &key("result"), &r.to_js()).expect("set");
+            put(&o, &key("result"), &r.to_js());
         }
         o
     }
@@ -904,14 +881,14 @@ impl OpsApp {
                 previous,
             } => {
                 let o = Object::new();
-                Reflect::set(&o, &key("output"), &"compute".into()).expect("set");
-                Reflect::set(&o, &key("calc"), &calc.to_string().into()).expect("set");
-                Reflect::set(&o, &key("cell"), &cell.into()).expect("set");
-                Reflect::set(&o, &key("inputs"), &inputs.to_js()).expect("set");
+                put(&o, &key("output"), &"compute".into());
+                put(&o, &key("calc"), &calc.to_string().into());
+                put(&o, &key("cell"), &cell.into());
+                put(&o, &key("inputs"), &inputs.to_js());
                 let prev = previous
                     .map(|p: Arc<Js>| p.to_js())
                     .unwrap_or(JsValue::UNDEFINED);
-                Reflect::set(&o, &key("previous"), &prev).expect("set");
+                put(&o, &key("previous"), &prev);
                 o.into()
             }
             AppOutput::Abort { calc, cell, reason } => jv(
@@ -926,7 +903,7 @@ impl OpsApp {
                     &serde_json::json!({"output": "op_finished", "op": op.0, "outcome": outcome.as_str()}),
                 );
                 if let Some(s) = snapshot {
-                    Reflect::set(&o, &key("snapshot"), &snapshot_js(&s)).expect("set");
+                    put(&o, &key("snapshot"), &snapshot_js(&s));
                 }
                 o
             }

@@ -67,7 +67,9 @@ fn parse_log<T: DeserializeOwned>(file: &str, bytes: &[u8], diags: &mut Vec<Diag
         let line_no = log.entries.len() as u64 + 1;
         let parsed = std::str::from_utf8(seg)
             .map_err(|e| e.to_string())
-            .and_then(|s| serde_json::from_str::<T>(s).map_err(|e| e.to_string()));
+            // The byte parser (after the UTF-8 check): the one serde_json reader the core uses,
+            // so every record type is compiled for one reader.
+            .and_then(|s| serde_json::from_slice::<T>(s.as_bytes()).map_err(|e| e.to_string()));
         match (parsed, terminated) {
             (Ok(v), t) => {
                 log.entries.push(Entry::Ok(v));

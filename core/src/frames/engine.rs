@@ -299,6 +299,18 @@ fn corrupt(kind: RecordKind, key: &str, e: impl std::fmt::Display) -> FramesErro
     FramesError::CorruptRecord(format!("{} record `{key}`: {e}", kind.as_str()))
 }
 
+/// A stored record as its type. Records are parsed as JSON values first, then typed from the
+/// value: wire messages take that same path ([`validate::typed`]), so each record type has one
+/// deserializer (serde_json's `Value`) instead of one per input form (a wasm size concern).
+fn record<T: serde::de::DeserializeOwned>(
+    kind: RecordKind,
+    key: &str,
+    bytes: &[u8],
+) -> Result<T, FramesError> {
+    let v: Value = serde_json::from_slice(bytes).map_err(|err| corrupt(kind, key, err))?;
+    serde_json::from_value(v).map_err(|err| corrupt(kind, key, err))
+}
+
 fn blob_key(surface: &str, sha: &str) -> String {
     format!("{surface}/{sha}")
 }
@@ -365,8 +377,7 @@ impl<A: App> Engine<A> {
                     }
                 }
                 RecordKind::Surface => {
-                    let r: SurfaceRecord<A::State> =
-                        serde_json::from_slice(&value).map_err(|err| corrupt(kind, &key, err))?;
+                    let r: SurfaceRecord<A::State> = record(kind, &key, &value)?;
                     e.surfaces.insert(
                         key,
                         SurfaceEntry {
@@ -379,19 +390,16 @@ impl<A: App> Engine<A> {
                     );
                 }
                 RecordKind::Snapshot => {
-                    let s: Snapshot =
-                        serde_json::from_slice(&value).map_err(|err| corrupt(kind, &key, err))?;
+                    let s: Snapshot = record(kind, &key, &value)?;
                     e.persisted_snapshots.insert(key.clone());
                     e.snapshots.insert(key, Arc::new(s));
                 }
                 RecordKind::Frame => {
-                    let r: FrameRecord =
-                        serde_json::from_slice(&value).map_err(|err| corrupt(kind, &key, err))?;
+                    let r: FrameRecord = record(kind, &key, &value)?;
                     frames.push((key, r));
                 }
                 RecordKind::Assessment => {
-                    let r: AssessmentRecord =
-                        serde_json::from_slice(&value).map_err(|err| corrupt(kind, &key, err))?;
+                    let r: AssessmentRecord = record(kind, &key, &value)?;
                     e.assessments.insert(
                         key,
                         StoredAssessment {
@@ -402,24 +410,20 @@ impl<A: App> Engine<A> {
                     );
                 }
                 RecordKind::Receipt => {
-                    let r: Receipt =
-                        serde_json::from_slice(&value).map_err(|err| corrupt(kind, &key, err))?;
+                    let r: Receipt = record(kind, &key, &value)?;
                     e.receipts.insert(key, Arc::new(r));
                 }
                 RecordKind::Idempotency => {
-                    let r: IdempotencyRecord =
-                        serde_json::from_slice(&value).map_err(|err| corrupt(kind, &key, err))?;
+                    let r: IdempotencyRecord = record(kind, &key, &value)?;
                     e.idempotency
                         .insert((r.principal.clone(), r.key.clone()), r);
                 }
                 RecordKind::Entry => {
-                    let r: Entry =
-                        serde_json::from_slice(&value).map_err(|err| corrupt(kind, &key, err))?;
+                    let r: Entry = record(kind, &key, &value)?;
                     e.entries.push(r);
                 }
                 RecordKind::BlobMeta => {
-                    let r: BlobMeta =
-                        serde_json::from_slice(&value).map_err(|err| corrupt(kind, &key, err))?;
+                    let r: BlobMeta = record(kind, &key, &value)?;
                     e.blobs.insert(key, r);
                 }
                 RecordKind::Blob => {}

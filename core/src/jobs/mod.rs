@@ -28,6 +28,7 @@ use wire::{Reply, WireRequest};
 
 use crate::Millis;
 use crate::value::Payload;
+use crate::vecmap::VecMap;
 
 /// Errors of the job registry. Each has a stable code (see [`JobsError::code`]).
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
@@ -143,7 +144,7 @@ struct Wait {
 #[derive(Debug, Default)]
 struct OwnerState {
     jobs: BTreeSet<JobId>,
-    endpoints: BTreeSet<EndpointId>,
+    endpoints: VecMap<EndpointId, ()>,
     mailbox: VecDeque<Note>,
     reuse: HashMap<String, JobId>,
 }
@@ -152,8 +153,8 @@ struct OwnerState {
 #[derive(Debug)]
 pub struct Registry<V> {
     jobs: BTreeMap<JobId, Job<V>>,
-    endpoints: BTreeMap<EndpointId, Endpoint>,
-    owners: BTreeMap<OwnerId, OwnerState>,
+    endpoints: VecMap<EndpointId, Endpoint>,
+    owners: VecMap<OwnerId, OwnerState>,
     subs: HashMap<SubscriptionId, Subscription<V>>,
     waits: HashMap<WaitId, Wait>,
     timers: BTreeSet<(Millis, Timer)>,
@@ -176,8 +177,8 @@ impl<V: Payload> Registry<V> {
     pub fn new(config: RegistryConfig) -> Self {
         Registry {
             jobs: BTreeMap::new(),
-            endpoints: BTreeMap::new(),
-            owners: BTreeMap::new(),
+            endpoints: VecMap::new(),
+            owners: VecMap::new(),
             subs: HashMap::new(),
             waits: HashMap::new(),
             timers: BTreeSet::new(),
@@ -202,7 +203,10 @@ impl<V: Payload> Registry<V> {
             self.timers.insert((d, Timer::Hello(id)));
         }
         self.endpoints.insert(id, ep);
-        self.owners.entry(owner).or_default().endpoints.insert(id);
+        self.owners
+            .get_or_insert_with(owner, OwnerState::default)
+            .endpoints
+            .insert(id, ());
         id
     }
 
@@ -508,7 +512,9 @@ impl<V: Payload> Registry<V> {
         }
         let id = JobId(self.next_job);
         self.next_job += 1;
-        let owner_state = self.owners.entry(req.owner.clone()).or_default();
+        let owner_state = self
+            .owners
+            .get_or_insert_with(req.owner.clone(), OwnerState::default);
         owner_state.jobs.insert(id);
         if let Some(key) = &req.reuse_key {
             owner_state.reuse.insert(key.clone(), id);
@@ -882,7 +888,7 @@ impl<V: Payload> Registry<V> {
             };
         };
         let job_ids: Vec<JobId> = state.jobs.iter().copied().collect();
-        let owned_endpoints: Vec<EndpointId> = state.endpoints.iter().copied().collect();
+        let owned_endpoints: Vec<EndpointId> = state.endpoints.keys().copied().collect();
         let was: Vec<(JobId, &'static str)> = job_ids
             .iter()
             .map(|id| (*id, self.jobs[id].state.as_str()))

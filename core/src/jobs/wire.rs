@@ -336,7 +336,7 @@ fn read_id<V: Payload>(msg: &V) -> Result<Option<u64>, String> {
     }
     match v.as_f64() {
         Some(n) if n.fract() == 0.0 && (0.0..=MAX_SAFE_INTEGER).contains(&n) => Ok(Some(n as u64)),
-        Some(n) => Err(format!("number {n}")),
+        Some(n) => Err(format!("number {}", crate::value::number_text(n))),
         None => Err(v.type_name().into()),
     }
 }

@@ -2,12 +2,14 @@
 //! registry for Worker cells. Operations live in `operation.rs` (same struct, more methods).
 
 use std::borrow::BorrowMut;
-use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::Arc;
 
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 
 use serde_json::{Value, json};
+
+use crate::fields::{Fields, ReadError, expected, join};
 
 use super::control::{
     ActionSpec, ControlKind, ControlSpec, ControlValue, Effect, EffectValue, qualify,
@@ -22,11 +24,12 @@ use crate::jobs::{
     Submit,
 };
 use crate::value::Payload;
+use crate::vecmap::VecMap;
 
 // ----- specs ------------------------------------------------------------------------------------
 
 /// One dependency of a cell: the input key its compute sees, and the control or cell it reads.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize)]
 #[serde(untagged)]
 pub enum DepSpec {
     /// Read `name` under the key `name`.
@@ -36,6 +39,21 @@ pub enum DepSpec {
 }
 
 impl DepSpec {
+    /// Reads `"name"` or `{key, from}`.
+    pub fn from_value(path: &str, v: &Value) -> Result<DepSpec, ReadError> {
+        match v {
+            Value::String(s) => Ok(DepSpec::Same(s.clone())),
+            Value::Object(_) => {
+                let f = Fields::of(path, v)?;
+                Ok(DepSpec::Keyed {
+                    key: f.string("key")?,
+                    from: f.string("from")?,
+                })
+            }
+            other => Err(expected(path, "a name or {key, from}", other)),
+        }
+    }
+
     fn key(&self) -> &str {
         match self {
             DepSpec::Same(n) => n,
@@ -51,14 +69,25 @@ impl DepSpec {
 }
 
 /// A cell's gate: the cell holds (nothing runs) unless `control` has one of the `open` values.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct GateSpec {
     pub control: String,
     pub open: Vec<ControlValue>,
 }
 
+impl GateSpec {
+    /// Reads `{control, open: [values]}`.
+    pub fn from_value(path: &str, v: &Value) -> Result<GateSpec, ReadError> {
+        let f = Fields::of(path, v)?;
+        Ok(GateSpec {
+            control: f.string("control")?,
+            open: f.req_list("open", ControlValue::from_value)?,
+        })
+    }
+}
+
 /// Who computes a cell.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
 #[serde(tag = "kind", rename_all = "lowercase")]
 pub enum ComputeSpec {
     /// The host runs the cell's function (synchronous or asynchronous, possibly streaming) when
@@ -69,8 +98,25 @@ pub enum ComputeSpec {
     Worker { endpoint: EndpointId },
 }
 
+impl ComputeSpec {
+    /// Reads `{kind: "host"}` or `{kind: "worker", endpoint}`.
+    pub fn from_value(path: &str, v: &Value) -> Result<ComputeSpec, ReadError> {
+        let f = Fields::of(path, v)?;
+        match f.string("kind")?.as_str() {
+            "host" => Ok(ComputeSpec::Host),
+            "worker" => Ok(ComputeSpec::Worker {
+                endpoint: EndpointId(f.u64("endpoint")?),
+            }),
+            other => Err(format!(
+                "{}: unknown compute kind `{other}`; kinds: host, worker",
+                join(path, "kind")
+            )),
+        }
+    }
+}
+
 /// A cell: a calculation rule with a stable, scope-qualified name.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct CellSpec {
     pub name: String,
@@ -92,15 +138,53 @@ pub struct CellSpec {
     pub equality: Equality,
 }
 
+/// `v` sorted and deduplicated, for indices below `n` (cells, controls): a mark per index, in
+/// O(n + len). (The standard sorts compile to kilobytes of WebAssembly per element type.)
+pub(crate) fn sorted_set(v: Vec<usize>, n: usize) -> Vec<usize> {
+    let mut mark = vec![false; n];
+    for &i in &v {
+        mark[i] = true;
+    }
+    (0..n).filter(|&i| mark[i]).collect()
+}
+
 fn is_default<T: Default + PartialEq>(v: &T) -> bool {
     *v == T::default()
+}
+
+impl CellSpec {
+    /// Reads `{name, scope?, description?, deps?, constants?, gate?, compute?, equality?}`.
+    pub fn from_value(path: &str, v: &Value) -> Result<CellSpec, ReadError> {
+        let f = Fields::of(path, v)?;
+        Ok(CellSpec {
+            name: f.string("name")?,
+            scope: f.opt_string("scope")?,
+            description: f.string_or_empty("description")?,
+            deps: f.list("deps", DepSpec::from_value)?,
+            constants: f.object_or_empty("constants")?,
+            gate: f
+                .get("gate")
+                .map(|g| GateSpec::from_value(&join(path, "gate"), g))
+                .transpose()?,
+            compute: f
+                .get("compute")
+                .map(|c| ComputeSpec::from_value(&join(path, "compute"), c))
+                .transpose()?
+                .unwrap_or_default(),
+            equality: f
+                .get("equality")
+                .map(|e| Equality::from_value(&join(path, "equality"), e))
+                .transpose()?
+                .unwrap_or_default(),
+        })
+    }
 }
 
 /// Equality gating: a recomputed value equal to the cell's current value is a processed no-op
 /// for its dependents — they keep their values (their pending calculations end as `skipped`),
 /// and the calculation's journal says `unchanged`. Values are compared with
 /// [`OpsValue::equal_value`].
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Equality {
     /// Equal values (structural equality) gate dependents (the default).
@@ -110,16 +194,39 @@ pub enum Equality {
     Never,
 }
 
+impl Equality {
+    /// Reads `"value"` or `"never"`.
+    pub fn from_value(path: &str, v: &Value) -> Result<Equality, ReadError> {
+        match v.as_str() {
+            Some("value") => Ok(Equality::Value),
+            Some("never") => Ok(Equality::Never),
+            _ => Err(expected(path, "\"value\" or \"never\"", v)),
+        }
+    }
+}
+
 /// A named pure result function the host registers (run by the host over a snapshot).
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct SelectorSpec {
     pub name: String,
     #[serde(default)]
     pub description: String,
 }
 
-/// The published surface of an application.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+impl SelectorSpec {
+    /// Reads `{name, description?}`.
+    pub fn from_value(path: &str, v: &Value) -> Result<SelectorSpec, ReadError> {
+        let f = Fields::of(path, v)?;
+        Ok(SelectorSpec {
+            name: f.string("name")?,
+            description: f.string_or_empty("description")?,
+        })
+    }
+}
+
+/// The published surface of an application. Implements `Deserialize` (through a hand-written
+/// reader over a JSON value: see [`crate::fields`]); every field may be absent.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
 #[serde(default)]
 pub struct GraphSpec {
     pub controls: Vec<ControlSpec>,
@@ -127,6 +234,29 @@ pub struct GraphSpec {
     pub cells: Vec<CellSpec>,
     pub selectors: Vec<SelectorSpec>,
 }
+
+impl GraphSpec {
+    /// Reads `{controls?, actions?, cells?, selectors?}`.
+    pub fn from_value(path: &str, v: &Value) -> Result<GraphSpec, ReadError> {
+        let f = Fields::of(path, v)?;
+        Ok(GraphSpec {
+            controls: f.list("controls", ControlSpec::from_value)?,
+            actions: f.list("actions", ActionSpec::from_value)?,
+            cells: f.list("cells", CellSpec::from_value)?,
+            selectors: f.list("selectors", SelectorSpec::from_value)?,
+        })
+    }
+}
+
+crate::via_value!(
+    DepSpec,
+    GateSpec,
+    ComputeSpec,
+    CellSpec,
+    Equality,
+    SelectorSpec,
+    GraphSpec
+);
 
 /// App construction parameters.
 #[derive(Clone, Debug)]
@@ -150,6 +280,17 @@ impl Default for AppConfig {
             retention: Retention::default(),
         }
     }
+}
+
+/// A written value as the rules see it: a scalar, or the type name of a payload that is not one.
+pub(crate) type Requested = Result<ControlValue, &'static str>;
+
+/// The payloads of `(name, payload)` writes read as scalars.
+pub(crate) fn requested<P: Payload>(writes: &[(String, P)]) -> Vec<(String, Requested)> {
+    writes
+        .iter()
+        .map(|(n, v)| (n.clone(), ControlValue::from_payload(v)))
+        .collect()
 }
 
 // ----- outputs ----------------------------------------------------------------------------------
@@ -306,7 +447,7 @@ pub(crate) struct Calc {
 #[derive(Debug)]
 pub struct App<V, R = Registry<V>> {
     pub(crate) instance: u64,
-    pub(crate) used_instances: BTreeSet<u64>,
+    pub(crate) used_instances: Vec<u64>,
     pub(crate) next_generation: u64,
     pub(crate) controls: Vec<Control>,
     pub(crate) actions: Vec<ActionSpec>,
@@ -332,11 +473,12 @@ pub struct App<V, R = Registry<V>> {
     pub(crate) ops: BTreeMap<OpId, Box<Operation<V>>>,
     pub(crate) pending_ops: Vec<OpId>,
     pub(crate) next_op: u64,
-    pub(crate) op_timers: BTreeSet<(Millis, OpId)>,
+    /// Operation deadlines (operations with a timeout: few at a time).
+    pub(crate) op_timers: VecMap<(Millis, OpId), ()>,
     pub(crate) registry: R,
     pub(crate) ops_endpoint: Option<EndpointId>,
     pub(crate) op_wires: HashMap<u64, OpId>,
-    pub(crate) job_calcs: BTreeMap<JobId, (CalcId, usize)>,
+    pub(crate) job_calcs: VecMap<JobId, (CalcId, usize)>,
     pub(crate) outputs: VecDeque<AppOutput<V>>,
     loaded: bool,
 }
@@ -363,7 +505,7 @@ impl<V: OpsValue, R: BorrowMut<Registry<V>>> App<V, R> {
     pub fn with_registry(config: AppConfig, registry: R) -> Self {
         App {
             instance: config.instance,
-            used_instances: BTreeSet::from([config.instance]),
+            used_instances: vec![config.instance],
             next_generation: 1,
             controls: Vec::new(),
             actions: Vec::new(),
@@ -384,11 +526,11 @@ impl<V: OpsValue, R: BorrowMut<Registry<V>>> App<V, R> {
             ops: BTreeMap::new(),
             pending_ops: Vec::new(),
             next_op: config.first_op,
-            op_timers: BTreeSet::new(),
+            op_timers: VecMap::new(),
             registry,
             ops_endpoint: None,
             op_wires: HashMap::new(),
-            job_calcs: BTreeMap::new(),
+            job_calcs: VecMap::new(),
             outputs: VecDeque::new(),
             loaded: false,
         }
@@ -509,7 +651,7 @@ impl<V: OpsValue, R: BorrowMut<Registry<V>>> App<V, R> {
         for (i, s) in specs.iter().enumerate() {
             let name = cell_names[i].clone();
             let mut deps = Vec::new();
-            let mut keys = BTreeSet::new();
+            let mut keys: Vec<&str> = Vec::new();
             for d in &s.deps {
                 let node = *names.get(d.source()).ok_or_else(|| {
                     OpsError::InvalidGraph(format!(
@@ -522,12 +664,13 @@ impl<V: OpsValue, R: BorrowMut<Registry<V>>> App<V, R> {
                         "cell `{name}` depends on itself"
                     )));
                 }
-                if !keys.insert(d.key().to_owned()) || s.constants.contains_key(d.key()) {
+                if keys.contains(&d.key()) || s.constants.contains_key(d.key()) {
                     return Err(OpsError::InvalidGraph(format!(
                         "cell `{name}` has two inputs named `{}`",
                         d.key()
                     )));
                 }
+                keys.push(d.key());
                 deps.push(Dep {
                     key: d.key().to_owned(),
                     node,
@@ -562,17 +705,15 @@ impl<V: OpsValue, R: BorrowMut<Registry<V>>> App<V, R> {
             if let Some((g, _)) = &gate {
                 direct.push(*g);
             }
-            direct.sort_unstable();
-            direct.dedup();
-            let mut upstream: Vec<usize> = deps
+            let direct = sorted_set(direct, controls.len());
+            let upstream: Vec<usize> = deps
                 .iter()
                 .filter_map(|d| match d.node {
                     Node::Cell(c) => Some(c),
                     _ => None,
                 })
                 .collect();
-            upstream.sort_unstable();
-            upstream.dedup();
+            let upstream = sorted_set(upstream, specs.len());
             cells.push(Cell {
                 name,
                 spec: s.clone(),
@@ -602,14 +743,17 @@ impl<V: OpsValue, R: BorrowMut<Registry<V>>> App<V, R> {
         }
         // Kahn's algorithm taking the first declared ready cell: declaration order whenever it
         // is a valid order, so generations follow the spec.
-        let mut ready: BTreeSet<usize> = (0..n).filter(|i| indegree[*i] == 0).collect();
+        // `ready` is kept sorted descending, so `pop` takes the first declared (a plain Vec:
+        // graphs are small, and an ordered set type costs more code than it saves here).
+        let mut ready: Vec<usize> = (0..n).rev().filter(|i| indegree[*i] == 0).collect();
         let mut order = Vec::with_capacity(n);
-        while let Some(i) = ready.pop_first() {
+        while let Some(i) = ready.pop() {
             order.push(i);
             for &d in &downstream[i] {
                 indegree[d] -= 1;
                 if indegree[d] == 0 {
-                    ready.insert(d);
+                    let at = ready.partition_point(|&r| r > d);
+                    ready.insert(at, d);
                 }
             }
         }
@@ -627,17 +771,16 @@ impl<V: OpsValue, R: BorrowMut<Registry<V>>> App<V, R> {
             cells[i].downstream = d;
         }
         for &i in &order {
-            let mut rel: BTreeSet<usize> = cells[i].direct.iter().copied().collect();
-            let mut anc: BTreeSet<usize> = BTreeSet::new();
+            let mut rel: Vec<usize> = cells[i].direct.clone();
+            let mut anc: Vec<usize> = Vec::new();
             for &u in &cells[i].upstream.clone() {
-                rel.extend(cells[u].rel.iter().copied());
-                anc.insert(u);
-                anc.extend(cells[u].ancestors.iter().copied());
+                rel.extend_from_slice(&cells[u].rel);
+                anc.push(u);
+                anc.extend_from_slice(&cells[u].ancestors);
             }
-            cells[i].rel = rel.into_iter().collect();
-            cells[i].ancestors = anc.into_iter().collect();
+            cells[i].rel = sorted_set(rel, controls.len());
+            cells[i].ancestors = sorted_set(anc, n);
         }
-        let _ = controls;
         Ok((cells, order))
     }
 
@@ -710,15 +853,25 @@ impl<V: OpsValue, R: BorrowMut<Registry<V>>> App<V, R> {
         name: &str,
         value: &P,
     ) -> Result<(usize, ControlValue, super::control::Accepted), OpsError> {
+        self.validate_requested(name, ControlValue::from_payload(value))
+    }
+
+    /// [`App::validate_write`] of a payload already read as a scalar (`Err`: the type name of
+    /// a payload that is not one). The payload-generic entry points convert and call this, so
+    /// the rules are compiled once whatever the payload type.
+    pub(crate) fn validate_requested(
+        &self,
+        name: &str,
+        requested: Requested,
+    ) -> Result<(usize, ControlValue, super::control::Accepted), OpsError> {
         let c = self.control_index(name)?;
-        let requested =
-            ControlValue::from_payload(value).map_err(|t| OpsError::InvalidControlValue {
-                control: name.into(),
-                reason: format!(
-                    "expected a {} value, got {t}",
-                    kind_name(&self.controls[c].spec.kind)
-                ),
-            })?;
+        let requested = requested.map_err(|t| OpsError::InvalidControlValue {
+            control: name.into(),
+            reason: format!(
+                "expected a {} value, got {t}",
+                kind_name(&self.controls[c].spec.kind)
+            ),
+        })?;
         let accepted = self.controls[c]
             .spec
             .kind
@@ -731,17 +884,17 @@ impl<V: OpsValue, R: BorrowMut<Registry<V>>> App<V, R> {
     }
 
     /// Validates every write first; stages them only if all are valid (all-or-nothing).
-    pub(crate) fn stage_writes<P: Payload>(
+    pub(crate) fn stage_writes(
         &mut self,
         now: Millis,
-        writes: &[(String, P)],
+        writes: &[(String, Requested)],
         actor: &Actor,
         op: Option<OpId>,
         invocation: Option<InvocationId>,
     ) -> Result<Vec<WriteId>, OpsError> {
         let mut checked = Vec::with_capacity(writes.len());
         for (name, value) in writes {
-            let c = self.validate_write(name, value)?;
+            let c = self.validate_requested(name, value.clone())?;
             if checked.iter().any(|x: &(usize, _, _)| x.0 == c.0) {
                 return Err(OpsError::InvalidArgument(format!(
                     "`{name}` is written twice in one batch; give one value per control"
@@ -792,9 +945,8 @@ impl<V: OpsValue, R: BorrowMut<Registry<V>>> App<V, R> {
         value: &P,
         actor: Actor,
     ) -> Result<WriteId, OpsError> {
-        let ids =
-            self.stage_writes(now, &[(name.to_owned(), value.clone())], &actor, None, None)?;
-        Ok(ids[0])
+        let write = [(name.to_owned(), ControlValue::from_payload(value))];
+        Ok(self.stage_writes(now, &write, &actor, None, None)?[0])
     }
 
     /// Accepts several writes all-or-nothing: if one is invalid, none is staged.
@@ -804,7 +956,7 @@ impl<V: OpsValue, R: BorrowMut<Registry<V>>> App<V, R> {
         writes: &[(String, P)],
         actor: Actor,
     ) -> Result<Vec<WriteId>, OpsError> {
-        self.stage_writes(now, writes, &actor, None, None)
+        self.stage_writes(now, &requested(writes), &actor, None, None)
     }
 
     /// Invokes a published action: validates the arguments and every effect first, then stages
@@ -814,6 +966,16 @@ impl<V: OpsValue, R: BorrowMut<Registry<V>>> App<V, R> {
         now: Millis,
         name: &str,
         args: &[(String, P)],
+        actor: Actor,
+    ) -> Result<(InvocationId, Vec<WriteId>), OpsError> {
+        self.act_requested(now, name, &requested(args), actor)
+    }
+
+    fn act_requested(
+        &mut self,
+        now: Millis,
+        name: &str,
+        args: &[(String, Requested)],
         actor: Actor,
     ) -> Result<(InvocationId, Vec<WriteId>), OpsError> {
         let a = self
@@ -829,7 +991,7 @@ impl<V: OpsValue, R: BorrowMut<Registry<V>>> App<V, R> {
             action: name.into(),
             reason,
         };
-        let mut given: BTreeMap<&str, ControlValue> = BTreeMap::new();
+        let mut given: Vec<(&str, ControlValue)> = Vec::new();
         for (k, v) in args {
             let Some(p) = a.params.iter().find(|p| &p.name == k) else {
                 let valid: Vec<&str> = a.params.iter().map(|p| p.name.as_str()).collect();
@@ -842,15 +1004,18 @@ impl<V: OpsValue, R: BorrowMut<Registry<V>>> App<V, R> {
                     }
                 )));
             };
-            let cv = ControlValue::from_payload(v).map_err(|t| bad(format!("`{k}`: got {t}")))?;
+            let cv = v.clone().map_err(|t| bad(format!("`{k}`: got {t}")))?;
             let accepted = p
                 .kind
                 .validate(&cv)
                 .map_err(|r| bad(format!("`{k}`: {r}")))?;
-            given.insert(k.as_str(), accepted.value);
+            match given.iter_mut().find(|(n, _)| *n == k.as_str()) {
+                Some(g) => g.1 = accepted.value,
+                None => given.push((k.as_str(), accepted.value)),
+            }
         }
         for p in &a.params {
-            if p.required && !given.contains_key(p.name.as_str()) {
+            if p.required && !given.iter().any(|(n, _)| *n == p.name) {
                 return Err(bad(format!("missing required parameter `{}`", p.name)));
             }
         }
@@ -862,8 +1027,8 @@ impl<V: OpsValue, R: BorrowMut<Registry<V>>> App<V, R> {
                     let c = self.control_index(set)?;
                     let requested = match to {
                         EffectValue::Value(v) => v.clone(),
-                        EffectValue::Arg(arg) => match given.get(arg.as_str()) {
-                            Some(v) => v.clone(),
+                        EffectValue::Arg(arg) => match given.iter().find(|(n, _)| n == arg) {
+                            Some((_, v)) => v.clone(),
                             None => continue, // optional argument not given: no write
                         },
                         EffectValue::Increment(by) => match &self.controls[c].value {
@@ -909,14 +1074,15 @@ impl<V: OpsValue, R: BorrowMut<Registry<V>>> App<V, R> {
         }
         let staged = std::mem::take(&mut self.staged);
         let reruns = std::mem::take(&mut self.staged_reruns);
-        let mut winner: BTreeMap<usize, WriteId> = BTreeMap::new();
+        // The last staged write of each control, by control index.
+        let mut winner: Vec<Option<WriteId>> = vec![None; self.controls.len()];
         for &w in &staged {
-            winner.insert(self.write(w).control, w);
+            winner[self.write(w).control] = Some(w);
         }
-        let changed: Vec<usize> = winner
-            .iter()
-            .filter(|(c, w)| self.write(**w).accepted != self.controls[**c].value)
-            .map(|(c, _)| *c)
+        let changed: Vec<usize> = (0..winner.len())
+            .filter(|&c| {
+                winner[c].is_some_and(|w| self.write(w).accepted != self.controls[c].value)
+            })
             .collect();
         let revision = if !changed.is_empty() || !reruns.is_empty() {
             Some(self.bump())
@@ -924,13 +1090,13 @@ impl<V: OpsValue, R: BorrowMut<Registry<V>>> App<V, R> {
             None
         };
         for &c in &changed {
-            let v = self.write(winner[&c]).accepted.clone();
+            let v = self.write(winner[c].expect("a winner")).accepted.clone();
             self.controls[c].value = v;
             self.controls[c].version = self.revision;
         }
         for &w in &staged {
             let c = self.write(w).control;
-            let win = winner[&c];
+            let win = winner[c].expect("a winner");
             let status = if win == w || self.write(win).accepted == self.write(w).accepted {
                 WriteStatus::Effective {
                     revision: self.controls[c].version,
@@ -1754,7 +1920,7 @@ impl<V: OpsValue, R: BorrowMut<Registry<V>>> App<V, R> {
                         other => {
                             self.bump();
                             let summary = other.summary();
-                            let code = other.kind().as_str().to_uppercase();
+                            let code = other.kind().as_str().to_ascii_uppercase();
                             self.fail_calc(
                                 now,
                                 id,
@@ -1798,7 +1964,7 @@ impl<V: OpsValue, R: BorrowMut<Registry<V>>> App<V, R> {
 
     /// The earliest time at which [`App::handle_timeout`] has something to do.
     pub fn poll_timeout(&self) -> Option<Millis> {
-        let own = self.op_timers.first().map(|(t, _)| *t);
+        let own = self.op_timers.first_key().map(|(t, _)| *t);
         match (own, reg_ref(&self.registry).poll_timeout()) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
@@ -1810,7 +1976,7 @@ impl<V: OpsValue, R: BorrowMut<Registry<V>>> App<V, R> {
         self.begin();
         reg_mut(&mut self.registry).handle_timeout(now);
         self.pump_registry(now);
-        while let Some(&(at, op)) = self.op_timers.first() {
+        while let Some(&(at, op)) = self.op_timers.first_key() {
             if at > now {
                 break;
             }
@@ -1863,7 +2029,7 @@ impl<V: OpsValue, R: BorrowMut<Registry<V>>> App<V, R> {
         self.dispose_calcs(now, &format!("graph instance {old} replaced by {instance}"));
         // Staged reruns name cells of the old instance; the new one computes every cell anyway.
         self.staged_reruns.clear();
-        self.used_instances.insert(instance);
+        self.used_instances.push(instance);
         self.instance = instance;
         self.next_generation = 1;
         self.names = names;
@@ -2130,34 +2296,30 @@ impl<V: OpsValue, R: BorrowMut<Registry<V>>> App<V, R> {
     /// The published surface as JSON: `brief` (maps of values and states) or full (metadata,
     /// provenance, current calculations).
     pub fn report(&self, full: bool) -> Value {
-        let edges: serde_json::Map<String, Value> = self
-            .cells
-            .iter()
-            .map(|c| {
-                let mut reads: Vec<String> = c
-                    .deps
-                    .iter()
-                    .map(|d| match d.node {
-                        Node::Control(k) => format!("control:{}", self.controls[k].name),
-                        Node::Cell(u) => format!("cell:{}", self.cells[u].name),
-                    })
-                    .collect();
-                if let Some((g, _)) = &c.gate {
-                    let gate = format!("control:{}", self.controls[*g].name);
-                    if !reads.contains(&gate) {
-                        reads.push(gate);
-                    }
+        let edges = crate::value::map_of(self.cells.iter().map(|c| {
+            let mut reads: Vec<String> = c
+                .deps
+                .iter()
+                .map(|d| match d.node {
+                    Node::Control(k) => format!("control:{}", self.controls[k].name),
+                    Node::Cell(u) => format!("cell:{}", self.cells[u].name),
+                })
+                .collect();
+            if let Some((g, _)) = &c.gate {
+                let gate = format!("control:{}", self.controls[*g].name);
+                if !reads.contains(&gate) {
+                    reads.push(gate);
                 }
-                (c.name.clone(), json!(reads))
-            })
-            .collect();
+            }
+            (c.name.clone(), json!(reads))
+        }));
         if !full {
             return json!({
                 "revision": self.revision,
                 "instance": self.instance,
-                "controls": self.controls.iter().map(|c| (c.name.clone(), c.value.to_json())).collect::<serde_json::Map<_, _>>(),
+                "controls": crate::value::map_of(self.controls.iter().map(|c| (c.name.clone(), c.value.to_json()))),
                 "actions": self.actions.iter().map(|a| a.qualified()).collect::<Vec<_>>(),
-                "cells": (0..self.cells.len()).map(|x| (self.cells[x].name.clone(), json!(self.cell_state(x).as_str()))).collect::<serde_json::Map<_, _>>(),
+                "cells": crate::value::map_of((0..self.cells.len()).map(|x| (self.cells[x].name.clone(), json!(self.cell_state(x).as_str())))),
                 "edges": edges,
                 "selectors": self.selectors.iter().map(|s| s.name.clone()).collect::<Vec<_>>(),
             });
@@ -2196,7 +2358,7 @@ impl<V: OpsValue, R: BorrowMut<Registry<V>>> App<V, R> {
                     "final": v.is_final, "upToDate": v.up_to_date,
                     "progress": v.progress,
                     "error": v.error.as_ref().map(|(cell, calc, m, code)| json!({"cell": cell, "calc": calc.to_json(), "message": m, "code": code})),
-                    "provenance": v.provenance.iter().map(|(k, r)| (k.clone(), json!(r))).collect::<serde_json::Map<_, _>>(),
+                    "provenance": crate::value::map_of(v.provenance.iter().map(|(k, r)| (k.clone(), json!(r)))),
                     "gate": c.spec.gate,
                 })
             })
@@ -2231,7 +2393,7 @@ impl<V: OpsValue, R: BorrowMut<Registry<V>>> App<V, R> {
                 "cell `{cell}` is host-computed; tasks run Worker cells"
             )));
         };
-        let mut values: BTreeMap<usize, ControlValue> = BTreeMap::new();
+        let mut values: Vec<(usize, ControlValue)> = Vec::new();
         for (name, v) in overrides {
             let (c, _, accepted) = self.validate_write(name, v)?;
             if !self.cells[x]
@@ -2243,13 +2405,15 @@ impl<V: OpsValue, R: BorrowMut<Registry<V>>> App<V, R> {
                     "control `{name}` is not an input of `{cell}`"
                 )));
             }
-            values.insert(c, accepted.value);
+            values.retain(|(x, _)| *x != c);
+            values.push((c, accepted.value));
         }
         let mut fields = Vec::new();
         for d in &self.cells[x].deps {
             let v = match d.node {
                 Node::Control(c) => {
-                    V::from_json(&values.get(&c).unwrap_or(&self.controls[c].value).to_json())
+                    let v = values.iter().find(|(x, _)| *x == c).map(|(_, v)| v);
+                    V::from_json(&v.unwrap_or(&self.controls[c].value).to_json())
                 }
                 Node::Cell(u) => match &self.cells[u].value {
                     Some(v) if self.readable(u) => (*v.value).clone(),
@@ -2342,9 +2506,9 @@ impl<V: Payload> Snapshot<V> {
         json!({
             "revision": self.revision,
             "instance": self.instance,
-            "controls": self.controls.iter().map(|(n, v, _)| (n.clone(), v.to_json())).collect::<serde_json::Map<_, _>>(),
-            "versions": self.controls.iter().map(|(n, _, r)| (n.clone(), json!(r))).collect::<serde_json::Map<_, _>>(),
-            "cells": self.cells.iter().map(|c| (c.name.clone(), cell_view_json(c))).collect::<serde_json::Map<_, _>>(),
+            "controls": crate::value::map_of(self.controls.iter().map(|(n, v, _)| (n.clone(), v.to_json()))),
+            "versions": crate::value::map_of(self.controls.iter().map(|(n, _, r)| (n.clone(), json!(r)))),
+            "cells": crate::value::map_of(self.cells.iter().map(|c| (c.name.clone(), cell_view_json(c)))),
         })
     }
 }
@@ -2360,7 +2524,7 @@ pub(crate) fn cell_view_json<V: Payload>(c: &CellView<V>) -> Value {
         "calc": c.current.map(|x| x.to_json()),
         "progress": c.progress,
         "error": c.error.as_ref().map(|(cell, calc, m, code)| json!({"cell": cell, "calc": calc.to_json(), "message": m, "code": code})),
-        "provenance": c.provenance.iter().map(|(k, r)| (k.clone(), json!(r))).collect::<serde_json::Map<_, _>>(),
+        "provenance": crate::value::map_of(c.provenance.iter().map(|(k, r)| (k.clone(), json!(r)))),
     })
 }
 
@@ -2403,15 +2567,16 @@ fn validate_action(
     names: &HashMap<String, Node>,
 ) -> Result<(), OpsError> {
     let name = a.qualified();
-    let mut written = BTreeSet::new();
+    let mut written: Vec<&str> = Vec::new();
     for e in &a.effects {
         match e {
             Effect::Set { set, to } => {
-                if !written.insert(set.as_str()) {
+                if written.contains(&set.as_str()) {
                     return Err(OpsError::InvalidGraph(format!(
                         "action `{name}` sets `{set}` twice"
                     )));
                 }
+                written.push(set);
                 let Some(Node::Control(c)) = names.get(set) else {
                     return Err(OpsError::InvalidGraph(format!(
                         "action `{name}` sets `{set}`, which is not a control"

@@ -5,13 +5,14 @@
 //! actually accepted, which may differ from the requested one (snapped to `step`, clamped to
 //! `min`/`max`) — or rejected with the reason, changing nothing.
 
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 use serde_json::{Value, json};
 
-use crate::value::Payload;
+use crate::fields::{Fields, ReadError, expected, join};
+use crate::value::{Payload, number_text};
 
 /// A control's value: controls are scalars (numbers, enum options, booleans, text).
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize)]
 #[serde(untagged)]
 pub enum ControlValue {
     Bool(bool),
@@ -45,6 +46,16 @@ impl ControlValue {
         }
     }
 
+    /// Reads a JSON scalar (`path` names it in errors).
+    pub fn from_value(path: &str, v: &Value) -> Result<ControlValue, ReadError> {
+        match v {
+            Value::Bool(b) => Ok(ControlValue::Bool(*b)),
+            Value::Number(n) => Ok(ControlValue::Number(n.as_f64().unwrap_or(f64::NAN))),
+            Value::String(s) => Ok(ControlValue::Text(s.clone())),
+            other => Err(expected(path, "a boolean, number or string", other)),
+        }
+    }
+
     fn type_name(&self) -> &'static str {
         match self {
             ControlValue::Bool(_) => "boolean",
@@ -61,7 +72,7 @@ impl std::fmt::Display for ControlValue {
 }
 
 /// What kind of value a control holds, with its constraints.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize)]
 #[serde(tag = "type", rename_all = "lowercase")]
 pub enum ControlKind {
     /// A finite number: snapped to `step` (anchored at `min`, else 0), then clamped.
@@ -102,6 +113,31 @@ pub struct Accepted {
 }
 
 impl ControlKind {
+    /// Reads the kind from an object's `type` and constraint fields (a control's or a
+    /// parameter's own object: the kind is flattened into it).
+    pub fn from_value(path: &str, v: &Value) -> Result<ControlKind, ReadError> {
+        let f = Fields::of(path, v)?;
+        Ok(match f.string("type")?.as_str() {
+            "number" => ControlKind::Number {
+                min: f.opt_f64("min")?,
+                max: f.opt_f64("max")?,
+                step: f.opt_f64("step")?,
+                unit: f.opt_string("unit")?,
+            },
+            "enum" => ControlKind::Enum {
+                options: f.req_list("options", ControlValue::from_value)?,
+            },
+            "boolean" => ControlKind::Boolean,
+            "string" => ControlKind::String,
+            other => {
+                return Err(format!(
+                    "{}: unknown control type `{other}`; types: number, enum, boolean, string",
+                    join(path, "type")
+                ));
+            }
+        })
+    }
+
     /// Validates a requested value: `Ok` with the value actually accepted, or `Err(reason)`.
     pub fn validate(&self, requested: &ControlValue) -> Result<Accepted, String> {
         match self {
@@ -192,8 +228,9 @@ impl ControlKind {
                 }
                 if let Some(st) = step {
                     s["description"] = json!(format!(
-                        "snapped to a multiple of {st} from {}; out-of-range values are clamped",
-                        min.unwrap_or(0.0)
+                        "snapped to a multiple of {} from {}; out-of-range values are clamped",
+                        number_text(*st),
+                        number_text(min.unwrap_or(0.0))
                     ));
                 }
                 s
@@ -222,7 +259,7 @@ fn round_to_step_precision(x: f64, step: f64) -> f64 {
 }
 
 /// A published control: an independent variable people and agents move.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ControlSpec {
     /// Leaf name; the effective name is `scope/name` when a scope is given.
@@ -238,11 +275,33 @@ pub struct ControlSpec {
 }
 
 impl ControlSpec {
+    /// Reads `{name, scope?, type, ...constraints, value, description?}`.
+    pub fn from_value(path: &str, v: &Value) -> Result<ControlSpec, ReadError> {
+        let f = Fields::of(path, v)?;
+        Ok(ControlSpec {
+            name: f.string("name")?,
+            scope: f.opt_string("scope")?,
+            kind: ControlKind::from_value(path, v)?,
+            value: ControlValue::from_value(&join(path, "value"), f.req("value")?)?,
+            description: f.string_or_empty("description")?,
+        })
+    }
+
     /// The scope-qualified name.
     pub fn qualified(&self) -> String {
         qualify(self.scope.as_deref(), &self.name)
     }
 }
+
+crate::via_value!(
+    ControlValue,
+    ControlKind,
+    ControlSpec,
+    EffectValue,
+    Effect,
+    ParamSpec,
+    ActionSpec
+);
 
 /// `scope/name`, or `name` without a scope.
 pub fn qualify(scope: Option<&str>, name: &str) -> String {
@@ -254,7 +313,7 @@ pub fn qualify(scope: Option<&str>, name: &str) -> String {
 
 /// A value an action writes: a constant, one of its arguments, or the control's current value
 /// plus an increment.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub enum EffectValue {
     Value(ControlValue),
@@ -262,9 +321,31 @@ pub enum EffectValue {
     Increment(f64),
 }
 
+impl EffectValue {
+    /// Reads `{"value": scalar}`, `{"arg": name}` or `{"increment": number}`.
+    pub fn from_value(path: &str, v: &Value) -> Result<EffectValue, ReadError> {
+        let f = Fields::of(path, v)?;
+        let one = |key: &str| f.map.len() == 1 && f.map.contains_key(key);
+        if one("value") {
+            Ok(EffectValue::Value(ControlValue::from_value(
+                &join(path, "value"),
+                &f.map["value"],
+            )?))
+        } else if one("arg") {
+            Ok(EffectValue::Arg(f.string("arg")?))
+        } else if one("increment") {
+            Ok(EffectValue::Increment(f.f64("increment")?))
+        } else {
+            Err(format!(
+                "{path}: expected one of {{\"value\": scalar}}, {{\"arg\": name}}, {{\"increment\": number}}"
+            ))
+        }
+    }
+}
+
 /// What an action does. Effects are data, so the core validates and applies them
 /// all-or-nothing and every host runs the same action the same way.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase", untagged)]
 pub enum Effect {
     /// Write a control (validated like any write).
@@ -273,8 +354,33 @@ pub enum Effect {
     Rerun { rerun: String },
 }
 
+impl Effect {
+    /// Reads `{set, to}` or `{rerun}` (the first shape that fits).
+    pub fn from_value(path: &str, v: &Value) -> Result<Effect, ReadError> {
+        let f = Fields::of(path, v)?;
+        let set = || -> Result<Effect, ReadError> {
+            Ok(Effect::Set {
+                set: f.string("set")?,
+                to: EffectValue::from_value(&join(path, "to"), f.req("to")?)?,
+            })
+        };
+        match (f.get("set"), f.get("rerun")) {
+            (Some(_), None) => set(),
+            (Some(_), Some(_)) => set().or_else(|_| {
+                Ok(Effect::Rerun {
+                    rerun: f.string("rerun")?,
+                })
+            }),
+            (None, Some(_)) => Ok(Effect::Rerun {
+                rerun: f.string("rerun")?,
+            }),
+            (None, None) => Err(format!("{path}: an effect is {{set, to}} or {{rerun}}")),
+        }
+    }
+}
+
 /// One parameter of an action.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ParamSpec {
     pub name: String,
@@ -286,8 +392,21 @@ pub struct ParamSpec {
     pub description: String,
 }
 
+impl ParamSpec {
+    /// Reads `{name, type, ...constraints, required?, description?}`.
+    pub fn from_value(path: &str, v: &Value) -> Result<ParamSpec, ReadError> {
+        let f = Fields::of(path, v)?;
+        Ok(ParamSpec {
+            name: f.string("name")?,
+            kind: ControlKind::from_value(path, v)?,
+            required: f.bool_or_false("required")?,
+            description: f.string_or_empty("description")?,
+        })
+    }
+}
+
 /// A published application action: a verb with parameters and declared effects.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ActionSpec {
     pub name: String,
@@ -301,6 +420,18 @@ pub struct ActionSpec {
 }
 
 impl ActionSpec {
+    /// Reads `{name, scope?, description?, params?, effects}`.
+    pub fn from_value(path: &str, v: &Value) -> Result<ActionSpec, ReadError> {
+        let f = Fields::of(path, v)?;
+        Ok(ActionSpec {
+            name: f.string("name")?,
+            scope: f.opt_string("scope")?,
+            description: f.string_or_empty("description")?,
+            params: f.list("params", ParamSpec::from_value)?,
+            effects: f.req_list("effects", Effect::from_value)?,
+        })
+    }
+
     /// The scope-qualified name.
     pub fn qualified(&self) -> String {
         qualify(self.scope.as_deref(), &self.name)

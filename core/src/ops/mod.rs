@@ -136,7 +136,7 @@ impl OpsValue for serde_json::Value {
         v.clone()
     }
     fn object(fields: Vec<(String, Self)>) -> Self {
-        serde_json::Value::Object(fields.into_iter().collect())
+        serde_json::Value::Object(crate::value::map_of(fields.into_iter()))
     }
 }
 

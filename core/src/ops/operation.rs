@@ -165,6 +165,27 @@ impl<V: OpsValue, R: BorrowMut<Registry<V>>> App<V, R> {
         now: Millis,
         req: ObserveRequest<P>,
     ) -> Result<OpId, OpsError> {
+        let writes = super::app::requested(&req.writes);
+        self.observe_requested(
+            now,
+            ObserveRequest {
+                writes,
+                wait_for: req.wait_for,
+                select: req.select,
+                on_supersede: req.on_supersede,
+                on_failure: req.on_failure,
+                timeout_ms: req.timeout_ms,
+                actor: req.actor,
+            },
+        )
+    }
+
+    /// [`App::observe`] with the writes read as scalars (compiled once for every payload type).
+    fn observe_requested(
+        &mut self,
+        now: Millis,
+        req: ObserveRequest<super::app::Requested>,
+    ) -> Result<OpId, OpsError> {
         self.begin();
         if req.writes.is_empty() && req.wait_for.is_empty() {
             return Err(OpsError::InvalidArgument(
@@ -204,7 +225,7 @@ impl<V: OpsValue, R: BorrowMut<Registry<V>>> App<V, R> {
         }
         let mut controls = Vec::with_capacity(req.writes.len());
         for (name, value) in &req.writes {
-            let c = self.validate_write(name, value)?.0;
+            let c = self.validate_requested(name, value.clone())?.0;
             if controls.contains(&c) {
                 return Err(OpsError::InvalidArgument(format!(
                     "`{name}` is written twice in one operation; give one value per control"
@@ -247,7 +268,7 @@ impl<V: OpsValue, R: BorrowMut<Registry<V>>> App<V, R> {
         };
         op.push(now, self.revision, OpEventKind::Accepted { writes });
         if let Some(d) = deadline {
-            self.op_timers.insert((d, id));
+            self.op_timers.insert((d, id), ());
         }
         self.ops.insert(id, Box::new(op));
         self.pending_ops.push(id);
@@ -268,11 +289,9 @@ impl<V: OpsValue, R: BorrowMut<Registry<V>>> App<V, R> {
             closure.extend(self.cells[x].ancestors.iter().copied());
             controls.extend(self.cells[x].rel.iter().copied());
         }
-        closure.sort_unstable();
-        closure.dedup();
-        controls.sort_unstable();
-        controls.dedup();
-        (closure, std::mem::take(controls))
+        let closure = super::app::sorted_set(closure, self.cells.len());
+        let controls = super::app::sorted_set(std::mem::take(controls), self.controls.len());
+        (closure, controls)
     }
 
     fn make_effective(
@@ -736,7 +755,7 @@ impl<V: OpsValue, R: BorrowMut<Registry<V>>> App<V, R> {
                 OpOutcomeKind::Cancelled => json!({"id": wire, "type": "cancelled"}),
                 other => {
                     json!({"id": wire, "type": "error", "message": self.ops[&id].outcome.as_ref().map(|o| o.message.clone()),
-                    "code": other.as_str().to_uppercase()})
+                    "code": other.as_str().to_ascii_uppercase()})
                 }
             };
             let _ = reg_mut(&mut self.registry).on_message(now, ep, &V::from_json(&msg));
@@ -1014,14 +1033,14 @@ impl<V: OpsValue, R: BorrowMut<Registry<V>>> App<V, R> {
             "revision": o.revision,
             "at": o.at,
             "writes": op.writes.iter().map(|w| self.receipt_json(*w)).collect::<Vec<_>>(),
-            "inputs": o.inputs.iter().map(|(n, v)| (n.clone(), v.to_json())).collect::<serde_json::Map<_, _>>(),
-            "cells": o.cells.iter().map(|c| (c.name.clone(), json!({
+            "inputs": crate::value::map_of(o.inputs.iter().map(|(n, v)| (n.clone(), v.to_json()))),
+            "cells": crate::value::map_of(o.cells.iter().map(|c| (c.name.clone(), json!({
                 "state": c.state.map(|s| s.as_str()),
                 "valueCalc": c.value_calc.map(|c| c.to_json()),
                 "processed": c.processed.is_some(),
                 "calc": c.processed.map(|(c, _)| c.to_json()),
                 "noop": c.processed.map(|(_, n)| n),
-            }))).collect::<serde_json::Map<_, _>>(),
+            })))),
             "calculations": op.linked.iter().map(|c| c.to_json()).collect::<Vec<_>>(),
         });
         if let Some(r) = &o.result {

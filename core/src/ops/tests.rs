@@ -139,6 +139,138 @@ fn app_tool_schemas_are_enforceable_by_the_agent_toolbox() {
 }
 
 #[test]
+fn graph_specs_read_every_field_and_name_the_bad_one() {
+    use super::control::{ActionSpec, ControlKind, Effect, EffectValue, ParamSpec};
+    let spec: GraphSpec = serde_json::from_value(json!({
+        "controls": [{"name": "k", "scope": "lab", "type": "number", "min": 0, "max": 1, "step": 0.5,
+            "unit": "s", "value": 1, "description": "kappa", "ignored": true}],
+        "actions": [{"name": "go", "params": [{"name": "to", "type": "enum", "options": ["a", 2], "required": true}],
+            "effects": [{"set": "k", "to": {"arg": "to"}}, {"set": "k", "to": {"increment": 0.5}}, {"rerun": "c"}]}],
+        "cells": [{"name": "c", "deps": ["k", {"key": "x", "from": "k"}], "constants": {"n": 3},
+            "gate": {"control": "k", "open": [1, "on", true]}, "compute": {"kind": "worker", "endpoint": 4},
+            "equality": "never"}],
+        "selectors": [{"name": "s"}]
+    }))
+    .unwrap();
+    let c = &spec.controls[0];
+    assert_eq!(c.qualified(), "lab/k");
+    assert_eq!(
+        c.kind,
+        ControlKind::Number {
+            min: Some(0.0),
+            max: Some(1.0),
+            step: Some(0.5),
+            unit: Some("s".into())
+        }
+    );
+    assert_eq!(
+        (c.value.clone(), c.description.as_str()),
+        (ControlValue::Number(1.0), "kappa")
+    );
+    assert_eq!(
+        spec.actions[0],
+        ActionSpec {
+            name: "go".into(),
+            scope: None,
+            description: String::new(),
+            params: vec![ParamSpec {
+                name: "to".into(),
+                kind: ControlKind::Enum {
+                    options: vec![ControlValue::Text("a".into()), ControlValue::Number(2.0)]
+                },
+                required: true,
+                description: String::new(),
+            }],
+            effects: vec![
+                Effect::Set {
+                    set: "k".into(),
+                    to: EffectValue::Arg("to".into())
+                },
+                Effect::Set {
+                    set: "k".into(),
+                    to: EffectValue::Increment(0.5)
+                },
+                Effect::Rerun { rerun: "c".into() },
+            ],
+        }
+    );
+    let cell = &spec.cells[0];
+    assert_eq!(
+        cell.deps,
+        vec![
+            DepSpec::Same("k".into()),
+            DepSpec::Keyed {
+                key: "x".into(),
+                from: "k".into()
+            }
+        ]
+    );
+    assert_eq!(cell.constants["n"], json!(3));
+    assert_eq!(cell.gate.as_ref().unwrap().open.len(), 3);
+    assert_eq!(
+        cell.compute,
+        ComputeSpec::Worker {
+            endpoint: crate::jobs::EndpointId(4)
+        }
+    );
+    assert_eq!(cell.equality, Equality::Never);
+    assert_eq!(spec.selectors[0].name, "s");
+    // Defaults: everything but names (and a control's type and value, an action's effects).
+    let spec: GraphSpec = serde_json::from_value(json!({"cells": [{"name": "c"}]})).unwrap();
+    assert_eq!(
+        (spec.cells[0].compute.clone(), spec.cells[0].equality),
+        (ComputeSpec::Host, Equality::Value)
+    );
+    // Every input form reads the same way (text, value).
+    let text = r#"{"controls": [{"name": "b", "type": "boolean", "value": false}]}"#;
+    assert_eq!(
+        serde_json::from_str::<GraphSpec>(text).unwrap(),
+        serde_json::from_value::<GraphSpec>(serde_json::from_str(text).unwrap()).unwrap()
+    );
+    for (bad, says) in [
+        (
+            json!({"controls": [{"name": "k", "type": "warp", "value": 1}]}),
+            "controls[0].type",
+        ),
+        (
+            json!({"controls": [{"name": "k", "type": "boolean"}]}),
+            "controls[0]: missing field `value`",
+        ),
+        (
+            json!({"controls": [{"name": "k", "type": "enum", "options": [[1]], "value": 1}]}),
+            "controls[0].options[0]",
+        ),
+        (
+            json!({"actions": [{"name": "a", "effects": [{"set": "k", "to": {"value": 1, "arg": "x"}}]}]}),
+            "actions[0].effects[0].to",
+        ),
+        (
+            json!({"actions": [{"name": "a", "effects": [{}]}]}),
+            "actions[0].effects[0]",
+        ),
+        (
+            json!({"cells": [{"name": "c", "deps": [3]}]}),
+            "cells[0].deps[0]",
+        ),
+        (
+            json!({"cells": [{"name": "c", "compute": {"kind": "gpu"}}]}),
+            "cells[0].compute.kind",
+        ),
+        (
+            json!({"cells": [{"name": "c", "equality": "deep"}]}),
+            "cells[0].equality",
+        ),
+        (json!({"selectors": "s"}), "selectors: expected an array"),
+        (json!([]), "expected an object"),
+    ] {
+        let err = serde_json::from_value::<GraphSpec>(bad.clone())
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains(says), "{bad}: {err}");
+    }
+}
+
+#[test]
 fn invalid_graphs_are_rejected_and_change_nothing() {
     let mut app: App<Value> = App::new(AppConfig::default());
     let mut spec = lab_spec();

@@ -51,6 +51,49 @@ const TOOLS: [&str; 7] = [
     "report", "set", "act", "observe", "wait", "inspect", "cancel",
 ];
 
+/// The published tools, in [`TOOLS`] order, as JSON text (data, not code: a `json!` literal of
+/// this size compiles to tens of kilobytes of WebAssembly). `"$name"` strings are slots that
+/// [`App::tool_definitions`] fills from the live surface: `$controls`, `$cells`, `$outputs`,
+/// `$actions`, `$selectors` (name schemas, with an `enum` once there are names) and `$writes`
+/// (the `observe` write properties: each control's schema).
+pub const TOOLS_JSON: &str = r#"[
+  {"name": "report",
+   "description": "One snapshot of the whole application: controls (the writable surface, with values), actions (published verbs), cells (calculations, with states: unresolved, pending, streaming, refreshing, held, ready, errored) and dependency edges. format \"brief\" (default) gives maps; \"full\" adds constraints, descriptions, current calculations and value provenance. Call this first.",
+   "inputSchema": {"additionalProperties": false, "properties": {"format": {"enum": ["brief", "full"], "type": "string"}}, "type": "object"}},
+  {"name": "set",
+   "description": "Set one control. The value is validated by the control itself: numbers are snapped to their step and clamped to [min, max], enums must be one of their options, wrong types are rejected. Returns the receipt: the value actually accepted and the revision at which it took effect. A receipt is not evidence that dependent calculations finished: use `observe` for that.",
+   "inputSchema": {"additionalProperties": false, "properties": {"name": "$controls", "value": {"type": ["number", "string", "boolean"]}}, "required": ["name", "value"], "type": "object"}},
+  {"name": "act",
+   "description": "Invoke a published application action (see `report` for each action's parameters and effects). Its writes are validated together and applied all-or-nothing. Stopping a calculation is an action like this, never a side effect of cancelling an observation.",
+   "inputSchema": {"additionalProperties": false, "properties": {"args": {"type": "object"}, "name": "$actions"}, "required": ["name"], "type": "object"}},
+  {"name": "observe",
+   "description": "Change controls and observe the consequences, as one operation: `writes` (validated all before any is applied, applied in one batch), `waitFor` (the cells whose processing to await), and the result: `select` (names of controls/cells read from one consistent snapshot) or `selector` (a registered result function). Outcomes: settled, superseded (a later change replaced the request — its replacement result is never returned as the answer; inspect and retry yourself), failed (a waited cell errored or is held), cancelled, timed_out. onSupersede \"end\" (default) or \"follow\" (keep observing; the outcome names the inputs the result reflects); onFailure \"end\" (default) or \"collect\". If the operation is still running after waitMs, you get its id: call `wait` or `inspect`.",
+   "inputSchema": {"additionalProperties": false, "properties": {"onFailure": {"enum": ["end", "collect"], "type": "string"}, "onSupersede": {"enum": ["end", "follow"], "type": "string"}, "select": {"items": "$outputs", "type": "array"}, "selector": "$selectors", "timeoutMs": {"minimum": 0, "type": "integer"}, "waitFor": {"items": "$cells", "type": "array", "uniqueItems": true}, "waitMs": {"minimum": 0, "type": "integer"}, "writes": {"additionalProperties": false, "properties": "$writes", "type": "object"}}, "type": "object"}},
+  {"name": "wait",
+   "description": "Wait for an operation's outcome (up to timeoutMs, default 10000). Returns the outcome, or the operation's current status if it is still waiting. Ending this call never stops anything.",
+   "inputSchema": {"additionalProperties": false, "properties": {"operation": {"description": "the operation id `observe` returned", "minimum": 1, "type": "integer"}, "timeoutMs": {"minimum": 0, "type": "integer"}}, "required": ["operation"], "type": "object"}},
+  {"name": "inspect",
+   "description": "The full record of an operation: its writes and receipts, wait set, policies, the calculations it linked, its event timeline and its outcome. Or, with `calc` (\"instance:generation\"), one calculation's lifecycle journal.",
+   "inputSchema": {"additionalProperties": false, "properties": {"calc": {"description": "\"instance:generation\", e.g. \"1:7\"", "type": "string"}, "operation": {"description": "the operation id `observe` returned", "minimum": 1, "type": "integer"}}, "type": "object"}},
+  {"name": "cancel",
+   "description": "Cancel an operation's observation. Only the observation ends: the calculations continue and no control is restored. To stop computation, use the application's published action.",
+   "inputSchema": {"additionalProperties": false, "properties": {"operation": {"description": "the operation id `observe` returned", "minimum": 1, "type": "integer"}}, "required": ["operation"], "type": "object"}}
+]"#;
+
+/// Replaces the `"$slot"` strings in `v` with their values.
+fn fill(v: &mut Value, slots: &[(&str, Value)]) {
+    match v {
+        Value::String(s) if s.starts_with('$') => {
+            if let Some((_, x)) = slots.iter().find(|(k, _)| k == s) {
+                *v = x.clone();
+            }
+        }
+        Value::Object(m) => m.values_mut().for_each(|x| fill(x, slots)),
+        Value::Array(a) => a.iter_mut().for_each(|x| fill(x, slots)),
+        _ => {}
+    }
+}
+
 fn bad(msg: impl Into<String>) -> OpsError {
     OpsError::InvalidArgument(msg.into())
 }
@@ -140,134 +183,57 @@ fn names_arg(tool: &str, o: &Map<String, Value>, key: &str) -> Result<Vec<String
 }
 
 impl<V: OpsValue, R: BorrowMut<Registry<V>>> App<V, R> {
-    /// The published tools, with JSON Schemas built from the live surface.
+    /// The published tools, with JSON Schemas built from the live surface: the [`TOOLS_JSON`]
+    /// template with the surface's names and control schemas filled in.
     pub fn tool_definitions(&self) -> Vec<ToolDef> {
-        let controls: Vec<Value> = self.controls.iter().map(|c| json!(c.name)).collect();
-        let cells: Vec<Value> = self.cells.iter().map(|c| json!(c.name)).collect();
-        let mut outputs = controls.clone();
-        outputs.extend(cells.iter().cloned());
-        let actions: Vec<Value> = self.actions.iter().map(|a| json!(a.qualified())).collect();
-        let selectors: Vec<Value> = self.selectors.iter().map(|s| json!(s.name)).collect();
-        let mut write_props = Map::new();
+        let names = |it: &mut dyn Iterator<Item = String>| -> Value {
+            let names: Vec<Value> = it.map(Value::String).collect();
+            let mut s = Map::new();
+            s.insert("type".into(), "string".into());
+            if !names.is_empty() {
+                s.insert("enum".into(), Value::Array(names));
+            }
+            Value::Object(s)
+        };
+        let control_names = || self.controls.iter().map(|c| c.name.clone());
+        let cell_names = || self.cells.iter().map(|c| c.name.clone());
+        let mut writes = Map::new();
         for c in &self.controls {
             let mut s = c.spec.kind.json_schema();
             if !c.spec.description.is_empty() {
-                s["title"] = json!(c.spec.description);
+                s["title"] = c.spec.description.as_str().into();
             }
-            write_props.insert(c.name.clone(), s);
+            writes.insert(c.name.clone(), s);
         }
-        let name_enum = |names: &Vec<Value>| {
-            if names.is_empty() {
-                json!({"type": "string"})
-            } else {
-                json!({"type": "string", "enum": names})
-            }
+        let slots = [
+            ("$controls", names(&mut control_names())),
+            ("$cells", names(&mut cell_names())),
+            ("$outputs", names(&mut control_names().chain(cell_names()))),
+            (
+                "$actions",
+                names(&mut self.actions.iter().map(|a| a.qualified())),
+            ),
+            (
+                "$selectors",
+                names(&mut self.selectors.iter().map(|s| s.name.clone())),
+            ),
+            ("$writes", Value::Object(writes)),
+        ];
+        let Ok(Value::Array(tools)) = serde_json::from_slice::<Value>(TOOLS_JSON.as_bytes()) else {
+            unreachable!("TOOLS_JSON is a JSON array (every test that lists the tools reads it)")
         };
-        let op_schema = json!({"type": "integer", "minimum": 1, "description": "the operation id `observe` returned"});
-        vec![
-            ToolDef {
-                name: "report",
-                description: "One snapshot of the whole application: controls (the writable surface, with values), \
-                    actions (published verbs), cells (calculations, with states: unresolved, pending, streaming, \
-                    refreshing, held, ready, errored) and dependency edges. format \"brief\" (default) gives maps; \
-                    \"full\" adds constraints, descriptions, current calculations and value provenance. Call this first."
-                    .into(),
-                input_schema: json!({
-                    "type": "object",
-                    "properties": {"format": {"type": "string", "enum": ["brief", "full"]}},
-                    "additionalProperties": false
-                }),
-            },
-            ToolDef {
-                name: "set",
-                description: "Set one control. The value is validated by the control itself: numbers are snapped to \
-                    their step and clamped to [min, max], enums must be one of their options, wrong types are \
-                    rejected. Returns the receipt: the value actually accepted and the revision at which it took \
-                    effect. A receipt is not evidence that dependent calculations finished: use `observe` for that."
-                    .into(),
-                input_schema: json!({
-                    "type": "object",
-                    "properties": {"name": name_enum(&controls), "value": {"type": ["number", "string", "boolean"]}},
-                    "required": ["name", "value"],
-                    "additionalProperties": false
-                }),
-            },
-            ToolDef {
-                name: "act",
-                description: "Invoke a published application action (see `report` for each action's parameters and \
-                    effects). Its writes are validated together and applied all-or-nothing. Stopping a calculation is \
-                    an action like this, never a side effect of cancelling an observation."
-                    .into(),
-                input_schema: json!({
-                    "type": "object",
-                    "properties": {"name": name_enum(&actions), "args": {"type": "object"}},
-                    "required": ["name"],
-                    "additionalProperties": false
-                }),
-            },
-            ToolDef {
-                name: "observe",
-                description: "Change controls and observe the consequences, as one operation: `writes` (validated all \
-                    before any is applied, applied in one batch), `waitFor` (the cells whose processing to await), and \
-                    the result: `select` (names of controls/cells read from one consistent snapshot) or `selector` (a \
-                    registered result function). Outcomes: settled, superseded (a later change replaced the request — \
-                    its replacement result is never returned as the answer; inspect and retry yourself), failed (a \
-                    waited cell errored or is held), cancelled, timed_out. onSupersede \"end\" (default) or \"follow\" \
-                    (keep observing; the outcome names the inputs the result reflects); onFailure \"end\" (default) or \
-                    \"collect\". If the operation is still running after waitMs, you get its id: call `wait` or `inspect`."
-                    .into(),
-                input_schema: json!({
-                    "type": "object",
-                    "properties": {
-                        "writes": {"type": "object", "properties": write_props, "additionalProperties": false},
-                        "waitFor": {"type": "array", "items": name_enum(&cells), "uniqueItems": true},
-                        "select": {"type": "array", "items": name_enum(&outputs)},
-                        "selector": name_enum(&selectors),
-                        "onSupersede": {"type": "string", "enum": ["end", "follow"]},
-                        "onFailure": {"type": "string", "enum": ["end", "collect"]},
-                        "timeoutMs": {"type": "integer", "minimum": 0},
-                        "waitMs": {"type": "integer", "minimum": 0}
-                    },
-                    "additionalProperties": false
-                }),
-            },
-            ToolDef {
-                name: "wait",
-                description: "Wait for an operation's outcome (up to timeoutMs, default 10000). Returns the outcome, or \
-                    the operation's current status if it is still waiting. Ending this call never stops anything."
-                    .into(),
-                input_schema: json!({
-                    "type": "object",
-                    "properties": {"operation": op_schema, "timeoutMs": {"type": "integer", "minimum": 0}},
-                    "required": ["operation"],
-                    "additionalProperties": false
-                }),
-            },
-            ToolDef {
-                name: "inspect",
-                description: "The full record of an operation: its writes and receipts, wait set, policies, the \
-                    calculations it linked, its event timeline and its outcome. Or, with `calc` (\"instance:generation\"), \
-                    one calculation's lifecycle journal."
-                    .into(),
-                input_schema: json!({
-                    "type": "object",
-                    "properties": {"operation": op_schema, "calc": {"type": "string", "description": "\"instance:generation\", e.g. \"1:7\""}},
-                    "additionalProperties": false
-                }),
-            },
-            ToolDef {
-                name: "cancel",
-                description: "Cancel an operation's observation. Only the observation ends: the calculations continue \
-                    and no control is restored. To stop computation, use the application's published action."
-                    .into(),
-                input_schema: json!({
-                    "type": "object",
-                    "properties": {"operation": op_schema},
-                    "required": ["operation"],
-                    "additionalProperties": false
-                }),
-            },
-        ]
+        tools
+            .into_iter()
+            .zip(TOOLS)
+            .map(|(mut t, name)| {
+                fill(&mut t["inputSchema"], &slots);
+                ToolDef {
+                    name,
+                    description: t["description"].as_str().unwrap_or_default().to_owned(),
+                    input_schema: t["inputSchema"].take(),
+                }
+            })
+            .collect()
     }
 
     /// Calls a published tool with JSON arguments on behalf of `actor`.
@@ -445,17 +411,13 @@ impl<V: OpsValue, R: BorrowMut<Registry<V>>> App<V, R> {
         }
         let job = self.host_as_job(now, op, owner, origin)?;
         let o = &self.ops[&op];
-        let cells: Map<String, Value> = o
-            .wait
-            .iter()
-            .map(|&x| {
-                let v = self.view(x);
-                (
-                    v.name.clone(),
-                    json!({"state": v.state.as_str(), "progress": v.progress}),
-                )
-            })
-            .collect();
+        let cells = crate::value::map_of(o.wait.iter().map(|&x| {
+            let v = self.view(x);
+            (
+                v.name.clone(),
+                json!({"state": v.state.as_str(), "progress": v.progress}),
+            )
+        }));
         Ok(json!({
             "operation": op.0,
             "status": "waiting",

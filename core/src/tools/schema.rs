@@ -13,6 +13,8 @@
 
 use serde_json::{Map, Value};
 
+use crate::value::number_text;
+
 const ANNOTATIONS: &[&str] = &[
     "title",
     "description",
@@ -258,27 +260,31 @@ fn validate_at(schema: &Value, v: &Value, path: &mut String, errors: &mut Vec<St
             if let Some(m) = bound("minimum")
                 && x < m
             {
-                push(errors, path, format!("must be >= {m}"));
+                push(errors, path, format!("must be >= {}", number_text(m)));
             }
             if let Some(m) = bound("maximum")
                 && x > m
             {
-                push(errors, path, format!("must be <= {m}"));
+                push(errors, path, format!("must be <= {}", number_text(m)));
             }
             if let Some(m) = bound("exclusiveMinimum")
                 && x <= m
             {
-                push(errors, path, format!("must be > {m}"));
+                push(errors, path, format!("must be > {}", number_text(m)));
             }
             if let Some(m) = bound("exclusiveMaximum")
                 && x >= m
             {
-                push(errors, path, format!("must be < {m}"));
+                push(errors, path, format!("must be < {}", number_text(m)));
             }
             if let Some(m) = bound("multipleOf") {
                 let q = x / m;
                 if !q.is_finite() || q.fract() != 0.0 {
-                    push(errors, path, format!("must be a multiple of {m}"));
+                    push(
+                        errors,
+                        path,
+                        format!("must be a multiple of {}", number_text(m)),
+                    );
                 }
             }
         }

@@ -1,6 +1,6 @@
 //! The agent session: one authoritative turn state machine, its tool scheduler and mailbox.
 
-use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::collections::VecDeque;
 use std::sync::Arc;
 
 use serde_json::{Value, json};
@@ -12,6 +12,7 @@ use super::types::*;
 use crate::Millis;
 use crate::jobs::{self, JobId, Note, Origin, OwnerId, Registry, Submit, Submitted};
 use crate::value::Payload;
+use crate::vecmap::VecMap;
 
 /// Session construction parameters.
 #[derive(Clone, Debug)]
@@ -137,11 +138,11 @@ pub struct Session<V> {
     mailbox: VecDeque<Mail<V>>,
     tasks: VecDeque<(TaskId, V)>,
     steering: VecDeque<V>,
-    standing: BTreeMap<String, Standing<V>>,
+    standing: VecMap<String, Standing<V>>,
     wakes: VecDeque<TurnCause>,
-    detached: BTreeMap<InvocationId, Detached>,
+    detached: VecMap<InvocationId, Detached>,
     /// Handlers replaced or removed while a snapshot still bound them.
-    unreleased: BTreeSet<HandlerId>,
+    unreleased: VecMap<HandlerId, ()>,
     outputs: VecDeque<Output>,
     next_turn: u64,
     next_step: u64,
@@ -167,10 +168,10 @@ impl<V: Payload> Session<V> {
             mailbox: VecDeque::new(),
             tasks: VecDeque::new(),
             steering: VecDeque::new(),
-            standing: BTreeMap::new(),
+            standing: VecMap::new(),
             wakes: VecDeque::new(),
-            detached: BTreeMap::new(),
-            unreleased: BTreeSet::new(),
+            detached: VecMap::new(),
+            unreleased: VecMap::new(),
             outputs: VecDeque::new(),
             next_turn: 1,
             next_step: 1,
@@ -216,7 +217,7 @@ impl<V: Payload> Session<V> {
             return;
         }
         if self.snapshot_binds(h) {
-            self.unreleased.insert(h);
+            self.unreleased.insert(h, ());
         } else {
             self.outputs
                 .push_back(Output::HandlerReleased { handler: h });
@@ -227,8 +228,7 @@ impl<V: Payload> Session<V> {
         if self.unreleased.is_empty() {
             return;
         }
-        let pending = std::mem::take(&mut self.unreleased);
-        for h in pending {
+        for (h, ()) in self.unreleased.take() {
             self.release_if_unbound(h);
         }
     }
@@ -474,14 +474,15 @@ impl<V: Payload> Session<V> {
                 c.id = format!("call-{}-{i}", step.0);
             }
         }
-        let mut seen = BTreeSet::new();
+        let mut seen: Vec<&str> = Vec::with_capacity(calls.len());
         for c in &calls {
-            if !seen.insert(c.id.as_str()) {
+            if seen.contains(&c.id.as_str()) {
                 return Err(ToolsError::InvalidResponse(format!(
                     "call id `{}` appears more than once in one step",
                     c.id
                 )));
             }
+            seen.push(&c.id);
         }
         let snapshot = self
             .step_snapshot

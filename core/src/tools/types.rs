@@ -128,7 +128,8 @@ impl ToolCall {
 
     /// A call whose arguments arrive as text (as most model APIs send them).
     pub fn from_text(id: impl Into<String>, name: impl Into<String>, text: &str) -> Self {
-        match serde_json::from_str(text) {
+        // The byte parser: the one serde_json reader the core uses (one compiled parser).
+        match serde_json::from_slice(text.as_bytes()) {
             Ok(arguments) => ToolCall::new(id, name, arguments),
             Err(e) => ToolCall {
                 id: id.into(),

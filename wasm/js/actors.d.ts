@@ -1,0 +1,17 @@
+// `weft/actors`: the actor graph alone (its WebAssembly module is loaded by the import).
+export {
+  WeftError,
+  ActorConfig,
+  NodeType,
+  NodeStatus,
+  Role,
+  GitCloseout,
+  SpawnResult,
+  Diagnostic,
+  OpenReport,
+  MutationOptions,
+  ActorStore,
+  openActorStore,
+  deleteActorStore,
+  loadActors,
+} from './index.js';

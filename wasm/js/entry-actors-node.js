@@ -1,0 +1,4 @@
+// `weft/actors` in Node: modules are read from disk synchronously.
+import './node-reader.js';
+
+export * from './entry-actors.js';

@@ -1,0 +1,8 @@
+// `weft/actors`: the actor graph alone. Importing it loads its WebAssembly module
+// (weft_actors_bg.wasm) and nothing of the job runtime.
+import { loadActors } from './actors.js';
+
+await loadActors();
+
+export { openActorStore, deleteActorStore, ActorStore, loadActors } from './actors.js';
+export { WeftError } from './error.js';

@@ -1,0 +1,8 @@
+// `weft/frames`: the DGP engine alone. Importing it loads its WebAssembly module
+// (weft_frames_bg.wasm) and nothing of the job runtime.
+import { loadFrames } from './frames.js';
+
+await loadFrames();
+
+export { createFramesEngine, FramesEngine, evidenceFor, loadFrames } from './frames.js';
+export { WeftError } from './error.js';

@@ -1,0 +1,7 @@
+// Node: the lazily loaded WebAssembly modules are read synchronously on first use.
+import { readFileSync } from 'node:fs';
+import { setSyncLoading } from './lazy.js';
+import * as frames from './weft_frames.js';
+import * as actors from './weft_actors.js';
+
+setSyncLoading((url) => readFileSync(url), { frames, actors });
