@@ -422,7 +422,7 @@ fn images_are_stored_verified_and_bounded() {
     );
     assert_eq!(
         (r.status, r.code().as_str()),
-        (415, "UNSUPPORTED_MEDIA_TYPE"),
+        (422, "INVALID_IMAGE"),
         "mislabelled"
     );
     let big = {
@@ -438,7 +438,7 @@ fn images_are_stored_verified_and_bounded() {
     );
     assert_eq!(
         (r.status, r.code().as_str()),
-        (413, "PAYLOAD_TOO_LARGE"),
+        (422, "INVALID_IMAGE"),
         "oversized"
     );
     assert_eq!(

@@ -70,6 +70,10 @@ pub enum FramesError {
     InvalidDistribution(String),
     #[error("{0}")]
     SchemaUnsupported(String),
+    /// Image evidence that is not valid base64, is empty or over 256 KiB, or whose bytes are
+    /// not the declared PNG / JPEG / WebP (the reference server's `INVALID_IMAGE`, 422).
+    #[error("{0}")]
+    InvalidImage(String),
     #[error("{0}")]
     UntrustedHost(String),
     #[error("{0}")]
@@ -118,6 +122,7 @@ impl FramesError {
             InvalidAnswer(_) => "INVALID_ANSWER",
             InvalidDistribution(_) => "INVALID_DISTRIBUTION",
             SchemaUnsupported(_) => "SCHEMA_UNSUPPORTED",
+            InvalidImage(_) => "INVALID_IMAGE",
             UntrustedHost(_) => "UNTRUSTED_HOST",
             UntrustedOrigin(_) => "UNTRUSTED_ORIGIN",
             MethodNotAllowed(_) => "METHOD_NOT_ALLOWED",
@@ -155,7 +160,8 @@ impl FramesError {
             | InvalidHorizon(_)
             | InvalidAnswer(_)
             | InvalidDistribution(_)
-            | SchemaUnsupported(_) => 422,
+            | SchemaUnsupported(_)
+            | InvalidImage(_) => 422,
             InvalidJson(_) | IdempotencyKeyRequired(_) => 400,
             StorageFailure(_) => 503,
             CorruptRecord(_) => 500,

@@ -19,35 +19,35 @@ pub struct ImageBlob {
 }
 
 /// Decodes and checks an uploaded image: base64 must be canonical standard base64, the bytes
-/// at most [`MAX_IMAGE_BYTES`] (`PAYLOAD_TOO_LARGE`), and the file signature must match the
-/// declared type (`UNSUPPORTED_MEDIA_TYPE` otherwise).
+/// nonempty and at most [`MAX_IMAGE_BYTES`], and the file signature must match the declared
+/// type. Every refusal is `INVALID_IMAGE` (422), as the reference ThreadDesk server answers.
 pub fn decode_image(mime_type: &str, data_base64: &str) -> Result<ImageBlob, FramesError> {
     if !IMAGE_TYPES.contains(&mime_type) {
-        return Err(FramesError::UnsupportedMediaType(format!(
+        return Err(FramesError::InvalidImage(format!(
             "image type `{mime_type}` is not one of {IMAGE_TYPES:?}"
         )));
     }
     // Reject before decoding anything that could not fit.
     if data_base64.len() / 4 * 3 > MAX_IMAGE_BYTES + 3 {
-        return Err(FramesError::PayloadTooLarge(format!(
+        return Err(FramesError::InvalidImage(format!(
             "images are limited to {MAX_IMAGE_BYTES} bytes"
         )));
     }
     let bytes = base64_decode(data_base64).ok_or_else(|| {
-        FramesError::InvalidInput("data_base64 is not valid standard base64".into())
+        FramesError::InvalidImage("data_base64 is not valid standard base64".into())
     })?;
     if bytes.is_empty() {
-        return Err(FramesError::InvalidInput("the image is empty".into()));
+        return Err(FramesError::InvalidImage("the image is empty".into()));
     }
     if bytes.len() > MAX_IMAGE_BYTES {
-        return Err(FramesError::PayloadTooLarge(format!(
+        return Err(FramesError::InvalidImage(format!(
             "the image has {} bytes; the limit is {MAX_IMAGE_BYTES}",
             bytes.len()
         )));
     }
     let actual = sniff(&bytes);
     if actual != Some(mime_type) {
-        return Err(FramesError::UnsupportedMediaType(format!(
+        return Err(FramesError::InvalidImage(format!(
             "declared {mime_type}, but the bytes are {}",
             actual.unwrap_or("not a PNG, JPEG or WebP image")
         )));
@@ -158,11 +158,11 @@ mod tests {
         assert_eq!(png.sha256.len(), 64);
         assert_eq!(
             decode_image("image/jpeg", PNG).unwrap_err().code(),
-            "UNSUPPORTED_MEDIA_TYPE"
+            "INVALID_IMAGE"
         );
         assert_eq!(
             decode_image("image/gif", PNG).unwrap_err().code(),
-            "UNSUPPORTED_MEDIA_TYPE"
+            "INVALID_IMAGE"
         );
         let mut big = base64_decode(PNG).unwrap();
         big.resize(MAX_IMAGE_BYTES + 1, 0);
@@ -170,13 +170,13 @@ mod tests {
             decode_image("image/png", &base64_encode(&big))
                 .unwrap_err()
                 .code(),
-            "PAYLOAD_TOO_LARGE"
+            "INVALID_IMAGE"
         );
         big.truncate(MAX_IMAGE_BYTES);
         assert!(decode_image("image/png", &base64_encode(&big)).is_ok());
         assert_eq!(
             decode_image("image/png", "!!!!").unwrap_err().code(),
-            "INVALID_INPUT"
+            "INVALID_IMAGE"
         );
     }
 }

@@ -314,7 +314,7 @@ fn walkthrough_d_images_stay_and_a_text_only_adapter_stops() {
             json!({"mime_type": "image/webp", "data_base64": PNG}),
         )
         .unwrap_err();
-    assert_eq!(e.code(), "UNSUPPORTED_MEDIA_TYPE");
+    assert_eq!(e.code(), "INVALID_IMAGE");
 }
 
 #[test]
