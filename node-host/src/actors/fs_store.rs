@@ -729,8 +729,8 @@ impl FsStore {
     ) -> Result<(), ActorsError> {
         let mut first: Vec<SyncJob> = std::mem::take(&mut self.pending_sync);
         let mut second: Vec<SyncJob> = Vec::new();
-        let mut renames: Vec<(PathBuf, PathBuf)> = Vec::new();
-        let mut puts: Vec<(PathBuf, PathBuf)> = Vec::new();
+        // (from, to, whether it is a put's temporary), in op order.
+        let mut renames: Vec<(PathBuf, PathBuf, bool)> = Vec::new();
         // The previous stage's nodes move into place before this stage writes anything (so a
         // killed process never leaves this stage's effects without them); the rename becomes
         // durable in this stage's last round, and until then recovery completes it (see
@@ -796,7 +796,7 @@ impl FsStore {
                         first.push(SyncJob::Dir(nodes));
                         self.deferred.push((tmp, dest));
                     } else {
-                        renames.push((tmp, dest));
+                        renames.push((tmp, dest, false));
                         dirty.insert(nodes);
                     }
                 }
@@ -806,7 +806,7 @@ impl FsStore {
                         ActorsError::StoreIo(format!("no temporary was written for {path}"))
                     })?;
                     dirty.insert(dest.parent().expect("under root").to_owned());
-                    puts.push((tmp, dest));
+                    renames.push((tmp, dest, true));
                 }
                 Op::Append { path, text } => {
                     let dest = self.path(path)?;
@@ -843,7 +843,7 @@ impl FsStore {
                 Op::Rename { from, to } => {
                     let (a, b) = (self.path(from)?, self.path(to)?);
                     if a.exists() {
-                        renames.push((a, b.clone()));
+                        renames.push((a, b.clone(), false));
                         dirty.insert(b.parent().expect("under root").to_owned());
                     }
                 }
@@ -853,16 +853,16 @@ impl FsStore {
             self.step();
             self.sync(first)?;
         }
-        for (a, b) in &renames {
-            self.step();
-            fs::rename(a, b)
-                .map_err(|e| io(format!("rename {} → {}", a.display(), b.display()), e))?;
-        }
         let mut spares = Vec::new();
-        for (tmp, dest) in puts {
+        for (a, b, put) in renames {
             self.step();
-            if let Some(s) = self.replace(&tmp, &dest)? {
-                spares.push((dest, s));
+            if put {
+                if let Some(s) = self.replace(&a, &b)? {
+                    spares.push((b, s));
+                }
+            } else {
+                fs::rename(&a, &b)
+                    .map_err(|e| io(format!("rename {} → {}", a.display(), b.display()), e))?;
             }
         }
         second.extend(std::mem::take(dirty).into_iter().map(SyncJob::Dir));
