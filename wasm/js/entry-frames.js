@@ -4,5 +4,6 @@ import { loadFrames } from './frames.js';
 
 await loadFrames();
 
-export { createFramesEngine, FramesEngine, evidenceFor, loadFrames } from './frames.js';
+export { createFramesEngine, FramesEngine, evidenceFor, loadFrames, controllerNextStep, controllerJudgment, fulfilmentResult } from './frames.js';
+export { dgpTools, dgpToolDeclarations, createDgpController, dgpFixtureAdapter, dgpFixtureText, DGP_MAX_STEPS } from './dgp-tools.js';
 export { WeftError } from './error.js';
