@@ -11,8 +11,8 @@
 // event and no commit in flight; everything it committed has a receipt among its events.
 
 import { WeftError } from './error.js';
-import { controllerJudgment, controllerNextStep, evidenceFor, fulfilmentResult, loadFrames } from './frames.js';
-import { interrupted, runJson } from './dgp-tools.js';
+import { evidenceFor, loadFrames } from './frames.js';
+import { controllerJudgment, controllerNextStep, fulfilmentResult, interrupted, runJson } from './dgp-tools.js';
 
 const STOPPED = Symbol('stopped');
 const TIMEOUT_MS = 30_000;

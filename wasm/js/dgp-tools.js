@@ -1,12 +1,50 @@
 // The DGP agent controller as agent tools (`dgp_surfaces`, `dgp_run_surface`), like
-// `weft_host::agent::tools` natively: declarations, the per-surface queue and the fixtures. The
-// controller's I/O is in `dgp-controller.js`, imported on first use (a page that never drives
-// a DGP server does not download it); its rules are the core's (the frames module).
+// `weft_host::agent::tools` natively, exported by `weft/frames`: the controller's rules (the
+// core's, in the frames WebAssembly module), the tool declarations, the per-surface queue and
+// the fixtures. The controller's I/O is in `dgp-controller.js`, imported on first use.
 
 import { WeftError } from './error.js';
+import { loaded } from './frames.js';
 
 /** The controller's I/O and the fixtures, imported on first use. */
 const controllerModule = () => import('./dgp-controller.js');
+
+// ----- the controller's rules (the core's, in the frames module) ------------------------------
+
+const frameText = (frame) => (typeof frame === 'string' ? frame : JSON.stringify(frame));
+
+/**
+ * The controller's next move on a frame: `{step: 'quiescent'}` or `{step: 'assess' | 'fulfil' |
+ * 'input_required', decisionId}`; throws CAPABILITY_REQUIRED for a frame needing a feature
+ * outside `supportedFeatures` (default: every feature weft's controller understands).
+ */
+export function controllerNextStep(frame, supportedFeatures) {
+  return JSON.parse(loaded().controllerNextStep(frameText(frame), supportedFeatures ?? undefined));
+}
+
+/**
+ * Checks a judgment of `decisionId` against the frame's decision and builds what to record:
+ * `{assessment, after: 'commit' | 'speculative' | 'abstained' | 'human_required', commit}`
+ * (`commit` is the commit request when an agent may commit it, else null).
+ */
+export function controllerJudgment(frame, decisionId, { result, resolver, assessmentId, speculative = false }) {
+  const f = typeof frame === 'string' ? JSON.parse(frame) : frame;
+  const assessment = {
+    dgp: '0.1',
+    assessment_id: assessmentId,
+    frame_id: f?.frame_id,
+    decision_id: decisionId,
+    mode: speculative ? 'speculative' : 'live',
+    resolver,
+    result,
+  };
+  return { assessment, ...JSON.parse(loaded().controllerJudgment(frameText(frame), JSON.stringify(assessment))) };
+}
+
+/** The result an input decision with a `fulfillment` receives from its service's `text` (checked, never truncated). */
+export function fulfilmentResult(frame, decisionId, text) {
+  return JSON.parse(loaded().fulfilmentResult(frameText(frame), decisionId, String(text)));
+}
 
 /** The most steps one `dgp_run_surface` call may take. */
 export const DGP_MAX_STEPS = 32;

@@ -11,8 +11,8 @@ export async function loadFrames() {
   await wasm.load();
 }
 
-/** The loaded bindings (NOT_LOADED in a browser before `loadFrames`). */
-function loaded() {
+/** @internal The loaded bindings (NOT_LOADED in a browser before `loadFrames`). */
+export function loaded() {
   const glue = wasm.loadSync();
   if (!glue) {
     throw new WeftError('NOT_LOADED', "the frames module is not loaded yet: import 'weft/frames' or await loadFrames() first");
@@ -98,31 +98,4 @@ export function createFramesEngine({ app, records, frameTtlMs, serviceBudget, id
 /** The evidence of a decision an assessor reading `modalities` may receive; throws UNSUPPORTED_MODALITY. */
 export function evidenceFor(frame, decisionId, modalities) {
   return parse(loaded().evidenceFor(typeof frame === 'string' ? frame : JSON.stringify(frame), decisionId, modalities));
-}
-
-const frameText = (frame) => (typeof frame === 'string' ? frame : JSON.stringify(frame));
-
-/**
- * The controller's next move on a frame: `{step: 'quiescent'}` or `{step: 'assess' | 'fulfil' |
- * 'input_required', decisionId}`; throws CAPABILITY_REQUIRED for a frame needing a feature
- * outside `supportedFeatures` (default: every feature weft's controller understands).
- */
-export function controllerNextStep(frame, supportedFeatures) {
-  return parse(loaded().controllerNextStep(frameText(frame), supportedFeatures ?? undefined));
-}
-
-/**
- * Checks a judgment of `decisionId` against the frame's decision and builds what to record:
- * `{assessment, after: 'commit' | 'speculative' | 'abstained' | 'human_required', commit}`
- * (`commit` is the commit request when an agent may commit it, else null).
- */
-export function controllerJudgment(frame, decisionId, { result, resolver, assessmentId, speculative = false }) {
-  return parse(
-    loaded().controllerJudgment(frameText(frame), decisionId, JSON.stringify(result ?? null), JSON.stringify(resolver ?? null), assessmentId, speculative),
-  );
-}
-
-/** The result an input decision with a `fulfillment` receives from its service's `text` (checked, never truncated). */
-export function fulfilmentResult(frame, decisionId, text) {
-  return parse(loaded().fulfilmentResult(frameText(frame), decisionId, String(text)));
 }

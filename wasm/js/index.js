@@ -31,5 +31,4 @@ export { openActorStore, deleteActorStore, ActorStore, loadActors } from './acto
 export { createApp, App, Operation } from './ops.js';
 export { createAgent, Agent, scriptedModel } from './agent.js';
 export { validateToolArguments } from './weft_wasm.js';
-export { createFramesEngine, FramesEngine, evidenceFor, loadFrames, controllerNextStep, controllerJudgment, fulfilmentResult } from './frames.js';
-export { dgpTools, dgpToolDeclarations, createDgpController, dgpFixtureAdapter, dgpFixtureText, DGP_MAX_STEPS } from './dgp-tools.js';
+export { createFramesEngine, FramesEngine, evidenceFor, loadFrames } from './frames.js';

@@ -7,7 +7,7 @@
 use js_sys::{Array, Reflect, Uint8Array};
 use wasm_bindgen::prelude::*;
 use weft_core::frames::controller::{AfterJudgment, Step};
-use weft_core::frames::types::{AssessmentResult, Decision, Frame, Mode, Resolver};
+use weft_core::frames::types::{AssessmentRequest, Decision, Frame};
 use weft_core::frames::{
     Engine, EngineConfig, FramesError, Principal, RecordKind, Role, ScriptedApp, Write,
 };
@@ -287,46 +287,31 @@ pub fn controller_next_step(
     ))
 }
 
-/// A judgment of `decisionId` (its `result` and `resolver`, JSON text) checked against the
-/// decision and turned into the assessment request to record under `assessmentId`, with what
-/// follows: `{"assessment", "after": "commit" | "speculative" | "abstained" | "human_required",
-/// "commit": CommitRequest | null}` (a commit request only when the agent may commit). A
-/// result the decision does not accept is refused (`INVALID_CHOICE`, `INVALID_ANSWER`, ...).
+/// What follows a judgment: `assessment` is the assessment request (JSON text) the controller
+/// means to record on `frame`. It is checked like a server checks it and against the frame's
+/// decision (`INVALID_CHOICE`, `INVALID_ANSWER`, ...), then: `{"after": "commit" | "speculative" |
+/// "abstained" | "human_required", "commit": CommitRequest | null}` (a commit request only when
+/// an agent may commit it; never for an effect that requires a human).
 #[wasm_bindgen(js_name = controllerJudgment)]
-pub fn controller_judgment(
-    frame: &str,
-    decision_id: String,
-    result: &str,
-    resolver: &str,
-    assessment_id: String,
-    speculative: bool,
-) -> Result<String, JsValue> {
+pub fn controller_judgment(frame: &str, assessment: &str) -> Result<String, JsValue> {
     let frame: Frame = record("frame", frame)?;
-    let d = decision(&frame, &decision_id)?;
-    let result: AssessmentResult = record("result", result)?;
-    let resolver: Resolver = record("resolver", resolver)?;
-    validate::check_result_shape(&result).map_err(|e| ferr(&e))?;
-    validate::check_result(d, &result).map_err(|e| ferr(&e))?;
-    let mode = if speculative {
-        Mode::Speculative
-    } else {
-        Mode::Live
+    // The engine's own parse of an assessment request: no second deserializer in the module.
+    let req: AssessmentRequest = record("assessment", assessment)?;
+    validate::check_assessment_request(&req).map_err(|e| ferr(&e))?;
+    if req.frame_id != frame.frame_id {
+        return Err(ferr(&FramesError::InvalidMessage(
+            "the assessment names another frame".into(),
+        )));
+    }
+    let d = decision(&frame, &req.decision_id)?;
+    validate::check_result(d, &req.result).map_err(|e| ferr(&e))?;
+    let (after, commit) = match controller::after_judgment(d, &req.result, req.mode) {
+        AfterJudgment::Commit => ("commit", text(&controller::commit_request(&req))),
+        AfterJudgment::Speculative => ("speculative", "null".into()),
+        AfterJudgment::Abstained => ("abstained", "null".into()),
+        AfterJudgment::HumanRequired => ("human_required", "null".into()),
     };
-    let req = controller::assessment_request(&frame, d, assessment_id, mode, resolver, result);
-    let after = controller::after_judgment(d, &req.result, mode);
-    let commit = (after == AfterJudgment::Commit).then(|| controller::commit_request(&req));
-    let after = match after {
-        AfterJudgment::Commit => "commit",
-        AfterJudgment::Speculative => "speculative",
-        AfterJudgment::Abstained => "abstained",
-        AfterJudgment::HumanRequired => "human_required",
-    };
-    // Spliced as text: `json!` would compile serde's value serializer for every record type.
-    let commit = commit.map_or_else(|| "null".to_owned(), |c| text(&c));
-    Ok(format!(
-        r#"{{"assessment":{},"after":"{after}","commit":{commit}}}"#,
-        text(&req)
-    ))
+    Ok(format!(r#"{{"after":"{after}","commit":{commit}}}"#))
 }
 
 /// The result (JSON text) an input decision with a `fulfillment` receives from its service's

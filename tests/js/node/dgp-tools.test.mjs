@@ -6,7 +6,8 @@
 // surface queue instead of racing; and a human-only effect is never committed by the agent.
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { controllerJudgment, controllerNextStep, createAgent, createRuntime, dgpFixtureAdapter, dgpFixtureText, dgpTools, scriptedModel } from 'weft';
+import { createAgent, createRuntime, scriptedModel } from 'weft';
+import { controllerJudgment, controllerNextStep, dgpFixtureAdapter, dgpFixtureText, dgpTools } from 'weft/frames';
 import { AGENT, HUMAN, startServe } from '../lib/weft.mjs';
 
 let server;
