@@ -2,7 +2,8 @@
 // on a JS agent session, against a live `weft serve` (ThreadDesk): a scripted model lists the
 // surfaces and drives thread-42 to the human-only publication; an interrupt stops a run at a
 // safe point (while judging, and while a commit is in flight: the commit is carried to its
-// receipt); a commit whose answer is lost is retried with the same key; two runs of one
+// receipt, or past the grace period reported uncertain with the report mailed later); a commit
+// whose answer is lost is retried with the same key; two runs of one
 // surface queue instead of racing; and a human-only effect is never committed by the agent.
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
@@ -429,4 +430,44 @@ test('the controller rules cross into JS as the core decides them, with coded er
   assert.deepEqual([spec.after, spec.commit, spec.assessment.mode], ['speculative', null, 'speculative']);
   const abstain = controllerJudgment(frame, d.decision_id, { result: { status: 'abstain', reason: 'unsure' }, resolver, assessmentId: 'a-4' });
   assert.deepEqual([abstain.after, abstain.commit], ['abstained', null]);
+});
+
+test('a run still waiting for its commit answer when the grace period ends is uncertain; its report arrives as mail', { timeout: 60_000 }, async (t) => {
+  const s = await freshServer(t);
+  let release;
+  const held = new Promise((r) => (release = r));
+  let inFlight;
+  const committing = new Promise((r) => (inFlight = r));
+  const holdCommit = async (url, init) => {
+    const res = await fetch(url, init);
+    if (String(url).endsWith('/dgp/commits')) {
+      inFlight();
+      await held;
+    }
+    return res;
+  };
+  const { agent, close } = agentWith(
+    dgpTools({ baseUrl: s.url, token: AGENT, adapter: dgpFixtureAdapter, textService: dgpFixtureText, fetch: holdCommit }),
+    scriptedModel([{ calls: [{ id: 'slow', name: 'dgp_run_surface', arguments: { surface_id: 'thread-42' } }] }]),
+    { graceMs: 50 },
+  );
+  try {
+    const turn = agent.run('Work through thread-42.');
+    await committing;
+    agent.interrupt('stop now');
+    const { end, results } = await turn;
+    assert.equal(end, 'interrupted');
+    assert.deepEqual([results[0].status, results[0].started], ['uncertain', true], JSON.stringify(results[0]));
+    const mailed = new Promise((resolve) => agent.on('mail_queued', resolve));
+    release();
+    await mailed;
+    const late = agent.mailbox().find((m) => m.kind === 'late_result');
+    assert.ok(late, JSON.stringify(agent.mailbox()));
+    const run = late.result.value;
+    checkRun(run);
+    assert.equal(run.ended, 'interrupted');
+    assert.deepEqual(committedChoices(run), ['retry'], 'the commit in flight was carried to its receipt');
+  } finally {
+    close();
+  }
 });
