@@ -11,8 +11,8 @@ export async function loadFrames() {
   await wasm.load();
 }
 
-/** The loaded bindings (NOT_LOADED in a browser before `loadFrames`). */
-function loaded() {
+/** @internal The loaded bindings (NOT_LOADED in a browser before `loadFrames`). */
+export function loaded() {
   const glue = wasm.loadSync();
   if (!glue) {
     throw new WeftError('NOT_LOADED', "the frames module is not loaded yet: import 'weft/frames' or await loadFrames() first");

@@ -6,7 +6,8 @@
 
 use js_sys::{Array, Reflect, Uint8Array};
 use wasm_bindgen::prelude::*;
-use weft_core::frames::types::Frame;
+use weft_core::frames::controller::{AfterJudgment, Step};
+use weft_core::frames::types::{AssessmentRequest, Decision, Frame};
 use weft_core::frames::{
     Engine, EngineConfig, FramesError, Principal, RecordKind, Role, ScriptedApp, Write,
 };
@@ -214,6 +215,30 @@ impl FramesEngine {
     }
 }
 
+/// A JS `Error` with `.code` and the HTTP `.status` a server answers the same problem with
+/// (the controller reports local refusals like a server's).
+fn ferr(e: &FramesError) -> JsValue {
+    let err = error(e);
+    crate::js::set(&err, "status", e.http_status());
+    err
+}
+
+/// A typed DGP record from JSON text; a bad one is `INVALID_MESSAGE` naming `what`.
+fn record<T: serde::de::DeserializeOwned>(what: &str, json: &str) -> Result<T, JsValue> {
+    let v: serde_json::Value =
+        parse_text(json).map_err(|e| ferr(&FramesError::InvalidMessage(format!("{what}: {e}"))))?;
+    validate::typed(what, v).map_err(|e| ferr(&e))
+}
+
+/// The decision `decision_id` of `frame`, or `DECISION_NOT_OFFERED`.
+fn decision<'a>(frame: &'a Frame, decision_id: &str) -> Result<&'a Decision, JsValue> {
+    frame.decision(decision_id).ok_or_else(|| {
+        ferr(&FramesError::DecisionNotOffered(format!(
+            "no decision `{decision_id}`"
+        )))
+    })
+}
+
 /// The controller's modality check on a frame (JSON text): the evidence of `decisionId` an
 /// assessor reading `modalities` may receive, or an `UNSUPPORTED_MODALITY` error for required
 /// evidence it cannot consume.
@@ -223,16 +248,10 @@ pub fn evidence_for(
     decision_id: String,
     modalities: Vec<String>,
 ) -> Result<String, JsValue> {
-    let frame: serde_json::Value = parse_text(frame)
-        .map_err(|e| error(&FramesError::InvalidMessage(format!("frame: {e}"))))?;
-    let frame: Frame = validate::typed("frame", frame).map_err(|e| error(&e))?;
-    let d = frame.decision(&decision_id).ok_or_else(|| {
-        error(&FramesError::DecisionNotOffered(format!(
-            "no decision `{decision_id}`"
-        )))
-    })?;
+    let frame: Frame = record("frame", frame)?;
+    let d = decision(&frame, &decision_id)?;
     let mods: Vec<&str> = modalities.iter().map(String::as_str).collect();
-    let pack = controller::evidence_for(&frame, d, &mods).map_err(|e| error(&e))?;
+    let pack = controller::evidence_for(&frame, d, &mods).map_err(|e| ferr(&e))?;
     let ids: Vec<&str> = pack
         .evidence
         .iter()
@@ -241,4 +260,72 @@ pub fn evidence_for(
     Ok(text(
         &serde_json::json!({"evidenceIds": ids, "omittedOptional": pack.omitted_optional}),
     ))
+}
+
+/// The controller's next move on a frame (JSON text), for a client understanding
+/// `supportedFeatures` (default: every feature weft's controller understands):
+/// `{"step": "quiescent"}` or `{"step": "assess" | "fulfil" | "input_required", "decisionId"}`.
+/// A frame requiring an unknown feature is `CAPABILITY_REQUIRED`.
+#[wasm_bindgen(js_name = controllerNextStep)]
+pub fn controller_next_step(
+    frame: &str,
+    supported_features: Option<Vec<String>>,
+) -> Result<String, JsValue> {
+    let frame: Frame = record("frame", frame)?;
+    let supported: Vec<&str> = match &supported_features {
+        Some(f) => f.iter().map(String::as_str).collect(),
+        None => controller::CLIENT_FEATURES.to_vec(),
+    };
+    let (step, d) = match controller::next_step(&frame, &supported).map_err(|e| ferr(&e))? {
+        Step::Quiescent => return Ok(r#"{"step":"quiescent"}"#.into()),
+        Step::Assess(d) => ("assess", d),
+        Step::Fulfil(d) => ("fulfil", d),
+        Step::InputRequired(d) => ("input_required", d),
+    };
+    Ok(text(
+        &serde_json::json!({"step": step, "decisionId": d.decision_id}),
+    ))
+}
+
+/// What follows a judgment: `assessment` is the assessment request (JSON text) the controller
+/// means to record on `frame`. It is checked like a server checks it and against the frame's
+/// decision (`INVALID_CHOICE`, `INVALID_ANSWER`, ...), then: `{"after": "commit" | "speculative" |
+/// "abstained" | "human_required", "commit": CommitRequest | null}` (a commit request only when
+/// an agent may commit it; never for an effect that requires a human).
+#[wasm_bindgen(js_name = controllerJudgment)]
+pub fn controller_judgment(frame: &str, assessment: &str) -> Result<String, JsValue> {
+    let frame: Frame = record("frame", frame)?;
+    // The engine's own parse of an assessment request: no second deserializer in the module.
+    let req: AssessmentRequest = record("assessment", assessment)?;
+    validate::check_assessment_request(&req).map_err(|e| ferr(&e))?;
+    if req.frame_id != frame.frame_id {
+        return Err(ferr(&FramesError::InvalidMessage(
+            "the assessment names another frame".into(),
+        )));
+    }
+    let d = decision(&frame, &req.decision_id)?;
+    validate::check_result(d, &req.result).map_err(|e| ferr(&e))?;
+    let (after, commit) = match controller::after_judgment(d, &req.result, req.mode) {
+        AfterJudgment::Commit => ("commit", text(&controller::commit_request(&req))),
+        AfterJudgment::Speculative => ("speculative", "null".into()),
+        AfterJudgment::Abstained => ("abstained", "null".into()),
+        AfterJudgment::HumanRequired => ("human_required", "null".into()),
+    };
+    Ok(format!(r#"{{"after":"{after}","commit":{commit}}}"#))
+}
+
+/// The result (JSON text) an input decision with a `fulfillment` receives from its service's
+/// `text`: `{"status": "answered", "answer": {"value": {output_field: text}}}`, checked against
+/// the decision's schema (an over-long text is refused, never truncated).
+#[wasm_bindgen(js_name = fulfilmentResult)]
+pub fn fulfilment_result(
+    frame: &str,
+    decision_id: String,
+    service_text: String,
+) -> Result<String, JsValue> {
+    let frame: Frame = record("frame", frame)?;
+    let d = decision(&frame, &decision_id)?;
+    controller::fulfilment_result(d, service_text)
+        .map(|r| text(&r))
+        .map_err(|e| ferr(&e))
 }

@@ -29,7 +29,9 @@ pub use actors::{ActorGraphJs, actor_config};
 #[cfg(feature = "jobs")]
 pub use agent::{AgentSession, validate_tool_arguments};
 #[cfg(feature = "frames")]
-pub use frames::{FramesEngine, evidence_for};
+pub use frames::{
+    FramesEngine, controller_judgment, controller_next_step, evidence_for, fulfilment_result,
+};
 #[cfg(feature = "jobs")]
 pub use jobs::JobRegistry;
 #[cfg(feature = "jobs")]
