@@ -154,7 +154,7 @@ fn the_harness_root_opens_with_identical_lineage_and_reading_writes_nothing() {
     let new: Vec<&String> = after.keys().filter(|k| !before.contains_key(*k)).collect();
     for n in &new {
         assert!(
-            ["orchestrator/index.json", ".weft-lock"].contains(&n.as_str()),
+            ["orchestrator/index.json", ".weft-lock", ".weft-readers"].contains(&n.as_str()),
             "{n} created by reading"
         );
     }

@@ -8,7 +8,10 @@
 //! crash a store may hold any subset of a stage's ops (appends possibly torn), but never an op
 //! of a later stage without the whole earlier stage. Recovery on open relies on exactly that:
 //! a spawn's first stage creates the child (which names its parent), so everything the second
-//! stage writes can be rebuilt from it.
+//! stage writes can be rebuilt from it. The guarantee is about the [`Snapshot`] a store hands
+//! out: a store may finish the last step of an op while performing the next stage, provided
+//! it can tell, when it opens, whether the op's own stage was durable and then finishes it
+//! before loading (the filesystem store renames a node directory into place that way).
 
 use std::collections::BTreeMap;
 

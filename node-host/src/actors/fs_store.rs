@@ -1,24 +1,42 @@
 //! The filesystem store of `$CHAT_ROOT`: the native side of the core's storage seam.
 //!
 //! Durability, per op of a [`WriteBatch`] stage:
-//! * `put` (JSON records): write `<path>.weft-tmp`, fsync it, rename over `<path>`, fsync the
-//!   directory;
+//! * `put` (JSON records): write a temporary beside `<path>`, fsync it, move it into place,
+//!   fsync the directory. The move is an atomic exchange (`renameat2(RENAME_EXCHANGE)`) when
+//!   the record exists, which leaves the previous version behind as `<path>.weft-tmp-spare`;
+//!   the next put of that record overwrites the spare in place instead of creating a file, so
+//!   a long-lived writer creates and frees no inode per record rewrite (on this project's VM a
+//!   new inode costs more CPU than an fsync waits). Elsewhere, a plain rename over the record;
 //! * `append` (JSONL logs): one `write` of whole lines, then fsync (a new log also fsyncs its
 //!   directory);
-//! * `createNode`: build `nodes/.tmp-<id>-<batch>/` with its files, fsync them and the
-//!   directory, rename it to `nodes/<id>`, fsync `nodes/` — the node appears whole or not at all;
+//! * `createNode`: build `nodes/.new,<batch>,<manifest>,<id>/` with its files (the manifest
+//!   lists each file's length and a hash of its content), fsync them, the directory and
+//!   `nodes/`, then rename it to `nodes/<id>` as the *next* stage begins; that stage's round
+//!   fsyncs `nodes/`. A power loss can thus keep the next stage's ops without the rename: the
+//!   pending directory is then whole (its stage was durable before the next one began), and
+//!   opening as a writer renames it into place. A pending directory that is not whole was cut
+//!   short in its own stage, which nothing durable names yet, and is removed. When the node is
+//!   created by a batch's last stage (or its file names cannot be spelled in a manifest), it is
+//!   renamed in its own stage, as before: the node appears whole or not at all;
 //! * `truncate` / `rename`: fsync the file / the directory.
 //!
 //! A stage's fsyncs are issued concurrently (the file system commits them together), in at
 //! most two rounds (new files and directories before their rename, then appends and the
 //! directories that changed); a stage starts only when the previous one is durable. The
 //! temporaries of every `put` are written and fsynced in the first stage's round — they are
-//! invisible until renamed, so this changes nothing a crash can expose. One writer at a time: a writer holds an
-//! exclusive lock on `$CHAT_ROOT/.weft-lock` (released by the kernel when the process dies, so
-//! `kill -9` never leaves a stale lock). Opening as a writer removes temporaries a crashed
-//! writer left behind; the core's recovery then completes half-finished spawns.
+//! invisible until moved into place, so this changes nothing a crash can expose. A spawn thus
+//! takes three rounds: the child's files and the put temporaries; the child's rename, the
+//! parent's record, `graph.json` and the routing marker; the metathread record.
+//!
+//! One writer at a time: a writer holds an exclusive lock on `$CHAT_ROOT/.weft-lock` (released
+//! by the kernel when the process dies, so `kill -9` never leaves a stale lock). Readers hold
+//! `.weft-readers` shared while they read; the writer overwrites a spare only when it can take
+//! that lock for an instant (a reader may have opened the spare's inode as the record before the
+//! exchange that retired it). Opening as a writer renames whole pending nodes into place and
+//! removes every other temporary a crashed writer left behind; the core's recovery then
+//! completes half-finished spawns.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fs::{self, File, OpenOptions};
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
@@ -32,8 +50,103 @@ use weft_core::actors::{ActorsError, NodeId};
 
 /// The lock file a writer holds.
 pub const LOCK_FILE: &str = ".weft-lock";
+/// The lock file readers hold shared while they read records; the writer overwrites a spare
+/// temporary in place only when it can briefly take it exclusively (see the module documentation).
+pub const READERS_FILE: &str = ".weft-readers";
 const TMP_SUFFIX: &str = ".weft-tmp";
 const NODE_TMP_PREFIX: &str = ".tmp-";
+/// A node directory under construction whose name carries the manifest of its files (see
+/// [`PendingNode`]).
+const NODE_NEW_PREFIX: &str = ".new,";
+/// The name under `nodes/` where the store builds node `id` of batch `batch` before renaming it
+/// into place, or `None` when it builds it under a plain temporary name (see the module documentation).
+/// Tests use it to lay out what a power loss can leave.
+pub fn pending_node_dir(batch: u64, id: &str, files: &[(String, String)]) -> Option<String> {
+    PendingNode::dir_name(batch, id, files)
+}
+
+/// A node directory built under `nodes/.new,<batch>,<manifest>,<id>`: its name lists every
+/// file with its length and a hash of its content, so that after a power loss the store can
+/// tell a directory whose files all became durable from one cut short. The manifest is
+/// `name=len=hash` entries joined by `+` (hash: the first 8 bytes of the content's SHA-256,
+/// in hex); the id comes last, so it may hold any character an id may hold.
+#[derive(Debug, PartialEq, Eq)]
+struct PendingNode {
+    id: String,
+    files: Vec<(String, u64, String)>,
+}
+
+impl PendingNode {
+    /// The longest directory name file systems take.
+    const MAX_NAME: usize = 255;
+
+    fn short_hash(bytes: &[u8]) -> String {
+        use sha2::Digest;
+        sha2::Sha256::digest(bytes)[..8]
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect()
+    }
+
+    /// The directory name for `files` of node `id` in batch `batch`, or `None` when a manifest
+    /// cannot be spelled in a name (file names outside `[A-Za-z0-9_.-]`, or too long).
+    fn dir_name(batch: u64, id: &str, files: &[(String, String)]) -> Option<String> {
+        let mut entries = Vec::new();
+        for (name, text) in files {
+            if name.is_empty()
+                || !name
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-'))
+            {
+                return None;
+            }
+            entries.push(format!(
+                "{name}={}={}",
+                text.len(),
+                Self::short_hash(text.as_bytes())
+            ));
+        }
+        let n = format!("{NODE_NEW_PREFIX}{batch},{},{id}", entries.join("+"));
+        (n.len() <= Self::MAX_NAME).then_some(n)
+    }
+
+    fn parse(name: &str) -> Option<PendingNode> {
+        let mut parts = name.strip_prefix(NODE_NEW_PREFIX)?.splitn(3, ',');
+        parts.next()?.parse::<u64>().ok()?;
+        let manifest = parts.next()?;
+        let id = parts.next()?;
+        NodeId::parse(id).ok()?;
+        let mut files = Vec::new();
+        for e in manifest.split('+') {
+            let mut f = e.split('=');
+            let (Some(n), Some(len), Some(h), None) = (f.next(), f.next(), f.next(), f.next())
+            else {
+                return None;
+            };
+            check_path(n).ok()?;
+            files.push((n.to_owned(), len.parse().ok()?, h.to_owned()));
+        }
+        Some(PendingNode {
+            id: id.to_owned(),
+            files,
+        })
+    }
+
+    /// Whether every file of the manifest is in `dir` with (at least) its length and, over that
+    /// length, its content. (Later stages of the batch may have appended to a file, so a longer
+    /// file is judged by its first `len` bytes.)
+    fn complete(&self, dir: &Path) -> bool {
+        self.files.iter().all(|(name, len, hash)| {
+            let Ok(f) = File::open(dir.join(name)) else {
+                return false;
+            };
+            let mut bytes = Vec::new();
+            f.take(*len).read_to_end(&mut bytes).is_ok()
+                && bytes.len() as u64 == *len
+                && Self::short_hash(&bytes) == *hash
+        })
+    }
+}
 
 /// Counters of what the store did (benchmarks report fsyncs per operation).
 #[derive(Debug, Default)]
@@ -42,6 +155,12 @@ pub struct FsStats {
     /// Rounds of concurrent fsyncs (each waits for the slowest of its fsyncs).
     pub rounds: AtomicU64,
     pub batches: AtomicU64,
+    /// Nanoseconds spent in `apply` (writes, renames and the rounds).
+    pub apply_ns: AtomicU64,
+    /// Nanoseconds spent waiting for rounds, by the round's position within its batch (the
+    /// last slot also counts every later round): where a batch's time goes.
+    pub round_ns: [AtomicU64; 6],
+    rounds_in_batch: AtomicU64,
 }
 
 /// Crash injection for tests: abort the process (no cleanup, like `kill -9`) at the n-th
@@ -68,6 +187,23 @@ pub struct FsStore {
     pool: Option<SyncPool>,
     /// Fsyncs owed by prewritten temporaries, joined to the next stage's first round.
     pending_sync: Vec<SyncJob>,
+    /// Node directories of the previous stage, built and durable under their pending names,
+    /// to rename into place as the next stage begins.
+    deferred: Vec<(PathBuf, PathBuf)>,
+    /// The temporary each `put` of the batch in flight writes, by (stage, op).
+    put_temps: BTreeMap<(usize, usize), PathBuf>,
+    /// Spare temporaries, by the record they replace: `<record>.weft-tmp-spare`, holding the
+    /// record's previous version after an exchange made durable by this process. The next
+    /// `put` of that record overwrites the spare in place and exchanges it again, so a
+    /// steady writer creates and frees no inodes for its records (on this project's VM an
+    /// inode costs more than an fsync). Removed on drop; a crash leaves them to the next
+    /// writer's open, which removes every temporary.
+    spares: BTreeMap<PathBuf, PathBuf>,
+    /// The writer's handle on [`READERS_FILE`].
+    readers: Option<File>,
+    /// Whether `renameat2(RENAME_EXCHANGE)` works here (Linux; turned off on the first
+    /// refusal, after which puts create a temporary and rename it over the record).
+    exchange: bool,
     pub stats: FsStats,
     failpoint: Option<Failpoint>,
     steps: u64,
@@ -79,6 +215,36 @@ fn io(what: impl std::fmt::Display, e: std::io::Error) -> ActorsError {
 
 fn fsync_dir(dir: &Path) -> std::io::Result<()> {
     File::open(dir)?.sync_all()
+}
+
+/// Atomically exchanges two directory entries (`renameat2(RENAME_EXCHANGE)`): afterwards, and
+/// after a crash, each name holds one of the two files, whole.
+#[cfg(target_os = "linux")]
+fn exchange(a: &Path, b: &Path) -> std::io::Result<()> {
+    use std::os::unix::ffi::OsStrExt;
+    let ca = std::ffi::CString::new(a.as_os_str().as_bytes())?;
+    let cb = std::ffi::CString::new(b.as_os_str().as_bytes())?;
+    // SAFETY: both pointers are NUL-terminated strings that outlive the call, which only
+    // reads them.
+    let r = unsafe {
+        libc::renameat2(
+            libc::AT_FDCWD,
+            ca.as_ptr(),
+            libc::AT_FDCWD,
+            cb.as_ptr(),
+            libc::RENAME_EXCHANGE,
+        )
+    };
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
+}
+
+#[cfg(not(target_os = "linux"))]
+fn exchange(_: &Path, _: &Path) -> std::io::Result<()> {
+    Err(std::io::ErrorKind::Unsupported.into())
 }
 
 /// One fsync to perform: a file (its handle moves to the worker) or a directory (by path).
@@ -142,6 +308,15 @@ impl SyncPool {
             return Ok(());
         };
         stats.rounds.fetch_add(1, Ordering::Relaxed);
+        let start = Instant::now();
+        let out = self.run_round(mine, jobs);
+        let slot = (stats.rounds_in_batch.fetch_add(1, Ordering::Relaxed) as usize)
+            .min(stats.round_ns.len() - 1);
+        stats.round_ns[slot].fetch_add(start.elapsed().as_nanos() as u64, Ordering::Relaxed);
+        out
+    }
+
+    fn run_round(&self, mine: SyncJob, jobs: Vec<SyncJob>) -> Result<(), ActorsError> {
         let (reply, results) = std::sync::mpsc::channel();
         let n = jobs.len();
         for j in jobs {
@@ -183,6 +358,11 @@ impl FsStore {
             lock: None,
             pool: None,
             pending_sync: Vec::new(),
+            deferred: Vec::new(),
+            put_temps: BTreeMap::new(),
+            spares: BTreeMap::new(),
+            exchange: cfg!(target_os = "linux"),
+            readers: None,
             stats: FsStats::default(),
             failpoint: None,
             steps: 0,
@@ -234,11 +414,23 @@ impl FsStore {
             std::env::args().take(3).collect::<Vec<_>>().join(" ")
         );
         let _ = f.set_len(0).and_then(|_| (&f).write_all(me.as_bytes()));
+        let readers = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(root.join(READERS_FILE))
+            .map_err(|e| io(format!("open {}", root.join(READERS_FILE).display()), e))?;
         let mut s = FsStore {
             root: root.to_owned(),
             lock: Some(f),
             pool: Some(SyncPool::new()),
             pending_sync: Vec::new(),
+            deferred: Vec::new(),
+            put_temps: BTreeMap::new(),
+            spares: BTreeMap::new(),
+            exchange: cfg!(target_os = "linux"),
+            readers: Some(readers),
             stats: FsStats::default(),
             failpoint: None,
             steps: 0,
@@ -274,7 +466,28 @@ impl FsStore {
         if let Ok(rd) = fs::read_dir(&nodes) {
             for e in rd.flatten() {
                 let name = e.file_name().to_string_lossy().into_owned();
-                if name.starts_with(NODE_TMP_PREFIX) {
+                if name.starts_with(NODE_NEW_PREFIX) {
+                    // A node built in a stage whose rename into place was deferred to the next
+                    // stage: if every file is whole, the stage was durable before the next one
+                    // began (which may have left records naming the node), so it is renamed
+                    // into place; otherwise that stage never completed, nothing names the node,
+                    // and it is removed.
+                    let dest = PendingNode::parse(&name)
+                        .filter(|p| p.complete(&e.path()))
+                        .map(|p| nodes.join(p.id))
+                        .filter(|d| !d.exists());
+                    match dest {
+                        Some(d) => fs::rename(e.path(), &d).map_err(|er| {
+                            io(
+                                format!("rename {} → {}", e.path().display(), d.display()),
+                                er,
+                            )
+                        })?,
+                        None => fs::remove_dir_all(e.path())
+                            .map_err(|er| io(format!("remove {}", e.path().display()), er))?,
+                    }
+                    removed = true;
+                } else if name.starts_with(NODE_TMP_PREFIX) {
                     fs::remove_dir_all(e.path())
                         .map_err(|er| io(format!("remove {}", e.path().display()), er))?;
                     removed = true;
@@ -311,8 +524,9 @@ impl FsStore {
                     Err(_) => continue,
                 };
                 if ft.is_dir() {
+                    let name = e.file_name().to_string_lossy().into_owned();
                     if d.ends_with("nodes")
-                        && e.file_name().to_string_lossy().starts_with(NODE_TMP_PREFIX)
+                        && (name.starts_with(NODE_TMP_PREFIX) || name.starts_with(NODE_NEW_PREFIX))
                     {
                         continue;
                     }
@@ -399,33 +613,109 @@ impl FsStore {
     }
 
     /// Writes the temporary files of every `put` of the batch up front: they are invisible
-    /// until renamed, so their fsyncs can join the first stage's round.
+    /// until renamed, so their fsyncs can join the first stage's round. A record with a spare
+    /// temporary (see `FsStore::spares`) has it overwritten in place; otherwise the
+    /// temporary is created, under the spare's name when no other put of the batch uses it.
     fn prewrite_puts(
         &mut self,
         batch: &WriteBatch,
         dirty: &mut BTreeSet<PathBuf>,
-    ) -> Result<Vec<PathBuf>, ActorsError> {
-        let mut temps = Vec::new();
+    ) -> Result<(), ActorsError> {
         let mut files = Vec::new();
+        self.put_temps.clear();
+        let mut used = BTreeSet::new();
+        // A spare holds a version a reader may have opened before the exchange that retired it:
+        // it is overwritten only when no reader is reading (taking the readers' lock for an
+        // instant waits for no one: a reader that starts later cannot reach the spare).
+        let quiet = !self.spares.is_empty()
+            && self
+                .readers
+                .as_ref()
+                .is_some_and(|f| f.try_lock().is_ok() && f.unlock().is_ok());
         for (si, ops) in batch.stages.iter().enumerate() {
             for (oi, op) in ops.iter().enumerate() {
                 if let Op::Put { path, text } = op {
                     let dest = self.path(path)?;
                     let parent = dest.parent().expect("under root").to_owned();
                     self.ensure_dir(&parent, dirty)?;
-                    let tmp = PathBuf::from(format!(
-                        "{}{TMP_SUFFIX}-{}-{si}-{oi}",
-                        dest.display(),
-                        batch.id
-                    ));
+                    let spare = Self::spare_path(&dest);
+                    let tmp = if used.insert(spare.clone()) {
+                        spare
+                    } else {
+                        PathBuf::from(format!(
+                            "{}{TMP_SUFFIX}-{}-{si}-{oi}",
+                            dest.display(),
+                            batch.id
+                        ))
+                    };
                     self.step();
-                    files.push(SyncJob::File(tmp.clone(), Self::write_new(&tmp, text)?));
-                    temps.push(tmp);
+                    let f = match self.spares.remove(&dest) {
+                        Some(s) if s == tmp && quiet => Self::overwrite(&tmp, text)?,
+                        _ => Self::write_fresh(&tmp, text)?,
+                    };
+                    files.push(SyncJob::File(tmp.clone(), f));
+                    self.put_temps.insert((si, oi), tmp);
                 }
             }
         }
         self.pending_sync = files;
-        Ok(temps)
+        Ok(())
+    }
+
+    /// The temporary a put of `dest` writes, which becomes its spare.
+    fn spare_path(dest: &Path) -> PathBuf {
+        PathBuf::from(format!("{}{TMP_SUFFIX}-spare", dest.display()))
+    }
+
+    /// Writes `text` to a new inode at `path` (unlinking what was there: a stale spare may be
+    /// open in a reader).
+    fn write_fresh(path: &Path, text: &str) -> Result<File, ActorsError> {
+        match fs::remove_file(path) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(io(format!("remove {}", path.display()), e)),
+        }
+        Self::write_new(path, text)
+    }
+
+    /// Rewrites an existing file in place (no new inode): the whole `text` from offset 0, then
+    /// the length.
+    fn overwrite(path: &Path, text: &str) -> Result<File, ActorsError> {
+        let mut f = OpenOptions::new()
+            .write(true)
+            .open(path)
+            .map_err(|e| io(format!("open {}", path.display()), e))?;
+        f.write_all(text.as_bytes())
+            .and_then(|_| f.set_len(text.len() as u64))
+            .map_err(|e| io(format!("write {}", path.display()), e))?;
+        Ok(f)
+    }
+
+    /// Moves a put's temporary into place: exchanges it with the record when the record exists
+    /// (the previous version stays behind as the spare, returned), renames it otherwise.
+    fn replace(&mut self, tmp: &Path, dest: &Path) -> Result<Option<PathBuf>, ActorsError> {
+        let spare_name = *tmp == Self::spare_path(dest);
+        if self.exchange && spare_name && dest.exists() {
+            match exchange(tmp, dest) {
+                Ok(()) => return Ok(Some(tmp.to_owned())),
+                Err(e)
+                    if matches!(e.kind(), std::io::ErrorKind::Unsupported)
+                        || matches!(e.raw_os_error(), Some(22 | 38 | 95)) =>
+                {
+                    // EINVAL, ENOSYS, EOPNOTSUPP: this file system cannot exchange.
+                    self.exchange = false;
+                }
+                Err(e) => {
+                    return Err(io(
+                        format!("exchange {} ↔ {}", tmp.display(), dest.display()),
+                        e,
+                    ));
+                }
+            }
+        }
+        fs::rename(tmp, dest)
+            .map_err(|e| io(format!("rename {} → {}", tmp.display(), dest.display()), e))?;
+        Ok(None)
     }
 
     /// One stage: write what it creates or appends, fsync new files and directories (with the
@@ -439,7 +729,25 @@ impl FsStore {
     ) -> Result<(), ActorsError> {
         let mut first: Vec<SyncJob> = std::mem::take(&mut self.pending_sync);
         let mut second: Vec<SyncJob> = Vec::new();
-        let mut renames: Vec<(PathBuf, PathBuf)> = Vec::new();
+        // (from, to, whether it is a put's temporary), in op order.
+        let mut renames: Vec<(PathBuf, PathBuf, bool)> = Vec::new();
+        // The previous stage's nodes move into place before this stage writes anything (so a
+        // killed process never leaves this stage's effects without them); the rename becomes
+        // durable in this stage's last round, and until then recovery completes it (see
+        // `clean_temporaries`).
+        for (tmp, dest) in std::mem::take(&mut self.deferred) {
+            if dest.exists() {
+                return Err(ActorsError::StoreIo(format!(
+                    "{} already exists",
+                    dest.display()
+                )));
+            }
+            self.step();
+            fs::rename(&tmp, &dest)
+                .map_err(|e| io(format!("rename {} → {}", tmp.display(), dest.display()), e))?;
+            dirty.insert(dest.parent().expect("under root").to_owned());
+        }
+        let last = si + 1 == batch.stages.len();
         for (oi, op) in batch.stages[si].iter().enumerate() {
             match op {
                 Op::CreateNode { id, files: init } => {
@@ -455,7 +763,14 @@ impl FsStore {
                             dest.display()
                         )));
                     }
-                    let tmp = nodes.join(format!("{NODE_TMP_PREFIX}{id}-{}", batch.id));
+                    // Named with its manifest when possible: then its rename into place can
+                    // wait for the next stage's round (one round fewer per stage that creates
+                    // nodes), because recovery can tell a whole directory from a torn one.
+                    let pending = PendingNode::dir_name(batch.id, id, init);
+                    let defer = pending.is_some() && !last;
+                    let tmp = nodes.join(
+                        pending.unwrap_or_else(|| format!("{NODE_TMP_PREFIX}{id}-{}", batch.id)),
+                    );
                     if tmp.exists() {
                         fs::remove_dir_all(&tmp)
                             .map_err(|e| io(format!("remove {}", tmp.display()), e))?;
@@ -475,18 +790,23 @@ impl FsStore {
                         first.push(SyncJob::File(p.clone(), Self::write_new(&p, text)?));
                     }
                     first.push(SyncJob::Dir(tmp.clone()));
-                    renames.push((tmp, dest));
-                    dirty.insert(nodes);
+                    if defer {
+                        // The pending directory's entry must be durable before the next stage
+                        // begins: this stage's only round covers it.
+                        first.push(SyncJob::Dir(nodes));
+                        self.deferred.push((tmp, dest));
+                    } else {
+                        renames.push((tmp, dest, false));
+                        dirty.insert(nodes);
+                    }
                 }
                 Op::Put { path, .. } => {
                     let dest = self.path(path)?;
-                    let tmp = PathBuf::from(format!(
-                        "{}{TMP_SUFFIX}-{}-{si}-{oi}",
-                        dest.display(),
-                        batch.id
-                    ));
+                    let tmp = self.put_temps.remove(&(si, oi)).ok_or_else(|| {
+                        ActorsError::StoreIo(format!("no temporary was written for {path}"))
+                    })?;
                     dirty.insert(dest.parent().expect("under root").to_owned());
-                    renames.push((tmp, dest));
+                    renames.push((tmp, dest, true));
                 }
                 Op::Append { path, text } => {
                     let dest = self.path(path)?;
@@ -523,7 +843,7 @@ impl FsStore {
                 Op::Rename { from, to } => {
                     let (a, b) = (self.path(from)?, self.path(to)?);
                     if a.exists() {
-                        renames.push((a, b.clone()));
+                        renames.push((a, b.clone(), false));
                         dirty.insert(b.parent().expect("under root").to_owned());
                     }
                 }
@@ -533,15 +853,36 @@ impl FsStore {
             self.step();
             self.sync(first)?;
         }
-        for (a, b) in &renames {
+        let mut spares = Vec::new();
+        for (a, b, put) in renames {
             self.step();
-            fs::rename(a, b)
-                .map_err(|e| io(format!("rename {} → {}", a.display(), b.display()), e))?;
+            if put {
+                if let Some(s) = self.replace(&a, &b)? {
+                    spares.push((b, s));
+                }
+            } else {
+                fs::rename(&a, &b)
+                    .map_err(|e| io(format!("rename {} → {}", a.display(), b.display()), e))?;
+            }
         }
-        self.step();
         second.extend(std::mem::take(dirty).into_iter().map(SyncJob::Dir));
-        self.sync(second)?;
+        if !second.is_empty() {
+            self.step();
+            self.sync(second)?;
+        }
+        // The exchanges are durable: each spare now durably holds a previous version only.
+        self.spares.extend(spares);
         Ok(())
+    }
+}
+
+impl Drop for FsStore {
+    /// Removes the spare temporaries (they hold previous versions only; a crash leaves them to
+    /// the next writer's open).
+    fn drop(&mut self) {
+        for s in self.spares.values() {
+            let _ = fs::remove_file(s);
+        }
     }
 }
 
@@ -549,12 +890,77 @@ impl ActorStore for FsStore {
     type Error = ActorsError;
 
     fn load(&mut self) -> Result<Snapshot, ActorsError> {
+        // A reader holds the readers' lock shared while it reads, so that the writer does not
+        // overwrite a spare this read may have opened as a record (see `FsStore::spares`). On
+        // a root it cannot write the lock file into, no writer can run either.
+        let shared = if self.lock.is_none() {
+            OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create(true)
+                .truncate(false)
+                .open(self.root.join(READERS_FILE))
+                .or_else(|_| File::open(self.root.join(READERS_FILE)))
+                .ok()
+                .filter(|f| f.lock_shared().is_ok())
+        } else {
+            None
+        };
+        let out = self.read_snapshot();
+        if let Some(f) = shared {
+            let _ = f.unlock();
+        }
+        out
+    }
+
+    fn apply(&mut self, batch: &WriteBatch) -> Result<(), ActorsError> {
+        if self.lock.is_none() {
+            return Err(ActorsError::InvalidArgument(
+                "the store was opened read-only".into(),
+            ));
+        }
+        let start = Instant::now();
+        self.stats.rounds_in_batch.store(0, Ordering::Relaxed);
+        let out = self.apply_batch(batch);
+        self.stats
+            .apply_ns
+            .fetch_add(start.elapsed().as_nanos() as u64, Ordering::Relaxed);
+        out
+    }
+}
+
+impl FsStore {
+    /// Reads every snapshot file (see [`is_snapshot_path`]).
+    fn read_snapshot(&mut self) -> Result<Snapshot, ActorsError> {
         let mut snap = Snapshot::default();
-        if let Ok(rd) = fs::read_dir(self.root.join("nodes")) {
+        let nodes = self.root.join("nodes");
+        let mut pending = Vec::new();
+        if let Ok(rd) = fs::read_dir(&nodes) {
             for e in rd.flatten() {
                 let name = e.file_name().to_string_lossy().into_owned();
-                if e.file_type().is_ok_and(|t| t.is_dir()) && !name.starts_with('.') {
+                if !e.file_type().is_ok_and(|t| t.is_dir()) {
+                    continue;
+                }
+                if !name.starts_with('.') {
                     snap.dirs.push(format!("nodes/{name}"));
+                } else if let Some(p) = PendingNode::parse(&name) {
+                    pending.push((e.path(), p));
+                }
+            }
+        }
+        // A reader that opens a root after a power loss, before a writer has: a whole pending
+        // node is read as the node it becomes (what the writer's open will rename into place).
+        for (dir, p) in pending {
+            if nodes.join(&p.id).exists() || !p.complete(&dir) {
+                continue;
+            }
+            snap.dirs.push(format!("nodes/{}", p.id));
+            for (name, _, _) in &p.files {
+                let rel = format!("nodes/{}/{name}", p.id);
+                if is_snapshot_path(&rel)
+                    && let Ok(bytes) = fs::read(dir.join(name))
+                {
+                    snap.files.insert(rel, bytes);
                 }
             }
         }
@@ -570,23 +976,24 @@ impl ActorStore for FsStore {
         Ok(snap)
     }
 
-    fn apply(&mut self, batch: &WriteBatch) -> Result<(), ActorsError> {
-        if self.lock.is_none() {
-            return Err(ActorsError::InvalidArgument(
-                "the store was opened read-only".into(),
-            ));
-        }
+    fn apply_batch(&mut self, batch: &WriteBatch) -> Result<(), ActorsError> {
         let mut dirty = BTreeSet::new();
         if let Err(e) = self.prewrite_puts(batch, &mut dirty) {
             self.pending_sync.clear();
+            self.spares.clear();
             return Err(e);
         }
         for si in 0..batch.stages.len() {
             if let Err(e) = self.apply_stage(batch, si, &mut dirty) {
+                // A pending node stays under its manifest name; the next open renames it into
+                // place or removes it, as after a crash.
                 self.pending_sync.clear();
+                self.deferred.clear();
+                self.spares.clear();
                 return Err(e);
             }
         }
+        debug_assert!(self.deferred.is_empty(), "the last stage defers nothing");
         self.stats.batches.fetch_add(1, Ordering::Relaxed);
         Ok(())
     }
@@ -626,4 +1033,132 @@ pub fn raw_create_rate(dir: &Path, n: usize, bytes: usize) -> std::io::Result<f6
     let rate = n as f64 / start.elapsed().as_secs_f64();
     fs::remove_dir_all(&probe)?;
     Ok(rate)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn files() -> Vec<(String, String)> {
+        vec![
+            ("meta.json".into(), "{\"id\": \"a,b+c=d\"}\n".into()),
+            ("chat.jsonl".into(), "{\"role\":\"system\"}\n".into()),
+        ]
+    }
+
+    #[test]
+    fn a_pending_name_spells_its_manifest_and_parses_back() {
+        let name = PendingNode::dir_name(7, "a,b+c=d", &files()).unwrap();
+        assert!(name.starts_with(NODE_NEW_PREFIX) && name.len() <= PendingNode::MAX_NAME);
+        let p = PendingNode::parse(&name).unwrap();
+        assert_eq!(p.id, "a,b+c=d");
+        assert_eq!(
+            p.files
+                .iter()
+                .map(|f| (f.0.as_str(), f.1))
+                .collect::<Vec<_>>(),
+            [("meta.json", 18), ("chat.jsonl", 18)]
+        );
+        // Names a manifest cannot spell, or too long, fall back to a plain temporary name.
+        let odd = vec![("sub/x.json".to_owned(), String::new())];
+        assert_eq!(PendingNode::dir_name(7, "a", &odd), None);
+        let many: Vec<(String, String)> = (0..20)
+            .map(|i| (format!("f{i}.json"), String::new()))
+            .collect();
+        assert_eq!(PendingNode::dir_name(7, "a", &many), None);
+        for bad in [
+            ".new,x,meta.json=1=00,a",
+            ".new,1,meta.json=1,a",
+            ".new,1,m=1=0",
+            ".tmp-a-1",
+        ] {
+            assert_eq!(PendingNode::parse(bad), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn a_pending_node_is_complete_only_with_every_file_whole() {
+        let dir = std::env::temp_dir().join(format!("weft-pending-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        fs::create_dir_all(&dir).unwrap();
+        let f = files();
+        let p = PendingNode::parse(&PendingNode::dir_name(1, "x", &f).unwrap()).unwrap();
+        for (n, t) in &f {
+            fs::write(dir.join(n), t).unwrap();
+        }
+        assert!(p.complete(&dir));
+        // A later stage may append to a file: its first bytes still prove the file whole.
+        let mut chat = OpenOptions::new()
+            .append(true)
+            .open(dir.join("chat.jsonl"))
+            .unwrap();
+        chat.write_all(b"{\"role\":\"user\"}\n").unwrap();
+        assert!(p.complete(&dir));
+        fs::write(dir.join("chat.jsonl"), &f[1].1[..5]).unwrap();
+        assert!(!p.complete(&dir), "torn");
+        fs::write(dir.join("chat.jsonl"), vec![0u8; f[1].1.len()]).unwrap();
+        assert!(!p.complete(&dir), "zero-filled");
+        fs::write(dir.join("chat.jsonl"), &f[1].1).unwrap();
+        fs::remove_file(dir.join("meta.json")).unwrap();
+        assert!(!p.complete(&dir), "missing");
+        fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// A record's previous version stays intact for a reader that opened it, however many
+    /// rewrites later, while that reader holds the readers' lock; without readers the writer
+    /// reuses it (the control: this test can tell the two apart).
+    #[test]
+    fn a_spare_is_overwritten_only_when_no_reader_reads() {
+        use weft_core::actors::{ActorGraph, HarnessConfig, NodeType, SpawnRequest};
+        for reading in [true, false] {
+            let root =
+                std::env::temp_dir().join(format!("weft-spare-{}-{reading}", std::process::id()));
+            let _ = fs::remove_dir_all(&root);
+            let mut store = FsStore::open_writer(&root, Duration::ZERO).unwrap();
+            let snap = store.load().unwrap();
+            let mut g =
+                ActorGraph::init(HarnessConfig::default(), "t:", &snap, 1_000, "t").unwrap();
+            for b in g.take_batches() {
+                store.apply(&b).unwrap();
+                g.ack(b.id).unwrap();
+            }
+            let spawn = |g: &mut ActorGraph, store: &mut FsStore, id: &str| {
+                let mut r = SpawnRequest::new("coordinator", NodeType::Task);
+                r.id = Some(id.into());
+                g.spawn(2_000, r).unwrap();
+                for b in g.take_batches() {
+                    store.apply(&b).unwrap();
+                    g.ack(b.id).unwrap();
+                }
+            };
+            spawn(&mut g, &mut store, "a");
+            // A reader opens the coordinator's record; the next spawn retires that inode to
+            // the spare, the one after rewrites the spare unless a reader holds the lock.
+            let meta = root.join("nodes/coordinator/meta.json");
+            let mut held = File::open(&meta).unwrap();
+            let before = fs::read(&meta).unwrap();
+            let lock = File::open(root.join(READERS_FILE)).unwrap();
+            if reading {
+                lock.lock_shared().unwrap();
+            }
+            spawn(&mut g, &mut store, "b");
+            spawn(&mut g, &mut store, "c");
+            let mut seen = Vec::new();
+            held.read_to_end(&mut seen).unwrap();
+            assert_eq!(seen == before, reading, "reading: {reading}");
+            assert!(
+                String::from_utf8(fs::read(&meta).unwrap())
+                    .unwrap()
+                    .contains("\"c\"")
+            );
+            drop(lock);
+            drop(store);
+            let left: Vec<_> = fs::read_dir(root.join("nodes/coordinator"))
+                .unwrap()
+                .map(|e| e.unwrap().file_name())
+                .collect();
+            assert_eq!(left.len(), 2, "spares are removed on drop: {left:?}");
+            fs::remove_dir_all(&root).unwrap();
+        }
+    }
 }

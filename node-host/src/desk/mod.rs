@@ -48,7 +48,7 @@ const DESK_JS: &str = include_str!("assets/desk.js");
 const DESK_CSS: &str = include_str!("assets/desk.css");
 
 enum Store {
-    Fs(FsStore),
+    Fs(Box<FsStore>),
     Memory(MemoryStore),
 }
 
@@ -60,7 +60,7 @@ struct Inner {
 impl Inner {
     fn flush(&mut self) -> Result<(), ActorsError> {
         match &mut self.store {
-            Store::Fs(s) => flush(&mut self.graph, s).map(|_| ()),
+            Store::Fs(s) => flush(&mut self.graph, s.as_mut()).map(|_| ()),
             Store::Memory(m) => {
                 for b in self.graph.take_batches() {
                     m.apply(&b).map_err(ActorsError::StoreIo)?;
@@ -98,16 +98,20 @@ impl DeskState {
             i.flush()?;
             i
         } else {
-            let s = match Session::writer(root, config.clone(), wait) {
+            let mut s = match Session::writer(root, config.clone(), wait) {
                 Err(ActorsError::NotInitialized) => Session::init(root, config, "Desk", wait)?,
                 other => other?,
             };
+            // Crash injection (tests): a long-lived writer aborted at a durability step.
+            if let Some(f) = crate::actors::fs_store::Failpoint::from_env() {
+                s.store.set_failpoint(Some(f));
+            }
             for d in &s.report.diagnostics {
                 eprintln!("weft desk: {} {}: {}", d.code, d.file, d.message);
             }
             Inner {
                 graph: s.graph,
-                store: Store::Fs(s.store),
+                store: Store::Fs(Box::new(s.store)),
             }
         };
         let (changes, _) = watch::channel(inner.graph.version());

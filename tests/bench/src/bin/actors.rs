@@ -63,6 +63,9 @@ fn main() {
     let (mut sp_n, mut sp_t, mut sp_core, mut sp_fsyncs, mut sp_rounds) =
         (0usize, 0.0f64, 0.0f64, 0u64, 0u64);
     let (mut msg_n, mut msg_t, mut msg_fsyncs) = (0usize, 0.0f64, 0u64);
+    // Where a spawn's time goes: time in the store's `apply`, and waiting for each round.
+    let mut sp_apply = 0u64;
+    let mut sp_round = [0u64; 6];
     let mut round_ratios = Vec::new();
     for round in 0..rounds {
         // The raw rate: 200-byte appends, each followed by an fsync.
@@ -76,6 +79,13 @@ fn main() {
         // Durable spawns, through the core and the filesystem store, as the CLI and desk do.
         let f0 = store.stats.fsyncs.load(Ordering::Relaxed);
         let r0 = store.stats.rounds.load(Ordering::Relaxed);
+        let a0 = store.stats.apply_ns.load(Ordering::Relaxed);
+        let rn0: Vec<u64> = store
+            .stats
+            .round_ns
+            .iter()
+            .map(|r| r.load(Ordering::Relaxed))
+            .collect();
         let t = Instant::now();
         let per = spawns / rounds;
         for i in 0..per {
@@ -99,6 +109,10 @@ fn main() {
         sp_n += per;
         sp_fsyncs += store.stats.fsyncs.load(Ordering::Relaxed) - f0;
         sp_rounds += store.stats.rounds.load(Ordering::Relaxed) - r0;
+        sp_apply += store.stats.apply_ns.load(Ordering::Relaxed) - a0;
+        for (i, r) in store.stats.round_ns.iter().enumerate() {
+            sp_round[i] += r.load(Ordering::Relaxed) - rn0[i];
+        }
         round_ratios.push((per as f64 / dt) / (rate / WRITES_PER_SPAWN));
         // Durable messages: one fsynced append each.
         let f0 = store.stats.fsyncs.load(Ordering::Relaxed);
@@ -138,7 +152,7 @@ fn main() {
         sp_rounds as f64 / sp_n as f64
     );
     println!(
-        "  vs raw / {WRITES_PER_SPAWN} writes per spawn = {:.1} spawns/s: {:.0}% (target ≥ 50%, i.e. ≥ {target:.1} spawns/s: {}); per round {:.0}%..{:.0}% (median {:.0}%)\n  a spawn takes as long as {:.1} new-file fsyncs (it creates 5 inodes — node directory, meta, chat, 2 temporaries — and renames 3 entries)",
+        "  vs raw / {WRITES_PER_SPAWN} writes per spawn = {:.1} spawns/s: {:.0}% (target ≥ 50%, i.e. ≥ {target:.1} spawns/s: {}); per round {:.0}%..{:.0}% (median {:.0}%)\n  a spawn takes as long as {:.1} new-file fsyncs (it creates 3 inodes — node directory, meta, chat — and moves 3 entries: the directory, and 2 records by exchange with their spares)",
         raw / WRITES_PER_SPAWN,
         100.0 * spawn_rate / (raw / WRITES_PER_SPAWN),
         if spawn_rate >= target {
@@ -150,6 +164,19 @@ fn main() {
         100.0 * round_ratios[round_ratios.len() - 1],
         100.0 * round_ratios[round_ratios.len() / 2],
         created / spawn_rate
+    );
+    let per_ms = |ns: u64| ns as f64 / 1e6 / sp_n as f64;
+    let waited: u64 = sp_round.iter().sum();
+    println!(
+        "  per spawn: {:.3} ms in the store = rounds {} + {:.3} ms creating, writing and renaming",
+        per_ms(sp_apply),
+        sp_round
+            .iter()
+            .filter(|r| **r > 0)
+            .map(|r| format!("{:.3}", per_ms(*r)))
+            .collect::<Vec<_>>()
+            .join(" + "),
+        per_ms(sp_apply.saturating_sub(waited))
     );
     println!(
         "durable messages                {msg_rate:>9.1} messages/s ({:.2} ms each, {:.1} fsyncs each) = {:.0}% of raw",
