@@ -210,15 +210,28 @@ fn an_abort_at_every_durability_step_of_a_spawn_is_recovered() {
     let _ = std::fs::remove_dir_all(&root);
 }
 
-/// Opens `root` as a writer and queues a resolution of `disambig-boundary` (under `n0`) into the
-/// parent and a new discussion `d`; returns the store and the resolution's batch, not applied.
-fn queue_resolution(root: &std::path::Path) -> (FsStore, WriteBatch) {
+/// Opens `root` as the writer and its graph (which needs no repair), at a fixed time.
+fn open_clean_writer(root: &std::path::Path) -> (FsStore, ActorGraph, u64) {
     let mut store = FsStore::open_writer(root, Duration::from_secs(5)).unwrap();
     let snap = store.load().unwrap();
     let now = 1_798_568_411_000;
-    let (mut g, report) =
+    let (g, report) =
         ActorGraph::open(HarnessConfig::default(), &store.address(), &snap, now).unwrap();
     assert!(report.repairs.is_empty(), "{report:?}");
+    (store, g, now)
+}
+
+/// The one write batch `g` queued, with the store to perform it.
+fn only_batch(store: FsStore, mut g: ActorGraph) -> (FsStore, WriteBatch) {
+    let mut batches = g.take_batches();
+    assert_eq!(batches.len(), 1);
+    (store, batches.remove(0))
+}
+
+/// Opens `root` as a writer and queues a resolution of `disambig-boundary` (under `n0`) into the
+/// parent and a new discussion `d`; returns the store and the resolution's batch, not applied.
+fn queue_resolution(root: &std::path::Path) -> (FsStore, WriteBatch) {
+    let (store, mut g, now) = open_clean_writer(root);
     let into = vec![
         Candidate::Continue,
         Candidate::New {
@@ -228,9 +241,7 @@ fn queue_resolution(root: &std::path::Path) -> (FsStore, WriteBatch) {
         },
     ];
     g.resolve(now, "disambig-boundary", into, "").unwrap();
-    let mut batches = g.take_batches();
-    assert_eq!(batches.len(), 1);
-    (store, batches.remove(0))
+    only_batch(store, g)
 }
 
 /// A power loss while the store performs a batch can keep any subset of the stage in flight
@@ -322,18 +333,11 @@ fn every_power_loss_cut_of_a_resolution_recovers_with_records_naming_their_marke
 /// Opens `root` as a writer and queues the spawn of task `kid` under `d`; returns the store and
 /// the spawn's batch, not applied.
 fn queue_spawn(root: &std::path::Path) -> (FsStore, WriteBatch) {
-    let mut store = FsStore::open_writer(root, Duration::from_secs(5)).unwrap();
-    let snap = store.load().unwrap();
-    let now = 1_798_568_411_000;
-    let (mut g, report) =
-        ActorGraph::open(HarnessConfig::default(), &store.address(), &snap, now).unwrap();
-    assert!(report.repairs.is_empty(), "{report:?}");
+    let (store, mut g, now) = open_clean_writer(root);
     let mut r = SpawnRequest::new("d", NodeType::Task);
     r.id = Some("kid".into());
     g.spawn(now, r).unwrap();
-    let mut batches = g.take_batches();
-    assert_eq!(batches.len(), 1);
-    (store, batches.remove(0))
+    only_batch(store, g)
 }
 
 /// The filesystem store builds a spawned node under a pending name that lists its files

@@ -59,6 +59,26 @@ const committedChoices = (run) => {
   });
 };
 
+/**
+ * A fetch that holds every commit's answer until `release()`; `committing` resolves when the
+ * first commit reached the server (its answer is then on its way back, held).
+ */
+function holdingCommits() {
+  let release;
+  const held = new Promise((r) => (release = r));
+  let inFlight;
+  const committing = new Promise((r) => (inFlight = r));
+  const hold = async (url, init) => {
+    const res = await fetch(url, init);
+    if (String(url).endsWith('/dgp/commits')) {
+      inFlight();
+      await held;
+    }
+    return res;
+  };
+  return { fetch: hold, committing, release };
+}
+
 function agentWith(tools, model, options = {}) {
   const rt = createRuntime();
   const agent = createAgent(rt, { id: 'desk-agent', model, ...options });
@@ -211,18 +231,7 @@ test('an interrupt stops a run at its next safe point: while judging it is aband
 
   // (2) The commit of the next judgment is held on its way back; the interrupt arrives while
   // it is in flight. The run waits for the answer, lists the receipt, then stops.
-  let release;
-  const held = new Promise((r) => (release = r));
-  let inFlight;
-  const committing = new Promise((r) => (inFlight = r));
-  const holdCommit = async (url, init) => {
-    const res = await fetch(url, init);
-    if (String(url).endsWith('/dgp/commits')) {
-      inFlight();
-      await held;
-    }
-    return res;
-  };
+  const { fetch: holdCommit, committing, release } = holdingCommits();
   const b = agentWith(
     dgpTools({ baseUrl: s.url, token: AGENT, adapter: dgpFixtureAdapter, textService: dgpFixtureText, fetch: holdCommit }),
     scriptedModel([{ calls: [{ id: 'r2', name: 'dgp_run_surface', arguments: { surface_id: 'thread-42' } }] }]),
@@ -434,18 +443,7 @@ test('the controller rules cross into JS as the core decides them, with coded er
 
 test('a run still waiting for its commit answer when the grace period ends is uncertain; its report arrives as mail', { timeout: 60_000 }, async (t) => {
   const s = await freshServer(t);
-  let release;
-  const held = new Promise((r) => (release = r));
-  let inFlight;
-  const committing = new Promise((r) => (inFlight = r));
-  const holdCommit = async (url, init) => {
-    const res = await fetch(url, init);
-    if (String(url).endsWith('/dgp/commits')) {
-      inFlight();
-      await held;
-    }
-    return res;
-  };
+  const { fetch: holdCommit, committing, release } = holdingCommits();
   const { agent, close } = agentWith(
     dgpTools({ baseUrl: s.url, token: AGENT, adapter: dgpFixtureAdapter, textService: dgpFixtureText, fetch: holdCommit }),
     scriptedModel([{ calls: [{ id: 'slow', name: 'dgp_run_surface', arguments: { surface_id: 'thread-42' } }] }]),
