@@ -97,6 +97,41 @@ pub fn subset(expected: &Value, actual: &Value, path: &str) -> Result<(), String
     }
 }
 
+/// Checks one step against its `expectError`, `expect` (the call's result) and `outputs`,
+/// recording each mismatch under `ctx`. Shared by the suites whose steps return
+/// `Result<Value, (code, message)>`.
+pub(crate) fn check_step(
+    ctx: &str,
+    step: &Value,
+    result: &Result<Value, (String, String)>,
+    outputs: Vec<Value>,
+    failures: &mut Vec<String>,
+) {
+    match (result, step.get("expectError")) {
+        (Err((code, msg)), Some(want)) => {
+            if want.as_str() != Some(code.as_str()) {
+                failures.push(format!("{ctx}: expected error {want}, got {code}: {msg}"));
+            }
+        }
+        (Err((code, msg)), None) => failures.push(format!("{ctx}: unexpected error {code}: {msg}")),
+        (Ok(_), Some(want)) => {
+            failures.push(format!("{ctx}: expected error {want}, call succeeded"))
+        }
+        (Ok(got), None) => {
+            if let Some(want) = step.get("expect")
+                && let Err(e) = subset(want, got, "result")
+            {
+                failures.push(format!("{ctx}: {e}"));
+            }
+        }
+    }
+    if let Some(want) = step.get("outputs")
+        && let Err(e) = subset(want, &Value::Array(outputs), "outputs")
+    {
+        failures.push(format!("{ctx}: {e}"));
+    }
+}
+
 fn run_jobs_vector(v: &Value) -> VectorResult {
     let name = v["name"].as_str().unwrap_or("<unnamed>").to_owned();
     let mut failures = Vec::new();
@@ -117,31 +152,7 @@ fn run_jobs_vector(v: &Value) -> VectorResult {
         let result = apply_jobs_step(&mut reg, at, op, step);
         let outputs: Vec<Value> = reg.drain_outputs().map(|o| o.to_json()).collect();
         let ctx = format!("step {i} ({op})");
-        match (&result, step.get("expectError")) {
-            (Err((code, msg)), Some(want)) => {
-                if want.as_str() != Some(code.as_str()) {
-                    failures.push(format!("{ctx}: expected error {want}, got {code}: {msg}"));
-                }
-            }
-            (Err((code, msg)), None) => {
-                failures.push(format!("{ctx}: unexpected error {code}: {msg}"))
-            }
-            (Ok(_), Some(want)) => {
-                failures.push(format!("{ctx}: expected error {want}, call succeeded"))
-            }
-            (Ok(got), None) => {
-                if let Some(want) = step.get("expect")
-                    && let Err(e) = subset(want, got, "result")
-                {
-                    failures.push(format!("{ctx}: {e}"));
-                }
-            }
-        }
-        if let Some(want) = step.get("outputs")
-            && let Err(e) = subset(want, &Value::Array(outputs), "outputs")
-        {
-            failures.push(format!("{ctx}: {e}"));
-        }
+        check_step(&ctx, step, &result, outputs, &mut failures);
     }
     if let Some(want) = v.get("expect") {
         let state = jobs_state(&reg);

@@ -17,7 +17,7 @@ use super::claims::Claims;
 use super::operation::{ObserveRequest, Selection};
 use super::tools::ToolReply;
 use super::*;
-use crate::conformance::{VectorResult, subset};
+use crate::conformance::{VectorResult, check_step, subset};
 use crate::jobs::{
     EndpointId, EndpointSpec, Hello, JobId, Origin, OwnerId, WaitId, wire::Capabilities,
 };
@@ -113,31 +113,7 @@ pub fn run_vector(v: &Value) -> VectorResult {
         let result = apply_step(&mut app, at, op, step);
         let outputs: Vec<Value> = app.drain_outputs().map(|o| output_json(&o)).collect();
         let ctx = format!("step {i} ({op})");
-        match (&result, step.get("expectError")) {
-            (Err((code, msg)), Some(want)) => {
-                if want.as_str() != Some(code.as_str()) {
-                    failures.push(format!("{ctx}: expected error {want}, got {code}: {msg}"));
-                }
-            }
-            (Err((code, msg)), None) => {
-                failures.push(format!("{ctx}: unexpected error {code}: {msg}"))
-            }
-            (Ok(_), Some(want)) => {
-                failures.push(format!("{ctx}: expected error {want}, call succeeded"))
-            }
-            (Ok(got), None) => {
-                if let Some(want) = step.get("expect")
-                    && let Err(e) = subset(want, got, "result")
-                {
-                    failures.push(format!("{ctx}: {e}"));
-                }
-            }
-        }
-        if let Some(want) = step.get("outputs")
-            && let Err(e) = subset(want, &Value::Array(outputs), "outputs")
-        {
-            failures.push(format!("{ctx}: {e}"));
-        }
+        check_step(&ctx, step, &result, outputs, &mut failures);
     }
     if let Some(want) = v.get("expect") {
         let state = state_json(&app);

@@ -22,7 +22,7 @@ use super::{
     InvocationId, Message, ModelResponse, ScriptedModel, Session, SessionConfig, Settlement,
     StepId, TaskId, ToolDecl, ToolsError,
 };
-use crate::conformance::{VectorResult, apply_jobs_step, jobs_state, subset};
+use crate::conformance::{VectorResult, apply_jobs_step, check_step, jobs_state, subset};
 use crate::jobs::{EndpointId, JobId, Registry, Submit};
 
 type StepResult = Result<Value, (String, String)>;
@@ -115,31 +115,7 @@ pub fn run_vector(v: &Value) -> VectorResult {
         let outputs: Vec<Value> = h.session.drain_outputs().map(|o| o.to_json()).collect();
         let job_outputs = std::mem::take(&mut h.job_outputs);
         let ctx = format!("step {i} ({op})");
-        match (&result, step.get("expectError")) {
-            (Err((code, msg)), Some(want)) => {
-                if want.as_str() != Some(code.as_str()) {
-                    failures.push(format!("{ctx}: expected error {want}, got {code}: {msg}"));
-                }
-            }
-            (Err((code, msg)), None) => {
-                failures.push(format!("{ctx}: unexpected error {code}: {msg}"))
-            }
-            (Ok(_), Some(want)) => {
-                failures.push(format!("{ctx}: expected error {want}, call succeeded"))
-            }
-            (Ok(got), None) => {
-                if let Some(want) = step.get("expect")
-                    && let Err(e) = subset(want, got, "result")
-                {
-                    failures.push(format!("{ctx}: {e}"));
-                }
-            }
-        }
-        if let Some(want) = step.get("outputs")
-            && let Err(e) = subset(want, &Value::Array(outputs), "outputs")
-        {
-            failures.push(format!("{ctx}: {e}"));
-        }
+        check_step(&ctx, step, &result, outputs, &mut failures);
         if let Some(want) = step.get("jobOutputs")
             && let Err(e) = subset(want, &Value::Array(job_outputs), "jobOutputs")
         {
