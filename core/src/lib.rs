@@ -34,11 +34,14 @@ pub trait ErrorCode: std::error::Error {
     fn code(&self) -> &'static str;
 }
 
-/// Property-test case count: `PROPTEST_CASES` when set (for long local runs), else `default`.
+/// Property-test case count: `default` (small, so the suite stays fast), unless `PROPTEST_CASES`
+/// asks for another count (for long local runs). proptest reads the variable itself, into its
+/// default configuration: a count other than its built-in 256 is the variable's.
 #[cfg(test)]
 pub(crate) fn test_cases(default: u32) -> u32 {
-    std::env::var("PROPTEST_CASES")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(default)
+    const PROPTEST_BUILT_IN: u32 = 256;
+    match proptest::test_runner::Config::default().cases {
+        PROPTEST_BUILT_IN => default,
+        configured => configured,
+    }
 }

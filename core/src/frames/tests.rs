@@ -168,9 +168,6 @@ proptest! {
                 }
             }
         }
-        if std::env::var_os("WEFT_PROPTEST_VERBOSE").is_some() {
-            eprintln!("wins: {}", winners.len());
-        }
         for s in ["s1", "s2"] {
             let wins = winners.iter().filter(|(x, _)| x == s).count() as u64;
             prop_assert_eq!(e.surface_state(s).unwrap().1, 1 + wins, "each win moved the revision once");
