@@ -14,6 +14,25 @@
 //! * [`tools`] — agent sessions: the parallel tool scheduler, turn state and mailbox admission.
 //! * [`conformance`] — the data-driven vectors every host runs against this core.
 
+/// Declares a numeric identity: a `u64` newtype, serialized as the bare number and displayed
+/// with a prefix (`job-7`, `op-3`). Defined before the modules so that each can use it.
+macro_rules! numeric_id {
+    ($(#[$doc:meta])* $name:ident, $prefix:literal) => {
+        $(#[$doc])*
+        #[derive(
+            Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash,
+            ::serde::Serialize, ::serde::Deserialize,
+        )]
+        #[serde(transparent)]
+        pub struct $name(pub u64);
+        impl ::std::fmt::Display for $name {
+            fn fmt(&self, f: &mut ::std::fmt::Formatter<'_>) -> ::std::fmt::Result {
+                write!(f, concat!($prefix, "{}"), self.0)
+            }
+        }
+    };
+}
+
 pub mod actors;
 pub mod conformance;
 pub mod fields;

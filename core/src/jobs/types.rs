@@ -9,20 +9,6 @@ use super::wire::{Capabilities, Reply, Violation};
 use crate::Millis;
 use crate::value::Payload;
 
-macro_rules! numeric_id {
-    ($(#[$doc:meta])* $name:ident, $prefix:literal) => {
-        $(#[$doc])*
-        #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-        #[serde(transparent)]
-        pub struct $name(pub u64);
-        impl fmt::Display for $name {
-            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                write!(f, concat!($prefix, "{}"), self.0)
-            }
-        }
-    };
-}
-
 numeric_id!(
     /// One execution. Never reused within a registry.
     JobId,

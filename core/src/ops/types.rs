@@ -13,20 +13,6 @@ use crate::jobs::JobId;
 /// writes, a committed cell value, an error, a hold). A snapshot is taken at one revision.
 pub type Revision = u64;
 
-macro_rules! numeric_id {
-    ($(#[$doc:meta])* $name:ident, $prefix:literal) => {
-        $(#[$doc])*
-        #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-        #[serde(transparent)]
-        pub struct $name(pub u64);
-        impl fmt::Display for $name {
-            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                write!(f, concat!($prefix, "{}"), self.0)
-            }
-        }
-    };
-}
-
 numeric_id!(
     /// One control/observation operation: accepted writes plus the readbacks being observed.
     OpId,

@@ -1,27 +1,10 @@
 //! Identities, transcript messages, call outcomes and outputs of agent sessions.
 
-use std::fmt;
-
-use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 use crate::Millis;
 use crate::jobs::{JobId, Note};
 use crate::value::Payload;
-
-macro_rules! numeric_id {
-    ($(#[$doc:meta])* $name:ident, $prefix:literal) => {
-        $(#[$doc])*
-        #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-        #[serde(transparent)]
-        pub struct $name(pub u64);
-        impl fmt::Display for $name {
-            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                write!(f, concat!($prefix, "{}"), self.0)
-            }
-        }
-    };
-}
 
 numeric_id!(
     /// One turn of an agent session: admission, then model steps and tool batches until the
