@@ -273,35 +273,3 @@ export function openController({ baseUrl, token, adapter, textService, fetch: fe
     },
   };
 }
-
-// ----- fixtures (exported through dgp-tools.js) ----------------------------------------------
-
-const FIXTURE_RESOLVER = { kind: 'rule', provider: 'weft-fixture', model: 'deterministic-fixtures-not-a-model' };
-
-/** The native `FixtureAdapter`'s rules (see `dgpFixtureAdapter`). */
-export async function fixtureAdapter(d, _evidence, frame) {
-  const answered = (answer) => ({ result: { status: 'answered', answer }, resolver: FIXTURE_RESOLVER });
-  const offered = (id) => (d.options ?? []).some((o) => o.id === id);
-  if (d.kind === 'probability') return answered({ probability: 0.5 });
-  if (d.kind === 'score') return answered({ score: 0 });
-  if (d.kind === 'input') throw new WeftError('INVALID_ANSWER', 'the fixture adapter does not write free input');
-  const rules = {
-    recovery: [frame.surface_id === 'thread-42' && 'retry', 'request_reasoning', 'investigate'],
-    update: ['draft_update', 'finish'],
-    review: ['publish'],
-  };
-  const pick = (rules[d.node_id] ?? []).find((id) => id && offered(id)) ?? (d.options ?? []).map((o) => o.id).sort()[0];
-  if (pick === undefined) throw new WeftError('INVALID_CHOICE', 'no options');
-  return answered({ choice: pick, input: {} });
-}
-
-/** Canned texts for the fixture services (`llm.reason`, `llm.generate_text`); not model output. */
-export async function fixtureText(d) {
-  const text =
-    d.fulfillment?.service_id === 'llm.reason'
-      ? 'FIXTURE ANALYSIS: the runner exit does not identify a reliable cause, and the log does not justify ' +
-        'repeated retries. An engineer should inspect the runner configuration and collect more logs.'
-      : 'FIXTURE DRAFT: the simulated CI retry completed successfully. No real tests were executed. ' +
-        'This update awaits human review and has not been sent anywhere.';
-  return { text, resolver: { kind: 'rule', provider: 'weft-fixture', model: 'canned-text-not-a-model' } };
-}

@@ -228,22 +228,22 @@ export function dgpTools({ steps = 8, speculative = false, onEvent, controller, 
   return tools;
 }
 
-// ----- fixtures (their code is in dgp-controller.js, loaded on first use) ---------------------
+// ----- fixtures (the core's, in the frames module) -------------------------------------------
 
 /**
- * Deterministic fixtures reproducing the seed's ThreadDesk walkthroughs (the native
- * `FixtureAdapter`); not a model, and labelled so. recovery: `retry` on thread-42 while
- * offered, else `request_reasoning`, else `investigate`; update: `draft_update`, else `finish`;
- * review: `publish` (the controller stops there: it needs a human); any other choice: the
- * first option by id.
+ * Deterministic fixtures reproducing the seed's ThreadDesk walkthroughs (the core's
+ * `frames::fixtures::judge`, as `weft agent` uses it); not a model, and labelled so. recovery:
+ * `retry` on thread-42 while offered, else `request_reasoning`, else `investigate`; update:
+ * `draft_update`, else `finish`; review: `publish` (the controller stops there: it needs a
+ * human); any other choice: the first option by id.
  */
-export async function dgpFixtureAdapter(decision, evidence, frame) {
-  return (await controllerModule()).fixtureAdapter(decision, evidence, frame);
+export async function dgpFixtureAdapter(decision, _evidence, frame) {
+  return JSON.parse(loaded().fixtureJudgment(frameText(frame), decision.decision_id));
 }
 dgpFixtureAdapter.modalities = ['text', 'json'];
 
 /** Canned texts for the fixture services (`llm.reason`, `llm.generate_text`); not model output. */
 export async function dgpFixtureText(decision) {
-  return (await controllerModule()).fixtureText(decision);
+  return JSON.parse(loaded().fixtureText(decision?.fulfillment?.service_id ?? ''));
 }
 dgpFixtureText.modalities = ['text', 'json'];

@@ -11,7 +11,7 @@ use weft_core::frames::types::{AssessmentRequest, Decision, Frame};
 use weft_core::frames::{
     Engine, EngineConfig, FramesError, Principal, RecordKind, Role, ScriptedApp, Write,
 };
-use weft_core::frames::{controller, validate};
+use weft_core::frames::{controller, fixtures, validate};
 
 use crate::js::{coded_error, error, object, opt_f64, opt_string, parse_text};
 
@@ -328,4 +328,29 @@ pub fn fulfilment_result(
     controller::fulfilment_result(d, service_text)
         .map(|r| text(&r))
         .map_err(|e| ferr(&e))
+}
+
+/// The fixture judgment (`weft_core::frames::fixtures::judge`) of `decisionId` on `frame` (JSON
+/// text): `{"result": AssessmentResult, "resolver": Resolver}`.
+#[wasm_bindgen(js_name = fixtureJudgment)]
+pub fn fixture_judgment(frame: &str, decision_id: String) -> Result<String, JsValue> {
+    let frame: Frame = record("frame", frame)?;
+    let d = decision(&frame, &decision_id)?;
+    let result = fixtures::judge(&frame, d).map_err(|e| ferr(&e))?;
+    Ok(format!(
+        r#"{{"result":{},"resolver":{}}}"#,
+        text(&result),
+        text(&fixtures::judge_resolver())
+    ))
+}
+
+/// The fixture text (`weft_core::frames::fixtures::service_text`) of a fulfilment service:
+/// `{"text": string, "resolver": Resolver}`.
+#[wasm_bindgen(js_name = fixtureText)]
+pub fn fixture_text(service_id: &str) -> String {
+    format!(
+        r#"{{"text":{},"resolver":{}}}"#,
+        text(&fixtures::service_text(service_id)),
+        text(&fixtures::text_resolver())
+    )
 }

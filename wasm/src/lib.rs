@@ -30,7 +30,8 @@ pub use actors::{ActorGraphJs, actor_config};
 pub use agent::{AgentSession, validate_tool_arguments};
 #[cfg(feature = "frames")]
 pub use frames::{
-    FramesEngine, controller_judgment, controller_next_step, evidence_for, fulfilment_result,
+    FramesEngine, controller_judgment, controller_next_step, evidence_for, fixture_judgment,
+    fixture_text, fulfilment_result,
 };
 #[cfg(feature = "jobs")]
 pub use jobs::JobRegistry;

@@ -12,6 +12,7 @@
 //! * [`app`] — the seam an application implements ([`App`]).
 //! * [`validate`] — strict JSON, schema constraints, input-schema validation.
 //! * [`controller`] — the client-side rules (`weft agent`): next step, modality check, stops.
+//! * [`fixtures`] — the controller's deterministic fixture judge and text service.
 //! * [`scripted`] — a declarative [`App`] (used by the conformance vectors and from JS).
 
 pub mod app;
@@ -20,6 +21,7 @@ pub mod controller;
 pub mod engine;
 mod error;
 pub mod features;
+pub mod fixtures;
 pub mod graph;
 pub mod image;
 pub mod scripted;

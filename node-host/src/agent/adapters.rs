@@ -6,8 +6,8 @@ use std::future::Future;
 use std::pin::Pin;
 
 use serde_json::{Value, json};
-use weft_core::frames::FramesError;
 use weft_core::frames::controller::EvidencePack;
+use weft_core::frames::fixtures;
 use weft_core::frames::types::*;
 
 use super::client::{CallError, Client};
@@ -42,29 +42,8 @@ pub trait TextService: Send + Sync {
     ) -> BoxFuture<'a, Result<(String, Resolver), CallError>>;
 }
 
-fn answered(answer: Answer) -> AssessmentResult {
-    AssessmentResult {
-        status: ResultStatus::Answered,
-        answer: Some(answer),
-        reason: None,
-        uncertainty: None,
-        extensions: None,
-    }
-}
-
-fn choice(id: &str) -> AssessmentResult {
-    answered(Answer::Choice(ChoiceAnswer {
-        choice: id.into(),
-        input: Default::default(),
-        extensions: None,
-    }))
-}
-
-/// Deterministic fixtures reproducing the seed's walkthroughs; not a model, and labelled so.
-///
-/// recovery: `retry` on thread-42 while offered, else `request_reasoning` while offered, else
-/// `investigate`; update: `draft_update` while offered, else `finish`; review: `publish` (the
-/// controller stops there: it needs a human); any other choice: the first option by id.
+/// Deterministic fixtures reproducing the seed's walkthroughs ([`fixtures::judge`]); not a
+/// model, and labelled so.
 pub struct FixtureAdapter;
 
 impl DecisionAdapter for FixtureAdapter {
@@ -78,62 +57,11 @@ impl DecisionAdapter for FixtureAdapter {
         d: &'a Decision,
         _evidence: &'a EvidencePack,
     ) -> BoxFuture<'a, Result<(AssessmentResult, Resolver), CallError>> {
-        Box::pin(async move {
-            let resolver = Resolver {
-                kind: ResolverKind::Rule,
-                provider: Some("weft-fixture".into()),
-                model: Some("deterministic-fixtures-not-a-model".into()),
-                extensions: None,
-            };
-            let offered = |id: &str| d.option(id).is_some();
-            let pick = match d.kind {
-                DecisionKind::Choice => match d.node_id.as_str() {
-                    "recovery" if frame.surface_id == "thread-42" && offered("retry") => "retry",
-                    "recovery" if offered("request_reasoning") => "request_reasoning",
-                    "recovery" if offered("investigate") => "investigate",
-                    "update" if offered("draft_update") => "draft_update",
-                    "update" if offered("finish") => "finish",
-                    "review" if offered("publish") => "publish",
-                    _ => {
-                        let mut ids: Vec<&str> =
-                            d.options.iter().flatten().map(|o| o.id.as_str()).collect();
-                        ids.sort();
-                        ids.first().copied().ok_or_else(|| {
-                            CallError::from(FramesError::InvalidChoice("no options".into()))
-                        })?
-                    }
-                },
-                DecisionKind::Probability => {
-                    return Ok((
-                        answered(Answer::Probability(ProbabilityAnswer {
-                            probability: 0.5,
-                            extensions: None,
-                        })),
-                        resolver,
-                    ));
-                }
-                DecisionKind::Score => {
-                    return Ok((
-                        answered(Answer::Score(ScoreAnswer {
-                            score: 0.0,
-                            extensions: None,
-                        })),
-                        resolver,
-                    ));
-                }
-                DecisionKind::Input => {
-                    return Err(FramesError::InvalidAnswer(
-                        "the fixture adapter does not write free input".into(),
-                    )
-                    .into());
-                }
-            };
-            Ok((choice(pick), resolver))
-        })
+        Box::pin(async move { Ok((fixtures::judge(frame, d)?, fixtures::judge_resolver())) })
     }
 }
 
-/// Canned texts for the fixture services (`llm.reason`, `llm.generate_text`); not model output.
+/// Canned texts for the fixture services ([`fixtures::text`]); not model output.
 pub struct FixtureText;
 
 impl TextService for FixtureText {
@@ -147,25 +75,7 @@ impl TextService for FixtureText {
         d: &'a Decision,
         _evidence: &'a EvidencePack,
     ) -> BoxFuture<'a, Result<(String, Resolver), CallError>> {
-        Box::pin(async move {
-            let service = d.fulfillment.as_ref().map_or("", |f| f.service_id.as_str());
-            let text = if service == "llm.reason" {
-                "FIXTURE ANALYSIS: the runner exit does not identify a reliable cause, and the log does not justify \
-                 repeated retries. An engineer should inspect the runner configuration and collect more logs."
-            } else {
-                "FIXTURE DRAFT: the simulated CI retry completed successfully. No real tests were executed. \
-                 This update awaits human review and has not been sent anywhere."
-            };
-            Ok((
-                text.to_owned(),
-                Resolver {
-                    kind: ResolverKind::Rule,
-                    provider: Some("weft-fixture".into()),
-                    model: Some("canned-text-not-a-model".into()),
-                    extensions: None,
-                },
-            ))
-        })
+        Box::pin(async move { Ok((fixtures::text(d).to_owned(), fixtures::text_resolver())) })
     }
 }
 
