@@ -34,6 +34,7 @@ macro_rules! numeric_id {
 }
 
 pub mod actors;
+mod calendar;
 pub mod conformance;
 pub mod fields;
 pub mod frames;

@@ -2,6 +2,7 @@
 //! ISO 8601 basic form dev-centr/harness writes (`20261129T182011.805628Z`).
 
 use crate::Millis;
+use crate::calendar::{civil_from_days, days_from_civil};
 
 /// Formats Unix-epoch milliseconds as `2026-11-29T18:20:11.805Z`.
 pub fn format_rfc3339(ms: Millis) -> String {
@@ -68,34 +69,9 @@ pub fn parse_timestamp(s: &str) -> Option<Millis> {
             sign * (digits[0..2].parse::<i64>().ok()? * 60 + digits[2..4].parse::<i64>().ok()?)
         }
     };
-    let days = days_from_civil(y, mo, d);
+    let days = days_from_civil(y, i64::from(mo), i64::from(d));
     let total = ((days * 86_400 + h * 3600 + mi * 60 + sec - offset_min * 60) * 1000) + millis;
     u64::try_from(total).ok()
-}
-
-/// Howard Hinnant's `days_from_civil`: days since 1970-01-01 of a proleptic Gregorian date.
-fn days_from_civil(y: i64, m: u32, d: u32) -> i64 {
-    let y = if m <= 2 { y - 1 } else { y };
-    let era = y.div_euclid(400);
-    let yoe = y - era * 400;
-    let m = i64::from(m);
-    let doy = (153 * (if m > 2 { m - 3 } else { m + 9 }) + 2) / 5 + i64::from(d) - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    era * 146_097 + doe - 719_468
-}
-
-/// The inverse of [`days_from_civil`].
-fn civil_from_days(z: i64) -> (i64, u32, u32) {
-    let z = z + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let y = yoe + era * 400;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
-    (if m <= 2 { y + 1 } else { y }, m, d)
 }
 
 #[cfg(test)]
