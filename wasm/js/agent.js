@@ -3,7 +3,7 @@
 // interrupt reports, and when mail (job notes, observations, late results) becomes model input.
 
 import { AgentSession, JobRegistry } from './weft_wasm.js';
-import { WeftError } from './runtime.js';
+import { Deadline, WeftError } from './runtime.js';
 
 /** Creates an agent session on `runtime` (whose jobs its tools may start). */
 export function createAgent(runtime, options = {}) {
@@ -54,8 +54,7 @@ export class Agent {
   #tools = { version: -1, list: [] };
   #pumping = false;
   #again = false;
-  #timer = null;
-  #timerAt = Infinity;
+  #deadline = new Deadline(() => this.#rt.now(), () => this.#call((s, now) => s.handleTimeout(now)));
   #taskWaiters = new Map();
   #turnTask = new Map();
   #idleWaiters = [];
@@ -300,8 +299,7 @@ export class Agent {
   /** close(), then free the session's wasm memory; the agent is unusable afterwards. */
   dispose() {
     this.close('agent disposed');
-    clearTimeout(this.#timer);
-    this.#timer = null;
+    this.#deadline.clear();
     this.#s.free();
     this.#s = null;
   }
@@ -547,20 +545,6 @@ export class Agent {
 
   #arm() {
     if (this.#s === null) return;
-    const at = this.#s.pollTimeout();
-    if (at === undefined || at === null) {
-      if (this.#timer) clearTimeout(this.#timer);
-      this.#timer = null;
-      this.#timerAt = Infinity;
-      return;
-    }
-    if (this.#timer && at === this.#timerAt) return;
-    if (this.#timer) clearTimeout(this.#timer);
-    this.#timerAt = at;
-    this.#timer = setTimeout(() => {
-      this.#timer = null;
-      this.#timerAt = Infinity;
-      this.#call((s, now) => s.handleTimeout(now));
-    }, Math.max(0, at - this.#rt.now()));
+    this.#deadline.set(this.#s.pollTimeout());
   }
 }

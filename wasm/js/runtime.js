@@ -21,11 +21,46 @@ export function createRuntime(options = {}) {
   return new Runtime(options);
 }
 
+/**
+ * The one timer for a core's next deadline (its `pollTimeout()`): re-armed only when the
+ * deadline changes, cleared when there is none. `fire` runs when it is due.
+ */
+export class Deadline {
+  #timer = null;
+  #at = Infinity;
+  #now;
+  #fire;
+
+  constructor(now, fire) {
+    this.#now = now;
+    this.#fire = fire;
+  }
+
+  /** Arms the timer for `at` (host milliseconds), or clears it when `at` is null/undefined. */
+  set(at) {
+    if (at === undefined || at === null) return this.clear();
+    if (this.#timer && at === this.#at) return;
+    if (this.#timer) clearTimeout(this.#timer);
+    this.#at = at;
+    this.#timer = setTimeout(() => {
+      this.#timer = null;
+      this.#at = Infinity;
+      this.#fire();
+    }, Math.max(0, at - this.#now()));
+  }
+
+  /** Clears the timer. */
+  clear() {
+    if (this.#timer) clearTimeout(this.#timer);
+    this.#timer = null;
+    this.#at = Infinity;
+  }
+}
+
 export class Runtime {
   #reg;
   #now;
-  #timer = null;
-  #timerAt = Infinity;
+  #deadline = new Deadline(() => this.#now(), () => this.#call((r, now) => r.handleTimeout(now)));
   #pumping = false;
   #endpoints = new Map();
   #waits = new Map();
@@ -189,8 +224,7 @@ export class Runtime {
   /** Terminates every endpoint (running jobs become `lost`) and stops the timer. */
   close(reason = 'runtime closed') {
     for (const ep of this.#endpoints.values()) ep.terminate(reason);
-    clearTimeout(this.#timer);
-    this.#timer = null;
+    this.#deadline.clear();
   }
 
   /** Closes, then frees the registry's wasm memory. The runtime is unusable afterwards. */
@@ -291,22 +325,7 @@ export class Runtime {
   }
 
   #arm() {
-    const at = this.#reg.pollTimeout();
-    if (at === undefined || at === null) {
-      if (this.#timer) clearTimeout(this.#timer);
-      this.#timer = null;
-      this.#timerAt = Infinity;
-      return;
-    }
-    if (this.#timer && at === this.#timerAt) return;
-    if (this.#timer) clearTimeout(this.#timer);
-    this.#timerAt = at;
-    const delay = Math.max(0, at - this.#now());
-    this.#timer = setTimeout(() => {
-      this.#timer = null;
-      this.#timerAt = Infinity;
-      this.#call((r, now) => r.handleTimeout(now));
-    }, delay);
+    this.#deadline.set(this.#reg.pollTimeout());
   }
 }
 
