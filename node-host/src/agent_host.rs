@@ -20,7 +20,7 @@ use weft_core::tools::{
     Session, SessionConfig, Settlement, StepId, TaskId, ToolDecl, ToolsError,
 };
 
-use crate::jobs_host::JobsHost;
+use crate::jobs_host::{JobsHost, sleep_until};
 
 /// A boxed, sendable future.
 pub type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send>>;
@@ -242,16 +242,7 @@ impl AgentHost {
             if done(self) {
                 return;
             }
-            let delay = self
-                .session
-                .poll_timeout()
-                .map(|d| Duration::from_millis(d.saturating_sub(self.now())));
-            let sleep = async move {
-                match delay {
-                    Some(d) => tokio::time::sleep(d).await,
-                    None => std::future::pending().await,
-                }
-            };
+            let sleep = sleep_until(self.session.poll_timeout(), self.now());
             tokio::select! {
                 ev = self.rx.recv() => {
                     if let Some(ev) = ev {

@@ -311,16 +311,7 @@ impl JobsHost {
     /// Waits for the next inbound event or timer, applies it, and performs the outputs.
     /// Returns what was applied (None for a timer tick).
     pub async fn step(&mut self) -> Option<Inbound> {
-        let delay = self
-            .registry
-            .poll_timeout()
-            .map(|d| Duration::from_millis(d.saturating_sub(self.now())));
-        let sleep = async move {
-            match delay {
-                Some(d) => tokio::time::sleep(d).await,
-                None => std::future::pending().await,
-            }
-        };
+        let sleep = sleep_until(self.registry.poll_timeout(), self.now());
         let ev = tokio::select! {
             ev = self.rx.recv() => ev,
             _ = sleep => None,
@@ -462,6 +453,15 @@ impl JobsHost {
     /// A sender for injecting inbound events (used by tests and in-process bodies).
     pub fn sender(&self) -> mpsc::UnboundedSender<Inbound> {
         self.tx.clone()
+    }
+}
+
+/// Sleeps until a core's next deadline (`poll_timeout`, host milliseconds) given the host's
+/// `now`; never wakes when there is none.
+pub(crate) async fn sleep_until(deadline: Option<Millis>, now: Millis) {
+    match deadline {
+        Some(d) => tokio::time::sleep(Duration::from_millis(d.saturating_sub(now))).await,
+        None => std::future::pending().await,
     }
 }
 
