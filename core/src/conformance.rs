@@ -51,6 +51,10 @@ pub fn run_suite(text: &str) -> Result<Vec<VectorResult>, String> {
             .map(crate::tools::vectors::run_vector)
             .collect()),
         "frames" => crate::frames::conformance::run(&suite),
+        "models" => Ok(vectors
+            .iter()
+            .map(crate::model::vectors::run_vector)
+            .collect()),
         other => Err(format!("unknown suite kind `{other}`")),
     }
 }

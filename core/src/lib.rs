@@ -11,6 +11,8 @@
 //! * [`jobs`] — the portable job registry and the Worker endpoint protocol.
 //! * [`ops`] — published controls, the cell graph, calculations and operations.
 //! * [`frames`] — decision frames: a DGP 0.1 engine (frames, assessments, guarded commits).
+//! * [`model`] — model providers as codecs: OpenAI and Anthropic streaming wire formats,
+//!   error classification and the retry rule.
 //! * [`tools`] — agent sessions: the parallel tool scheduler, turn state and mailbox admission.
 //! * [`conformance`] — the data-driven vectors every host runs against this core.
 
@@ -39,6 +41,7 @@ pub mod conformance;
 pub mod fields;
 pub mod frames;
 pub mod jobs;
+pub mod model;
 pub mod ops;
 pub mod tools;
 pub mod value;

@@ -10,6 +10,7 @@ const SUITES: &[(&str, &str)] = &[
     ("ops", include_str!("../../tests/vectors/ops.json")),
     ("frames", include_str!("../../tests/vectors/frames.json")),
     ("tools", include_str!("../../tests/vectors/tools.json")),
+    ("models", include_str!("../../tests/vectors/models.json")),
 ];
 
 #[wasm_bindgen_test]

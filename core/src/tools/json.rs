@@ -234,6 +234,18 @@ impl Serialize for Output {
                 m.serialize_entry("output", "abort_model")?;
                 m.serialize_entry("step", &step.0)?;
             }
+            Output::ModelUsage {
+                turn,
+                step,
+                input_tokens,
+                output_tokens,
+            } => {
+                m.serialize_entry("output", "model_usage")?;
+                m.serialize_entry("turn", &turn.0)?;
+                m.serialize_entry("step", &step.0)?;
+                m.serialize_entry("inputTokens", input_tokens)?;
+                m.serialize_entry("outputTokens", output_tokens)?;
+            }
             Output::StartCall {
                 invocation,
                 step,

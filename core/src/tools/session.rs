@@ -468,7 +468,11 @@ impl<V: Payload> Session<V> {
         response: ModelResponse,
     ) -> Result<(), ToolsError> {
         let turn = self.expect_step(step)?;
-        let ModelResponse { text, mut calls } = response;
+        let ModelResponse {
+            text,
+            mut calls,
+            usage,
+        } = response;
         for (i, c) in calls.iter_mut().enumerate() {
             if c.id.is_empty() {
                 c.id = format!("call-{}-{i}", step.0);
@@ -483,6 +487,14 @@ impl<V: Payload> Session<V> {
                 )));
             }
             seen.push(&c.id);
+        }
+        if let Some(u) = usage {
+            self.outputs.push_back(Output::ModelUsage {
+                turn,
+                step,
+                input_tokens: u.input_tokens,
+                output_tokens: u.output_tokens,
+            });
         }
         let snapshot = self
             .step_snapshot

@@ -151,6 +151,9 @@ impl ToolCall {
 pub struct ModelResponse {
     pub text: Option<String>,
     pub calls: Vec<ToolCall>,
+    /// Token counts the provider reported for the step, if any (recorded as a
+    /// [`Output::ModelUsage`] of the turn).
+    pub usage: Option<crate::model::Usage>,
 }
 
 impl ModelResponse {
@@ -159,15 +162,21 @@ impl ModelResponse {
         ModelResponse {
             text: Some(text.into()),
             calls: vec![],
+            usage: None,
         }
     }
 
     /// An answer that calls tools.
     pub fn calls(calls: Vec<ToolCall>) -> Self {
-        ModelResponse { text: None, calls }
+        ModelResponse {
+            text: None,
+            calls,
+            usage: None,
+        }
     }
 
-    /// Parses `{"text"?, "calls"?: [{"id"?, "name", "arguments"?}]}`.
+    /// Parses `{"text"?, "calls"?: [{"id"?, "name", "arguments"?}], "usage"?: {"inputTokens",
+    /// "outputTokens"}}`.
     pub fn from_json(v: &Value) -> Result<ModelResponse, String> {
         if !v.is_object() {
             return Err(format!("a model response must be an object, got {v}"));
@@ -185,12 +194,23 @@ impl ModelResponse {
                 .collect::<Result<_, _>>()?,
             other => return Err(format!("`calls` must be a list, got {other}")),
         };
-        Ok(ModelResponse { text, calls })
+        let usage = match &v["usage"] {
+            Value::Null => None,
+            u => Some(crate::model::Usage {
+                input_tokens: u["inputTokens"].as_u64().unwrap_or(0),
+                output_tokens: u["outputTokens"].as_u64().unwrap_or(0),
+            }),
+        };
+        Ok(ModelResponse { text, calls, usage })
     }
 
     /// The JSON form.
     pub fn to_json(&self) -> Value {
-        json!({"text": self.text, "calls": self.calls.iter().map(ToolCall::to_json).collect::<Vec<_>>()})
+        let mut v = json!({"text": self.text, "calls": self.calls.iter().map(ToolCall::to_json).collect::<Vec<_>>()});
+        if let Some(u) = &self.usage {
+            v["usage"] = json!({"inputTokens": u.input_tokens, "outputTokens": u.output_tokens});
+        }
+        v
     }
 }
 
@@ -392,6 +412,13 @@ pub enum Output {
     ModelRequest { turn: TurnId, step: StepId },
     /// The model request of `step` is no longer wanted (the turn was interrupted).
     AbortModel { step: StepId },
+    /// The provider's token counts for `step` (emitted when its answer carries usage).
+    ModelUsage {
+        turn: TurnId,
+        step: StepId,
+        input_tokens: u64,
+        output_tokens: u64,
+    },
     /// Run the handler bound in the step's snapshot. Report with `Session::on_call_settled`.
     StartCall {
         invocation: InvocationId,
