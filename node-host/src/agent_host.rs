@@ -365,7 +365,8 @@ impl AgentHost {
                 Output::TurnStarted { .. }
                 | Output::TurnEnded { .. }
                 | Output::CallFinished { .. }
-                | Output::MailQueued { .. } => {}
+                | Output::MailQueued { .. }
+                | Output::ModelUsage { .. } => {}
             }
             self.log.push(o);
         }

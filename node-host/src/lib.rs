@@ -4,7 +4,9 @@
 pub mod actors;
 pub mod agent;
 pub mod agent_host;
+pub mod chat;
 pub mod desk;
 pub mod jobs_host;
+pub mod model;
 pub mod run;
 pub mod serve;

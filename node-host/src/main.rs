@@ -3,7 +3,7 @@
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
-use weft_host::{actors, agent, run, serve};
+use weft_host::{actors, agent, chat, run, serve};
 
 /// weft — a portable runtime for applications that people and agents drive together.
 #[derive(Parser)]
@@ -23,6 +23,8 @@ enum Command {
     Agent(agent::AgentArgs),
     /// Agent chat as a persisted graph of actor nodes ($CHAT_ROOT): spawn, route, status, audit, desk.
     Actors(actors::cli::ActorsArgs),
+    /// Send one user message to a node's agent and stream the model's reply.
+    Chat(chat::ChatArgs),
 }
 
 fn main() -> ExitCode {
@@ -38,6 +40,7 @@ fn main() -> ExitCode {
             Command::Serve(args) => serve::main(args).await,
             Command::Agent(args) => agent::main(args).await,
             Command::Actors(args) => actors::cli::main(args).await,
+            Command::Chat(args) => chat::main(args).await,
         }
     })
 }
