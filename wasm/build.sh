@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
-# Builds the JS package `weft` into wasm/pkg: three release WebAssembly modules of weft-wasm
+# Builds the JS package `weft` into wasm/pkg: four release WebAssembly modules of weft-wasm
 # (profile wasm-release: lto, opt-level "s"), one per feature, with their wasm-bindgen glue
 # (--target web, which also loads in Node via initSync; no generated typings: the public
 # types are wasm/js/*.d.ts), and the hand-written runtime in wasm/js. `weft` loads
-# weft_wasm_bg.wasm (jobs, agent sessions, ops); weft_frames_bg.wasm and weft_actors_bg.wasm
-# are loaded on first use (see wasm/js/lazy.js). Prints every module's size raw and gzipped,
-# the package without the two lazily loaded .wasm files (what a page that imports `weft` and
-# never touches frames or actors downloads, at most) and the whole package, gzipped.
+# weft_wasm_bg.wasm (jobs, agent sessions, ops); weft_frames_bg.wasm, weft_actors_bg.wasm and
+# weft_models_bg.wasm (the model providers' codecs) are loaded on first use (see
+# wasm/js/lazy.js). Prints every module's size raw and gzipped, the package without the lazily
+# loaded .wasm files (what a page that imports `weft` and never touches frames, actors or a
+# model downloads, at most) and the whole package, gzipped.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
@@ -14,9 +15,9 @@ target_dir=$(cargo metadata --format-version 1 --no-deps | python3 -c 'import js
 out="$root/wasm/pkg"
 rm -rf "$out.tmp" "$out.parts"
 mkdir -p "$out.tmp" "$out.parts"
-# feature:glue name. The three builds share weft-core's compiled crates; each links only
+# feature:glue name. The four builds share weft-core's compiled crates; each links only
 # what its bindings reach.
-for module in jobs:weft_wasm frames:weft_frames actors:weft_actors; do
+for module in jobs:weft_wasm frames:weft_frames actors:weft_actors models:weft_models; do
   feature=${module%%:*}
   name=${module#*:}
   cargo build -p weft-wasm --target wasm32-unknown-unknown --profile wasm-release \
@@ -49,7 +50,7 @@ out = sys.argv[1]
 gz = lambda b: len(gzip.compress(b, 9))
 read = lambda f: open(os.path.join(out, f), 'rb').read()
 parts = []
-for name in ('weft_wasm', 'weft_frames', 'weft_actors'):
+for name in ('weft_wasm', 'weft_frames', 'weft_actors', 'weft_models'):
     b = read(name + '_bg.wasm')
     parts.append(f'{name}_bg.wasm {len(b)} bytes raw, {gz(b)} gzipped')
 seen, todo = set(), ['index.js']

@@ -92,7 +92,10 @@ export class Agent {
     return this.#s.state();
   }
 
-  /** Replaces the model: `async (request, {signal}) => ({text, calls})`. */
+  /**
+   * Replaces the model: `async (request, {signal, onDelta}) => ({text, calls, usage?})`
+   * (`openaiModel`, `anthropicModel`, `builtinModel`, `scriptedModel` or your own).
+   */
   setModel(model) {
     this.#model = model;
   }
@@ -260,7 +263,10 @@ export class Agent {
 
   /**
    * Listens for `turn_started`, `turn_ended`, `call_finished`, `mail_queued`, `model_request`,
-   * `start_call`, `abort_call` or `output` (every output). Returns an unsubscribe function.
+   * `model_usage` (`{turn, step, inputTokens, outputTokens}`), `start_call`, `abort_call`,
+   * `output` (every output of the session), or `model_delta` (`{turn, step, type, ...}`: what
+   * a streaming model reports while its step runs — `text_delta`, `tool_call_start`,
+   * `tool_call_delta`, `tool_call_end`, `usage`, `finish`). Returns an unsubscribe function.
    */
   on(event, listener) {
     let set = this.#listeners.get(event);
@@ -339,9 +345,9 @@ export class Agent {
     }
   }
 
-  #emit(event, o) {
+  #emit(event, o, output = true) {
     if (this.#listeners.size === 0) return;
-    for (const name of [event, 'output']) {
+    for (const name of output ? [event, 'output'] : [event]) {
       const set = this.#listeners.get(name);
       if (!set) continue;
       for (const l of set) {
@@ -428,8 +434,12 @@ export class Agent {
     const ac = new AbortController();
     this.#modelCall = { step, ac };
     const current = () => this.#modelCall?.step === step && !this.#closed;
+    // The stream's deltas while the step runs (a model that streams calls `onDelta`).
+    const onDelta = (e) => {
+      if (current()) this.#emit('model_delta', { step, turn: o.turn, ...e }, false);
+    };
     Promise.resolve()
-      .then(() => this.#model(request, { signal: ac.signal }))
+      .then(() => this.#model(request, { signal: ac.signal, onDelta }))
       .then(
         (response) => {
           if (!current()) return;

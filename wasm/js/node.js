@@ -47,5 +47,6 @@ export { createRuntime, Runtime, Endpoint, Job, WeftError } from './runtime.js';
 export { openActorStore, deleteActorStore, ActorStore, loadActors } from './actors.js';
 export { createApp, App, Operation } from './ops.js';
 export { createAgent, Agent, scriptedModel } from './agent.js';
+export { openaiModel, anthropicModel, builtinModel, resolveModel, loadModels } from './models.js';
 export { validateToolArguments } from './weft_wasm.js';
 export { createFramesEngine, FramesEngine, evidenceFor, loadFrames } from './frames.js';

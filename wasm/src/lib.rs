@@ -4,11 +4,17 @@
 //! package (`wasm/js`) adds transports (DOM Worker, `worker_threads`), timers and Promises.
 //!
 //! One feature per WebAssembly module of the package (see `Cargo.toml`): `jobs` (registry,
-//! agent sessions, ops app), `frames` and `actors`. Each module carries only its bindings.
+//! agent sessions, ops app), `frames`, `actors` and `models`. Each module carries only its
+//! bindings.
 
 // A module built with some features leaves some shared helpers unused.
 #![cfg_attr(
-    not(all(feature = "jobs", feature = "frames", feature = "actors")),
+    not(all(
+        feature = "jobs",
+        feature = "frames",
+        feature = "actors",
+        feature = "models"
+    )),
     allow(dead_code)
 )]
 
@@ -21,6 +27,8 @@ mod frames;
 #[cfg(feature = "jobs")]
 mod jobs;
 mod js;
+#[cfg(feature = "models")]
+mod models;
 #[cfg(feature = "jobs")]
 mod ops;
 
@@ -35,5 +43,9 @@ pub use frames::{
 };
 #[cfg(feature = "jobs")]
 pub use jobs::JobRegistry;
+#[cfg(feature = "models")]
+pub use models::{
+    ModelCall, builtin_answer, max_error_body, no_model_configured, resolve_model_config,
+};
 #[cfg(feature = "jobs")]
 pub use ops::OpsApp;
