@@ -1,6 +1,6 @@
 //! Decision adapters (who judges a decision) and text services (who fills an input node).
-//! The controller talks to both through traits, so fixtures, an external HTTP service, or a
-//! future model integration are interchangeable.
+//! The controller talks to both through traits, so fixtures, an external HTTP service and a
+//! model ([`ModelAdapter`], [`ModelText`]) are interchangeable.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -8,9 +8,12 @@ use std::pin::Pin;
 use serde_json::{Value, json};
 use weft_core::frames::controller::EvidencePack;
 use weft_core::frames::fixtures;
+use weft_core::frames::model_judge;
 use weft_core::frames::types::*;
+use weft_core::model::ModelError;
 
 use super::client::{CallError, Client};
+use crate::model::ReqwestModel;
 
 /// A boxed, sendable future.
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
@@ -160,6 +163,86 @@ impl TextService for HttpText {
                 extensions: None,
             });
             Ok((text.to_owned(), resolver))
+        })
+    }
+}
+
+/// A model error as the controller reports it: the model's code (`MODEL_AUTH`,
+/// `MODEL_BAD_RESPONSE`, ...) as a problem of the (gateway) model service.
+pub fn model_problem(e: ModelError) -> CallError {
+    CallError::Problem {
+        status: 502,
+        code: e.code().to_owned(),
+        detail: e.to_string(),
+    }
+}
+
+/// The text of a model's answer (a model asked for text that selects tools answered nothing).
+async fn ask_text(
+    model: &ReqwestModel,
+    chat: &weft_core::model::ChatRequest,
+) -> Result<String, CallError> {
+    let r = model.ask(chat, &mut |_| {}).await.map_err(model_problem)?;
+    Ok(r.text.unwrap_or_default())
+}
+
+/// The evidence kinds a model reads (text and JSON).
+fn model_modalities() -> Vec<String> {
+    model_judge::MODEL_MODALITIES
+        .iter()
+        .map(|m| m.to_string())
+        .collect()
+}
+
+/// A model judges: [`model_judge::judge_request`] asks it, [`model_judge::parse_judgment`]
+/// reads and validates its answer (an invalid answer is a coded error, never recorded). It
+/// reads text and JSON evidence only; the resolver is `llm` with the provider and model.
+pub struct ModelAdapter {
+    pub model: ReqwestModel,
+}
+
+impl DecisionAdapter for ModelAdapter {
+    fn modalities(&self) -> Vec<String> {
+        model_modalities()
+    }
+
+    fn decide<'a>(
+        &'a self,
+        frame: &'a Frame,
+        d: &'a Decision,
+        ev: &'a EvidencePack,
+    ) -> BoxFuture<'a, Result<(AssessmentResult, Resolver), CallError>> {
+        Box::pin(async move {
+            let chat = model_judge::judge_request(frame, d, ev)?;
+            let answer = ask_text(&self.model, &chat).await?;
+            let result = model_judge::parse_judgment(d, &answer)?;
+            Ok((result, model_judge::model_resolver(self.model.config())))
+        })
+    }
+}
+
+/// A model writes the texts of fulfilment services ([`model_judge::text_request`]); its
+/// answer is checked by [`model_judge::parse_text`] (empty or over-long: a coded error).
+pub struct ModelText {
+    pub model: ReqwestModel,
+}
+
+impl TextService for ModelText {
+    fn modalities(&self) -> Vec<String> {
+        model_modalities()
+    }
+
+    fn generate<'a>(
+        &'a self,
+        frame: &'a Frame,
+        d: &'a Decision,
+        ev: &'a EvidencePack,
+    ) -> BoxFuture<'a, Result<(String, Resolver), CallError>> {
+        Box::pin(async move {
+            let chat = model_judge::text_request(frame, d, ev)?;
+            let answer = ask_text(&self.model, &chat).await?;
+            let text = model_judge::parse_text(d, &answer)?;
+            Ok((text, model_judge::model_resolver(self.model.config())))
         })
     }
 }

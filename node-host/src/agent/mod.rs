@@ -16,12 +16,15 @@ use std::sync::Arc;
 
 use serde_json::{Value, json};
 use weft_core::frames::FramesError;
+use weft_core::model::{ModelConfig, NO_MODEL_CONFIGURED};
 
 use self::adapters::{
-    DecisionAdapter, FixtureAdapter, FixtureText, HttpAdapter, HttpText, TextService,
+    DecisionAdapter, FixtureAdapter, FixtureText, HttpAdapter, HttpText, ModelAdapter, ModelText,
+    TextService, model_problem,
 };
 use self::client::{CallError, Client};
 use self::controller::{Controller, RunOptions, StopSignal};
+use crate::model::ReqwestModel;
 
 /// Arguments of `weft agent`.
 #[derive(clap::Args, Debug)]
@@ -47,8 +50,9 @@ pub struct AgentArgs {
     /// Service requests this process may make in total.
     #[arg(long, default_value_t = 3)]
     pub max_service_calls: u32,
-    /// `fixture` (deterministic walkthroughs) or `http` (see --adapter-url).
-    #[arg(long, default_value = "fixture")]
+    /// Who judges: `fixture` (deterministic walkthroughs), `http` (see --adapter-url) or
+    /// `model` (see --model; without a configured model it says so and uses the fixtures).
+    #[arg(long, alias = "judge", default_value = "fixture")]
     pub adapter: String,
     /// URL of an external decision service (with `--adapter http`).
     #[arg(long)]
@@ -59,6 +63,22 @@ pub struct AgentArgs {
     /// URL of an external text service (default: canned fixture texts).
     #[arg(long)]
     pub text_service_url: Option<String>,
+    /// Who writes service texts without --text-service-url: `fixture` (canned texts) or
+    /// `model` (see --model).
+    #[arg(long, default_value = "fixture")]
+    pub text: String,
+    /// The model of `--adapter model` / `--text model`: `PROVIDER:NAME` (`openai:gpt-4o-mini`,
+    /// `anthropic:claude-3-5-haiku-latest`, `openai:llama3.2` with --model-base-url).
+    #[arg(long, env = "WEFT_MODEL")]
+    pub model: Option<String>,
+    /// The model provider's base URL (any OpenAI-compatible server), e.g.
+    /// `http://127.0.0.1:11434/v1`. (`--base-url` is the DGP server's.)
+    #[arg(long, env = "WEFT_MODEL_BASE_URL")]
+    pub model_base_url: Option<String>,
+    /// The environment variable holding the model key (default: OPENAI_API_KEY /
+    /// ANTHROPIC_API_KEY).
+    #[arg(long)]
+    pub api_key_env: Option<String>,
     /// Allow plain HTTP to non-loopback hosts (tokens travel unencrypted).
     #[arg(long)]
     pub allow_insecure_http: bool,
@@ -69,6 +89,39 @@ fn emit(v: &Value) {
     let mut out = std::io::stdout().lock();
     let _ = writeln!(out, "{v}");
     let _ = out.flush();
+}
+
+/// The model `--adapter model` / `--text model` ask, or `None` (no model needed, or none
+/// configured: then a `note` event with `MODEL_NOT_CONFIGURED` says so and the deterministic
+/// fixtures judge and write, labelled as fixtures). An invalid configuration is an error.
+fn agent_model(args: &AgentArgs) -> Result<Option<ReqwestModel>, CallError> {
+    let cfg = |m: String| CallError::from(FramesError::InvalidMessage(m));
+    if !matches!(args.text.as_str(), "fixture" | "model") {
+        return Err(cfg(format!(
+            "unknown text service `{}` (fixture or model)",
+            args.text
+        )));
+    }
+    if args.adapter != "model" && args.text != "model" {
+        return Ok(None);
+    }
+    let choice = crate::model::model_choice(
+        args.model.clone(),
+        args.model_base_url.clone(),
+        args.api_key_env.as_deref(),
+        &|k| std::env::var(k).ok(),
+    );
+    match ModelConfig::resolve(&choice).map_err(model_problem)? {
+        Some(c) => Ok(Some(ReqwestModel::new(c).map_err(model_problem)?)),
+        None => {
+            let detail = "no model configured: set OPENAI_API_KEY or ANTHROPIC_API_KEY, or pass \
+                          --model PROVIDER:NAME with --model-base-url URL; the deterministic \
+                          fixtures (not a model) judge and write instead";
+            eprintln!("weft agent: {detail}");
+            emit(&json!({"event": "note", "code": NO_MODEL_CONFIGURED, "detail": detail}));
+            Ok(None)
+        }
+    }
 }
 
 /// Runs `weft agent`.
@@ -84,6 +137,7 @@ pub async fn main(args: AgentArgs) -> ExitCode {
 
 async fn run(args: AgentArgs) -> Result<(), CallError> {
     let cfg = |m: String| CallError::from(FramesError::InvalidMessage(m));
+    let model = agent_model(&args)?;
     let client = Client::new(
         &args.base_url,
         Some(args.token.clone()),
@@ -93,6 +147,10 @@ async fn run(args: AgentArgs) -> Result<(), CallError> {
     let manifest = controller::discover(&client).await?;
     let adapter: Box<dyn DecisionAdapter> = match args.adapter.as_str() {
         "fixture" => Box::new(FixtureAdapter),
+        "model" => match &model {
+            Some(m) => Box::new(ModelAdapter { model: m.clone() }),
+            None => Box::new(FixtureAdapter),
+        },
         "http" => {
             let url = args
                 .adapter_url
@@ -105,14 +163,19 @@ async fn run(args: AgentArgs) -> Result<(), CallError> {
                 modalities: args.adapter_modalities.clone(),
             })
         }
-        other => return Err(cfg(format!("unknown adapter `{other}` (fixture or http)"))),
+        other => {
+            return Err(cfg(format!(
+                "unknown adapter `{other}` (fixture, http or model)"
+            )));
+        }
     };
-    let text: Box<dyn TextService> = match &args.text_service_url {
-        None => Box::new(FixtureText),
-        Some(url) => Box::new(HttpText {
+    let text: Box<dyn TextService> = match (&args.text_service_url, &model) {
+        (Some(url), _) => Box::new(HttpText {
             client: Client::new(url, None, args.allow_insecure_http).map_err(cfg)?,
             url: url.clone(),
         }),
+        (None, Some(m)) if args.text == "model" => Box::new(ModelText { model: m.clone() }),
+        (None, _) => Box::new(FixtureText),
     };
     let ctl = Arc::new(Controller::new(
         client,
