@@ -4,6 +4,14 @@
 //!
 //! The host only carries: it feeds lines, exits and timer ticks into the registry and performs
 //! the registry's outputs (write a line, kill a process, wake a waiter).
+//!
+//! Child processes are bounded and reaped with their group: each worker runs in its own process
+//! group, which is killed when the endpoint is terminated, when the worker exits (its leftover
+//! descendants go with it) and when the host is dropped. A worker's exit is seen from its
+//! process status, not from the end of its stdout (a descendant may hold that open). Lines are
+//! cut as bytes arrive (a line over the limit is refused without being buffered whole), and a
+//! bounded channel carries them to the host, so a worker that writes faster than the host
+//! applies is slowed down by its pipe instead of filling memory.
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -14,7 +22,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
-use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::process::Command;
 use tokio::sync::{mpsc, oneshot, watch};
 use weft_core::Millis;
@@ -24,8 +32,21 @@ use weft_core::jobs::{EndpointId, EndpointSpec, Hello, JobId, Output, Registry, 
 /// The worker shim: runs DOM-style worker scripts with JSON lines on stdio.
 pub const WORKER_SHIM: &str = include_str!("../../wasm/js/worker-shim.mjs");
 
-/// Longest stdout line accepted from a child; longer lines are refused as oversized.
+/// Longest stdout line accepted from a child; longer lines are refused as oversized (the
+/// excess is discarded as it arrives, never buffered).
 const MAX_LINE: usize = 64 << 20;
+
+/// Longest stderr line kept from a child; the rest of a longer line is discarded.
+const MAX_STDERR_LINE: usize = 16 << 10;
+
+/// How many transport events of child processes may wait for the host (backpressure: a
+/// worker that writes faster than the host applies blocks on its pipe).
+const CHILD_QUEUE: usize = 64;
+
+/// After a worker process exited, how long its stdout/stderr may stay silent before the host
+/// stops reading them (only a descendant that left the worker's process group can hold them
+/// open; what the worker wrote before exiting is already in the pipe).
+const IDLE_AFTER_EXIT: Duration = Duration::from_millis(200);
 
 /// What arrives from transports.
 #[derive(Debug)]
@@ -115,6 +136,9 @@ pub struct JobsHost {
     transports: HashMap<EndpointId, Transport>,
     tx: mpsc::UnboundedSender<Inbound>,
     rx: mpsc::UnboundedReceiver<Inbound>,
+    /// Child-process transports: lines, stderr and closures, bounded.
+    child_tx: mpsc::Sender<Inbound>,
+    child_rx: mpsc::Receiver<Inbound>,
     waiters: HashMap<WaitId, oneshot::Sender<WaitEnd>>,
     /// Lines children wrote on stderr, most recent last (bounded per endpoint).
     pub stderr_tail: HashMap<EndpointId, Vec<String>>,
@@ -134,12 +158,15 @@ impl JobsHost {
     /// A host with an empty registry; its clock starts now.
     pub fn new() -> Self {
         let (tx, rx) = mpsc::unbounded_channel();
+        let (child_tx, child_rx) = mpsc::channel(CHILD_QUEUE);
         JobsHost {
             registry: Registry::default(),
             start: Instant::now(),
             transports: HashMap::new(),
             tx,
             rx,
+            child_tx,
+            child_rx,
             waiters: HashMap::new(),
             stderr_tail: HashMap::new(),
             keep_notices: false,
@@ -186,62 +213,73 @@ impl JobsHost {
             }
             // Dropping stdin closes it: the shim exits.
         });
-        let tx = self.tx.clone();
+        // Set once the process has exited: the readers then stop at the first silence.
+        let (exited_tx, exited_rx) = watch::channel(false);
+        let tx = self.child_tx.clone();
+        let mut exited = exited_rx.clone();
         let out_task = tokio::spawn(async move {
-            let mut reader = BufReader::new(stdout);
+            let mut reader = BufReader::with_capacity(64 << 10, stdout);
             let mut buf = Vec::new();
             loop {
-                buf.clear();
-                match reader.read_until(b'\n', &mut buf).await {
-                    Ok(0) | Err(_) => break,
-                    Ok(_) => {}
-                }
-                let line = String::from_utf8_lossy(&buf);
-                let line = line.trim_end();
-                if line.is_empty() {
-                    continue;
-                }
-                let msg = if buf.len() > MAX_LINE {
-                    Inbound::Undecodable(
+                let msg = match read_line(&mut reader, &mut buf, MAX_LINE, false, &mut exited).await
+                {
+                    Line::End => break,
+                    Line::TooLong(len) => Inbound::Undecodable(
                         id,
-                        format!(
-                            "line of {} bytes exceeds the {MAX_LINE}-byte limit",
-                            buf.len()
-                        ),
-                    )
-                } else {
-                    match serde_json::from_str::<Value>(line) {
-                        Ok(v) => Inbound::Message(id, v),
-                        Err(e) => Inbound::Undecodable(
-                            id,
-                            format!("not JSON ({e}): {}", truncate(line, 120)),
-                        ),
+                        format!("line of {len} bytes exceeds the {MAX_LINE}-byte limit"),
+                    ),
+                    Line::Complete => {
+                        let line = String::from_utf8_lossy(&buf);
+                        let line = line.trim_end();
+                        if line.is_empty() {
+                            continue;
+                        }
+                        match serde_json::from_str::<Value>(line) {
+                            Ok(v) => Inbound::Message(id, v),
+                            Err(e) => Inbound::Undecodable(
+                                id,
+                                format!("not JSON ({e}): {}", truncate(line, 120)),
+                            ),
+                        }
                     }
                 };
-                if tx.send(msg).is_err() {
+                if tx.send(msg).await.is_err() {
                     break;
                 }
             }
         });
-        let tx = self.tx.clone();
+        let tx = self.child_tx.clone();
+        let mut exited = exited_rx;
         let err_task = tokio::spawn(async move {
-            let mut lines = BufReader::new(stderr).lines();
-            while let Ok(Some(line)) = lines.next_line().await {
-                if tx.send(Inbound::Stderr(id, line)).is_err() {
+            let mut reader = BufReader::new(stderr);
+            let mut buf = Vec::new();
+            loop {
+                match read_line(&mut reader, &mut buf, MAX_STDERR_LINE, true, &mut exited).await {
+                    Line::End => break,
+                    Line::Complete | Line::TooLong(_) => {}
+                }
+                let line = String::from_utf8_lossy(&buf);
+                let line = line.trim_end_matches(['\n', '\r']).to_owned();
+                if tx.send(Inbound::Stderr(id, line)).await.is_err() {
                     break;
                 }
             }
         });
         let (kill_tx, kill_rx) = oneshot::channel::<()>();
-        let tx = self.tx.clone();
+        let tx = self.child_tx.clone();
         tokio::spawn(async move {
             let status = tokio::select! {
                 s = child.wait() => s,
                 _ = kill_rx => {
+                    kill_group(pid);
                     let _ = child.start_kill();
                     child.wait().await
                 }
             };
+            // The worker is gone: so are the descendants it left in its group (they would
+            // otherwise outlive it and hold its stdout open).
+            kill_group(pid);
+            let _ = exited_tx.send(true);
             // Deliver every line the child wrote before reporting that it ended.
             let _ = out_task.await;
             let _ = err_task.await;
@@ -253,7 +291,7 @@ impl JobsHost {
                 },
                 Err(e) => format!("worker process could not be awaited: {e}"),
             };
-            let _ = tx.send(Inbound::Closed(id, reason));
+            let _ = tx.send(Inbound::Closed(id, reason)).await;
         });
         self.transports.insert(
             id,
@@ -314,6 +352,7 @@ impl JobsHost {
         let sleep = sleep_until(self.registry.poll_timeout(), self.now());
         let ev = tokio::select! {
             ev = self.rx.recv() => ev,
+            Some(ev) = self.child_rx.recv() => Some(ev),
             _ = sleep => None,
         };
         self.apply(ev.as_ref());
@@ -454,6 +493,107 @@ impl JobsHost {
     pub fn sender(&self) -> mpsc::UnboundedSender<Inbound> {
         self.tx.clone()
     }
+}
+
+impl Drop for JobsHost {
+    /// Kills the process group of every child endpoint still open: no worker, and nothing a
+    /// worker started, outlives its host.
+    fn drop(&mut self) {
+        for t in self.transports.values() {
+            if let Transport::Child { pid, .. } = t {
+                kill_group(*pid);
+            }
+        }
+    }
+}
+
+/// What [`read_line`] found.
+enum Line {
+    /// A line is in the buffer (its newline, if any, included).
+    Complete,
+    /// The line was longer than the limit; its length in bytes. The buffer holds its first
+    /// `limit` bytes when the prefix is kept, else nothing.
+    TooLong(usize),
+    /// End of input (or silence after the process exited).
+    End,
+}
+
+/// Reads one line into `buf`, cutting it at `limit` bytes as the bytes arrive: the rest of a
+/// longer line is counted and discarded, never buffered. Once `exited` is set, a read that
+/// stays silent for [`IDLE_AFTER_EXIT`] ends the input.
+async fn read_line<R: AsyncBufRead + Unpin>(
+    reader: &mut R,
+    buf: &mut Vec<u8>,
+    limit: usize,
+    keep_prefix: bool,
+    exited: &mut watch::Receiver<bool>,
+) -> Line {
+    buf.clear();
+    if buf.capacity() > 1 << 20 {
+        // A long line was read: do not keep its buffer for the short ones that follow.
+        buf.shrink_to(64 << 10);
+    }
+    let mut len = 0usize;
+    loop {
+        let chunk = loop {
+            if *exited.borrow() {
+                match tokio::time::timeout(IDLE_AFTER_EXIT, reader.fill_buf()).await {
+                    Ok(r) => break r,
+                    Err(_) => return Line::End,
+                }
+            }
+            tokio::select! {
+                r = reader.fill_buf() => break r,
+                c = exited.changed() => if c.is_err() {
+                    // The process watcher is gone: read on without a silence bound.
+                    break reader.fill_buf().await;
+                },
+            }
+        };
+        let chunk = match chunk {
+            Ok(c) if !c.is_empty() => c,
+            // End of input: a last line without a newline still counts.
+            _ if len > limit => return Line::TooLong(len),
+            _ if len > 0 => return Line::Complete,
+            _ => return Line::End,
+        };
+        let (take, done) = match chunk.iter().position(|&b| b == b'\n') {
+            Some(i) => (i + 1, true),
+            None => (chunk.len(), false),
+        };
+        if len + take <= limit {
+            buf.extend_from_slice(&chunk[..take]);
+        } else if keep_prefix {
+            let room = limit.saturating_sub(buf.len()).min(take);
+            buf.extend_from_slice(&chunk[..room]);
+        } else if buf.capacity() > 0 {
+            // Over the limit: what was kept of this line is useless, give it back now.
+            *buf = Vec::new();
+        }
+        len += take;
+        reader.consume(take);
+        if done {
+            return if len > limit {
+                Line::TooLong(len)
+            } else {
+                Line::Complete
+            };
+        }
+    }
+}
+
+/// Kills a child's whole process group (the child is its leader: it was started with
+/// `process_group(0)`).
+fn kill_group(pid: Option<u32>) {
+    #[cfg(target_os = "linux")]
+    if let Some(pid) = pid.and_then(|p| libc::pid_t::try_from(p).ok()) {
+        // SAFETY: killpg only sends a signal; an empty group gives ESRCH, which is ignored.
+        unsafe {
+            libc::killpg(pid, libc::SIGKILL);
+        }
+    }
+    #[cfg(not(target_os = "linux"))]
+    let _ = pid;
 }
 
 /// Sleeps until a core's next deadline (`poll_timeout`, host milliseconds) given the host's

@@ -3,9 +3,15 @@
 //!
 //! A progress bar shows the job; Ctrl-C asks the job to cancel (the worker keeps running until
 //! it acknowledges or goes quiet), a second Ctrl-C terminates the worker. At the end the command
-//! prints what stopped and what evidence arrived. `--json` prints the job's journal as JSON lines
-//! instead. Exit status: 0 succeeded, 1 failed, 2 lost, 130 cancelled, 64 bad arguments, 69 the
-//! worker could not be started.
+//! prints what stopped and what evidence arrived. `--json` streams the job's journal as JSON
+//! lines instead, each event as it is recorded. Exit status: 0 succeeded, 1 failed, 2 lost,
+//! 130 cancelled, 64 bad arguments, 69 the worker could not be started.
+//!
+//! Memory stays bounded however much a worker reports: the registry keeps a journal window
+//! ([`JOURNAL_WINDOW`]: the job's milestones and its latest other events), events reach the
+//! terminal through a bounded observer queue drained after every step (were it ever to overflow,
+//! `--json` prints a `{"type":"missed","from","to"}` line instead of the events it lost), and the
+//! child transport cuts lines and applies backpressure (see `jobs_host`).
 
 use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
@@ -16,7 +22,8 @@ use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use serde_json::Value;
 use tokio::sync::mpsc;
 use weft_core::jobs::{
-    CancelStatus, EndpointSpec, EventKind, Hello, JobEvent, JobId, Outcome, OwnerId, Submit,
+    CancelStatus, Delivery, EndpointSpec, EventKind, Hello, JobEvent, JobId, Outcome, OwnerId,
+    Submit,
 };
 
 use crate::jobs_host::{Inbound, JobsHost};
@@ -43,6 +50,13 @@ pub struct RunArgs {
     pub node: String,
 }
 
+/// Non-milestone journal events the registry keeps per job (progress, partials, protocol
+/// errors, late evidence): at least this many, at most twice as many.
+pub const JOURNAL_WINDOW: usize = 256;
+
+/// How many events may wait in the observer queue between two steps (a step records a few).
+const OBSERVER_QUEUE: usize = 1024;
+
 enum Tick {
     Interrupt,
     Event(Option<Inbound>),
@@ -63,6 +77,7 @@ pub async fn main(args: RunArgs) -> ExitCode {
     }
     let owner = "cli";
     let mut host = JobsHost::new();
+    host.registry.set_journal_window(Some(JOURNAL_WINDOW));
     let mut spec = EndpointSpec::new(owner, args.script.display().to_string());
     spec.quiet_ms = args.quiet_ms;
     spec.hello = Hello::Await {
@@ -83,6 +98,10 @@ pub async fn main(args: RunArgs) -> ExitCode {
             return ExitCode::from(69);
         }
     };
+    let sub = host
+        .registry
+        .observe(job, Some(1), OBSERVER_QUEUE)
+        .expect("the job was just submitted");
     host.pump();
 
     let (sig_tx, mut sig_rx) = mpsc::unbounded_channel();
@@ -112,7 +131,6 @@ pub async fn main(args: RunArgs) -> ExitCode {
         None => eprintln!("{msg}"),
     };
 
-    let mut printed = 0usize;
     let mut interrupts = 0;
     let mut last_fraction: Option<f64> = None;
     loop {
@@ -150,21 +168,37 @@ pub async fn main(args: RunArgs) -> ExitCode {
             Tick::Event(Some(Inbound::Stderr(_, line))) => say(&format!("worker: {line}")),
             Tick::Event(_) => {}
         }
-        let j = host
+        let deliveries = host
             .registry
-            .job(job)
-            .expect("the job stays until its owner closes");
-        for ev in &j.journal()[printed..] {
-            if args.json {
-                let mut out = std::io::stdout().lock();
-                let _ = writeln!(out, "{}", ev.to_json());
-                let _ = out.flush();
-            } else if let Some(pb) = &bar {
-                show(pb, ev, &mut last_fraction);
+            .take_deliveries(sub)
+            .expect("the subscription stays");
+        let mut out = args.json.then(|| std::io::stdout().lock());
+        for d in &deliveries {
+            match (d, &mut out) {
+                (Delivery::Event(ev), Some(out)) => {
+                    let _ = writeln!(out, "{}", ev.to_json());
+                }
+                (Delivery::Missed { .. }, Some(out)) => {
+                    let _ = writeln!(out, "{}", d.to_json());
+                }
+                (Delivery::Event(ev), None) => {
+                    if let Some(pb) = &bar {
+                        show(pb, ev, &mut last_fraction);
+                    }
+                }
+                (Delivery::Missed { .. }, None) => {}
             }
         }
-        printed = j.journal().len();
-        if j.is_finished() {
+        if let Some(out) = &mut out {
+            let _ = out.flush();
+        }
+        drop(out);
+        let finished = host
+            .registry
+            .job(job)
+            .expect("the job stays until its owner closes")
+            .is_finished();
+        if finished {
             break;
         }
     }

@@ -412,3 +412,73 @@ async fn in_process_jobs_report_cancel_and_panics_fail_only_their_job() {
         }
     );
 }
+
+/// Whether `pid` is a live process (not gone, not a zombie waiting to be reaped).
+fn alive(pid: u64) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/status")).is_ok_and(|s| {
+        !s.lines()
+            .any(|l| l.starts_with("State:") && l.contains('Z'))
+    })
+}
+
+#[tokio::test]
+async fn terminating_an_endpoint_kills_the_workers_whole_process_group() {
+    let dir = std::env::temp_dir().join(format!("weft-group-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let pids = dir.join("pids.json");
+    let mut h = JobsHost::new();
+    let mut spec = EndpointSpec::new("app", "grandchild");
+    spec.hello = Hello::Await { timeout_ms: 5000 };
+    let ep = h
+        .open_child("node", &repo().join("tests/workers/grandchild.mjs"), spec)
+        .expect("node starts");
+    let job = submit(
+        &mut h,
+        ep,
+        json!({"pidFile": pids, "then": "hang", "hold": true}),
+    );
+    // Nothing arrives once the run started: step with a short bound while polling the file.
+    for _ in 0..1000 {
+        if std::fs::read_to_string(&pids).is_ok_and(|s| s.ends_with('}')) {
+            break;
+        }
+        let _ = tokio::time::timeout(Duration::from_millis(20), h.step()).await;
+    }
+    let v: Value = serde_json::from_str(&std::fs::read_to_string(&pids).unwrap()).unwrap();
+    let (worker, grandchild) = (
+        v["worker"].as_u64().unwrap(),
+        v["grandchild"].as_u64().unwrap(),
+    );
+    assert!(alive(worker) && alive(grandchild));
+    let now = h.now();
+    h.registry
+        .terminate_endpoint(now, ep, "terminated by the test")
+        .unwrap();
+    h.pump();
+    assert!(matches!(
+        h.registry.job(job).unwrap().outcome(),
+        Some(Outcome::Lost { .. })
+    ));
+    // The grandchild held the worker's stdout: the transport still closes, and both are gone.
+    until(&mut h, "the transport's closure", |h| {
+        h.registry
+            .endpoint(ep)
+            .unwrap()
+            .events()
+            .iter()
+            .any(|e| matches!(e.kind, EndpointEventKind::Closed { .. }))
+    })
+    .await;
+    for _ in 0..500 {
+        if !alive(grandchild) && !alive(worker) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(
+        !alive(grandchild),
+        "the grandchild was killed with the group"
+    );
+    assert!(!alive(worker));
+    let _ = std::fs::remove_dir_all(&dir);
+}

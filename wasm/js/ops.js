@@ -131,11 +131,12 @@ export class App {
   // ----- writes ------------------------------------------------------------------------------
 
   #scheduleFlush() {
-    if (this.#flushScheduled) return;
+    if (this.#flushScheduled || this.#disposed) return;
     this.#flushScheduled = true;
     queueMicrotask(() => {
       this.#flushScheduled = false;
-      this.flush();
+      // Disposed in the same tick: the core is freed, there is nothing to flush.
+      if (!this.#disposed) this.flush();
     });
   }
 
@@ -213,12 +214,12 @@ export class App {
 
   /** @internal */
   _outcome(id) {
-    return this.#core.outcome(id);
+    return this.#live().outcome(id);
   }
 
   /** @internal */
   _isFinished(id) {
-    return this.#core.isFinished(id);
+    return this.#live().isFinished(id);
   }
 
   /** @internal */
@@ -245,7 +246,7 @@ export class App {
   /** The agent tools: `list()` (name, description, inputSchema) and `call(name, args, opts)`. */
   get tools() {
     return {
-      list: () => this.#core.toolDefinitions(),
+      list: () => this.#live().toolDefinitions(),
       call: (name, args, options) => this.#callTool(name, args, options),
     };
   }
@@ -267,53 +268,59 @@ export class App {
 
   /** The whole application at the current revision (values are the live JS values). */
   snapshot() {
-    return this.#core.snapshot();
+    return this.#live().snapshot();
   }
 
   /** One cell: `{state, value, valueCalc, final, upToDate, calc, progress, error, provenance}`. */
   cell(name) {
-    return this.#core.cell(name);
+    return this.#live().cell(name);
   }
 
   /** The report (`full`: constraints, descriptions, calculations, provenance). */
   report({ full = false } = {}) {
-    return this.#core.report(full);
+    return this.#live().report(full);
   }
 
   /** Every retained operation, briefly: `{operation, state, by}`. */
   operations() {
-    return this.#core.operations();
+    return this.#live().operations();
   }
 
   /** An operation's whole record (what the `inspect` tool returns). */
   inspect(op) {
-    return this.#core.operation(op);
+    return this.#live().operation(op);
   }
 
   /** A calculation's record and lifecycle journal. */
   calc(id) {
-    return this.#core.calc(id);
+    return this.#live().calc(id);
   }
 
   /** The retained calculations of a cell, oldest first. */
   calcsOf(cell) {
-    return this.#core.calcsOf(cell);
+    return this.#live().calcsOf(cell);
   }
 
   /** A write's receipt. */
   receipt(write) {
-    return this.#core.receipt(write);
+    return this.#live().receipt(write);
   }
 
   /** The current application revision. */
   get revision() {
-    return this.#core.revision();
+    return this.#live().revision();
   }
 
   /** `{calcs, writes, operations}` retained by the core. */
   retained() {
-    const [calcs, writes, operations] = this.#core.retained();
+    const [calcs, writes, operations] = this.#live().retained();
     return { calcs, writes, operations };
+  }
+
+  /** The core, unless the app was disposed (its wasm memory is freed then). */
+  #live() {
+    if (this.#disposed) throw new WeftError('DISPOSED', 'the app was disposed');
+    return this.#core;
   }
 
   /** Calls `listener(app)` after changes (coalesced per microtask). Returns an unsubscribe. */
@@ -322,10 +329,14 @@ export class App {
     return () => this.#listeners.delete(listener);
   }
 
-  /** Terminates endpoints and frees the core. */
+  /**
+   * Terminates endpoints and frees the core. A flush or a listener call still scheduled for
+   * this tick is dropped; reads afterwards throw DISPOSED.
+   */
   dispose() {
     if (this.#disposed) return;
     this.#disposed = true;
+    this.#listeners.clear();
     for (const ac of this.#running.values()) ac.abort(new WeftError('DISPOSED', 'app disposed'));
     this.#running.clear();
     this.#rt.dispose();
@@ -450,11 +461,13 @@ export class App {
   }
 
   #changed() {
-    if (this.#listeners.size === 0 || this.#notifyScheduled) return;
+    if (this.#disposed || this.#listeners.size === 0 || this.#notifyScheduled) return;
     if (this.#core.revision() === this.#lastRevision) return;
     this.#notifyScheduled = true;
     queueMicrotask(() => {
       this.#notifyScheduled = false;
+      // Disposed since the change (same tick): the core is freed and nobody is listening.
+      if (this.#disposed) return;
       this.#lastRevision = this.#core.revision();
       for (const l of this.#listeners) {
         try {
@@ -504,7 +517,13 @@ export class Operation {
 
   /** @internal Resolves (with nothing) when the operation ends; rejects like `wait`. */
   _ended({ signal, timeoutMs } = {}) {
-    if (this.#app._isFinished(this.id)) return Promise.resolve();
+    let finished;
+    try {
+      finished = this.#app._isFinished(this.id);
+    } catch (err) {
+      return Promise.reject(err); // DISPOSED
+    }
+    if (finished) return Promise.resolve();
     if (signal?.aborted) {
       return Promise.reject(new WeftError('WAIT_CANCELLED', 'the wait was cancelled', { cause: signal.reason }));
     }

@@ -164,6 +164,14 @@ pub struct Endpoint {
     pub(crate) running: BTreeSet<JobId>,
     events: Vec<EndpointEvent>,
     hello_timeout: Option<Millis>,
+    /// The registry's journal window (see `Registry::set_journal_window`).
+    pub(crate) window: Option<usize>,
+    /// Sequence numbers of the log's milestones (opened, the first hello, hello timeout,
+    /// closed), kept by the window.
+    pinned: Vec<u64>,
+    recorded: u64,
+    dropped: u64,
+    protocol_errors: usize,
 }
 
 impl Endpoint {
@@ -193,22 +201,31 @@ impl Endpoint {
             running: BTreeSet::new(),
             events: Vec::new(),
             hello_timeout,
+            window: None,
+            pinned: Vec::new(),
+            recorded: 0,
+            dropped: 0,
+            protocol_errors: 0,
         };
         ep.record(now, EndpointEventKind::Opened { label: spec.label });
         (ep, deadline)
     }
 
     /// The endpoint's own log: hello, protocol errors, replies for unknown runs, closure.
+    /// Under a journal window it keeps its milestones (opened, the first hello, hello timeout,
+    /// closed) and its most recent other events; see [`Endpoint::dropped_events`].
     pub fn events(&self) -> &[EndpointEvent] {
         &self.events
     }
 
-    /// Number of protocol errors recorded.
+    /// Number of log events the journal window dropped.
+    pub fn dropped_events(&self) -> u64 {
+        self.dropped
+    }
+
+    /// Number of protocol errors recorded (dropped ones included).
     pub fn protocol_errors(&self) -> usize {
-        self.events
-            .iter()
-            .filter(|e| matches!(e.kind, EndpointEventKind::ProtocolError { .. }))
-            .count()
+        self.protocol_errors
     }
 
     /// Jobs waiting for dispatch.
@@ -236,8 +253,42 @@ impl Endpoint {
     }
 
     pub(crate) fn record(&mut self, at: Millis, kind: EndpointEventKind) {
-        let seq = self.events.len() as u64 + 1;
+        self.recorded += 1;
+        let seq = self.recorded;
+        let milestone = match &kind {
+            EndpointEventKind::Opened { .. }
+            | EndpointEventKind::HelloTimedOut { .. }
+            | EndpointEventKind::Closed { .. } => true,
+            EndpointEventKind::Hello { .. } => !self.events.iter().any(|e| {
+                self.pinned.contains(&e.seq) && matches!(e.kind, EndpointEventKind::Hello { .. })
+            }),
+            EndpointEventKind::ProtocolError { .. } => {
+                self.protocol_errors += 1;
+                false
+            }
+            _ => false,
+        };
+        if milestone {
+            self.pinned.push(seq);
+        }
         self.events.push(EndpointEvent { seq, at, kind });
+        if let Some(n) = self.window {
+            let windowed = self.events.len() - self.pinned.len();
+            if windowed > 2 * n {
+                let mut excess = windowed - n;
+                let before = self.events.len();
+                let pinned = &self.pinned;
+                self.events.retain(|e| {
+                    if excess > 0 && !pinned.contains(&e.seq) {
+                        excess -= 1;
+                        false
+                    } else {
+                        true
+                    }
+                });
+                self.dropped += (before - self.events.len()) as u64;
+            }
+        }
     }
 
     /// Returns true when the hello made a starting endpoint ready.

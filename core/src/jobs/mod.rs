@@ -164,6 +164,7 @@ pub struct Registry<V> {
     next_sub: u64,
     next_wait: u64,
     events_recorded: u64,
+    journal_window: Option<usize>,
 }
 
 impl<V: Payload> Default for Registry<V> {
@@ -188,6 +189,20 @@ impl<V: Payload> Registry<V> {
             next_sub: 1,
             next_wait: 1,
             events_recorded: 0,
+            journal_window: None,
+        }
+    }
+
+    /// Bounds what each job's journal keeps: with `Some(n)`, a job keeps its milestones
+    /// ([`EventKind::is_milestone`]) and at least its `n` most recent other events (at most
+    /// `2n`: older ones are dropped in batches), so a worker that reports without end costs
+    /// bounded memory. Dropped events are counted ([`Job::dropped_events`]); observers still
+    /// get every event as it is recorded, and a replay over dropped events reports them as
+    /// missed. Endpoint logs are bounded the same way. `None` (the default) keeps everything.
+    pub fn set_journal_window(&mut self, window: Option<usize>) {
+        self.journal_window = window.map(|n| n.max(1));
+        for (_, ep) in self.endpoints.iter_mut() {
+            ep.window = self.journal_window;
         }
     }
 
@@ -198,7 +213,8 @@ impl<V: Payload> Registry<V> {
         let id = EndpointId(self.next_endpoint);
         self.next_endpoint += 1;
         let owner = spec.owner.clone();
-        let (ep, hello_deadline) = Endpoint::open(id, now, spec);
+        let (mut ep, hello_deadline) = Endpoint::open(id, now, spec);
+        ep.window = self.journal_window;
         if let Some(d) = hello_deadline {
             self.timers.insert((d, Timer::Hello(id)));
         }
@@ -531,6 +547,9 @@ impl<V: Payload> Registry<V> {
             note: req.note,
             wake: req.wake,
             journal: Vec::with_capacity(4),
+            recorded: 0,
+            dropped: 0,
+            windowed: 0,
             finished_at: None,
             quiet_deadline: None,
             subs: Vec::new(),
@@ -767,8 +786,17 @@ impl<V: Payload> Registry<V> {
             queue: VecDeque::new(),
         };
         if let Some(from) = from_seq {
+            // Events the journal window dropped are reported as missed.
+            let mut next = from.max(1);
             for ev in j.journal.iter().filter(|e| e.seq >= from) {
+                if ev.seq > next {
+                    push_missed(&mut sub, job, next, ev.seq - 1);
+                }
                 push_delivery(&mut sub, ev);
+                next = ev.seq + 1;
+            }
+            if next <= j.recorded {
+                push_missed(&mut sub, job, next, j.recorded);
             }
         }
         let has = !sub.queue.is_empty();
@@ -1102,9 +1130,10 @@ impl<V: Payload> Registry<V> {
             .jobs
             .get_mut(&job)
             .expect("recording for an existing job");
+        j.recorded += 1;
         let ev = JobEvent {
             job,
-            seq: j.journal.len() as u64 + 1,
+            seq: j.recorded,
             at,
             source,
             kind,
@@ -1119,8 +1148,35 @@ impl<V: Payload> Registry<V> {
                 }
             }
         }
+        if !ev.kind.is_milestone() {
+            j.windowed += 1;
+        }
         j.journal.push(ev);
         self.events_recorded += 1;
+        if let Some(n) = self.journal_window
+            && j.windowed > 2 * n
+        {
+            // Drop the oldest non-milestone events down to `n` (in one pass: amortized O(1)).
+            let mut excess = j.windowed - n;
+            let before = j.journal.len();
+            j.journal.retain(|e| {
+                if excess > 0 && !e.kind.is_milestone() {
+                    excess -= 1;
+                    false
+                } else {
+                    true
+                }
+            });
+            let removed = before - j.journal.len();
+            j.windowed -= removed;
+            j.dropped += removed as u64;
+            if j.finished_at.is_some() {
+                j.finished_at = j
+                    .journal
+                    .iter()
+                    .position(|e| matches!(e.kind, EventKind::Finished { .. }));
+            }
+        }
     }
 
     /// Records the one terminal outcome and settles everything that depends on it.
@@ -1177,6 +1233,17 @@ impl<V: Payload> Registry<V> {
             self.pump(endpoint, at);
         }
     }
+}
+
+/// Queues a missed range `from..=to`, merged with a missed range that ends just before it.
+fn push_missed<V>(s: &mut Subscription<V>, job: JobId, from: u64, to: u64) {
+    if let Some(Delivery::Missed { to: last, .. }) = s.queue.back_mut()
+        && *last + 1 == from
+    {
+        *last = to;
+        return;
+    }
+    s.queue.push_back(Delivery::Missed { job, from, to });
 }
 
 fn push_delivery<V: Clone>(s: &mut Subscription<V>, ev: &JobEvent<V>) {

@@ -322,3 +322,89 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn a_journal_window_keeps_milestones_and_the_latest_events_in_bounded_memory() {
+    let mut reg = Registry::default();
+    reg.set_journal_window(Some(8));
+    let ep = endpoint(&mut reg, "app", caps(false, false));
+    let job = reg.submit(0, Submit::new("a", ep, json!("p"))).unwrap().job;
+    let sub = reg.observe(job, None, 100_000).unwrap();
+    for i in 0..10_000u64 {
+        reg.on_message(i, ep, &json!({"id": 1, "type": "progress", "value": i}))
+            .unwrap();
+        // Protocol errors and unknown runs flood the endpoint log too.
+        reg.on_message(i, ep, &json!({"id": 99, "type": "progress", "value": i}))
+            .unwrap();
+        assert!(reg.job(job).unwrap().journal().len() <= 2 * 8 + 2);
+        assert!(reg.endpoint(ep).unwrap().events().len() <= 2 * 8 + 2);
+    }
+    reg.cancel(20_000, job, "stop").unwrap();
+    for i in 0..100u64 {
+        reg.on_message(
+            20_001,
+            ep,
+            &json!({"id": 1, "type": "progress", "value": i}),
+        )
+        .unwrap();
+    }
+    reg.handle_timeout(30_000);
+    for _ in 0..100 {
+        reg.on_message(30_001, ep, &json!({"id": 1, "type": "done", "value": 1}))
+            .unwrap();
+    }
+    let j = reg.job(job).unwrap();
+    // Every milestone is kept, in order, with the latest other events.
+    let milestones: Vec<_> = j
+        .journal()
+        .iter()
+        .filter(|e| e.kind.is_milestone())
+        .map(|e| e.kind.name())
+        .collect();
+    assert_eq!(
+        milestones,
+        [
+            "submitted",
+            "started",
+            "cancel_requested",
+            "no_acknowledgement",
+            "outcome"
+        ]
+    );
+    assert_eq!(j.payload(), &json!("p"));
+    assert_eq!(j.outcome().unwrap().kind(), OutcomeKind::Cancelled);
+    assert!(j.journal().len() <= 2 * 8 + 5);
+    let recorded = 2 + 10_000 + 1 + 100 + 2 + 100;
+    assert_eq!(j.events_recorded(), recorded);
+    assert_eq!(j.dropped_events() + j.journal().len() as u64, recorded);
+    assert!(j.journal().windows(2).all(|w| w[0].seq < w[1].seq));
+    assert_eq!(j.journal().last().unwrap().kind.name(), "late_evidence");
+    assert_eq!(j.to_json()["events"], recorded);
+    // The observer got every event recorded after it subscribed.
+    let got = reg.take_deliveries(sub).unwrap();
+    assert_eq!(got.len() as u64, recorded - 2);
+    assert!(got.iter().all(|d| matches!(d, Delivery::Event(_))));
+    // A replay over dropped events is told exactly which it missed.
+    let replay = reg.observe(job, Some(1), 100_000).unwrap();
+    let got = reg.take_deliveries(replay).unwrap();
+    let mut seen = 0u64;
+    for d in &got {
+        match d {
+            Delivery::Event(e) => seen += e.seq - seen,
+            Delivery::Missed { from, to, .. } => {
+                assert_eq!(*from, seen + 1);
+                seen = *to;
+            }
+        }
+    }
+    assert_eq!(seen, recorded);
+    let e = reg.endpoint(ep).unwrap();
+    assert_eq!(e.protocol_errors(), 0);
+    assert_eq!(
+        e.events()[0].kind,
+        EndpointEventKind::Opened {
+            label: "test".into()
+        }
+    );
+    assert!(e.dropped_events() > 9_000);
+}

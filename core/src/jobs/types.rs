@@ -277,6 +277,23 @@ pub enum EventKind<V> {
 }
 
 impl<V> EventKind<V> {
+    /// Whether the event is a milestone of the job's lifecycle, kept by every journal window
+    /// (each happens at most once per job): submitted, started, the cancel request and its
+    /// evidence, termination and the outcome. Progress, partials, input events, protocol
+    /// errors and late evidence can repeat without bound; a window keeps the latest of them.
+    pub fn is_milestone(&self) -> bool {
+        matches!(
+            self,
+            EventKind::Submitted { .. }
+                | EventKind::Started { .. }
+                | EventKind::CancelRequested { .. }
+                | EventKind::CancelAcknowledged
+                | EventKind::NoAcknowledgement { .. }
+                | EventKind::Terminated { .. }
+                | EventKind::Finished { .. }
+        )
+    }
+
     /// The event's stable type name.
     pub fn name(&self) -> &'static str {
         match self {
@@ -436,7 +453,9 @@ impl JobState {
     }
 }
 
-/// A job as the registry keeps it. Its journal is complete; nothing is dropped.
+/// A job as the registry keeps it. Its journal is complete unless the registry keeps a journal
+/// window (see [`crate::jobs::Registry::set_journal_window`]): then its milestones and its
+/// most recent other events are kept, and what was dropped is counted.
 #[derive(Clone, Debug)]
 pub struct Job<V> {
     pub id: JobId,
@@ -455,6 +474,12 @@ pub struct Job<V> {
     /// Ask the host to wake the owning agent when finished.
     pub wake: bool,
     pub(crate) journal: Vec<JobEvent<V>>,
+    /// Events recorded for this job (the last sequence number).
+    pub(crate) recorded: u64,
+    /// Events dropped from the journal by the registry's window.
+    pub(crate) dropped: u64,
+    /// Non-milestone events in `journal`.
+    pub(crate) windowed: usize,
     pub(crate) finished_at: Option<usize>,
     pub(crate) quiet_deadline: Option<Millis>,
     pub(crate) subs: Vec<SubscriptionId>,
@@ -463,9 +488,21 @@ pub struct Job<V> {
 }
 
 impl<V: Payload> Job<V> {
-    /// The full, ordered journal.
+    /// The retained journal, in order: every event, unless the registry's journal window
+    /// dropped older non-milestone events (see [`Job::dropped_events`]); sequence numbers
+    /// then have gaps.
     pub fn journal(&self) -> &[JobEvent<V>] {
         &self.journal
+    }
+
+    /// Number of events recorded for the job (its last sequence number).
+    pub fn events_recorded(&self) -> u64 {
+        self.recorded
+    }
+
+    /// Number of events the registry's journal window dropped from this job's journal.
+    pub fn dropped_events(&self) -> u64 {
+        self.dropped
     }
 
     /// The submitted payload.
@@ -509,7 +546,7 @@ impl<V: Payload> Job<V> {
             "capabilities": self.capabilities,
             "cancelRequested": self.cancel_requested_at.is_some(),
             "outcome": self.outcome().map(|o| o.to_json()),
-            "events": self.journal.len(),
+            "events": self.recorded,
         })
     }
 }
@@ -519,7 +556,8 @@ impl<V: Payload> Job<V> {
 pub enum Delivery<V> {
     Event(JobEvent<V>),
     /// The observer's queue was full: events `from..=to` of `job` were not queued for it. They
-    /// remain in the journal.
+    /// remain in the journal (unless a journal window dropped them since; a replay from
+    /// dropped events reports them as missed too).
     Missed {
         job: JobId,
         from: u64,
