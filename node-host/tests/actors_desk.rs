@@ -341,6 +341,8 @@ fn weft_serve_mounts_the_desk_beside_threaddesk() {
         .arg(dir.join("data"))
         .arg("--chat-root")
         .arg(&chat)
+        .env("WEFT_HUMAN_TOKEN", "desk-human-token")
+        .env("WEFT_AGENT_TOKEN", "desk-agent-token")
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
         .spawn()
@@ -369,12 +371,27 @@ fn weft_serve_mounts_the_desk_beside_threaddesk() {
     assert!(desk_line, "weft serve announces the desk");
     let d = Desk { child, addr };
     assert_eq!(http(&d.addr, "GET", "/actors/", None).0, 200);
-    assert_eq!(get(&d.addr, "/api/actors/graph")["root"], "coordinator");
-    let (st, s) = post(
-        &d.addr,
-        "/api/actors/spawn",
-        json!({"parent": "coordinator", "title": "served"}),
+    // Inside `weft serve` the desk API needs the human token (tests/serve_bounds.rs has the
+    // whole rule); with it, the desk works as standalone.
+    assert_eq!(http(&d.addr, "GET", "/api/actors/graph", None).0, 401);
+    let human = format!(
+        "host: {}\r\ncontent-type: application/json\r\nauthorization: Bearer desk-human-token\r\n",
+        d.addr
     );
+    let (st, _, g) = raw(&d.addr, "GET", "/api/actors/graph", None, &human);
+    assert_eq!(st, 200);
+    assert_eq!(
+        serde_json::from_str::<Value>(&g).unwrap()["root"],
+        "coordinator"
+    );
+    let (st, _, s) = raw(
+        &d.addr,
+        "POST",
+        "/api/actors/spawn",
+        Some(&json!({"parent": "coordinator", "title": "served"}).to_string()),
+        &human,
+    );
+    let s: Value = serde_json::from_str(&s).unwrap();
     assert_eq!((st, s["id"].as_str()), (201, Some("served")));
     assert!(read_disk(&chat).metas.contains_key("served"));
     // ThreadDesk is still there, and serve's own boundary guards the desk routes too.

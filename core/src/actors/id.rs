@@ -10,6 +10,16 @@ pub const MAX_NODE_ID_BYTES: usize = 64;
 /// Characters that are path separators or invalid in file names on common file systems.
 const FORBIDDEN: &[char] = &['/', '\\', ':', '*', '?', '"', '<', '>', '|'];
 
+/// Invisible formatting characters that change how text around them is displayed: the bidi
+/// embeddings, overrides, isolates and marks (U+202A–U+202E, U+2066–U+2069, U+200E, U+200F,
+/// U+061C), zero-width characters and joiners (U+200B–U+200D, U+2060–U+2064, U+FEFF). An id
+/// holding one could display as another id.
+fn is_display_control(c: char) -> bool {
+    matches!(c,
+        '\u{061C}' | '\u{200B}'..='\u{200F}' | '\u{202A}'..='\u{202E}'
+        | '\u{2060}'..='\u{2064}' | '\u{2066}'..='\u{2069}' | '\u{FEFF}')
+}
+
 /// A stable node identifier, also the last component of the node's address
 /// (`$CHAT_ROOT/nodes/{id}/`). Construction validates it (see [`NodeId::parse`]).
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -17,9 +27,10 @@ pub struct NodeId(String);
 
 impl NodeId {
     /// Validates `s` as a node id: non-empty, at most [`MAX_NODE_ID_BYTES`] bytes, no path
-    /// separators or characters file systems reject, no NUL, control characters or whitespace,
-    /// not `.`/`..` and no leading `.` (reserved for store temporaries). Returns the reason
-    /// when `s` is not acceptable.
+    /// separators or characters file systems reject, no NUL, control characters (C0, DEL, C1)
+    /// or whitespace, no bidi overrides or other invisible display controls, not `.`/`..` and
+    /// no leading `.` (reserved for store temporaries). Returns the reason when `s` is not
+    /// acceptable (callers report it as `INVALID_NODE_ID`).
     pub fn parse(s: &str) -> Result<NodeId, String> {
         if s.is_empty() {
             return Err("is empty".into());
@@ -49,6 +60,12 @@ impl NodeId {
         }
         if s.chars().any(char::is_whitespace) {
             return Err("contains whitespace".into());
+        }
+        if let Some(c) = s.chars().find(|c| is_display_control(*c)) {
+            return Err(format!(
+                "contains U+{:04X}, an invisible character that changes how text is displayed",
+                c as u32
+            ));
         }
         Ok(NodeId(s.to_owned()))
     }
@@ -130,6 +147,13 @@ mod tests {
             "a\0b",
             "a\nb",
             "a\u{7f}",
+            "a\u{85}b",
+            "a\u{9b}b",
+            "abc\u{202e}gpj.exe",
+            "a\u{2066}b",
+            "a\u{200f}",
+            "zero\u{200b}width",
+            "\u{feff}bom",
             "a b",
             "c:",
             "x?",

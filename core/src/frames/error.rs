@@ -87,6 +87,17 @@ pub enum FramesError {
     /// A stored record could not be read back (corrupt or from an incompatible version).
     #[error("{0}")]
     CorruptRecord(String),
+    /// A request HTTP itself refuses: not exactly one `Host` header, a path or query that is
+    /// not UTF-8 or not well formed (400).
+    #[error("{0}")]
+    InvalidRequest(String),
+    /// A request body sent with `Transfer-Encoding` (the reference server's
+    /// `INVALID_TRANSFER`, 400: bodies need a `Content-Length`).
+    #[error("{0}")]
+    InvalidTransfer(String),
+    /// An unexpected failure of the server (the reference server's `INTERNAL_ERROR`, 500).
+    #[error("{0}")]
+    InternalError(String),
 }
 
 impl FramesError {
@@ -128,6 +139,9 @@ impl FramesError {
             MethodNotAllowed(_) => "METHOD_NOT_ALLOWED",
             StorageFailure(_) => "STORAGE_FAILURE",
             CorruptRecord(_) => "CORRUPT_RECORD",
+            InvalidRequest(_) => "INVALID_REQUEST",
+            InvalidTransfer(_) => "INVALID_TRANSFER",
+            InternalError(_) => "INTERNAL_ERROR",
         }
     }
 
@@ -162,9 +176,11 @@ impl FramesError {
             | InvalidDistribution(_)
             | SchemaUnsupported(_)
             | InvalidImage(_) => 422,
-            InvalidJson(_) | IdempotencyKeyRequired(_) => 400,
+            InvalidJson(_) | IdempotencyKeyRequired(_) | InvalidRequest(_) | InvalidTransfer(_) => {
+                400
+            }
             StorageFailure(_) => 503,
-            CorruptRecord(_) => 500,
+            CorruptRecord(_) | InternalError(_) => 500,
         }
     }
 

@@ -147,8 +147,10 @@ pub fn fingerprint(v: &Value) -> String {
 
 /// Parses a typed record from a strictly parsed value; schema violations are `INVALID_MESSAGE`.
 pub fn typed<T: serde::de::DeserializeOwned>(what: &str, v: Value) -> Result<T, FramesError> {
+    // A body that is JSON but not an object is refused as the reference server refuses it
+    // (numerous-com/dgp `strict_json`): 400 INVALID_JSON, not a schema violation.
     if !v.is_object() {
-        return Err(FramesError::InvalidMessage(format!(
+        return Err(FramesError::InvalidJson(format!(
             "{what}: expected a JSON object"
         )));
     }

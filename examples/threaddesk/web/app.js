@@ -82,8 +82,50 @@ function textEvidence(e) {
     'div',
     { cls: `evidence ${e.trust}`, attrs: { 'data-evidence': e.evidence_id } },
     el('div', { cls: 'label', text: `${e.evidence_id} · ${e.kind} · ${e.trust} · from ${e.source.kind}:${e.source.id}` }),
-    el('pre', { text: content }),
+    // Evidence text is untrusted: its direction is isolated so bidi controls cannot reorder the page around it.
+    el('pre', { text: content, attrs: { dir: 'auto' } }),
   );
+}
+
+/**
+ * A log's summary (`note-log`, `image-log`): how many items it has, how many the frame shows
+ * (the newest, within the frame's byte budget), and a button that pages in earlier ones.
+ */
+function logSummary(e) {
+  const c = e.content;
+  const box = el('div', { cls: 'log', attrs: { 'data-log': c.log } });
+  const line = el('p', { cls: 'meta', attrs: { 'data-role': 'log-count' } });
+  const earlier = el('div', { attrs: { 'data-role': 'earlier' } });
+  let href = c.earlier_href;
+  let shown = c.shown;
+  const count = () => {
+    line.textContent = `${c.count} ${c.log} item(s); showing the newest ${shown}` + (href ? '' : ' (all)');
+  };
+  count();
+  box.append(line, earlier);
+  if (href) {
+    const b = el('button', { text: 'Show earlier', cls: 'secondary', attrs: { type: 'button', 'data-role': 'earlier-button' } });
+    b.addEventListener('click', async () => {
+      b.disabled = true;
+      try {
+        if (!href.startsWith('/dgp/surfaces/')) throw new Error('the page link leaves this server');
+        const page = await api(href);
+        const items = [];
+        for (const item of page.items) items.push(item.kind === 'image' ? await imageEvidence(item) : textEvidence(item));
+        earlier.prepend(...items);
+        shown += page.items.length;
+        href = page.earlier_href;
+        count();
+        if (!href) b.remove();
+      } catch (err) {
+        showAlert(explain(err));
+      } finally {
+        b.disabled = false;
+      }
+    });
+    box.append(b);
+  }
+  return box;
 }
 
 async function submit(card, frame, decision, answer) {
@@ -175,6 +217,7 @@ async function threadCard(surface) {
   );
   for (const e of frame.observations) {
     if (e.kind === 'image') card.append(await imageEvidence(e));
+    else if (e.evidence_id.endsWith('-log') && e.kind === 'json') card.append(logSummary(e));
     else if (e.evidence_id !== 'state') card.append(textEvidence(e));
   }
   card.append(el('p', { cls: 'card-error', attrs: { role: 'status', 'data-role': 'error' } }));
@@ -196,7 +239,7 @@ async function refresh() {
   for (const s of surfaces) cards.push(await threadCard(s));
   $('threads').replaceChildren(...cards);
   const { entries } = await api('/dgp/bulletin');
-  $('bulletin').replaceChildren(...entries.map((e) => el('li', { text: e.text, attrs: { 'data-entry': e.id } })));
+  $('bulletin').replaceChildren(...entries.map((e) => el('li', { text: e.text, attrs: { 'data-entry': e.id, dir: 'auto' } })));
   document.body.setAttribute('data-ready', String(Date.now()));
 }
 

@@ -16,7 +16,15 @@
 //!   `/api/actors/reset`, `/api/actors/export`.
 //!
 //! Every write is answered after the store acknowledged it. Errors are
-//! `application/problem+json` with the core's stable `code`.
+//! `application/problem+json` with the core's stable `code`. JSON bodies are read strictly
+//! (duplicate keys are refused) and limited to [`MAX_BODY`] bytes. The event stream ends when
+//! the server shuts down.
+//!
+//! Access: mounted in `weft serve` ([`mount`]), every `/api/actors/…` route needs the human
+//! token (`Authorization: Bearer …`; reads may be opened with
+//! [`DeskAccess::reads_without_token`]); the page asks for the token. The standalone `weft
+//! actors desk` ([`serve_root`]) has no tokens: it refuses any but a loopback address, and the
+//! boundary refuses foreign `Host` and `Origin` headers.
 
 use std::collections::HashMap;
 use std::convert::Infallible;
@@ -27,6 +35,7 @@ use std::time::Duration;
 
 use axum::Router;
 use axum::body::Bytes;
+use axum::extract::DefaultBodyLimit;
 use axum::extract::Request;
 use axum::extract::{Path as UrlPath, Query, State};
 use axum::http::{HeaderMap, StatusCode, header};
@@ -38,10 +47,15 @@ use serde_json::{Value, json};
 use tokio::sync::watch;
 use weft_core::actors::{
     ActorGraph, ActorStore, ActorsError, HarnessConfig, HeuristicProposer, MemoryStore,
-    NodeStoreMode, api,
+    NodeStoreMode, api, proposer,
 };
 
 use crate::actors::{FsStore, Session, flush, wall_ms};
+use crate::serve::auth::Auth;
+use crate::serve::http::{self, Shutdown, ShutdownSignal};
+
+/// The largest JSON body a desk write accepts (larger ones are `413 PAYLOAD_TOO_LARGE`).
+pub const MAX_BODY: usize = 2 * 1024 * 1024;
 
 const INDEX_HTML: &str = include_str!("assets/index.html");
 const DESK_JS: &str = include_str!("assets/desk.js");
@@ -77,6 +91,10 @@ impl Inner {
 pub struct DeskState {
     inner: Arc<Mutex<Inner>>,
     changes: watch::Sender<u64>,
+    /// Ends the event streams when the server shuts down.
+    closing: Option<ShutdownSignal>,
+    /// The model that proposes spawns on `route` (`None`: the keyword heuristic).
+    proposer: Option<crate::model::ReqwestModel>,
 }
 
 impl DeskState {
@@ -118,7 +136,22 @@ impl DeskState {
         Ok(DeskState {
             inner: Arc::new(Mutex::new(inner)),
             changes,
+            closing: None,
+            proposer: None,
         })
+    }
+
+    /// Routes with `model` proposing spawns (the core's proposal rules) instead of the keyword
+    /// heuristic; `None` keeps the heuristic.
+    pub fn with_model_proposer(mut self, model: Option<crate::model::ReqwestModel>) -> DeskState {
+        self.proposer = model;
+        self
+    }
+
+    /// Ends every event stream once `signal` fires (server shutdown).
+    pub fn closing_on(mut self, signal: ShutdownSignal) -> DeskState {
+        self.closing = Some(signal);
+        self
     }
 
     /// Runs `f` on the graph in the blocking pool; performs and acknowledges what it queued;
@@ -155,6 +188,7 @@ fn status_of(e: &ActorsError) -> StatusCode {
         "CADENCE_VIOLATION" | "SPAWN_RULE" | "REF_INVALID" => StatusCode::UNPROCESSABLE_ENTITY,
         "STORE_FAILED" | "STORE_LOCKED" => StatusCode::SERVICE_UNAVAILABLE,
         "STORE_IO" => StatusCode::INTERNAL_SERVER_ERROR,
+        c if c.starts_with("MODEL_") => StatusCode::BAD_GATEWAY,
         _ => StatusCode::CONFLICT,
     }
 }
@@ -212,8 +246,10 @@ fn body(h: &HeaderMap, b: &Bytes) -> Result<Value, ActorsError> {
     if b.is_empty() {
         return Ok(json!({}));
     }
-    let v: Value = serde_json::from_slice(b)
-        .map_err(|e| ActorsError::InvalidArgument(format!("the request body is not JSON: {e}")))?;
+    // The core's strict reader: duplicate keys, trailing data and non-finite numbers fail.
+    let v = weft_core::frames::validate::parse_strict(b).map_err(|e| {
+        ActorsError::InvalidArgument(format!("the request body is not strict JSON: {e}"))
+    })?;
     if !v.is_object() {
         return Err(ActorsError::InvalidArgument(
             "the request body must be a JSON object".into(),
@@ -276,7 +312,36 @@ pub fn router(state: DeskState) -> Router {
         .route("/api/actors/epochs", post(epoch))
         .route("/api/actors/reset", post(reset))
         .route("/api/actors/export", post(export))
+        .layer(DefaultBodyLimit::max(MAX_BODY))
         .with_state(state)
+}
+
+/// Who may use a desk mounted in `weft serve`: the holder of the human token.
+pub struct DeskAccess {
+    /// The server's tokens.
+    pub auth: Arc<Auth>,
+    /// Reads (`GET`) answer without a token; writes still need the human token.
+    pub reads_without_token: bool,
+}
+
+/// The desk's access rule inside `weft serve`: the UI (`/actors/…`) is public (it asks for
+/// the token); `/api/actors/…` needs the human token (reads may be opened). An agent token is
+/// `403 FORBIDDEN`; no or a wrong token is `401 UNAUTHENTICATED`.
+async fn access(State(a): State<Arc<DeskAccess>>, req: Request, next: Next) -> Response {
+    let read = matches!(
+        *req.method(),
+        axum::http::Method::GET | axum::http::Method::HEAD
+    );
+    if !req.uri().path().starts_with("/api/actors/") || (read && a.reads_without_token) {
+        return next.run(req).await;
+    }
+    match a.auth.principal(req.headers()) {
+        Ok(p) if p.role == weft_core::frames::Role::Human => next.run(req).await,
+        Ok(_) => crate::serve::problem(&weft_core::frames::FramesError::Forbidden(
+            "the actor desk needs the human token".into(),
+        )),
+        Err(e) => crate::serve::problem(&e),
+    }
 }
 
 /// The desk has no authentication of its own: it only listens on loopback addresses.
@@ -291,8 +356,14 @@ fn check_loopback(addr: SocketAddr) -> Result<(), ActorsError> {
 }
 
 /// Opens `root` (with the harness variables of the environment) for a server bound to `addr`
-/// and returns the desk's routes to merge into it (what `weft serve --chat-root` does).
-pub async fn mount(root: &Path, addr: SocketAddr) -> Result<Router, String> {
+/// and returns the desk's routes to merge into it (what `weft serve --chat-root` does), behind
+/// `access`. Its event streams end when `closing` fires.
+pub async fn mount(
+    root: &Path,
+    addr: SocketAddr,
+    access: DeskAccess,
+    closing: ShutdownSignal,
+) -> Result<Router, String> {
     let fail = |e: ActorsError| format!("{}: error[{}]: {e}", root.display(), e.code());
     check_loopback(addr).map_err(fail)?;
     let (config, notes) = crate::actors::config_from_env().map_err(fail)?;
@@ -306,16 +377,25 @@ pub async fn mount(root: &Path, addr: SocketAddr) -> Result<Router, String> {
     .await
     .map_err(|e| e.to_string())?
     .map_err(fail)?;
-    Ok(router(state))
+    Ok(
+        router(state.closing_on(closing)).layer(axum::middleware::from_fn_with_state(
+            Arc::new(access),
+            self::access,
+        )),
+    )
 }
 
-/// Opens `root` and serves the desk alone on `listen` until Ctrl-C. Prints the URL.
+/// Opens `root` and serves the desk alone on `listen` until SIGINT (Ctrl-C) or SIGTERM, with
+/// the connection limits of `weft serve`'s defaults. No tokens: loopback only. Prints the URL.
+/// With `proposer`, that model proposes spawns on `route`.
 pub async fn serve_root(
     root: &Path,
     config: HarnessConfig,
     listen: &str,
     wait: Duration,
+    proposer: Option<crate::model::ReqwestModel>,
 ) -> Result<(), ActorsError> {
+    let stop = http::stop_signal();
     let listener = tokio::net::TcpListener::bind(listen)
         .await
         .map_err(|e| ActorsError::StoreIo(format!("listen on {listen}: {e}")))?;
@@ -328,65 +408,69 @@ pub async fn serve_root(
         tokio::task::spawn_blocking(move || DeskState::open(&root, config, wait))
             .await
             .map_err(|e| ActorsError::StoreIo(e.to_string()))??
+            .with_model_proposer(proposer)
     };
     println!("weft desk: http://{addr}/actors/ (root {})", root.display());
-    let app = router(state).layer(axum::middleware::from_fn_with_state(addr, boundary));
-    axum::serve(listener, app)
-        .with_graceful_shutdown(async {
-            let _ = tokio::signal::ctrl_c().await;
-        })
+    use std::io::Write as _;
+    let _ = std::io::stdout().flush();
+    let shutdown = Shutdown::default();
+    let app = crate::serve::guard(router(state.closing_on(shutdown.signal())), addr);
+    let server = tokio::spawn(http::serve(
+        listener,
+        app,
+        http::Limits::default(),
+        shutdown.signal(),
+    ));
+    let signal = stop.await;
+    eprintln!("weft desk: {signal}: stopping");
+    shutdown.start();
+    server
         .await
-        .map_err(|e| ActorsError::StoreIo(e.to_string()))
-}
-
-fn forbidden(code: &str, detail: String) -> Response {
-    let body = json!({"type": "about:blank", "title": "Forbidden", "status": 403, "code": code, "detail": detail});
-    (
-        StatusCode::FORBIDDEN,
-        [(header::CONTENT_TYPE, "application/problem+json")],
-        body.to_string(),
-    )
-        .into_response()
-}
-
-/// The standalone desk's boundary (when mounted in `weft serve`, that server's boundary
-/// applies instead): on a loopback address only loopback `Host` names are answered (no DNS
-/// rebinding), and a request carrying an `Origin` must come from the desk's own origin.
-async fn boundary(State(addr): State<SocketAddr>, req: Request, next: Next) -> Response {
-    let host = req
-        .headers()
-        .get(header::HOST)
-        .and_then(|h| h.to_str().ok())
-        .unwrap_or("")
-        .to_owned();
-    if addr.ip().is_loopback() {
-        let port = addr.port();
-        let ok = [
-            format!("127.0.0.1:{port}"),
-            format!("localhost:{port}"),
-            format!("[::1]:{port}"),
-        ]
-        .contains(&host);
-        if !ok {
-            return forbidden("UNTRUSTED_HOST", format!("unexpected Host header `{host}`"));
-        }
-    }
-    if let Some(origin) = req
-        .headers()
-        .get(header::ORIGIN)
-        .and_then(|o| o.to_str().ok())
-        && origin != format!("http://{host}")
-    {
-        return forbidden(
-            "UNTRUSTED_ORIGIN",
-            format!("cross-origin requests from {origin} are not accepted"),
-        );
-    }
-    next.run(req).await
+        .map_err(|e| ActorsError::StoreIo(e.to_string()))?;
+    Ok(())
 }
 
 /// Runs a core operation (`weft_core::actors::api`) with `args` and answers with its JSON.
 async fn call(s: &DeskState, op: &'static str, args: Value) -> Result<Value, Problem> {
+    if let (true, Some(m), Some(node), Some(text)) = (
+        op == "route",
+        &s.proposer,
+        args["node"].as_str(),
+        args["text"].as_str(),
+    ) {
+        // The model is asked outside the graph's lock; its answer is read and applied by the
+        // core's rules in one step.
+        let (node, text) = (node.to_owned(), text.to_owned());
+        let chat = s
+            .with(move |g| {
+                Ok(proposer::ProposalContext::of(g, &node, &text)?
+                    .map(|cx| proposer::proposal_request(&cx)))
+            })
+            .await?;
+        if let Some(chat) = chat {
+            let answer = m
+                .ask(&chat, &mut |_| {})
+                .await
+                .map_err(ActorsError::from)?
+                .text
+                .unwrap_or_default();
+            return Ok(s
+                .with(move |g| {
+                    let (node, text) = (
+                        args["node"].as_str().unwrap_or(""),
+                        args["text"].as_str().unwrap_or(""),
+                    );
+                    match proposer::ProposalContext::of(g, node, text)? {
+                        Some(cx) => {
+                            let p = proposer::parse_proposal(&cx, &answer)?;
+                            api::call(g, wall_ms(), op, &args, &proposer::DecidedProposer(p))
+                        }
+                        None => api::call(g, wall_ms(), op, &args, &HeuristicProposer),
+                    }
+                })
+                .await?);
+        }
+    }
     Ok(
         s.with(move |g| api::call(g, wall_ms(), op, &args, &HeuristicProposer))
             .await?,
@@ -467,19 +551,32 @@ async fn audit(State(s): State<DeskState>) -> Reply {
 async fn events(State(s): State<DeskState>) -> impl IntoResponse {
     let rx = s.changes.subscribe();
     let first = *rx.borrow();
-    let stream = futures_util::stream::unfold((rx, Some(first)), |(mut rx, pending)| async move {
-        let v = match pending {
-            Some(v) => v,
-            None => {
-                rx.changed().await.ok()?;
-                *rx.borrow_and_update()
-            }
-        };
-        let ev = Event::default()
-            .event("change")
-            .data(json!({"version": v}).to_string());
-        Some((Ok::<Event, Infallible>(ev), (rx, None)))
-    });
+    let closing = s.closing.clone();
+    let stream = futures_util::stream::unfold(
+        (rx, Some(first), closing),
+        |(mut rx, pending, mut closing)| async move {
+            let v = match pending {
+                Some(v) => v,
+                None => {
+                    let closed = async {
+                        match closing.as_mut() {
+                            Some(c) => c.fired().await,
+                            None => std::future::pending().await,
+                        }
+                    };
+                    tokio::select! {
+                        r = rx.changed() => r.ok()?,
+                        _ = closed => return None,
+                    }
+                    *rx.borrow_and_update()
+                }
+            };
+            let ev = Event::default()
+                .event("change")
+                .data(json!({"version": v}).to_string());
+            Some((Ok::<Event, Infallible>(ev), (rx, None, closing)))
+        },
+    );
     Sse::new(stream).keep_alive(KeepAlive::new().interval(Duration::from_secs(15)))
 }
 

@@ -1,12 +1,15 @@
 //! `weft serve`: the HTTP host. Capabilities contribute axum routers that share one state
 //! ([`Shared`]: credentials, the SQLite store, the clock); [`router`] merges them under one
-//! boundary (Host/Origin checks, security headers, problem+json fallbacks).
+//! boundary (exactly one `Host` header, Host/Origin checks, security headers, every error as
+//! problem+json). Connections are served by [`http::serve`] (timeouts, a connection cap, a
+//! graceful drain on SIGINT / SIGTERM).
 //!
 //! Today one capability is mounted: the DGP 0.1 binding ([`dgp`]) serving ThreadDesk, plus the
 //! ThreadDesk browser UI and its read views ([`threaddesk`]).
 
 pub mod auth;
 pub mod dgp;
+pub mod http;
 pub mod store;
 pub mod threaddesk;
 
@@ -18,7 +21,7 @@ use std::sync::Arc;
 use axum::Router;
 use axum::body::Body;
 use axum::extract::{Request, State};
-use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use weft_core::frames::FramesError;
@@ -45,6 +48,12 @@ pub struct ServeArgs {
     /// (initialised when empty). The server holds the root's writer lock while it runs.
     #[arg(long)]
     pub chat_root: Option<PathBuf>,
+    /// Let the actor desk's read routes (`GET /api/actors/…`) answer without the human token.
+    /// Writes always need it.
+    #[arg(long)]
+    pub desk_reads_without_token: bool,
+    #[command(flatten)]
+    pub limits: http::LimitArgs,
 }
 
 /// State every capability shares.
@@ -96,19 +105,74 @@ pub fn json_response(bytes: Vec<u8>) -> Response {
     r
 }
 
-/// Merges capability routers under the shared boundary.
+/// Merges capability routers under the shared boundary. An unknown route, or a known one with
+/// another method, is `404 NOT_FOUND` as in the reference server (after authentication under
+/// `/dgp/`, so that no route list leaks to a caller without a token).
 pub fn router(shared: Shared, parts: Vec<Router>) -> Router {
     let mut app = Router::new();
     for p in parts {
         app = app.merge(p);
     }
-    app.fallback(|| async { problem(&FramesError::NotFound("no such route".into())) })
-        .method_not_allowed_fallback(|| async {
-            problem(&FramesError::MethodNotAllowed(
-                "this route does not accept that method".into(),
-            ))
-        })
-        .layer(middleware::from_fn_with_state(shared, boundary))
+    let unknown = {
+        let shared = shared.clone();
+        move |headers: HeaderMap, uri: axum::http::Uri| {
+            let shared = shared.clone();
+            async move {
+                if uri.path().starts_with("/dgp/")
+                    && let Err(e) = shared.auth.principal(&headers)
+                {
+                    return problem(&e);
+                }
+                problem(&FramesError::NotFound("no such route".into()))
+            }
+        }
+    };
+    let addr = shared.addr;
+    let app = app
+        .fallback(unknown.clone())
+        .method_not_allowed_fallback(unknown)
+        .layer(middleware::from_fn_with_state(shared, dgp_bodies));
+    guard(app, addr)
+}
+
+/// The reference server's checks of a DGP request body that precede its JSON (after the
+/// principal): `Transfer-Encoding` is refused (`400 INVALID_TRANSFER`) and an empty
+/// `application/json` body is `413 PAYLOAD_TOO_LARGE` (bodies are 1..limit bytes). The media
+/// type, the upper size limit and the JSON itself are checked by the DGP binding.
+async fn dgp_bodies(State(shared): State<Shared>, req: Request, next: Next) -> Response {
+    if req.method() != Method::POST || !req.uri().path().starts_with("/dgp/") {
+        return next.run(req).await;
+    }
+    let h = req.headers();
+    if let Err(e) = shared.auth.principal(h) {
+        return problem(&e);
+    }
+    if h.contains_key(header::TRANSFER_ENCODING) {
+        return problem(&FramesError::InvalidTransfer(
+            "chunked request bodies are not supported: send a Content-Length".into(),
+        ));
+    }
+    let json = h
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.split(';').next())
+        .is_some_and(|t| t.trim().eq_ignore_ascii_case("application/json"));
+    let empty = h
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .is_none_or(|v| v.trim() == "0");
+    if json && empty {
+        return problem(&FramesError::PayloadTooLarge(
+            "request bodies must have at least 1 byte".into(),
+        ));
+    }
+    next.run(req).await
+}
+
+/// Puts `app` behind the boundary of a server bound to `addr` (see [`boundary`]); `weft serve`
+/// and the standalone desk both use it.
+pub fn guard(app: Router, addr: SocketAddr) -> Router {
+    app.layer(middleware::from_fn_with_state(addr, boundary))
 }
 
 fn host_allowed(addr: SocketAddr, host: &str) -> bool {
@@ -125,14 +189,63 @@ fn host_allowed(addr: SocketAddr, host: &str) -> bool {
     .any(|h| h == host)
 }
 
-/// DNS-rebinding and cross-origin protection, plus headers every response carries.
-async fn boundary(State(shared): State<Shared>, req: Request, next: Next) -> Response {
+/// Decodes `%XX` escapes of a URL path; `None` when the result is not UTF-8.
+fn decoded_path(path: &str) -> Option<String> {
+    let b = path.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        let hex = |c: u8| (c as char).to_digit(16).map(|d| d as u8);
+        if b[i] == b'%'
+            && i + 2 < b.len()
+            && let (Some(h), Some(l)) = (hex(b[i + 1]), hex(b[i + 2]))
+        {
+            out.push(h << 4 | l);
+            i += 3;
+        } else {
+            out.push(b[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).ok()
+}
+
+/// The problem for an error response some layer wrote as plain text (an extractor's
+/// rejection, a body limit): the same status class, with a code.
+fn problem_for(status: StatusCode, detail: String) -> Response {
+    let e = match status.as_u16() {
+        401 => FramesError::Unauthenticated(detail),
+        403 => FramesError::Forbidden(detail),
+        404 | 405 => FramesError::NotFound(detail),
+        413 => FramesError::PayloadTooLarge(detail),
+        415 => FramesError::UnsupportedMediaType(detail),
+        422 => FramesError::InvalidMessage(detail),
+        s if s >= 500 => FramesError::InternalError(detail),
+        _ => FramesError::InvalidRequest(detail),
+    };
+    problem(&e)
+}
+
+/// The request checks every route shares: exactly one `Host` header, a UTF-8 path,
+/// DNS-rebinding and cross-origin protection. Every error response leaves as
+/// `application/problem+json` (plain-text rejections are rewritten), and every response
+/// carries the security headers.
+async fn boundary(State(addr): State<SocketAddr>, req: Request, next: Next) -> Response {
     let headers: &HeaderMap = req.headers();
+    let hosts = headers.get_all(header::HOST).iter().count();
     let host = headers
         .get(header::HOST)
         .and_then(|h| h.to_str().ok())
         .unwrap_or("");
-    let mut resp = if !host_allowed(shared.addr, host) {
+    let mut resp = if hosts != 1 {
+        problem(&FramesError::InvalidRequest(format!(
+            "a request needs exactly one Host header, not {hosts}"
+        )))
+    } else if decoded_path(req.uri().path()).is_none() {
+        problem(&FramesError::InvalidRequest(
+            "the request path is not UTF-8 once percent-decoded".into(),
+        ))
+    } else if !host_allowed(addr, host) {
         problem(&FramesError::UntrustedHost(format!(
             "unexpected Host header `{host}`"
         )))
@@ -144,7 +257,26 @@ async fn boundary(State(shared): State<Shared>, req: Request, next: Next) -> Res
             "cross-origin access is not enabled".into(),
         ))
     } else {
-        next.run(req).await
+        let resp = next.run(req).await;
+        let is_problem = resp
+            .headers()
+            .get(header::CONTENT_TYPE)
+            .is_some_and(|c| c.as_bytes().starts_with(b"application/problem+json"));
+        if resp.status().as_u16() >= 400 && !is_problem {
+            let status = resp.status();
+            let text = axum::body::to_bytes(resp.into_body(), 4096)
+                .await
+                .map(|b| String::from_utf8_lossy(&b).trim().to_owned())
+                .unwrap_or_default();
+            let detail = if text.is_empty() {
+                status.canonical_reason().unwrap_or("error").to_owned()
+            } else {
+                text
+            };
+            problem_for(status, detail)
+        } else {
+            resp
+        }
     };
     let h = resp.headers_mut();
     h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
@@ -177,6 +309,8 @@ pub async fn main(args: ServeArgs) -> ExitCode {
 }
 
 async fn run(args: ServeArgs) -> Result<(), String> {
+    // From here on SIGINT and SIGTERM start a graceful stop instead of killing the process.
+    let stop = http::stop_signal();
     std::fs::create_dir_all(&args.data_dir)
         .map_err(|e| format!("{}: {e}", args.data_dir.display()))?;
     let db = args.data_dir.join("weft.sqlite3");
@@ -206,15 +340,25 @@ async fn run(args: ServeArgs) -> Result<(), String> {
         dgp::routes(desk.clone(), shared.clone()),
         threaddesk::routes(desk, shared.clone()),
     ];
+    let shutdown = http::Shutdown::default();
     if let Some(root) = &args.chat_root {
-        parts.push(crate::desk::mount(root, addr).await?);
+        let access = crate::desk::DeskAccess {
+            auth: shared.auth.clone(),
+            reads_without_token: args.desk_reads_without_token,
+        };
+        parts.push(crate::desk::mount(root, addr, access, shutdown.signal()).await?);
     }
     let app = router(shared.clone(), parts);
     println!("weft serve: ThreadDesk (DGP 0.1) on http://{addr}/");
     if let Some(root) = &args.chat_root {
         println!(
-            "  actor desk:  http://{addr}/actors/ (root {})",
-            root.display()
+            "  actor desk:  http://{addr}/actors/ (root {}; {} need the human token)",
+            root.display(),
+            if args.desk_reads_without_token {
+                "writes"
+            } else {
+                "reads and writes"
+            }
         );
     }
     println!("  data:        {} ({})", db.display(), store::DURABILITY);
@@ -235,16 +379,24 @@ async fn run(args: ServeArgs) -> Result<(), String> {
         shared.auth.agent_token(),
         note(generated.1)
     );
-    println!("  discovery:   http://{addr}/.well-known/dgp   (Ctrl-C stops)");
+    println!("  discovery:   http://{addr}/.well-known/dgp   (Ctrl-C or SIGTERM stops)");
     use std::io::Write as _;
     let _ = std::io::stdout().flush();
-    axum::serve(listener, app)
-        .with_graceful_shutdown(async {
-            let _ = tokio::signal::ctrl_c().await;
-        })
-        .await
-        .map_err(|e| e.to_string())?;
+    let limits = args.limits.limits();
+    let server = tokio::spawn(http::serve(listener, app, limits, shutdown.signal()));
+    let signal = stop.await;
+    eprintln!("weft serve: {signal}: draining connections");
+    shutdown.start();
+    let dropped = server.await.map_err(|e| e.to_string())?;
+    if dropped > 0 {
+        eprintln!(
+            "weft serve: {dropped} connection(s) still open after the grace period were closed"
+        );
+    }
+    // Every connection (and with it the desk and its chat-root lock) is gone; make what was
+    // queued durable and close the database.
     store.close();
+    eprintln!("weft serve: stopped");
     Ok(())
 }
 

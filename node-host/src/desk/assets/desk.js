@@ -1,6 +1,11 @@
 // The weft desk: one actor graph, three projections (linear, grid, tree), a fork panel, a
 // graph strip, the coordinator thread and a temporal scrubber. Live: every change on the
 // server arrives as an SSE `change` event and the visible parts are fetched again.
+//
+// Inside `weft serve` the API needs the human token: on 401/403 the page asks for it (like
+// ThreadDesk) and keeps it in this page's memory only. The event stream is read with fetch so
+// that it can carry the token. Text from people and agents is inserted as text (never HTML)
+// and isolated (`<bdi>`, `unicode-bidi: isolate`) so that bidi controls cannot spoof the page.
 
 const $ = (id) => document.getElementById(id);
 const API = '/api/actors';
@@ -20,10 +25,22 @@ class ProblemError extends Error {
   }
 }
 
+let token = '';
+const refusedToken = (p) => p?.code === 'UNAUTHENTICATED' || p?.code === 'FORBIDDEN';
+const withToken = (h = {}) => (token ? { ...h, authorization: `Bearer ${token}` } : h);
+
+function askToken(p) {
+  $('token-form').classList.remove('is-hidden');
+  $('token-why').textContent =
+    p?.code === 'FORBIDDEN' ? 'That is not the human token.' : token ? 'The token was not accepted.' : 'This desk needs the human token printed by weft serve.';
+  $('token').focus();
+}
+
 async function api(path, body) {
-  const init = body === undefined ? {} : { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) };
+  const init = body === undefined ? { headers: withToken() } : { method: 'POST', headers: withToken({ 'content-type': 'application/json' }), body: JSON.stringify(body) };
   const res = await fetch(API + path, init);
-  const data = await res.json();
+  const data = await res.json().catch(() => ({ code: `HTTP_${res.status}`, detail: res.statusText }));
+  if (refusedToken(data)) askToken(data);
   if (!res.ok) throw new ProblemError(data);
   return data;
 }
@@ -64,7 +81,7 @@ const label = (s) => STATUS[s] || s;
 function lineItem(l) {
   if (l.corrupt !== undefined) return el('li', { class: 'corrupt', text: `${l.line}: unreadable line (${l.error || 'corrupt'})` });
   const li = el('li', { class: `role-${l.role}`, title: `${l.role} · ${l.at}` });
-  li.append(el('span', { class: 'n', text: String(l.line) }), document.createTextNode(l.text));
+  li.append(el('span', { class: 'n', text: String(l.line) }), el('bdi', { dir: 'auto', text: l.text }));
   return li;
 }
 
@@ -97,8 +114,8 @@ function renderGrid(v) {
         'data-status': t.status,
         onclick: () => openFork(t.id),
       },
-      el('span', { class: 'title', text: t.title || t.id }),
-      el('span', { class: 'summary', text: t.summary }),
+      el('span', { class: 'title', dir: 'auto', text: t.title || t.id }),
+      el('span', { class: 'summary', dir: 'auto', text: t.summary }),
       el('span', {}, el('span', { class: 'dot' }), label(t.status), t.waits.some((w) => w.outcome === 'blocked') ? ' · waiting' : ''),
     );
     tile.style.opacity = String(t.opacity);
@@ -142,7 +159,7 @@ function renderTree(v) {
         style: { left: `${p.x}px`, top: `${p.y}px`, opacity: n.hidden ? '0.35' : '1' },
         onclick: () => openFork(n.id),
       },
-      el('span', { class: 'title' }, el('span', { class: 'dot' }), n.title || n.id),
+      el('span', { class: 'title' }, el('span', { class: 'dot' }), el('bdi', { dir: 'auto', text: n.title || n.id })),
       el('span', { class: 'type', text: `${n.type} · ${label(n.status)}${n.pausedBy ? ' · paused' : ''}` }),
     );
     if (n.canSpawn.length) {
@@ -401,15 +418,50 @@ $('scrub-live').addEventListener('click', () => {
 
 closeFork();
 let pending = null;
-function connect() {
-  const es = new EventSource(`${API}/events`);
-  es.addEventListener('change', () => {
-    $('live').classList.remove('off');
-    // Coalesce bursts of changes into one refresh.
-    clearTimeout(pending);
-    pending = setTimeout(() => act(refresh), 30);
-  });
-  es.onerror = () => $('live').classList.add('off');
+let stream = null;
+// Server-sent events over fetch (an EventSource cannot send the token); reconnects after the
+// stream ends unless the token was refused.
+async function connect() {
+  stream?.abort();
+  const ctl = new AbortController();
+  stream = ctl;
+  try {
+    const res = await fetch(`${API}/events`, { headers: withToken({ accept: 'text/event-stream' }), signal: ctl.signal });
+    if (!res.ok) {
+      $('live').classList.add('off');
+      const p = await res.json().catch(() => null);
+      if (refusedToken(p)) return askToken(p);
+    } else {
+      $('live').classList.remove('off');
+      const reader = res.body.pipeThrough(new TextDecoderStream()).getReader();
+      let buf = '';
+      for (;;) {
+        const { value, done } = await reader.read();
+        if (done) break;
+        buf += value.replace(/\r\n/g, '\n');
+        for (let i = buf.indexOf('\n\n'); i >= 0; i = buf.indexOf('\n\n')) {
+          const block = buf.slice(0, i);
+          buf = buf.slice(i + 2);
+          if (/^event: ?change$/m.test(block)) {
+            // Coalesce bursts of changes into one refresh.
+            clearTimeout(pending);
+            pending = setTimeout(() => act(refresh), 30);
+          }
+        }
+      }
+    }
+  } catch {
+    if (ctl.signal.aborted) return;
+  }
+  $('live').classList.add('off');
+  setTimeout(() => stream === ctl && connect(), 2000);
 }
+$('token-form').addEventListener('submit', (e) => {
+  e.preventDefault();
+  token = $('token').value.trim();
+  $('token-form').classList.add('is-hidden');
+  connect();
+  act(refresh);
+});
 connect();
 act(refresh);
