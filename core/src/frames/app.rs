@@ -87,6 +87,11 @@ pub struct Applied {
     pub entries: Vec<(String, Map<String, Value>)>,
     /// Binary evidence to store, addressed by SHA-256 within the surface.
     pub blobs: Vec<super::image::ImageBlob>,
+    /// Items appended to the surface's append-only logs, as `(log, evidence)`: each is stored
+    /// once (never again with the state) and frames show the newest items within the frame
+    /// budget, after a `<log>-log` summary with the count and a link to earlier pages. The
+    /// engine assigns the evidence id `<log>-<index>`; log names are `[a-z_]+`.
+    pub appended: Vec<(String, Evidence)>,
 }
 
 /// A surface's summary line in `GET /dgp/surfaces`.

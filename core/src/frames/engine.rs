@@ -1,7 +1,7 @@
 //! The DGP 0.1 engine: surfaces, immutable frames, assessments, guarded commits and receipts,
 //! held in memory and expressed as write batches for the host's store (sans-IO).
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
@@ -29,6 +29,20 @@ pub struct EngineConfig {
     pub idempotency_retention: String,
     /// `auth` of the manifest.
     pub auth: String,
+    /// The byte budget of one frame: log evidence (e.g. a thread's notes) is shown newest
+    /// first while the rendered frame fits, the rest is counted and paged
+    /// (`GET /dgp/surfaces/{id}/logs/{log}`).
+    pub frame_budget_bytes: usize,
+    /// How long a frame (and its assessments) stays readable after it expired. Past that, and
+    /// unless a receipt names it, it leaves memory and its record is deleted.
+    pub expired_retention_ms: u64,
+    /// At most this many frames and assessments are held in memory; older ones are read back
+    /// from the store on demand ([`Engine::needs`], [`Engine::admit`]).
+    pub max_cached_records: usize,
+    /// At most this many snapshots beyond the surfaces' current ones are held in memory (a
+    /// snapshot of a long thread can take tens of KB): past it, the oldest frames leave memory
+    /// with theirs.
+    pub max_cached_snapshots: usize,
 }
 
 impl Default for EngineConfig {
@@ -42,6 +56,10 @@ impl Default for EngineConfig {
                 .into(),
             auth: "Bearer tokens, single local tenant. The principal comes from the server's token map, never from the request body."
                 .into(),
+            frame_budget_bytes: 64 * 1024,
+            expired_retention_ms: 15 * 60 * 1000,
+            max_cached_records: 65_536,
+            max_cached_snapshots: 256,
         }
     }
 }
@@ -61,11 +79,14 @@ pub enum RecordKind {
     BlobMeta,
     /// Raw blob bytes. Not needed to open an engine: hosts serve them straight from the store.
     Blob,
+    /// One item of a surface's append-only log (e.g. a ThreadDesk note), keyed
+    /// `["surface", "log", index]`.
+    LogItem,
 }
 
 impl RecordKind {
     /// Every kind.
-    pub const ALL: [RecordKind; 10] = [
+    pub const ALL: [RecordKind; 11] = [
         RecordKind::Meta,
         RecordKind::Surface,
         RecordKind::Snapshot,
@@ -76,6 +97,7 @@ impl RecordKind {
         RecordKind::Entry,
         RecordKind::BlobMeta,
         RecordKind::Blob,
+        RecordKind::LogItem,
     ];
     /// The stable storage name.
     pub fn as_str(self) -> &'static str {
@@ -90,6 +112,7 @@ impl RecordKind {
             RecordKind::Entry => "entry",
             RecordKind::BlobMeta => "blob_meta",
             RecordKind::Blob => "blob",
+            RecordKind::LogItem => "log",
         }
     }
     /// The kind with this storage name.
@@ -98,7 +121,8 @@ impl RecordKind {
     }
 }
 
-/// One record to persist (insert or replace).
+/// One record to persist (insert or replace); an empty `value` deletes the record (no record
+/// is ever empty).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Write {
     pub kind: RecordKind,
@@ -113,6 +137,20 @@ impl Write {
             key: key.into(),
             value: serde_json::to_vec(v).expect("records serialize"),
         }
+    }
+
+    /// Deletes `(kind, key)`.
+    pub fn delete(kind: RecordKind, key: impl Into<String>) -> Self {
+        Write {
+            kind,
+            key: key.into(),
+            value: Vec::new(),
+        }
+    }
+
+    /// Whether this write deletes its record.
+    pub fn is_delete(&self) -> bool {
+        self.value.is_empty()
     }
 }
 
@@ -138,6 +176,37 @@ pub struct Snapshot {
     pub decisions: Vec<Decision>,
     pub service_calls_remaining: u64,
     pub required_features: Vec<String>,
+    /// The log items shown, by reference: log items are immutable, so a range names them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub logs: Vec<LogWindow>,
+}
+
+/// The items `start..count` of a surface's log, shown in a frame after a summary evidence item
+/// (`<log>-log`) that carries the count and the link to earlier pages.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LogWindow {
+    pub log: String,
+    pub start: u64,
+    pub count: u64,
+}
+
+/// What the engine holds in memory and has released (see [`Engine::stats`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct EngineStats {
+    /// Frames held in memory.
+    pub frames: usize,
+    /// Assessments held in memory.
+    pub assessments: usize,
+    /// Receipts (all are held).
+    pub receipts: usize,
+    /// Snapshots held in memory.
+    pub snapshots: usize,
+    /// Log items (all are held; each is stored once).
+    pub log_items: usize,
+    /// Frames and assessments released from memory past their retention (their records deleted).
+    pub expired_released: u64,
+    /// Frames and assessments evicted from memory while still live (read back on demand).
+    pub evicted: u64,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -227,6 +296,9 @@ impl Template {
 struct AssessmentRecord {
     principal: String,
     fingerprint: String,
+    /// When its frame expires (0: unknown, kept).
+    #[serde(default)]
+    expires: UnixMillis,
     record: Assessment,
 }
 
@@ -293,7 +365,19 @@ pub struct Engine<A: App> {
     entries: Vec<Entry>,
     blobs: HashMap<String, BlobMeta>,
     persisted_snapshots: HashSet<String>,
+    /// Per surface, per log name: the items, oldest first (index = position).
+    logs: HashMap<String, BTreeMap<String, Vec<Arc<Evidence>>>>,
+    /// Frames and assessments in memory, in the order they came in: `(expires, kind, id)`.
+    queue: VecDeque<(UnixMillis, RecordKind, String)>,
+    /// Frames and assessments a receipt names: kept forever.
+    receipt_frames: HashSet<String>,
+    receipt_assessments: HashSet<String>,
+    expired_released: u64,
+    evicted: u64,
 }
+
+/// How many queued records each request sweeps at most (two per new record keeps pace).
+const SWEEP_PER_CALL: usize = 8;
 
 fn corrupt(kind: RecordKind, key: &str, e: impl std::fmt::Display) -> FramesError {
     FramesError::CorruptRecord(format!("{} record `{key}`: {e}", kind.as_str()))
@@ -354,10 +438,21 @@ impl<A: App> Engine<A> {
             entries: Vec::new(),
             blobs: HashMap::new(),
             persisted_snapshots: HashSet::new(),
+            logs: HashMap::new(),
+            queue: VecDeque::new(),
+            receipt_frames: HashSet::new(),
+            receipt_assessments: HashSet::new(),
+            expired_released: 0,
+            evicted: 0,
         };
         let mut frames = Vec::new();
+        let mut assessments = Vec::new();
+        let mut items = Vec::new();
         let mut seeded = false;
         for (kind, key, value) in records {
+            if value.is_empty() {
+                continue; // a deleted record, in a store that keeps deletions as empty values
+            }
             let parse = |v: &[u8]| -> Result<Value, FramesError> {
                 serde_json::from_slice(v).map_err(|err| corrupt(kind, &key, err))
             };
@@ -400,18 +495,19 @@ impl<A: App> Engine<A> {
                 }
                 RecordKind::Assessment => {
                     let r: AssessmentRecord = record(kind, &key, &value)?;
-                    e.assessments.insert(
-                        key,
-                        StoredAssessment {
-                            principal: r.principal,
-                            fingerprint: r.fingerprint,
-                            record: Arc::new(r.record),
-                        },
-                    );
+                    assessments.push((key, r));
                 }
                 RecordKind::Receipt => {
                     let r: Receipt = record(kind, &key, &value)?;
+                    e.receipt_frames.insert(r.frame_id.clone());
+                    e.receipt_assessments.insert(r.assessment_id.clone());
                     e.receipts.insert(key, Arc::new(r));
+                }
+                RecordKind::LogItem => {
+                    let (surface, log, index): (String, String, u64) =
+                        serde_json::from_str(&key).map_err(|err| corrupt(kind, &key, err))?;
+                    let ev: Evidence = record(kind, &key, &value)?;
+                    items.push((surface, log, index, ev));
                 }
                 RecordKind::Idempotency => {
                     let r: IdempotencyRecord = record(kind, &key, &value)?;
@@ -429,17 +525,45 @@ impl<A: App> Engine<A> {
                 RecordKind::Blob => {}
             }
         }
+        items.sort_by_key(|(_, _, i, _)| *i);
+        for (surface, log, index, ev) in items {
+            let list = e.logs.entry(surface).or_default().entry(log).or_default();
+            if list.len() as u64 != index {
+                return Err(corrupt(
+                    RecordKind::LogItem,
+                    &format!("{index}"),
+                    "log items are not contiguous",
+                ));
+            }
+            list.push(Arc::new(ev));
+        }
+        let mut writes = Vec::new();
+        // Frames and assessments handed in at open (a host may also load them on demand).
         for (key, rec) in frames {
             let snapshot = e
                 .snapshots
                 .get(&rec.snapshot)
                 .cloned()
                 .ok_or_else(|| corrupt(RecordKind::Frame, &key, "its snapshot is missing"))?;
+            e.queue
+                .push_back((rec.expires, RecordKind::Frame, key.clone()));
             e.frames.insert(key, FrameEntry { rec, snapshot });
         }
+        for (key, r) in assessments {
+            e.queue
+                .push_back((r.expires, RecordKind::Assessment, key.clone()));
+            e.assessments.insert(
+                key,
+                StoredAssessment {
+                    principal: r.principal,
+                    fingerprint: r.fingerprint,
+                    record: Arc::new(r.record),
+                },
+            );
+        }
+        e.queue.make_contiguous().sort_by_key(|(t, _, _)| *t);
         e.entries.sort_by_key(|x| x.seq);
         e.next_id = e.reserved;
-        let mut writes = Vec::new();
         if !seeded {
             writes.push(Write::json(RecordKind::Meta, "seed", &e.seed));
             writes.push(Write::json(
@@ -529,7 +653,16 @@ impl<A: App> Engine<A> {
             },
             auth: self.config.auth.clone(),
             idempotency_retention: self.config.idempotency_retention.clone(),
-            extensions: None,
+            // The declared evidence budget and retention (see `<log>-log` summaries).
+            extensions: Some(
+                json!({"weft": {
+                    "frame_budget_bytes": self.config.frame_budget_bytes,
+                    "expired_frame_retention_ms": self.config.expired_retention_ms,
+                }})
+                .as_object()
+                .cloned()
+                .expect("an object"),
+            ),
         }
     }
 
@@ -617,11 +750,83 @@ impl<A: App> Engine<A> {
             service_calls: s.service_calls,
             service_budget: self.config.service_budget,
         };
-        let observations = self.app.observations(&ctx, &s.state);
-        let mut decisions = self.app.decisions(&ctx, &s.state, &observations);
-        for d in &mut decisions {
-            d.decision_id.clear();
+        let app_obs = self.app.observations(&ctx, &s.state);
+        let g = self.app.graph();
+        let policy_ref = format!("{}@{}", self.app.policy_id(), self.policy_revision);
+        let read_set = vec![
+            ReadVersion {
+                resource_id: self.surface_resource(surface_id),
+                revision: s.revision,
+                extensions: None,
+            },
+            ReadVersion {
+                resource_id: self.policy_resource(),
+                revision: self.policy_revision,
+                extensions: None,
+            },
+        ];
+        let empty = BTreeMap::new();
+        let logs = self.logs.get(surface_id).unwrap_or(&empty);
+        // Every log shown by its summary alone, then items added newest first, one log at a
+        // time in turn, while the frame stays within its budget.
+        let mut windows: Vec<LogWindow> = logs
+            .iter()
+            .filter(|(_, items)| !items.is_empty())
+            .map(|(log, items)| LogWindow {
+                log: log.clone(),
+                start: items.len() as u64,
+                count: items.len() as u64,
+            })
+            .collect();
+        let build = |windows: &[LogWindow]| -> (Vec<Evidence>, Vec<Decision>) {
+            let obs = self.observations_with(surface_id, &app_obs, windows);
+            let mut decisions = self.app.decisions(&ctx, &s.state, &obs);
+            for d in &mut decisions {
+                d.decision_id.clear();
+            }
+            (obs, decisions)
+        };
+        let (obs, decisions) = build(&windows);
+        if !windows.is_empty() {
+            let all: Vec<&str> = g.nodes.iter().map(|n| n.id.as_str()).collect();
+            let preview_len = serde_json::to_vec(&preview(g, &all, DisclosureLevel::Full, 0))
+                .map_or(0, |v| v.len());
+            // A frame adds its id, times and disclosure to the snapshot, and its id to each
+            // decision id; the summaries' numbers may grow by a few digits.
+            let overhead = 512 + preview_len + decisions.len() * 40 + windows.len() * 32;
+            let probe = (&read_set, &obs, &decisions, &policy_ref);
+            let base = serde_json::to_vec(&probe).map_or(0, |v| v.len()) + overhead;
+            let mut left = self.config.frame_budget_bytes.saturating_sub(base);
+            let citing = decisions.len().max(1);
+            let mut open: Vec<bool> = windows.iter().map(|_| true).collect();
+            while open.iter().any(|o| *o) {
+                for (w, o) in windows.iter_mut().zip(open.iter_mut()) {
+                    if !*o {
+                        continue;
+                    }
+                    let items = &logs[&w.log];
+                    let Some(next) = w.start.checked_sub(1) else {
+                        *o = false;
+                        continue;
+                    };
+                    let item = &items[next as usize];
+                    let cost = serde_json::to_vec(&**item).map_or(usize::MAX, |v| v.len())
+                        + 1
+                        + citing * (item.evidence_id.len() + 3);
+                    if cost > left {
+                        *o = false;
+                    } else {
+                        left -= cost;
+                        w.start = next;
+                    }
+                }
+            }
         }
+        let (observations, decisions) = if windows.iter().any(|w| w.start < w.count) {
+            build(&windows)
+        } else {
+            (obs, decisions)
+        };
         let mut required = vec![features::CORE.to_owned()];
         if observations.iter().any(|e| e.kind == EvidenceKind::Image) {
             required.push(features::IMAGE.to_owned());
@@ -632,30 +837,24 @@ impl<A: App> Engine<A> {
         {
             required.push(features::RUBRICS.to_owned());
         }
-        let g = self.app.graph();
-        let snap = Snapshot {
+        let full = Snapshot {
             surface_id: surface_id.to_owned(),
             graph_id: g.graph_id.clone(),
             graph_version: g.graph_version.clone(),
-            policy_ref: format!("{}@{}", self.app.policy_id(), self.policy_revision),
-            read_set: vec![
-                ReadVersion {
-                    resource_id: self.surface_resource(surface_id),
-                    revision: s.revision,
-                    extensions: None,
-                },
-                ReadVersion {
-                    resource_id: self.policy_resource(),
-                    revision: self.policy_revision,
-                    extensions: None,
-                },
-            ],
+            policy_ref,
+            read_set,
             observations,
             decisions,
             service_calls_remaining: ctx.service_calls_remaining() as u64,
             required_features: required,
+            logs: vec![],
         };
-        check_snapshot(&snap, self.app.services())?;
+        check_snapshot(&full, self.app.services())?;
+        let snap = Snapshot {
+            observations: app_obs,
+            logs: windows,
+            ..full
+        };
         // Content address: identical snapshots (after a restart, or a state revisited) share it.
         let hash = sha256_hex(&serde_json::to_vec(&snap).expect("snapshot serializes"));
         let key: Arc<str> = hash.as_str().into();
@@ -671,6 +870,117 @@ impl<A: App> Engine<A> {
             s.snapshot = Some((key.clone(), snap.clone()));
         }
         Ok((key, snap))
+    }
+
+    /// The app's observations followed, per log window, by the log's summary and its items.
+    fn observations_with(
+        &self,
+        surface_id: &str,
+        app_obs: &[Evidence],
+        windows: &[LogWindow],
+    ) -> Vec<Evidence> {
+        let mut out = app_obs.to_vec();
+        let logs = self.logs.get(surface_id);
+        for w in windows {
+            out.push(self.log_summary(surface_id, w));
+            if let Some(items) = logs.and_then(|l| l.get(&w.log)) {
+                let end = (w.count as usize).min(items.len());
+                let start = (w.start as usize).min(end);
+                out.extend(items[start..end].iter().map(|e| (**e).clone()));
+            }
+        }
+        out
+    }
+
+    /// The `<log>-log` evidence item: how many items the log has, which are shown, and where
+    /// the earlier ones are.
+    fn log_summary(&self, surface_id: &str, w: &LogWindow) -> Evidence {
+        let page = (w.start > 0).then(|| self.log_href(surface_id, &w.log, w.start));
+        Evidence {
+            evidence_id: format!("{}-log", w.log),
+            kind: EvidenceKind::Json,
+            mime_type: "application/json".into(),
+            required: false,
+            trust: Trust::Observed,
+            source: Source {
+                kind: SourceKind::Application,
+                id: self.app.name().to_owned(),
+                model: None,
+                based_on_frame: None,
+                extensions: None,
+            },
+            content: Some(json!({
+                "log": w.log,
+                "count": w.count,
+                "shown": w.count - w.start,
+                "first_shown": w.start,
+                "budget_bytes": self.config.frame_budget_bytes,
+                "earlier_href": page,
+            })),
+            blob: None,
+            derived_from: None,
+            extensions: None,
+        }
+    }
+
+    fn log_href(&self, surface_id: &str, log: &str, before: u64) -> String {
+        format!(
+            "/dgp/surfaces/{}/logs/{}?before={before}",
+            path_segment(surface_id),
+            path_segment(log)
+        )
+    }
+
+    /// `GET /dgp/surfaces/{id}/logs/{log}?before=N&limit=M`: up to `limit` (1..=100, default
+    /// 20) items before index `before` (default: the end), oldest first, within the frame byte
+    /// budget (at least one item), with the link to the page before.
+    pub fn log_page(
+        &self,
+        surface_id: &str,
+        log: &str,
+        before: Option<&str>,
+        limit: Option<&str>,
+    ) -> Result<Value, FramesError> {
+        if !self.surfaces.contains_key(surface_id) {
+            return Err(FramesError::NotFound(format!("no surface `{surface_id}`")));
+        }
+        let items = self
+            .logs
+            .get(surface_id)
+            .and_then(|l| l.get(log))
+            .map_or(&[][..], Vec::as_slice);
+        let count = items.len() as u64;
+        let number = |name: &str, t: Option<&str>, default: u64, max: u64| match t {
+            None => Ok(default),
+            Some(t) => t.parse::<u64>().ok().filter(|n| *n <= max).ok_or_else(|| {
+                FramesError::InvalidMessage(format!("{name} must be an integer in 0..={max}"))
+            }),
+        };
+        let before = number("before", before, count, count)?;
+        let limit = number("limit", limit, 20, 100)?.max(1);
+        let mut start = before;
+        let mut size = 0usize;
+        while start > 0 && before - start < limit {
+            let n = serde_json::to_vec(&*items[start as usize - 1]).map_or(usize::MAX, |v| v.len());
+            if start < before && size + n > self.config.frame_budget_bytes {
+                break;
+            }
+            size = size.saturating_add(n);
+            start -= 1;
+        }
+        let shown: Vec<&Evidence> = items[start as usize..before as usize]
+            .iter()
+            .map(|e| &**e)
+            .collect();
+        Ok(json!({
+            "dgp": DGP_VERSION,
+            "surface_id": surface_id,
+            "log": log,
+            "count": count,
+            "first": start,
+            "items": shown,
+            "earlier_href": (start > 0).then(|| self.log_href(surface_id, log, start)),
+        }))
     }
 
     /// Renders a stored frame.
@@ -709,7 +1019,7 @@ impl<A: App> Engine<A> {
             created_at: rfc3339(rec.created),
             expires_at: rfc3339(rec.expires),
             read_set: snap.read_set.clone(),
-            observations: snap.observations.clone(),
+            observations: self.observations_with(&snap.surface_id, &snap.observations, &snap.logs),
             decisions,
             disclosure: Disclosure {
                 requested: rec.requested,
@@ -768,6 +1078,10 @@ impl<A: App> Engine<A> {
             horizon: (requested == DisclosureLevel::Horizon).then_some(h),
         };
         writes.push(Write::json(RecordKind::Frame, frame_id.clone(), &rec));
+        // Retention first, so the new frame itself is never swept by its own read.
+        self.sweep_some(now, SWEEP_PER_CALL, writes);
+        self.queue
+            .push_back((rec.expires, RecordKind::Frame, frame_id.clone()));
         self.frames
             .insert(frame_id.clone(), FrameEntry { rec, snapshot });
         Ok(frame_id)
@@ -911,18 +1225,25 @@ impl<A: App> Engine<A> {
             .ok_or_else(|| FramesError::NotFound(format!("no frame `{}`", req.frame_id)))?;
         let decision = find_decision(&frame.snapshot, &req.frame_id, &req.decision_id)?;
         validate::check_result(&instance(decision, &req.decision_id), &req.result)?;
+        let expires = frame.rec.expires;
         let record = Assessment::record(req, &principal.id, rfc3339(now));
         let stored = AssessmentRecord {
             principal: principal.id.clone(),
             fingerprint: fp,
+            expires,
             record,
         };
-        let writes = vec![Write::json(
+        let mut writes = vec![Write::json(
             RecordKind::Assessment,
             stored.record.assessment_id.clone(),
             &stored,
         )];
         let record = Arc::new(stored.record);
+        self.queue.push_back((
+            expires,
+            RecordKind::Assessment,
+            record.assessment_id.clone(),
+        ));
         self.assessments.insert(
             record.assessment_id.clone(),
             StoredAssessment {
@@ -931,6 +1252,7 @@ impl<A: App> Engine<A> {
                 record: record.clone(),
             },
         );
+        self.sweep_some(now, SWEEP_PER_CALL, &mut writes);
         Ok(Done {
             value: record,
             writes,
@@ -1107,6 +1429,14 @@ impl<A: App> Engine<A> {
                 self.config.service_budget
             )));
         }
+        for (log, ev) in &applied.appended {
+            if log.is_empty() || !log.bytes().all(|b| b.is_ascii_lowercase() || b == b'_') {
+                return Err(FramesError::InvalidMessage(format!(
+                    "application appended to an invalid log name `{log}`"
+                )));
+            }
+            validate::check_evidence(ev).map_err(FramesError::InvalidMessage)?;
+        }
         let service_calls = s.service_calls + applied.service_call as u32;
         let revision = s.revision + 1;
         let receipt_id = self.alloc_id("r", &mut writes);
@@ -1137,6 +1467,22 @@ impl<A: App> Engine<A> {
             };
             writes.push(Write::json(RecordKind::Entry, id, &entry));
             self.entries.push(entry);
+        }
+        for (log, mut ev) in applied.appended {
+            let items = self
+                .logs
+                .entry(surface_id.clone())
+                .or_default()
+                .entry(log.clone())
+                .or_default();
+            let index = items.len() as u64;
+            ev.evidence_id = format!("{log}-{index}");
+            writes.push(Write::json(
+                RecordKind::LogItem,
+                serde_json::to_string(&(&surface_id, &log, index)).expect("keys serialize"),
+                &ev,
+            ));
+            items.push(Arc::new(ev));
         }
         for blob in applied.blobs {
             let key = blob_key(&surface_id, &blob.sha256);
@@ -1179,8 +1525,12 @@ impl<A: App> Engine<A> {
         ));
         self.idempotency
             .insert((idem.principal.clone(), idem.key.clone()), idem);
+        self.receipt_frames.insert(receipt.frame_id.clone());
+        self.receipt_assessments
+            .insert(receipt.assessment_id.clone());
         let receipt = Arc::new(receipt);
         self.receipts.insert(receipt_id, receipt.clone());
+        self.sweep_some(now, SWEEP_PER_CALL, &mut writes);
         Ok(Done {
             value: receipt,
             writes,
@@ -1220,6 +1570,211 @@ impl<A: App> Engine<A> {
             self.assessments.len(),
             self.receipts.len(),
         )
+    }
+
+    /// What is held in memory and what was released.
+    pub fn stats(&self) -> EngineStats {
+        EngineStats {
+            frames: self.frames.len(),
+            assessments: self.assessments.len(),
+            receipts: self.receipts.len(),
+            snapshots: self.snapshots.len(),
+            log_items: self
+                .logs
+                .values()
+                .flat_map(|l| l.values())
+                .map(Vec::len)
+                .sum(),
+            expired_released: self.expired_released,
+            evicted: self.evicted,
+        }
+    }
+
+    fn past_retention(&self, now: UnixMillis, expires: UnixMillis) -> bool {
+        expires != 0 && now >= expires.saturating_add(self.config.expired_retention_ms)
+    }
+
+    /// Retention (run by every request for a few records, and by [`Engine::sweep`]): frames
+    /// and assessments past `expires + expired_retention_ms` leave memory and, unless a receipt
+    /// names them, their records are deleted; past `max_cached_records` the oldest live ones
+    /// leave memory only (the host reads them back on demand). A snapshot no frame in memory
+    /// uses leaves memory too (its record is kept: it is small and read back on demand).
+    fn sweep_some(&mut self, now: UnixMillis, limit: usize, writes: &mut Vec<Write>) -> usize {
+        let mut n = 0;
+        // Snapshots the surfaces hold as their current one (counted only when it matters).
+        let current = if self.snapshots.len() > self.config.max_cached_snapshots {
+            self.surfaces
+                .values()
+                .filter(|s| s.snapshot.is_some())
+                .count()
+        } else {
+            0
+        };
+        while n < limit {
+            let Some((expires, kind, id)) = self.queue.front() else {
+                break;
+            };
+            let expired = self.past_retention(now, *expires);
+            if !expired
+                && self.frames.len() + self.assessments.len() <= self.config.max_cached_records
+                && self.snapshots.len() <= self.config.max_cached_snapshots + current
+            {
+                break;
+            }
+            let (kind, id) = (*kind, id.clone());
+            self.queue.pop_front();
+            n += 1;
+            let referenced = match kind {
+                RecordKind::Frame => {
+                    let Some(entry) = self.frames.remove(&id) else {
+                        continue;
+                    };
+                    let key = entry.rec.snapshot.clone();
+                    drop(entry);
+                    if self
+                        .snapshots
+                        .get(&key)
+                        .is_some_and(|a| Arc::strong_count(a) == 1)
+                    {
+                        self.snapshots.remove(&key);
+                    }
+                    self.receipt_frames.contains(&id)
+                }
+                _ => {
+                    if self.assessments.remove(&id).is_none() {
+                        continue;
+                    }
+                    self.receipt_assessments.contains(&id)
+                }
+            };
+            if expired && !referenced {
+                self.expired_released += 1;
+                writes.push(Write::delete(kind, id));
+            } else {
+                self.evicted += 1;
+            }
+        }
+        n
+    }
+
+    /// Runs retention over at most `limit` records due at `now` (hosts call it on a timer);
+    /// returns how many records left memory, and the deletions to persist.
+    pub fn sweep(&mut self, now: UnixMillis, limit: usize) -> Done<usize> {
+        // Snapshots no frame and no surface holds any more (e.g. built for a commit's check).
+        self.snapshots.retain(|_, a| Arc::strong_count(a) > 1);
+        let mut writes = Vec::new();
+        let n = self.sweep_some(now, limit, &mut writes);
+        Done { value: n, writes }
+    }
+
+    /// The stored records a request body names (its `frame_id` and `assessment_id`), for hosts
+    /// that load frames and assessments on demand: pass each to [`Engine::needs`] and, if
+    /// needed and stored, to [`Engine::admit`] before the call.
+    pub fn named_records(body: &[u8]) -> Vec<(RecordKind, String)> {
+        let Ok(v) = serde_json::from_slice::<Value>(body) else {
+            return vec![];
+        };
+        [
+            ("frame_id", RecordKind::Frame),
+            ("assessment_id", RecordKind::Assessment),
+        ]
+        .into_iter()
+        .filter_map(|(field, kind)| {
+            v.get(field)
+                .and_then(Value::as_str)
+                .filter(|s| !s.is_empty() && s.len() <= 256)
+                .map(|s| (kind, s.to_owned()))
+        })
+        .collect()
+    }
+
+    /// Whether a frame, assessment or snapshot is not in memory (and may be in the store).
+    pub fn needs(&self, kind: RecordKind, key: &str) -> bool {
+        match kind {
+            RecordKind::Frame => !self.frames.contains_key(key),
+            RecordKind::Assessment => !self.assessments.contains_key(key),
+            RecordKind::Snapshot => !self.snapshots.contains_key(key),
+            _ => false,
+        }
+    }
+
+    /// Takes a stored frame, assessment or snapshot back into memory. Returns a record that must
+    /// be admitted first (a frame's snapshot), after which admit this one again. Records past
+    /// their retention are not taken back (they are about to be deleted).
+    pub fn admit(
+        &mut self,
+        now: UnixMillis,
+        kind: RecordKind,
+        key: &str,
+        value: &[u8],
+    ) -> Result<Option<(RecordKind, String)>, FramesError> {
+        if value.is_empty() || !self.needs(kind, key) {
+            return Ok(None);
+        }
+        match kind {
+            RecordKind::Frame => {
+                let rec: FrameRecord = record(kind, key, value)?;
+                if self.past_retention(now, rec.expires) && !self.receipt_frames.contains(key) {
+                    return Ok(None);
+                }
+                let Some(snapshot) = self.snapshots.get(&rec.snapshot).cloned() else {
+                    return Ok(Some((RecordKind::Snapshot, rec.snapshot)));
+                };
+                self.queue
+                    .push_back((rec.expires, RecordKind::Frame, key.to_owned()));
+                self.frames
+                    .insert(key.to_owned(), FrameEntry { rec, snapshot });
+            }
+            RecordKind::Assessment => {
+                let r: AssessmentRecord = record(kind, key, value)?;
+                if self.past_retention(now, r.expires) && !self.receipt_assessments.contains(key) {
+                    return Ok(None);
+                }
+                self.queue
+                    .push_back((r.expires, RecordKind::Assessment, key.to_owned()));
+                self.assessments.insert(
+                    key.to_owned(),
+                    StoredAssessment {
+                        principal: r.principal,
+                        fingerprint: r.fingerprint,
+                        record: Arc::new(r.record),
+                    },
+                );
+            }
+            RecordKind::Snapshot => {
+                let snap: Snapshot = record(kind, key, value)?;
+                self.persisted_snapshots.insert(key.to_owned());
+                self.snapshots.insert(key.to_owned(), Arc::new(snap));
+            }
+            _ => {}
+        }
+        Ok(None)
+    }
+
+    /// Compaction of stored records the engine may never have loaded (e.g. frames of earlier
+    /// runs): the deletions for those of `rows` (frame or assessment records of `kind`) that
+    /// are past their retention and named by no receipt.
+    pub fn compact(
+        &self,
+        now: UnixMillis,
+        kind: RecordKind,
+        rows: &[(String, Vec<u8>)],
+    ) -> Vec<Write> {
+        rows.iter()
+            .filter(|(key, value)| {
+                let expires = match kind {
+                    RecordKind::Frame if !self.receipt_frames.contains(key) => {
+                        record::<FrameRecord>(kind, key, value).map(|r| r.expires)
+                    }
+                    RecordKind::Assessment if !self.receipt_assessments.contains(key) => {
+                        record::<AssessmentRecord>(kind, key, value).map(|r| r.expires)
+                    }
+                    _ => return false,
+                };
+                expires.is_ok_and(|t| self.past_retention(now, t))
+            })
+            .map(|(key, _)| Write::delete(kind, key.clone()))
+            .collect()
     }
 }
 

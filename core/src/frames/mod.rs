@@ -13,6 +13,7 @@
 //! * [`validate`] — strict JSON, schema constraints, input-schema validation.
 //! * [`controller`] — the client-side rules (`weft agent`): next step, modality check, stops.
 //! * [`fixtures`] — the controller's deterministic fixture judge and text service.
+//! * [`model_judge`] — the model-backed judge and text service: requests, answer validation.
 //! * [`scripted`] — a declarative [`App`] (used by the conformance vectors and from JS).
 
 pub mod app;
@@ -24,6 +25,7 @@ pub mod features;
 pub mod fixtures;
 pub mod graph;
 pub mod image;
+pub mod model_judge;
 pub mod scripted;
 pub mod time;
 pub mod types;
@@ -33,7 +35,10 @@ pub mod validate;
 mod tests;
 
 pub use app::{App, Applied, ApplyCtx, Principal, Role, Summary, SurfaceCtx};
-pub use engine::{BlobMeta, Done, Engine, EngineConfig, Entry, RecordKind, Snapshot, Write};
+pub use engine::{
+    BlobMeta, Done, Engine, EngineConfig, EngineStats, Entry, LogWindow, RecordKind, Snapshot,
+    Write,
+};
 pub use error::FramesError;
 pub use scripted::ScriptedApp;
 pub use time::UnixMillis;

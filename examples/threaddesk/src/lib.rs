@@ -1,8 +1,11 @@
 //! ThreadDesk: a small coding-thread board with two interfaces, a browser UI for people and
 //! DGP 0.1 decision frames for agents, both over the same guarded commits.
 //!
-//! Each thread has its own revision (kept by the engine), status, log, retry count, notes,
-//! derived analysis, optional draft and image evidence. The state machine:
+//! Each thread has its own revision (kept by the engine), status, log, retry count, derived
+//! analysis and optional draft. Notes and image evidence are append-only engine logs (`note`,
+//! `image`): each is stored once, and frames show the newest within the frame budget after a
+//! `note-log` / `image-log` summary that counts them and links to earlier pages. The state
+//! machine:
 //!
 //! ```text
 //! blocked        --recovery-->   ready | needs_analysis | investigating | paused
@@ -35,13 +38,6 @@ pub mod web {
     pub const STYLE_CSS: &str = include_str!("../web/style.css");
 }
 
-/// A free-text note.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct Note {
-    pub text: String,
-    pub actor: String,
-}
-
 /// Text from a reasoning service, kept as derived evidence (never an observed fact).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Analysis {
@@ -51,16 +47,7 @@ pub struct Analysis {
     pub model: String,
 }
 
-/// An attached image, addressed by SHA-256.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct Image {
-    pub sha256: String,
-    pub mime_type: String,
-    pub byte_length: u64,
-    pub actor: String,
-}
-
-/// One thread's domain state.
+/// One thread's domain state (small and bounded: notes and images are engine logs).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Thread {
     pub title: String,
@@ -69,10 +56,8 @@ pub struct Thread {
     pub retries: u32,
     pub reason_count: u32,
     pub draft_count: u32,
-    pub notes: Vec<Note>,
     pub analysis: Vec<Analysis>,
     pub draft: Option<String>,
-    pub images: Vec<Image>,
 }
 
 impl Thread {
@@ -84,10 +69,8 @@ impl Thread {
             retries: 0,
             reason_count: 0,
             draft_count: 0,
-            notes: vec![],
             analysis: vec![],
             draft: None,
-            images: vec![],
         }
     }
 }
@@ -396,15 +379,6 @@ impl App for ThreadDesk {
                 app.clone(),
             ),
         ];
-        for (i, n) in t.notes.iter().enumerate() {
-            out.push(evidence(
-                &format!("note-{i}"),
-                EvidenceKind::Text,
-                json!(n.text),
-                Trust::Untrusted,
-                source(SourceKind::User, &n.actor),
-            ));
-        }
         for (i, a) in t.analysis.iter().enumerate() {
             let mut e = evidence(
                 &format!("analysis-{i}"),
@@ -430,25 +404,6 @@ impl App for ThreadDesk {
                 Trust::Derived,
                 app,
             ));
-        }
-        for (i, im) in t.images.iter().enumerate() {
-            out.push(Evidence {
-                evidence_id: format!("image-{i}"),
-                kind: EvidenceKind::Image,
-                mime_type: im.mime_type.clone(),
-                required: true,
-                trust: Trust::Untrusted,
-                source: source(SourceKind::User, &im.actor),
-                content: None,
-                blob: Some(Blob {
-                    href: format!("/dgp/blobs/{}/{}", ctx.surface_id, im.sha256),
-                    sha256: im.sha256.clone(),
-                    byte_length: im.byte_length,
-                    extensions: None,
-                }),
-                derived_from: None,
-                extensions: None,
-            });
         }
         out
     }
@@ -726,20 +681,40 @@ impl App for ThreadDesk {
             }
             ("review", "hold") => done(t, "held", "Draft held without publication."),
             ("note", _) => {
-                t.notes.push(Note {
-                    text: text("text"),
-                    actor: ctx.principal.id.clone(),
-                });
+                out.appended.push((
+                    "note".into(),
+                    evidence(
+                        "",
+                        EvidenceKind::Text,
+                        json!(text("text")),
+                        Trust::Untrusted,
+                        source(SourceKind::User, &ctx.principal.id),
+                    ),
+                ));
                 "Free-text note stored.".into()
             }
             ("attach_image", _) => {
                 let blob = decode_image(&text("mime_type"), &text("data_base64"))?;
-                t.images.push(Image {
-                    sha256: blob.sha256.clone(),
-                    mime_type: blob.mime_type.clone(),
-                    byte_length: blob.bytes.len() as u64,
-                    actor: ctx.principal.id.clone(),
-                });
+                out.appended.push((
+                    "image".into(),
+                    Evidence {
+                        evidence_id: String::new(),
+                        kind: EvidenceKind::Image,
+                        mime_type: blob.mime_type.clone(),
+                        required: true,
+                        trust: Trust::Untrusted,
+                        source: source(SourceKind::User, &ctx.principal.id),
+                        content: None,
+                        blob: Some(Blob {
+                            href: format!("/dgp/blobs/{}/{}", ctx.surface_id, blob.sha256),
+                            sha256: blob.sha256.clone(),
+                            byte_length: blob.bytes.len() as u64,
+                            extensions: None,
+                        }),
+                        derived_from: None,
+                        extensions: None,
+                    },
+                ));
                 out.blobs.push(blob);
                 "Stored image evidence. A text-only resolver must not silently omit it.".into()
             }

@@ -1,13 +1,21 @@
 //! The DGP 0.1 HTTP binding (SPECIFICATION.md §12) over the core's frames engine.
 //!
 //! Every rule is in `weft_core::frames`; this module only carries requests in (principal from
-//! the bearer token, time from the clock, raw bodies) and results out (JSON or problem+json),
-//! and makes each write batch durable before it answers. The engine sits behind one mutex, so
-//! commits are serialized; freshness is still per resource, so unrelated surfaces do not
-//! invalidate each other.
+//! the bearer token, time from the clock, raw bodies, stored records the engine asks for) and
+//! results out (JSON or problem+json), and makes each write batch durable before it answers:
+//! a frame, an assessment and a commit are answered only once fsynced (group commit). The
+//! engine sits behind one mutex, so commits are serialized; freshness is still per resource, so
+//! unrelated surfaces do not invalidate each other.
+//!
+//! Start-up loads surfaces, receipts, idempotency records, logs and entries; frames,
+//! assessments and snapshots are read back on demand (`Engine::needs` / `Engine::admit`), so
+//! opening does not replay every frame. A background task runs the engine's retention every
+//! second and walks the stored frame and assessment records to delete those past retention
+//! (`Engine::compact`); deletions are queued behind answered batches and not waited for.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
 
 use axum::Router;
 use axum::body::{Body, Bytes};
@@ -24,30 +32,22 @@ use super::{Reply, Shared, json_response, now_ms};
 /// The store namespace of the frames capability.
 pub const NS: &str = "dgp";
 
+/// Record kinds read back on demand instead of at start-up (and blobs, served from the store).
+const ON_DEMAND: [RecordKind; 4] = [
+    RecordKind::Frame,
+    RecordKind::Assessment,
+    RecordKind::Snapshot,
+    RecordKind::Blob,
+];
+
+/// Stored records walked per compaction step (one step every 100 ms).
+const COMPACT_BATCH: usize = 2000;
+
 /// One application's engine and its store.
 pub struct Dgp<A: App> {
-    engine: Mutex<Inner<A>>,
+    engine: Mutex<Engine<A>>,
     store: Arc<Store>,
     limit: usize,
-}
-
-/// The engine and, per surface, the last effect batch that changed it (the policy under "").
-pub struct Inner<A: App> {
-    engine: Engine<A>,
-    last_effect: HashMap<String, u64>,
-}
-
-/// How an engine call's writes are persisted and what its answer waits for.
-#[derive(Clone, Copy)]
-enum Class {
-    /// A state change: wait until durable.
-    Effect,
-    /// A new frame of a surface: wait for earlier effects on that surface and the policy.
-    Frame,
-    /// An audit record (an assessment): wait for nothing.
-    Audit,
-    /// A read: wait for every earlier effect.
-    Read,
 }
 
 fn puts(writes: Vec<Write>) -> Vec<Put> {
@@ -70,14 +70,19 @@ impl<A: App + Send + 'static> Dgp<A>
 where
     A::State: Send,
 {
-    /// Opens the engine over the store's records (seeding a new store).
+    /// Opens the engine over the store's records (seeding a new store) and starts retention.
     pub async fn open(
         app: A,
         config: EngineConfig,
         store: Arc<Store>,
     ) -> Result<Arc<Self>, String> {
+        let kinds: Vec<&str> = RecordKind::ALL
+            .iter()
+            .filter(|k| !ON_DEMAND.contains(k))
+            .map(|k| k.as_str())
+            .collect();
         let mut records = Vec::new();
-        for (kind, key, value) in store.load(NS, &[RecordKind::Blob.as_str()])? {
+        for (kind, key, value) in store.load_kinds(NS, &kinds)? {
             let k = RecordKind::parse(&kind)
                 .ok_or_else(|| format!("unknown record kind `{kind}` in the store"))?;
             records.push((k, key, value));
@@ -86,115 +91,179 @@ where
             value: engine,
             writes,
         } = Engine::open(app, config, records).map_err(|e| e.to_string())?;
-        store.effect(puts(writes)).0.durable().await?;
+        store.write(puts(writes)).durable().await?;
         let limit = engine.config().max_message_bytes;
-        Ok(Arc::new(Dgp {
-            engine: Mutex::new(Inner {
-                engine,
-                last_effect: HashMap::new(),
-            }),
+        let dgp = Arc::new(Dgp {
+            engine: Mutex::new(engine),
             store,
             limit,
-        }))
+        });
+        tokio::spawn(retention(Arc::downgrade(&dgp)));
+        Ok(dgp)
     }
 
-    /// Runs an engine call whose writes are an effect (a commit, a policy change): the answer
-    /// waits until they are durable. Errors and replays wait for every earlier effect, so no
+    /// Runs an engine call whose writes change state (a commit, a policy change): the answer
+    /// waits until they are durable. Errors and replays wait for every earlier batch, so no
     /// answer is ahead of durable state.
     pub async fn call<T>(
         &self,
         f: impl FnOnce(&mut Engine<A>, u64) -> Result<Done<T>, FramesError>,
     ) -> Result<T, FramesError> {
-        self.run(f, Class::Effect, "").await
+        self.run(vec![], f).await
     }
 
-    /// Creates a frame of `surface`: its record is queued, and the answer waits only for
-    /// earlier effects on that surface or on the policy (a frame shows nothing else).
+    /// Creates a frame: answered once its record is durable (later requests name it).
     pub async fn frame<T>(
         &self,
-        surface: &str,
         f: impl FnOnce(&mut Engine<A>, u64) -> Result<Done<T>, FramesError>,
     ) -> Result<T, FramesError> {
-        self.run(f, Class::Frame, surface).await
+        self.run(vec![], f).await
     }
 
-    /// Records audit data (an assessment): queued in order, answered at once. A commit that
-    /// uses it is queued later, so it is durable before that commit is.
-    pub async fn audit<T>(
+    /// Runs a call on a request body (an assessment, a commit): the frame and assessment it
+    /// names are read back from the store first if they are not in memory; the answer waits
+    /// until the call's writes are durable.
+    pub async fn on_body<T>(
         &self,
+        body: &[u8],
         f: impl FnOnce(&mut Engine<A>, u64) -> Result<Done<T>, FramesError>,
     ) -> Result<T, FramesError> {
-        self.run(f, Class::Audit, "").await
+        self.run(Engine::<A>::named_records(body), f).await
     }
 
-    /// Runs a read-only engine call, answering after every earlier effect is durable.
+    /// Runs a read-only engine call, answering after every earlier batch is durable.
     pub async fn read<T>(
         &self,
         f: impl FnOnce(&Engine<A>) -> Result<T, FramesError>,
     ) -> Result<T, FramesError> {
-        self.run(
-            |e, _| {
-                f(e).map(|value| Done {
-                    value,
-                    writes: vec![],
-                })
-            },
-            Class::Read,
-            "",
-        )
+        self.read_named(vec![], f).await
+    }
+
+    /// [`Dgp::read`] of a call that names a stored frame or assessment.
+    pub async fn read_named<T>(
+        &self,
+        names: Vec<(RecordKind, String)>,
+        f: impl FnOnce(&Engine<A>) -> Result<T, FramesError>,
+    ) -> Result<T, FramesError> {
+        self.run(names, |e, _| {
+            f(e).map(|value| Done {
+                value,
+                writes: vec![],
+            })
+        })
         .await
+    }
+
+    /// Reads the named records the engine lacks from the store (a frame may need its snapshot
+    /// first). Point reads by primary key, under the engine lock.
+    fn prefetch(
+        &self,
+        engine: &mut Engine<A>,
+        now: u64,
+        mut stack: Vec<(RecordKind, String)>,
+    ) -> Result<(), FramesError> {
+        let mut steps = 0;
+        while let Some((kind, key)) = stack.pop() {
+            steps += 1;
+            if steps > 8 || !engine.needs(kind, &key) {
+                continue;
+            }
+            let Some(bytes) = self.store.get(NS, kind.as_str(), &key).map_err(storage)? else {
+                continue;
+            };
+            if let Some(dep) = engine.admit(now, kind, &key, &bytes)? {
+                stack.push((kind, key));
+                stack.push(dep);
+            }
+        }
+        Ok(())
     }
 
     async fn run<T>(
         &self,
+        names: Vec<(RecordKind, String)>,
         f: impl FnOnce(&mut Engine<A>, u64) -> Result<Done<T>, FramesError>,
-        class: Class,
-        surface: &str,
     ) -> Result<T, FramesError> {
         if let Some(e) = self.store.failure() {
             return Err(storage(e));
         }
-        let (result, ticket, wait_for) = {
-            let mut inner = self.engine.lock().expect("engine lock");
-            let (result, writes) = match f(&mut inner.engine, now_ms()) {
+        let (result, ticket) = {
+            let mut engine = self.engine.lock().expect("engine lock");
+            let now = now_ms();
+            let fetched = self.prefetch(&mut engine, now, names);
+            let (result, writes) = match fetched.and_then(|()| f(&mut engine, now)) {
                 Ok(Done { value, writes }) => (Ok(value), writes),
                 Err(e) => (Err(e), vec![]),
             };
-            match class {
-                Class::Effect => {
-                    let touched: Vec<String> = writes
-                        .iter()
-                        .filter_map(|w| match w.kind {
-                            RecordKind::Surface => Some(w.key.clone()),
-                            RecordKind::Meta if w.key == "policy_revision" => Some(String::new()),
-                            _ => None,
-                        })
-                        .collect();
-                    let (ticket, seq) = self.store.effect(puts(writes));
-                    for t in touched {
-                        inner.last_effect.insert(t, seq);
-                    }
-                    (result, ticket, 0)
-                }
-                Class::Frame => {
-                    let last = |k: &str| inner.last_effect.get(k).copied().unwrap_or(0);
-                    let wait_for = last(surface).max(last(""));
-                    (result, self.store.audit(puts(writes), false), wait_for)
-                }
-                Class::Audit => (result, self.store.audit(puts(writes), false), 0),
-                Class::Read => (result, self.store.audit(puts(writes), true), 0),
-            }
+            // Submitted under the lock, so batches reach the store in the order they were made.
+            let ticket = if writes.is_empty() {
+                self.store.barrier()
+            } else {
+                self.store.write(puts(writes))
+            };
+            (result, ticket)
         };
         ticket.durable().await.map_err(storage)?;
-        if wait_for > 0 {
-            self.store.effect_durable(wait_for).await.map_err(storage)?;
-        }
         result
+    }
+
+    /// What the engine holds in memory and has released.
+    pub fn stats(&self) -> weft_core::frames::EngineStats {
+        self.engine.lock().expect("engine lock").stats()
     }
 
     /// The store.
     pub fn store(&self) -> &Arc<Store> {
         &self.store
+    }
+}
+
+/// Retention while running: the engine's sweep every second, and a walk over the stored frame
+/// and assessment records (one batch every 100 ms) deleting those past retention.
+async fn retention<A: App + Send + 'static>(dgp: Weak<Dgp<A>>)
+where
+    A::State: Send,
+{
+    let mut tick = tokio::time::interval(Duration::from_millis(100));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let kinds = [RecordKind::Frame, RecordKind::Assessment];
+    let (mut which, mut cursor, mut n) = (0usize, String::new(), 0u64);
+    loop {
+        tick.tick().await;
+        let Some(d) = dgp.upgrade() else { return };
+        if d.store.failure().is_some() {
+            return;
+        }
+        n += 1;
+        if n % 10 == 0 {
+            let mut e = d.engine.lock().expect("engine lock");
+            let done = e.sweep(now_ms(), 50_000);
+            if !done.writes.is_empty() {
+                d.store.background(puts(done.writes));
+            }
+        }
+        let kind = kinds[which];
+        let (store, after) = (d.store.clone(), cursor.clone());
+        let rows = tokio::task::spawn_blocking(move || {
+            store.scan(NS, kind.as_str(), &after, COMPACT_BATCH)
+        })
+        .await
+        .ok()
+        .and_then(Result::ok)
+        .unwrap_or_default();
+        if rows.len() < COMPACT_BATCH {
+            which = (which + 1) % kinds.len();
+            cursor.clear();
+        } else if let Some((k, _)) = rows.last() {
+            cursor = k.clone();
+        }
+        if !rows.is_empty() {
+            let e = d.engine.lock().expect("engine lock");
+            let deletes = e.compact(now_ms(), kind, &rows);
+            if !deletes.is_empty() {
+                d.store.background(puts(deletes));
+            }
+        }
     }
 }
 
@@ -226,6 +295,7 @@ where
         .route("/.well-known/dgp", get(manifest::<A>))
         .route("/dgp/surfaces", get(surfaces::<A>))
         .route("/dgp/surfaces/{id}/frame", get(frame::<A>))
+        .route("/dgp/surfaces/{id}/logs/{log}", get(log_page::<A>))
         .route("/dgp/frames/{id}", get(stored_frame::<A>))
         .route("/dgp/assessments", post(assess::<A>))
         .route("/dgp/assessments/{id}", get(assessment::<A>))
@@ -276,11 +346,30 @@ where
     let h = q.get("horizon").cloned();
     Reply(
         c.dgp
-            .frame(&id, |e, now| {
-                e.frame_json(now, &id, d.as_deref(), h.as_deref())
-            })
+            .frame(|e, now| e.frame_json(now, &id, d.as_deref(), h.as_deref()))
             .await
             .map(json_response),
+    )
+}
+
+async fn log_page<A: App + Send + 'static>(
+    State(c): State<Ctx<A>>,
+    Path((id, log)): Path<(String, String)>,
+    Query(q): Query<HashMap<String, String>>,
+    headers: HeaderMap,
+) -> Reply
+where
+    A::State: Send,
+{
+    authed!(c, headers);
+    let (before, limit) = (q.get("before").cloned(), q.get("limit").cloned());
+    Reply(
+        c.dgp
+            .read(|e| {
+                e.log_page(&id, &log, before.as_deref(), limit.as_deref())
+                    .map(|v| to_json(&v))
+            })
+            .await,
     )
 }
 
@@ -295,7 +384,9 @@ where
     authed!(c, headers);
     Reply(
         c.dgp
-            .read(|e| e.stored_frame(&id).map(|f| to_json(&f)))
+            .read_named(vec![(RecordKind::Frame, id.clone())], |e| {
+                e.stored_frame(&id).map(|f| to_json(&f))
+            })
             .await,
     )
 }
@@ -311,7 +402,9 @@ where
     authed!(c, headers);
     Reply(
         c.dgp
-            .read(|e| e.assessment(&id).map(|a| to_json(&*a)))
+            .read_named(vec![(RecordKind::Assessment, id.clone())], |e| {
+                e.assessment(&id).map(|a| to_json(&*a))
+            })
             .await,
     )
 }
@@ -387,7 +480,7 @@ where
     };
     Reply(
         c.dgp
-            .audit(|e, now| e.assess_bytes(now, &p, &body))
+            .on_body(&body, |e, now| e.assess_bytes(now, &p, &body))
             .await
             .map(|a| to_json(&*a)),
     )
@@ -408,7 +501,9 @@ where
     };
     Reply(
         c.dgp
-            .call(|e, now| e.commit_bytes(now, &p, key.as_deref(), &body))
+            .on_body(&body, |e, now| {
+                e.commit_bytes(now, &p, key.as_deref(), &body)
+            })
             .await
             .map(|r| to_json(&*r)),
     )

@@ -3,18 +3,18 @@
 //!
 //! Durability contract. Settings: WAL journal, `synchronous=FULL` (each group-commit
 //! transaction is fsynced), checkpoints on their own connection and thread (never inside a
-//! commit). Batches are of two classes:
+//! commit). Every batch that persists something a later request may name (a frame, an
+//! assessment, a commit's state change, receipt and idempotency record, a policy change) is
+//! answered only once it is fsynced ([`Store::write`]); concurrent batches share one fsync
+//! (group commit), in the order they were submitted. Batches of retention deletions are
+//! queued in the same order and not waited for ([`Store::background`]). Reads wait for
+//! every earlier answered batch ([`Store::barrier`]), so no answer is ahead of durable state.
 //!
-//! * **effects** (a commit's state change, receipt and idempotency record; a policy change):
-//!   the answer waits until the batch is fsynced;
-//! * **audit records** (a new frame, an assessment): queued in the same ordered log but not
-//!   waited for. A frame's answer still waits for every earlier effect on its surface and on
-//!   the policy, so no frame shows state that is not durable; and a commit is durable only
-//!   after the frame and assessment it uses. A power loss (or SIGKILL) within milliseconds of
-//!   answering a frame or an assessment may lose that record; a commit against it is then
-//!   refused with `NOT_FOUND`, never applied. Other reads wait for every earlier effect.
+//! A put with an empty value deletes its record. The WAL stays bounded while running: a
+//! passive checkpoint every 200 ms, and a truncating one whenever the WAL file passes its
+//! limit (`journal_size_limit` caps what a reset leaves behind).
 //!
-//! Blob reads use a second, read-only connection.
+//! Point reads, scans and blob reads use a second, read-only connection.
 
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -35,7 +35,7 @@ pub struct Put {
 type Reply = tokio::sync::oneshot::Sender<Result<(), String>>;
 
 enum Job {
-    /// Persist these records; report once durable (effects) or not at all (audit records).
+    /// Persist these records (an empty value deletes); report once durable, or not at all.
     Write {
         puts: Vec<Put>,
         effect: Option<u64>,
@@ -76,7 +76,10 @@ pub struct Store {
 }
 
 /// The durability settings, as `weft serve` and the benchmark report them.
-pub const DURABILITY: &str = "SQLite WAL, synchronous=FULL, group commit: a commit is answered once fsynced; frames and assessments are queued audit records (a frame waits for earlier commits on its thread)";
+pub const DURABILITY: &str = "SQLite WAL, synchronous=FULL, group commit: frames, assessments and commits are answered once fsynced; WAL checkpointed and truncated past 64 MiB";
+
+/// The WAL size past which the checkpointer truncates it.
+pub const WAL_LIMIT_BYTES: u64 = 64 * 1024 * 1024;
 
 fn configure(c: &Connection) -> rusqlite::Result<()> {
     c.pragma_update(None, "journal_mode", "WAL")?;
@@ -88,10 +91,17 @@ fn configure(c: &Connection) -> rusqlite::Result<()> {
 impl Store {
     /// Opens (or creates) the database at `path`.
     pub fn open(path: &Path) -> Result<Arc<Store>, String> {
+        Store::open_with_wal_limit(path, WAL_LIMIT_BYTES)
+    }
+
+    /// [`Store::open`] with another WAL limit (tests use a small one).
+    pub fn open_with_wal_limit(path: &Path, wal_limit: u64) -> Result<Arc<Store>, String> {
         let err = |e: rusqlite::Error| format!("{}: {e}", path.display());
         let w = Connection::open(path).map_err(err)?;
         configure(&w).map_err(err)?;
         w.pragma_update(None, "wal_autocheckpoint", 0)
+            .map_err(err)?;
+        w.pragma_update(None, "journal_size_limit", wal_limit as i64)
             .map_err(err)?;
         w.execute_batch(
             "CREATE TABLE IF NOT EXISTS records(
@@ -110,16 +120,30 @@ impl Store {
             .map_err(err)?;
         let checkpointer = Connection::open(path).map_err(err)?;
         configure(&checkpointer).map_err(err)?;
+        checkpointer
+            .pragma_update(None, "journal_size_limit", wal_limit as i64)
+            .map_err(err)?;
         let stop = Arc::new(AtomicBool::new(false));
         let s = stop.clone();
+        let mut wal = path.as_os_str().to_owned();
+        wal.push("-wal");
+        let wal = std::path::PathBuf::from(wal);
         thread::Builder::new()
             .name("weft-checkpoint".into())
             .spawn(move || {
                 while !s.load(Ordering::SeqCst) {
                     thread::sleep(std::time::Duration::from_millis(200));
-                    // PASSIVE copies what it can without blocking the writer.
-                    let _ =
-                        checkpointer.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(()));
+                    // PASSIVE copies what it can without blocking the writer. Under steady
+                    // writes it never catches up with the WAL's end, so the WAL would never
+                    // restart: past the limit, TRUNCATE waits for the writer's current
+                    // transaction, copies everything and empties the file.
+                    let big = std::fs::metadata(&wal).is_ok_and(|m| m.len() > wal_limit);
+                    let mode = if big { "TRUNCATE" } else { "PASSIVE" };
+                    let _ = checkpointer.query_row(
+                        &format!("PRAGMA wal_checkpoint({mode})"),
+                        [],
+                        |_| Ok(()),
+                    );
                 }
             })
             .map_err(|e| e.to_string())?;
@@ -169,6 +193,56 @@ impl Store {
         Ok(out)
     }
 
+    /// Every record of these kinds of a namespace (one index range per kind, so records of
+    /// other kinds — e.g. a million frames — are never read).
+    pub fn load_kinds(
+        &self,
+        ns: &str,
+        kinds: &[&str],
+    ) -> Result<Vec<(String, String, Vec<u8>)>, String> {
+        let c = self.reader.lock().expect("reader lock");
+        let mut st = c
+            .prepare_cached("SELECT key, value FROM records WHERE ns = ?1 AND kind = ?2")
+            .map_err(|e| e.to_string())?;
+        let mut out = Vec::new();
+        for kind in kinds {
+            let rows = st
+                .query_map(params![ns, kind], |r| {
+                    Ok((r.get::<_, String>(0)?, r.get::<_, Vec<u8>>(1)?))
+                })
+                .map_err(|e| e.to_string())?;
+            for row in rows {
+                let (key, value) = row.map_err(|e| e.to_string())?;
+                out.push(((*kind).to_owned(), key, value));
+            }
+        }
+        Ok(out)
+    }
+
+    /// Up to `limit` records of `(ns, kind)` with keys after `after`, in key order (a cursor
+    /// for background compaction).
+    pub fn scan(
+        &self,
+        ns: &str,
+        kind: &str,
+        after: &str,
+        limit: usize,
+    ) -> Result<Vec<(String, Vec<u8>)>, String> {
+        let c = self.reader.lock().expect("reader lock");
+        let mut st = c
+            .prepare_cached(
+                "SELECT key, value FROM records WHERE ns = ?1 AND kind = ?2 AND key > ?3 ORDER BY key LIMIT ?4",
+            )
+            .map_err(|e| e.to_string())?;
+        let rows = st
+            .query_map(params![ns, kind, after, limit as i64], |r| {
+                Ok((r.get::<_, String>(0)?, r.get::<_, Vec<u8>>(1)?))
+            })
+            .map_err(|e| e.to_string())?;
+        rows.collect::<Result<Vec<_>, _>>()
+            .map_err(|e| e.to_string())
+    }
+
     /// One record's value.
     pub fn get(&self, ns: &str, kind: &str, key: &str) -> Result<Option<Vec<u8>>, String> {
         let c = self.reader.lock().expect("reader lock");
@@ -204,6 +278,22 @@ impl Store {
         }
         let (done, rx) = tokio::sync::oneshot::channel();
         Ticket(self.send(Job::Barrier(done)).map(|()| Some(rx)))
+    }
+
+    /// Queues a batch whose answer must wait until it is durable (every batch a later request
+    /// may name): [`Store::effect`] without its sequence number.
+    pub fn write(&self, puts: Vec<Put>) -> Ticket {
+        self.effect(puts).0
+    }
+
+    /// A ticket for "every answered batch queued so far is durable" (for reads).
+    pub fn barrier(&self) -> Ticket {
+        self.audit(vec![], true)
+    }
+
+    /// Queues a batch nobody waits for (retention deletions).
+    pub fn background(&self, puts: Vec<Put>) {
+        let _ = self.audit(puts, false);
     }
 
     /// Queues an effect batch; its ticket resolves once it is fsynced. Submit batches in the
@@ -337,10 +427,17 @@ fn writer(
                     let mut st = tx.prepare_cached(
                         "INSERT OR REPLACE INTO records(ns, kind, key, value) VALUES (?1, ?2, ?3, ?4)",
                     )?;
+                    let mut del = tx.prepare_cached(
+                        "DELETE FROM records WHERE ns = ?1 AND kind = ?2 AND key = ?3",
+                    )?;
                     for j in &jobs {
                         if let Job::Write { puts, .. } = j {
                             for p in puts {
-                                st.execute(params![p.ns, p.kind, p.key, p.value])?;
+                                if p.value.is_empty() {
+                                    del.execute(params![p.ns, p.kind, p.key])?;
+                                } else {
+                                    st.execute(params![p.ns, p.kind, p.key, p.value])?;
+                                }
                             }
                         }
                     }
@@ -425,6 +522,64 @@ mod tests {
         let reopened = Store::open(&dir.join("db.sqlite3")).unwrap();
         assert_eq!(reopened.load("t", &[]).unwrap().len(), 3);
         reopened.close();
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[tokio::test]
+    async fn deletes_apply_and_the_wal_stays_bounded_while_running() {
+        let dir = std::env::temp_dir().join(format!("weft-store-wal-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let db = dir.join("db.sqlite3");
+        let wal = dir.join("db.sqlite3-wal");
+        let limit = 1024 * 1024;
+        let store = Store::open_with_wal_limit(&db, limit).unwrap();
+        let mut largest = 0;
+        // 24 MiB of writes (each batch replaces the previous ones' records) in 96 fsyncs.
+        for i in 0..96 {
+            let puts = (0..4)
+                .map(|j| Put {
+                    ns: "t",
+                    kind: "frame",
+                    key: format!("k{j}"),
+                    value: vec![b'a' + (i % 26) as u8; 64 * 1024],
+                })
+                .collect();
+            store.write(puts).durable().await.unwrap();
+            largest = largest.max(std::fs::metadata(&wal).map_or(0, |m| m.len()));
+            if i % 8 == 0 {
+                tokio::time::sleep(std::time::Duration::from_millis(60)).await;
+            }
+        }
+        // The checkpointer truncates past the limit while writes go on.
+        assert!(largest < 8 * limit, "the WAL reached {largest} bytes");
+        tokio::time::sleep(std::time::Duration::from_millis(600)).await;
+        let now = std::fs::metadata(&wal).map_or(0, |m| m.len());
+        assert!(now <= limit, "the WAL is {now} bytes after a quiet moment");
+        // An empty value deletes; a background batch is ordered before later reads.
+        store.background(vec![Put {
+            ns: "t",
+            kind: "frame",
+            key: "k1".into(),
+            value: vec![],
+        }]);
+        // Nobody waits for a background batch, but a later batch is durable only after it.
+        store
+            .write(vec![Put {
+                ns: "t",
+                kind: "meta",
+                key: "after".into(),
+                value: b"1".to_vec(),
+            }])
+            .durable()
+            .await
+            .unwrap();
+        assert!(store.get("t", "frame", "k1").unwrap().is_none());
+        let rows = store.scan("t", "frame", "", 10).unwrap();
+        let keys: Vec<&str> = rows.iter().map(|(k, _)| k.as_str()).collect();
+        assert_eq!(keys, ["k0", "k2", "k3"]);
+        assert_eq!(store.scan("t", "frame", "k2", 10).unwrap().len(), 1);
+        store.close();
         let _ = std::fs::remove_dir_all(&dir);
     }
 }

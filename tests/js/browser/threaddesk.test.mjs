@@ -122,3 +122,50 @@ test('publication: the agent token is refused whatever the page shows; a human p
   await agentTab.context().close();
   await human.context().close();
 });
+
+test('notes past the frame budget are counted and paged in with "Show earlier"', { timeout: 60_000 }, async () => {
+  const own = await startServe(['--extra-threads', '1']);
+  try {
+    const call = async (path, body, key) => {
+      const headers = { Authorization: `Bearer ${AGENT}` };
+      if (body) headers['Content-Type'] = 'application/json';
+      if (key) headers['Idempotency-Key'] = key;
+      const r = await fetch(`${own.url}${path}`, { method: body ? 'POST' : 'GET', headers, body: body && JSON.stringify(body) });
+      assert.equal(r.status, 200, path);
+      return r.json();
+    };
+    // 24 notes of 4,000 characters: more than one 64 KiB frame shows.
+    for (let i = 0; i < 24; i++) {
+      const f = await call('/dgp/surfaces/thread-1000/frame');
+      const decision_id = `${f.frame_id}:note`;
+      const a = { dgp: '0.1', assessment_id: `a-page-${i}`, frame_id: f.frame_id, decision_id, mode: 'live', resolver: { kind: 'rule' },
+        result: { status: 'answered', answer: { value: { text: `${String(i).padStart(2, '0')} ${'n'.repeat(3996)}` } } } };
+      await call('/dgp/assessments', a);
+      await call('/dgp/commits', { dgp: '0.1', frame_id: f.frame_id, decision_id, assessment_id: a.assessment_id }, `k-page-${i}`);
+    }
+    const ctx = await browser.newContext();
+    const page = await ctx.newPage();
+    page.on('pageerror', (e) => console.error('page error:', e));
+    await page.goto(`${own.url}/`);
+    await page.fill('#token', HUMAN);
+    await connect(page);
+    const c = card(page, 'thread-1000');
+    const notes = c.locator('[data-evidence^="note-"]:not([data-evidence="note-log"])');
+    const first = await notes.count();
+    assert.ok(first > 0 && first < 24, `the frame shows the newest notes only (${first})`);
+    assert.match(await c.locator('[data-log="note"] [data-role="log-count"]').textContent(), /^24 note item\(s\); showing the newest \d+$/);
+    assert.equal(await c.locator('[data-evidence="note-23"] pre').textContent(), `23 ${'n'.repeat(3996)}`);
+    const more = c.locator('[data-role="earlier-button"]');
+    while (await more.count()) {
+      const before = await notes.count();
+      await more.click();
+      await page.waitForFunction(([s, n]) => document.querySelectorAll(`article[data-surface="${s}"] [data-evidence^="note-"]`).length > n, ['thread-1000', before]);
+    }
+    assert.equal(await notes.count(), 24);
+    assert.equal(await c.locator('[data-evidence="note-0"] pre').textContent(), `00 ${'n'.repeat(3996)}`);
+    assert.match(await c.locator('[data-log="note"] [data-role="log-count"]').textContent(), /showing the newest 24 \(all\)/);
+    await ctx.close();
+  } finally {
+    await own.close();
+  }
+});

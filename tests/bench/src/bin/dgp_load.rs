@@ -9,9 +9,17 @@
 //! thread, so commits do not conflict. Phase 3 races clients on one thread and reports how many
 //! commits won (exactly one per revision) and how many were refused as stale.
 //!
+//! Phase 4 (`--notes`) measures commit cycles per second on ONE thread at 0, 1k and 10k notes
+//! (filled by the same cycles): with bounded frame evidence and notes stored once, the rate
+//! should not fall with history. Phase 5 (`--frames N`, e.g. 1000000) reads N frames, reports
+//! the server's RSS (bounded: frames leave memory past a cache bound and are read back on
+//! demand), the data directory's size, then restarts the server on that store and reports the
+//! time until it serves (start-up loads no frames).
+//!
 //! Usage: `dgp-load [--weft target/release/weft] [--base-url URL --token T] [--seconds 5]
-//! [--clients 64]`. Without `--base-url` it starts `weft serve` on a free port with a temporary
-//! data directory and `--extra-threads` for the clients.
+//! [--clients 64] [--notes] [--frames N] [--skip-basic]`. Without `--base-url` it starts
+//! `weft serve` on a free port with a temporary data directory and `--extra-threads` for the
+//! clients (phases 4 and 5 need that).
 
 use std::process::{Command, Stdio};
 use std::sync::Arc;
@@ -287,9 +295,178 @@ async fn race(t: Arc<Target>, clients: usize, rounds: usize) {
     );
 }
 
+/// One client on one thread: `count` frame + note assessment + commit cycles (or, with
+/// `count == 0`, as many as fit in `dur`); returns `(cycles, seconds)`.
+async fn one_thread_cycles(t: &Target, thread: &str, count: u64, dur: Duration) -> (u64, f64) {
+    let started = Instant::now();
+    let mut n = 0;
+    while (count > 0 && n < count) || (count == 0 && started.elapsed() < dur) {
+        let (_, bytes) = t
+            .raw(
+                Method::GET,
+                &format!("/dgp/surfaces/{thread}/frame"),
+                None,
+                None,
+            )
+            .await;
+        let frame = json!({"frame_id": frame_id(&bytes)});
+        // ~214-byte notes, as in the report that found the quadratic growth.
+        let a = assessment(&frame, unique("n"), format!("{n:08} {}", "x".repeat(205)));
+        let (st, _) = t
+            .call(Method::POST, "/dgp/assessments", Some(&a), None)
+            .await;
+        assert_eq!(st, 200);
+        let (st, _) = t
+            .call(
+                Method::POST,
+                "/dgp/commits",
+                Some(&commit_of(&a)),
+                Some(&unique("nk")),
+            )
+            .await;
+        assert_eq!(st, 200);
+        n += 1;
+    }
+    (n, started.elapsed().as_secs_f64())
+}
+
+async fn notes(t: &Target, dur: Duration, pid: Option<u32>) {
+    let thread = "thread-73";
+    // Warm-up on another thread, so the first level does not pay for a cold store.
+    one_thread_cycles(t, "thread-42", 0, dur).await;
+    let mut have = 0;
+    for level in [0u64, 1_000, 10_000] {
+        if level > have {
+            one_thread_cycles(t, thread, level - have, dur).await;
+        }
+        have = have.max(level);
+        let (n, secs) = one_thread_cycles(t, thread, 0, dur).await;
+        have += n;
+        let (_, bytes) = t
+            .raw(
+                Method::GET,
+                &format!("/dgp/surfaces/{thread}/frame"),
+                None,
+                None,
+            )
+            .await;
+        println!(
+            "notes {level:>6}   {:>9.0} cycles/s on one thread ({n} in {secs:.1}s; frame {} bytes; server RSS {} MiB)",
+            n as f64 / secs,
+            bytes.len(),
+            pid.map_or(0, rss_kib) / 1024
+        );
+    }
+}
+
+/// Reads `n` frames over `clients` connections; returns the rate.
+async fn many_frames(t: Arc<Target>, clients: usize, n: u64) -> f64 {
+    let left = Arc::new(AtomicU64::new(n));
+    let started = Instant::now();
+    let tasks: Vec<_> = (0..clients)
+        .map(|i| {
+            let (t, left) = (t.clone(), left.clone());
+            tokio::spawn(async move {
+                let path = format!("/dgp/surfaces/thread-{}/frame", 1000 + i);
+                while left
+                    .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |x| x.checked_sub(1))
+                    .is_ok()
+                {
+                    let (status, _) = t.raw(Method::GET, &path, None, None).await;
+                    assert_eq!(status, 200);
+                }
+            })
+        })
+        .collect();
+    for task in tasks {
+        task.await.unwrap();
+    }
+    n as f64 / started.elapsed().as_secs_f64()
+}
+
+fn rss_kib(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmRSS:"))
+                .and_then(|l| l.split_whitespace().nth(1).and_then(|v| v.parse().ok()))
+        })
+        .unwrap_or(0)
+}
+
+fn dir_bytes(dir: &std::path::Path) -> u64 {
+    std::fs::read_dir(dir)
+        .map(|d| {
+            d.flatten()
+                .filter_map(|e| e.metadata().ok())
+                .map(|m| m.len())
+                .sum()
+        })
+        .unwrap_or(0)
+}
+
+/// A `weft serve` started by the benchmark, and how long it took to print its URL.
+struct Spawned {
+    child: std::process::Child,
+    url: String,
+    data: String,
+    started_in: Duration,
+}
+
+fn spawn(weft: &str, dir: &std::path::Path, threads: usize) -> Spawned {
+    let started = Instant::now();
+    let mut c = Command::new(weft)
+        .args([
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--extra-threads",
+            &threads.to_string(),
+            "--data-dir",
+        ])
+        .arg(dir)
+        .env("WEFT_AGENT_TOKEN", "bench-agent-token")
+        .env("WEFT_HUMAN_TOKEN", "bench-human-token")
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| {
+            panic!("cannot start {weft} (build it with `cargo build --release -p weft-host`): {e}")
+        });
+    use std::io::BufRead;
+    let mut lines = std::io::BufReader::new(c.stdout.take().unwrap()).lines();
+    let first = lines.next().unwrap().unwrap();
+    let started_in = started.elapsed();
+    let url = first
+        .split_whitespace()
+        .find(|w| w.starts_with("http://"))
+        .unwrap()
+        .trim_end_matches('/')
+        .to_owned();
+    let data = lines.next().unwrap().unwrap();
+    std::thread::spawn(move || for _ in lines {});
+    Spawned {
+        child: c,
+        url,
+        data: data.trim().trim_start_matches("data:").trim().to_owned(),
+        started_in,
+    }
+}
+
+fn stop(c: &mut std::process::Child) {
+    let _ = Command::new("kill")
+        .args(["-INT", &c.id().to_string()])
+        .status();
+    let _ = c.wait();
+}
+
 fn main() {
     let seconds: u64 = arg("--seconds").and_then(|s| s.parse().ok()).unwrap_or(5);
     let clients: usize = arg("--clients").and_then(|s| s.parse().ok()).unwrap_or(64);
+    let frames_n: u64 = arg("--frames").and_then(|s| s.parse().ok()).unwrap_or(0);
+    let flag = |name: &str| std::env::args().any(|a| a == name);
+    let weft = arg("--weft").unwrap_or_else(|| "target/release/weft".into());
+    let threads = clients * (PER_CLIENT + 1);
     let mut child = None;
     let (base, token, durability) = match arg("--base-url") {
         Some(b) => (
@@ -298,33 +475,11 @@ fn main() {
             "as configured by that server".to_owned(),
         ),
         None => {
-            let weft = arg("--weft").unwrap_or_else(|| "target/release/weft".into());
             let dir = std::env::temp_dir().join(format!("weft-dgp-load-{}", std::process::id()));
-            let mut c = Command::new(&weft)
-                .args(["serve", "--listen", "127.0.0.1:0", "--extra-threads", &(clients * (PER_CLIENT + 1)).to_string(), "--data-dir"])
-                .arg(&dir)
-                .env("WEFT_AGENT_TOKEN", "bench-agent-token")
-                .env("WEFT_HUMAN_TOKEN", "bench-human-token")
-                .stdout(Stdio::piped())
-                .spawn()
-                .unwrap_or_else(|e| panic!("cannot start {weft} (build it with `cargo build --release -p weft-host`): {e}"));
-            use std::io::BufRead;
-            let mut lines = std::io::BufReader::new(c.stdout.take().unwrap()).lines();
-            let first = lines.next().unwrap().unwrap();
-            let url = first
-                .split_whitespace()
-                .find(|w| w.starts_with("http://"))
-                .unwrap()
-                .trim_end_matches('/')
-                .to_owned();
-            let data = lines.next().unwrap().unwrap();
-            std::thread::spawn(move || for _ in lines {});
-            child = Some((c, dir));
-            (
-                url,
-                "bench-agent-token".to_owned(),
-                data.trim().trim_start_matches("data:").trim().to_owned(),
-            )
+            let s = spawn(&weft, &dir, threads);
+            let (url, data) = (s.url.clone(), s.data.clone());
+            child = Some((s.child, dir));
+            (url, "bench-agent-token".to_owned(), data)
         }
     };
     let rt = tokio::runtime::Builder::new_multi_thread()
@@ -332,21 +487,53 @@ fn main() {
         .enable_all()
         .build()
         .unwrap();
+    let pid = child.as_ref().map(|(c, _)| c.id());
     rt.block_on(async {
         let mut http = Client::builder(TokioExecutor::new());
         http.pool_max_idle_per_host(clients * 2);
         let t = Arc::new(Target { http: http.build_http(), base: base.clone(), token });
         println!("dgp-load: {base}  clients {clients}  {seconds}s per phase  (load generator: 1 Tokio worker; server: weft serve)");
         println!("storage:       {durability}");
-        frames(t.clone(), clients, Duration::from_secs(seconds)).await;
-        commits(t.clone(), clients, Duration::from_secs(seconds)).await;
-        race(t, 16, 20).await;
+        if !flag("--skip-basic") {
+            frames(t.clone(), clients, Duration::from_secs(seconds)).await;
+            commits(t.clone(), clients, Duration::from_secs(seconds)).await;
+            race(t.clone(), 16, 20).await;
+        }
+        if flag("--notes") {
+            notes(&t, Duration::from_secs(seconds), pid).await;
+        }
     });
+    if frames_n > 0
+        && let Some((c, dir)) = child.as_mut()
+    {
+        let pid = c.id();
+        let before = rss_kib(pid);
+        let rate = rt.block_on(async {
+            let mut http = Client::builder(TokioExecutor::new());
+            http.pool_max_idle_per_host(clients * 2);
+            let t = Arc::new(Target {
+                http: http.build_http(),
+                base: base.clone(),
+                token: "bench-agent-token".into(),
+            });
+            many_frames(t, clients, frames_n).await
+        });
+        println!(
+            "{frames_n} frame reads  {rate:>9.0}/s   server RSS {} MiB before, {} MiB after; data directory {} MiB",
+            before / 1024,
+            rss_kib(pid) / 1024,
+            dir_bytes(dir) / (1024 * 1024)
+        );
+        stop(c);
+        let s = spawn(&weft, dir, threads);
+        println!(
+            "start-up       {:.0} ms on the store of {frames_n} frames (until it prints its URL; it loads no frames)",
+            s.started_in.as_secs_f64() * 1000.0
+        );
+        *c = s.child;
+    }
     if let Some((mut c, dir)) = child {
-        let _ = Command::new("kill")
-            .args(["-INT", &c.id().to_string()])
-            .status();
-        let _ = c.wait();
+        stop(&mut c);
         let _ = std::fs::remove_dir_all(dir);
     }
 }
