@@ -123,6 +123,8 @@ fn sigkill_at_random_points_during_200_spawns_loses_no_lineage() {
             );
             killed += 1;
             kills_in_a_row += 1;
+            let partial = partial_nodes(&root);
+            assert!(partial.is_empty(), "killed spawn {id}: {partial:?}");
             if kills_in_a_row >= 5 {
                 span = span * 3 / 2;
                 kills_in_a_row = 0;
@@ -192,12 +194,15 @@ fn an_abort_at_every_durability_step_of_a_spawn_is_recovered() {
                 "step {step}: expected an abort, got {:?}",
                 out.status
             );
+            let partial = partial_nodes(&root);
+            assert!(partial.is_empty(), "step {step}, tear {tear}: {partial:?}");
             // A crash during recovery itself is recovered too.
             let mut again = weft();
             again
                 .args(["actors", "recover", &r, "--json"])
                 .env("WEFT_ACTORS_CRASH_AT", "2");
             let _ = again.output().unwrap();
+            assert!(partial_nodes(&root).is_empty(), "step {step}, tear {tear}");
             check(&root, &acked);
             step += 1;
         }
@@ -313,6 +318,11 @@ fn every_power_loss_cut_of_a_resolution_recovers_with_records_naming_their_marke
                     continue;
                 }
                 cuts += 1;
+                let partial = partial_nodes(&root);
+                assert!(
+                    partial.is_empty(),
+                    "stage {cut}, ops {mask:#b}: {partial:?}"
+                );
                 check(&root, &acked);
                 // Recovery is complete: a second pass finds nothing to repair.
                 let again = run_json(&["actors", "recover", root.to_str().unwrap(), "--json"]);
@@ -418,7 +428,12 @@ fn every_power_loss_cut_of_a_deferred_node_rename_recovers() {
                 let _ = std::fs::remove_dir_all(&root);
                 continue;
             }
-            std::fs::rename(root.join("nodes/kid"), root.join("nodes").join(pending(&b))).unwrap();
+            std::fs::rename(root.join("nodes/kid"), root.join(pending(&b))).unwrap();
+            let partial = partial_nodes(&root);
+            assert!(
+                partial.is_empty(),
+                "ops {mask:#b}, torn {torn}: {partial:?}"
+            );
             cuts += 1;
             let r = root.to_str().unwrap();
             let seen = run_json(&["actors", "graph", r, "--json"]);
@@ -473,9 +488,10 @@ fn every_power_loss_cut_of_a_deferred_node_rename_recovers() {
         };
         store.apply(&partial).unwrap();
         drop(store);
-        let dir = root.join("nodes").join(pending(&b));
+        let dir = root.join(pending(&b));
         std::fs::rename(root.join("nodes/kid"), &dir).unwrap();
         damage(&dir);
+        assert!(partial_nodes(&root).is_empty(), "{what}");
         cuts += 1;
         let r = root.to_str().unwrap();
         let seen = run_json(&["actors", "graph", r, "--json"]);
@@ -577,6 +593,8 @@ fn a_long_lived_writer_aborted_at_every_step_while_reusing_spares_is_recovered()
                 status.code().is_none(),
                 "step {step}: expected an abort, got {status:?}"
             );
+            let partial = partial_nodes(&root);
+            assert!(partial.is_empty(), "step {step}, tear {tear}: {partial:?}");
             check(&root, &acked);
             step += 1;
         }

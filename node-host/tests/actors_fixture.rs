@@ -73,10 +73,36 @@ fn the_harness_root_opens_with_identical_lineage_and_reading_writes_nothing() {
 
     let g = run_json(&["actors", "graph", r, "--json"]);
     assert_eq!(g["root"], "coordinator");
+    // The one contradiction the harness writes: `awaiting_user` with `awaitingUser: false`,
+    // reported as written and diagnosed (nothing else is complained about).
+    let codes: Vec<(&str, &str)> = g["diagnostics"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| (d["code"].as_str().unwrap(), d["file"].as_str().unwrap()))
+        .collect();
     assert_eq!(
-        g["diagnostics"],
-        serde_json::json!([]),
-        "the fixture is read without complaint"
+        codes,
+        [(
+            "STATUS_CONTRADICTION",
+            "nodes/cla-permissions-tangent/meta.json"
+        )],
+        "{}",
+        g["diagnostics"]
+    );
+    let cla = g["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|n| n["id"] == "cla-permissions-tangent")
+        .unwrap();
+    assert_eq!(
+        (&cla["status"], &cla["awaitingUser"]),
+        (
+            &serde_json::json!("awaiting_user"),
+            &serde_json::json!(false)
+        ),
+        "reported as on disk"
     );
     let got: BTreeMap<String, (String, Option<String>, Vec<String>)> = g["nodes"]
         .as_array()

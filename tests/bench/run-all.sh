@@ -14,6 +14,8 @@ echo "== operation overhead (observe round trips), native"
 cargo run -q --release -p weft-bench --bin ops 2>/dev/null
 echo "== agent scheduling overhead per tool call, native"
 cargo run -q --release -p weft-bench --bin tools 2>/dev/null
+echo "== model streams: decoding tokens/s and first-delta latency, native"
+cargo run -q --release -p weft-bench --bin model_stream 2>/dev/null
 cd tests/js
 echo "== registry throughput, wasm under Node"
 node --expose-gc bench/registry.mjs 2>/dev/null
@@ -25,3 +27,5 @@ echo "== cancel latency (Node and Chromium, weft vs workerpool)"
 node bench/cancel-latency.mjs
 echo "== agent scheduling overhead per tool call, JS agent in Node"
 node bench/tools.bench.mjs
+echo "== model streaming: tokens/s parsed in wasm under Node, first-delta latency"
+node bench/model-stream.mjs

@@ -1,6 +1,8 @@
 //! Opening a store: parse every record (tolerating what dev-centr/harness writes), report
 //! what is corrupt with file and line, keep the rest of the graph working, and roll
-//! half-finished spawns and resolutions forward (crash recovery).
+//! half-finished spawns and resolutions forward (crash recovery). Or open lazily
+//! ([`ActorGraph::open_lazy`]): only the nodes a one-shot command touches, when nothing is due
+//! for recovery or diagnosis.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -8,7 +10,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::{Map, Value, json};
 
-use super::model::{ChatLine, GraphIndex, Mailbox, Node, NodeType, Role};
+use super::model::{ChatLine, GitCloseout, GraphIndex, Mailbox, Node, NodeType, Role};
 use super::store::{BatchId, Op, Snapshot};
 use super::time::{format_rfc3339, parse_timestamp};
 use super::{
@@ -27,6 +29,10 @@ pub struct OpenReport {
     /// The recovery batch, when repairs were needed.
     #[serde(rename = "recoveryBatch", skip_serializing_if = "Option::is_none")]
     pub recovery_batch: Option<BatchId>,
+    /// Set by a host that tried a lazy open ([`ActorGraph::open_lazy`]) and opened in full
+    /// instead: why.
+    #[serde(rename = "lazyFallback", skip_serializing_if = "Option::is_none")]
+    pub lazy_fallback: Option<String>,
 }
 
 /// A JSONL log as read: its lines, and what was wrong with its tail.
@@ -147,6 +153,112 @@ impl Tails {
     }
 }
 
+/// Parses the records of nodes `ids` from `snap`: readable nodes, and nodes whose `meta.json`
+/// cannot be used (reported in `diags`).
+fn read_nodes(
+    snap: &Snapshot,
+    ids: BTreeSet<String>,
+    diags: &mut Vec<Diagnostic>,
+    tails: &mut Tails,
+) -> (BTreeMap<NodeId, NodeState>, BTreeMap<String, Broken>) {
+    let mut nodes = BTreeMap::new();
+    let mut broken = BTreeMap::new();
+    for raw in ids {
+        let Ok(id) = NodeId::parse(&raw) else {
+            let why = NodeId::parse(&raw).unwrap_err();
+            diags.push(Diagnostic {
+                code: "INVALID_NODE_ID",
+                file: format!("nodes/{raw}"),
+                line: None,
+                message: format!("directory name {raw:?} is not a valid node id ({why}); ignored"),
+                repaired: false,
+            });
+            continue;
+        };
+        let mpath = format!("nodes/{id}/meta.json");
+        let Some(mb) = snap.files.get(&mpath) else {
+            diags.push(Diagnostic {
+                code: "MISSING_META",
+                file: mpath,
+                line: None,
+                message: format!("nodes/{id}/ has no meta.json; it is not a node (ignored)"),
+                repaired: false,
+            });
+            continue;
+        };
+        let meta: Node = match serde_json::from_slice::<Node>(mb) {
+            Ok(m) if m.id == id => m,
+            Ok(m) => {
+                let error = format!("its id is `{}`, not `{id}`", m.id);
+                diags.push(Diagnostic {
+                    code: "ID_MISMATCH",
+                    file: mpath.clone(),
+                    line: None,
+                    message: error.clone(),
+                    repaired: false,
+                });
+                broken.insert(id.to_string(), Broken { file: mpath, error });
+                continue;
+            }
+            Err(e) => {
+                diags.push(Diagnostic {
+                    code: "CORRUPT_JSON",
+                    file: mpath.clone(),
+                    line: Some(e.line() as u64),
+                    message: format!(
+                        "{mpath} is not a valid node record: {e}; the node is read-only until fixed"
+                    ),
+                    repaired: false,
+                });
+                broken.insert(
+                    id.to_string(),
+                    Broken {
+                        file: mpath,
+                        error: e.to_string(),
+                    },
+                );
+                continue;
+            }
+        };
+        let cpath = chat_path(id.as_str());
+        let chat = match snap.files.get(&cpath) {
+            Some(b) => {
+                let log = parse_log::<ChatLine>(&cpath, b, diags);
+                tails.note(&cpath, &log);
+                log.entries
+            }
+            None => Vec::new(),
+        };
+        let mut chain = BTreeMap::new();
+        let prefix = format!("nodes/{id}/summaries/");
+        let mut latest = None;
+        for (p, b) in snap.files.range(prefix.clone()..) {
+            let Some(name) = p.strip_prefix(&prefix) else {
+                break;
+            };
+            if name == "latest.json" {
+                latest = parse_json::<Mailbox>(p, b, diags);
+            } else if let Some(n) = name
+                .strip_prefix('v')
+                .and_then(|s| s.strip_suffix(".json"))
+                .and_then(|n| n.parse::<u64>().ok())
+            {
+                chain.insert(n, parse_json::<Mailbox>(p, b, diags));
+            }
+        }
+        nodes.insert(
+            id,
+            NodeState {
+                meta,
+                chat,
+                mailbox: latest,
+                chain,
+            },
+        );
+    }
+    (nodes, broken)
+}
+
 impl ActorGraph {
     /// Opens a graph from a store snapshot. Unreadable records are reported (file and line)
     /// and isolated: a corrupt `meta.json` makes that node read-only and leaves the rest
@@ -189,101 +301,7 @@ impl ActorGraph {
                 ids.insert(id.to_owned());
             }
         }
-        let mut nodes = BTreeMap::new();
-        let mut broken = BTreeMap::new();
-        for raw in ids {
-            let Ok(id) = NodeId::parse(&raw) else {
-                let why = NodeId::parse(&raw).unwrap_err();
-                diags.push(Diagnostic {
-                    code: "INVALID_NODE_ID",
-                    file: format!("nodes/{raw}"),
-                    line: None,
-                    message: format!(
-                        "directory name {raw:?} is not a valid node id ({why}); ignored"
-                    ),
-                    repaired: false,
-                });
-                continue;
-            };
-            let mpath = format!("nodes/{id}/meta.json");
-            let Some(mb) = snap.files.get(&mpath) else {
-                diags.push(Diagnostic {
-                    code: "MISSING_META",
-                    file: mpath,
-                    line: None,
-                    message: format!("nodes/{id}/ has no meta.json; it is not a node (ignored)"),
-                    repaired: false,
-                });
-                continue;
-            };
-            let meta: Node = match serde_json::from_slice::<Node>(mb) {
-                Ok(m) if m.id == id => m,
-                Ok(m) => {
-                    let error = format!("its id is `{}`, not `{id}`", m.id);
-                    diags.push(Diagnostic {
-                        code: "ID_MISMATCH",
-                        file: mpath.clone(),
-                        line: None,
-                        message: error.clone(),
-                        repaired: false,
-                    });
-                    broken.insert(id.to_string(), Broken { file: mpath, error });
-                    continue;
-                }
-                Err(e) => {
-                    diags.push(Diagnostic {
-                        code: "CORRUPT_JSON",
-                        file: mpath.clone(),
-                        line: Some(e.line() as u64),
-                        message: format!("{mpath} is not a valid node record: {e}; the node is read-only until fixed"),
-                        repaired: false,
-                    });
-                    broken.insert(
-                        id.to_string(),
-                        Broken {
-                            file: mpath,
-                            error: e.to_string(),
-                        },
-                    );
-                    continue;
-                }
-            };
-            let cpath = chat_path(id.as_str());
-            let chat = match snap.files.get(&cpath) {
-                Some(b) => {
-                    let log = parse_log::<ChatLine>(&cpath, b, &mut diags);
-                    tails.note(&cpath, &log);
-                    log.entries
-                }
-                None => Vec::new(),
-            };
-            let mut chain = BTreeMap::new();
-            let prefix = format!("nodes/{id}/summaries/");
-            let mut latest = None;
-            for (p, b) in snap.files.range(prefix.clone()..) {
-                let Some(name) = p.strip_prefix(&prefix) else {
-                    break;
-                };
-                if name == "latest.json" {
-                    latest = parse_json::<Mailbox>(p, b, &mut diags);
-                } else if let Some(n) = name
-                    .strip_prefix('v')
-                    .and_then(|s| s.strip_suffix(".json"))
-                    .and_then(|n| n.parse::<u64>().ok())
-                {
-                    chain.insert(n, parse_json::<Mailbox>(p, b, &mut diags));
-                }
-            }
-            nodes.insert(
-                id,
-                NodeState {
-                    meta,
-                    chat,
-                    mailbox: latest,
-                    chain,
-                },
-            );
-        }
+        let (nodes, broken) = read_nodes(snap, ids, &mut diags, &mut tails);
         if nodes.is_empty() && broken.is_empty() && graph.is_none() && !graph_corrupt {
             return Err(ActorsError::NotInitialized);
         }
@@ -657,6 +675,24 @@ impl ActorGraph {
                 repairs.push(format!("unpaused `{p}` (stale pause by `{by}`)"));
             }
         }
+        // A mailbox whose status and awaitingUser disagree (dev-centr/harness writes
+        // `awaiting_user` with `awaitingUser: false`): reported as on disk, not rewritten.
+        for p in &pids {
+            let m = &self.nodes[p].meta;
+            if m.status == super::Status::AwaitingUser && !m.awaiting_user {
+                let why = "status is `awaiting_user` but awaitingUser is false (or absent)";
+                diags.push(Diagnostic {
+                    code: "STATUS_CONTRADICTION",
+                    file: super::meta_path(p.as_str()),
+                    line: None,
+                    message: format!(
+                        "`{p}`: {why} (status `{}`, awaitingUser {}); both are reported as written",
+                        m.status, m.awaiting_user
+                    ),
+                    repaired: false,
+                });
+            }
+        }
         for p in &dirty {
             later.insert(0, self.put_meta(p));
         }
@@ -678,6 +714,45 @@ impl ActorGraph {
             None => true,
             Some(l) => l.root != derived.root || lineage(l) != lineage(&derived),
         };
+        // What graph.json says that the node records contradict: reported as on disk (the
+        // records win; a writer's recovery rewrites the index and says what it dropped).
+        if let Some(l) = loaded {
+            for (k, e) in &l.nodes {
+                let Some(d) = derived.nodes.get(k) else {
+                    diags.push(Diagnostic {
+                        code: "GRAPH_NODE_MISSING",
+                        file: GRAPH.to_owned(),
+                        line: None,
+                        message: format!(
+                            "graph.json lists `{k}` ({}, spawnedBy {}), which has no node record (nodes/{k}/meta.json)",
+                            e.node_type,
+                            e.spawned_by.as_ref().map_or("absent".to_owned(), |x| format!("`{x}`"))
+                        ),
+                        repaired: true,
+                    });
+                    repairs.push(format!("dropped `{k}` from graph.json: no node record"));
+                    continue;
+                };
+                if d.spawned_by != e.spawned_by || d.node_type != e.node_type {
+                    let by = |x: &Option<NodeId>| {
+                        x.as_ref().map_or("absent".to_owned(), |x| format!("`{x}`"))
+                    };
+                    diags.push(Diagnostic {
+                        code: "GRAPH_LINEAGE_MISMATCH",
+                        file: GRAPH.to_owned(),
+                        line: None,
+                        message: format!(
+                            "graph.json says `{k}` is a {} spawned by {}; nodes/{k}/meta.json says a {} spawned by {}",
+                            e.node_type,
+                            by(&e.spawned_by),
+                            d.node_type,
+                            by(&d.spawned_by)
+                        ),
+                        repaired: true,
+                    });
+                }
+            }
+        }
         if stale {
             let op = self.put_graph();
             later.insert(0, op);
@@ -726,5 +801,238 @@ impl ActorGraph {
         report.recovery_batch = Some(self.commit(tx));
         report.repairs = repairs;
         self.event("recovered", None);
+    }
+}
+
+/// What [`ActorGraph::open_lazy`] decided.
+#[derive(Debug)]
+pub enum LazyOpen {
+    /// The graph, holding the nodes the command touches (and what `graph.json` says of the
+    /// others).
+    Ready(Box<ActorGraph>),
+    /// The store must be opened in full ([`ActorGraph::open`]): recovery or a diagnostic is
+    /// due, or the store is not one a lazy open can trust. The reason, in words.
+    Full(String),
+}
+
+impl ActorGraph {
+    /// Opens a graph lazily, for a command that touches the nodes `targets` (a spawn's parent
+    /// and the nodes its request names; a message's node and `from`; a status change's node).
+    ///
+    /// `head` holds `graph.json`, the metathread and, in `dirs`, the listing of `nodes/` (no
+    /// node record). The core then says which nodes it needs and `read` (the host) adds their
+    /// files to the snapshot (`meta.json`, `chat.jsonl`, `summaries/*.json`), at most once.
+    /// Only what is read is held: the other nodes are known from `graph.json` (their ids stay
+    /// taken, their entries and related edges are written back as loaded) and any call that
+    /// would need one fails with `NOT_LOADED`.
+    ///
+    /// A lazy open queues no recovery and reports no diagnostic: whenever the store might need
+    /// either, it answers [`LazyOpen::Full`] and the host opens in full, which recovers. That is
+    /// the case when `graph.json` is missing or unreadable, when it and the `nodes/` listing
+    /// disagree (a spawn renamed its child into place and stopped, or another tool wrote a
+    /// node), when the metathread has a torn or corrupt line, when a node other than the root
+    /// has no metathread spawn record naming its parent (a spawn's last stage is that record,
+    /// so every half-finished spawn lacks it), when a disambiguation has no resolution record
+    /// (pending, or a resolution stopped half-way), and when any record read is corrupt, torn,
+    /// contradicts `graph.json`, or holds what open would repair or report (duplicate or
+    /// dangling children, a stale pause, a status/awaitingUser contradiction). The writer's
+    /// store has already moved whole staged nodes into place, so pending work shows as one of
+    /// those.
+    ///
+    /// A spawn (`spawns`) also needs every task node when the wave rule could change one: under
+    /// `GIT_CLOSEOUT=per-node`, or when a task's spawn record does not show a close-out other
+    /// than `per-node` (recovered or foreign records). Otherwise the rule cannot change any node
+    /// it did not read, and no task is read.
+    pub fn open_lazy<E>(
+        config: HarnessConfig,
+        root_address: &str,
+        head: Snapshot,
+        targets: &[&str],
+        spawns: bool,
+        mut read: impl FnMut(&[String], &mut Snapshot) -> Result<(), E>,
+    ) -> Result<LazyOpen, E> {
+        let mut snap = head;
+        let full = |why: String| Ok(LazyOpen::Full(why));
+        let Some(gb) = snap.files.get(GRAPH) else {
+            return full("graph.json is missing".into());
+        };
+        let index: GraphIndex = match serde_json::from_slice(gb) {
+            Ok(g) => g,
+            Err(e) => return full(format!("graph.json is unreadable ({e})")),
+        };
+        let listed: BTreeSet<&str> = snap
+            .dirs
+            .iter()
+            .filter_map(|d| d.strip_prefix("nodes/"))
+            .filter(|d| !d.contains('/'))
+            .collect();
+        if !listed
+            .iter()
+            .copied()
+            .eq(index.nodes.keys().map(String::as_str))
+        {
+            return full("nodes/ and graph.json list different nodes".into());
+        }
+        let root = index.root.clone();
+        if !index.nodes.contains_key(root.as_str()) {
+            return full("graph.json does not list its root".into());
+        }
+        let mut diags = Vec::new();
+        let meta_log = match snap.files.get(METATHREAD) {
+            Some(b) => parse_log::<Map<String, Value>>(METATHREAD, b, &mut diags),
+            None => Log {
+                entries: Vec::new(),
+                complete_len: 0,
+                torn: None,
+                missing_newline: false,
+            },
+        };
+        if !diags.is_empty() || meta_log.torn.is_some() || meta_log.missing_newline {
+            return full("the metathread has a torn or corrupt line".into());
+        }
+        // What the metathread says: each child's parent and close-out; resolved nodes.
+        let mut recorded: BTreeMap<&str, (&str, Option<GitCloseout>)> = BTreeMap::new();
+        let mut resolved: BTreeSet<&str> = BTreeSet::new();
+        for m in meta_log.entries.iter().filter_map(Entry::ok) {
+            let s = |k: &str| m.get(k).and_then(Value::as_str);
+            match s("kind") {
+                Some("spawn") => {
+                    if let (Some(c), Some(p)) = (s("child"), s("parent")) {
+                        recorded.insert(c, (p, s("gitCloseout").map(GitCloseout::parse)));
+                    }
+                }
+                Some("resolution") => {
+                    if let Some(n) = s("node") {
+                        resolved.insert(n);
+                    }
+                }
+                _ => {}
+            }
+        }
+        for (id, e) in &index.nodes {
+            let by = e.spawned_by.as_ref().map(NodeId::as_str);
+            if *id == root.as_str() {
+                if by.is_some() {
+                    return full("graph.json gives its root a parent".into());
+                }
+                continue;
+            }
+            let Some(p) = by.filter(|p| index.nodes.contains_key(*p)) else {
+                return full(format!("graph.json gives `{id}` no parent it lists"));
+            };
+            if recorded.get(id.as_str()).map(|r| r.0) != Some(p) {
+                return full(format!(
+                    "`{id}` has no metathread spawn record naming `{p}` (a spawn may be half-finished)"
+                ));
+            }
+            if e.node_type == NodeType::Disambiguation && !resolved.contains(id.as_str()) {
+                return full(format!("disambiguation `{id}` has no resolution record"));
+            }
+        }
+        let mut want: BTreeSet<String> = targets
+            .iter()
+            .filter(|t| index.nodes.contains_key(**t))
+            .map(|t| (*t).to_owned())
+            .collect();
+        let tasks = index
+            .nodes
+            .iter()
+            .filter(|(_, e)| e.node_type == NodeType::Task);
+        let wave_needs_tasks = spawns
+            && (config.git_closeout == super::CloseoutDefault::PerNode
+                || tasks.clone().any(|(id, _)| {
+                    !matches!(
+                        recorded.get(id.as_str()),
+                        Some((_, Some(c))) if *c != GitCloseout::PerNode && !matches!(c, GitCloseout::Other(_))
+                    )
+                }));
+        if wave_needs_tasks {
+            want.extend(tasks.map(|(id, _)| id.clone()));
+        }
+        let missing: Vec<String> = want
+            .iter()
+            .filter(|id| !snap.files.contains_key(&super::meta_path(id)))
+            .cloned()
+            .collect();
+        if !missing.is_empty() {
+            read(&missing, &mut snap)?;
+        }
+        if let Some(id) = want
+            .iter()
+            .find(|id| !snap.files.contains_key(&super::meta_path(id)))
+        {
+            return full(format!("nodes/{id}/meta.json is missing"));
+        }
+        let mut tails = Tails::default();
+        let (nodes, broken) = read_nodes(&snap, want, &mut diags, &mut tails);
+        if let Some(d) = diags.first() {
+            return full(format!("{} needs a full open ({})", d.file, d.code));
+        }
+        if !broken.is_empty() || !tails.torn.is_empty() || !tails.newline.is_empty() {
+            return full("a node record needs a full open".into());
+        }
+        let mut child_count: BTreeMap<&str, usize> = BTreeMap::new();
+        for e in index.nodes.values() {
+            if let Some(p) = &e.spawned_by {
+                *child_count.entry(p.as_str()).or_default() += 1;
+            }
+        }
+        for (id, st) in &nodes {
+            let m = &st.meta;
+            let e = &index.nodes[id.as_str()];
+            if e.node_type != m.node_type || e.spawned_by != m.spawned_by {
+                return full(format!("graph.json and nodes/{id}/meta.json disagree"));
+            }
+            let mut seen = BTreeSet::new();
+            for c in &m.spawned {
+                let ok = seen.insert(c)
+                    && index
+                        .nodes
+                        .get(c.as_str())
+                        .is_some_and(|ce| ce.spawned_by.as_ref() == Some(id));
+                if !ok {
+                    return full(format!("`{id}`.spawned needs a full open (`{c}`)"));
+                }
+            }
+            let children = child_count.get(id.as_str()).copied().unwrap_or(0);
+            if children != m.spawned.len() {
+                return full(format!("`{id}`.spawned and graph.json disagree"));
+            }
+            if let Some(by) = &m.routing_paused_by {
+                let pending = index.nodes.get(by.as_str()).is_some_and(|d| {
+                    d.node_type == NodeType::Disambiguation
+                        && d.spawned_by.as_ref() == Some(id)
+                        && !resolved.contains(by.as_str())
+                });
+                if !pending {
+                    return full(format!("`{id}` has a stale pause"));
+                }
+            }
+            if m.status == super::Status::AwaitingUser && !m.awaiting_user {
+                return full(format!("`{id}`: status and awaitingUser disagree"));
+            }
+        }
+        let unloaded: BTreeSet<String> = index
+            .nodes
+            .keys()
+            .filter(|k| !nodes.contains_key(k.as_str()))
+            .cloned()
+            .collect();
+        let mut g = ActorGraph::empty(config, root_address, root);
+        g.graph_version = index.version;
+        g.graph_extra = index.extra.clone();
+        g.lazy = Some(super::Lazy {
+            related: index
+                .related
+                .iter()
+                .filter(|e| unloaded.contains(e.from.as_str()))
+                .cloned()
+                .collect(),
+            unloaded,
+        });
+        g.index = index.nodes;
+        g.nodes = nodes;
+        g.meta = meta_log.entries;
+        Ok(LazyOpen::Ready(Box::new(g)))
     }
 }

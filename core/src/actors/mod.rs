@@ -12,7 +12,9 @@
 //! Rules that live here, once: spawn (model-proposed via [`SpawnProposer`], user gesture,
 //! policy trigger), disambiguation pauses, the metathread and its audit, mailboxes with their
 //! compaction chain, the wait graph, cadence separation, git close-out, archive/reset, epochs,
-//! and crash recovery of half-finished spawns on open ([`ActorGraph::open`]).
+//! and crash recovery of half-finished spawns on open ([`ActorGraph::open`]). A one-shot
+//! command may open lazily ([`ActorGraph::open_lazy`]): the core names the nodes it needs, the
+//! host reads only those, and a store that needs recovery is opened in full instead.
 
 pub mod api;
 pub mod closeout;
@@ -39,12 +41,15 @@ use thiserror::Error;
 
 pub use config::{AgenticUi, CloseoutDefault, HarnessConfig, NodeStoreMode, WaitGraphMode};
 pub use id::{MAX_NODE_ID_BYTES, NodeId, slugify};
-pub use load::OpenReport;
+pub use load::{LazyOpen, OpenReport};
 pub use model::{
     ChatLine, Edge, GitCloseout, GraphEntry, GraphIndex, Mailbox, Node, NodeType, Related,
     RelatedKind, Role, Status, WaitMode, WaitOn,
 };
-pub use ops::{Candidate, NewLine, Resolution, RouteOutcome, SpawnOutcome, SpawnRequest, Trigger};
+pub use ops::{
+    Candidate, MAX_SPAWN_BATCH, NewLine, Resolution, RouteOutcome, SpawnOutcome, SpawnRequest,
+    Trigger,
+};
 pub use proposer::{HeuristicProposer, Proposal, ProposalContext, SpawnProposer};
 pub use store::{ActorStore, BatchId, MemoryStore, Op, Snapshot, WriteBatch};
 pub use views::{AuditEntry, AuditReport, Scope, WaitCheck};
@@ -117,6 +122,13 @@ pub enum ActorsError {
     StoreLocked(String),
     #[error("store I/O error: {0}")]
     StoreIo(String),
+    /// A symbolic link where the store reads or writes: stores follow no link inside the root.
+    #[error("{0} is a symbolic link: the store follows no links inside its root")]
+    SymlinkRefused(String),
+    /// A graph opened lazily ([`ActorGraph::open_lazy`]) was asked about a node whose records
+    /// the host did not load: the host must name every node a command touches.
+    #[error("node `{0}` was not loaded by this lazy open (the host must name it)")]
+    NotLoaded(String),
     #[error("{var}={value:?} is not valid (expected {expected})")]
     Config {
         var: String,
@@ -129,6 +141,10 @@ pub enum ActorsError {
     AlreadyInitialized,
     #[error("invalid argument: {0}")]
     InvalidArgument(String),
+    /// The model asked for a proposal failed or answered outside the proposal format; its
+    /// code is the model's (`MODEL_BAD_RESPONSE`, `MODEL_CONNECT`, ...). Nothing was written.
+    #[error(transparent)]
+    Model(#[from] crate::model::ModelError),
 }
 
 impl ActorsError {
@@ -152,10 +168,13 @@ impl ActorsError {
             ActorsError::StoreFailed { .. } => "STORE_FAILED",
             ActorsError::StoreLocked(_) => "STORE_LOCKED",
             ActorsError::StoreIo(_) => "STORE_IO",
+            ActorsError::SymlinkRefused(_) => "SYMLINK_REFUSED",
+            ActorsError::NotLoaded(_) => "NOT_LOADED",
             ActorsError::Config { .. } => "CONFIG_INVALID",
             ActorsError::NotInitialized => "NOT_INITIALIZED",
             ActorsError::AlreadyInitialized => "ALREADY_INITIALIZED",
             ActorsError::InvalidArgument(_) => "INVALID_ARGUMENT",
+            ActorsError::Model(e) => e.code(),
         }
     }
 }
@@ -245,6 +264,17 @@ pub struct ActorGraph {
     events: Vec<Value>,
     seq: u64,
     diagnostics: Vec<Diagnostic>,
+    /// Set when the graph was opened lazily: what it knows of the nodes it did not read.
+    lazy: Option<Lazy>,
+}
+
+/// What a lazily opened graph keeps of the nodes whose records it did not read.
+#[derive(Debug, Default)]
+pub(crate) struct Lazy {
+    /// Ids `graph.json` lists whose records were not loaded.
+    pub unloaded: std::collections::BTreeSet<String>,
+    /// `graph.json`'s related edges from those nodes, kept as loaded.
+    pub related: Vec<Edge>,
 }
 
 /// A change to the graph, for live views: `{"seq", "kind", "node"}`.
@@ -355,6 +385,7 @@ impl ActorGraph {
             events: Vec::new(),
             seq: 0,
             diagnostics: Vec::new(),
+            lazy: None,
         }
     }
 
@@ -556,6 +587,9 @@ impl ActorGraph {
             });
         }
         if !self.nodes.contains_key(&nid) {
+            if self.is_unloaded(id) {
+                return Err(ActorsError::NotLoaded(id.to_owned()));
+            }
             return Err(ActorsError::UnknownNode(id.to_owned()));
         }
         Ok(nid)
@@ -574,6 +608,16 @@ impl ActorGraph {
             });
         }
         Ok(nid)
+    }
+
+    /// Whether `id` is a node a lazy open knows of but did not read.
+    pub(crate) fn is_unloaded(&self, id: &str) -> bool {
+        self.lazy.as_ref().is_some_and(|l| l.unloaded.contains(id))
+    }
+
+    /// Whether the graph was opened lazily (it holds only the nodes the host loaded).
+    pub fn is_lazy(&self) -> bool {
+        self.lazy.is_some()
     }
 
     pub(crate) fn check_store(&self) -> Result<(), ActorsError> {
@@ -620,8 +664,24 @@ impl ActorGraph {
                 nodes.insert(id.clone(), e.clone());
             }
         }
-        let mut related = Vec::new();
+        // Per node, in id order (the order a full open writes): derived from the records of
+        // loaded nodes, kept as loaded for the nodes a lazy open did not read.
+        let mut by_node: BTreeMap<String, Vec<Edge>> = BTreeMap::new();
+        if let Some(l) = &self.lazy {
+            for id in &l.unloaded {
+                if let Some(e) = self.index.get(id) {
+                    nodes.insert(id.clone(), e.clone());
+                }
+            }
+            for e in &l.related {
+                by_node
+                    .entry(e.from.to_string())
+                    .or_default()
+                    .push(e.clone());
+            }
+        }
         for (id, st) in &self.nodes {
+            let related = by_node.entry(id.to_string()).or_default();
             for w in &st.meta.wait_on {
                 related.push(Edge {
                     from: id.clone(),
@@ -641,6 +701,7 @@ impl ActorGraph {
                 }
             }
         }
+        let related = by_node.into_values().flatten().collect();
         GraphIndex {
             version: self.graph_version,
             root: self.root.clone(),

@@ -24,6 +24,9 @@ use crate::Millis;
 /// The longest chat line text accepted, in bytes.
 pub const MAX_TEXT_BYTES: usize = 1 << 20;
 
+/// The most children one [`ActorGraph::spawn_batch`] creates (a batch is held in memory whole).
+pub const MAX_SPAWN_BATCH: usize = 1000;
+
 /// Why a node was spawned.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Trigger {
@@ -330,6 +333,7 @@ impl ActorGraph {
         let taken = |id: &NodeId| {
             self.nodes.contains_key(id)
                 || self.broken.contains_key(id.as_str())
+                || self.is_unloaded(id.as_str())
                 || reserved.contains(id)
         };
         let id = match &req.id {
@@ -621,6 +625,71 @@ impl ActorGraph {
             Vec::new(),
         );
         Ok(outs.remove(0))
+    }
+
+    /// Spawns several children of one parent in one batch (a wave): stage 1 creates every
+    /// child, stage 2 writes the parent's `spawned[]`, `graph.json` and the routing markers,
+    /// stage 3 the metathread spawn records — the same three rounds as one [`spawn`](Self::spawn),
+    /// whatever the number of children. Every request must name the same parent; ids are
+    /// allocated as for separate spawns, in order (a derived id skips those planned before
+    /// it); a defaulted close-out counts the tasks planned before it. Disambiguations (which
+    /// pause the parent) are spawned one at a time. At most [`MAX_SPAWN_BATCH`] children; a
+    /// refused request refuses the whole batch and changes nothing.
+    pub fn spawn_batch(
+        &mut self,
+        now: Millis,
+        reqs: Vec<SpawnRequest>,
+    ) -> Result<Vec<SpawnOutcome>, ActorsError> {
+        self.check_spawn_enabled()?;
+        let Some(first) = reqs.first() else {
+            return Err(ActorsError::InvalidArgument(
+                "a spawn batch needs at least one request".into(),
+            ));
+        };
+        if reqs.len() > MAX_SPAWN_BATCH {
+            return Err(ActorsError::InvalidArgument(format!(
+                "a spawn batch holds at most {MAX_SPAWN_BATCH} children ({} asked)",
+                reqs.len()
+            )));
+        }
+        let parent = self.writable(&first.parent)?;
+        self.check_not_paused(&parent)?;
+        let mut reserved = BTreeSet::new();
+        let mut plans = Vec::new();
+        let mut tasks = self.non_terminal_tasks();
+        for r in reqs {
+            if r.parent != parent.as_str() {
+                return Err(ActorsError::InvalidArgument(format!(
+                    "a spawn batch has one parent (`{parent}`, not `{}`)",
+                    r.parent
+                )));
+            }
+            if r.node_type == NodeType::Disambiguation {
+                return Err(ActorsError::InvalidArgument(
+                    "a disambiguation pauses its parent: spawn it on its own".into(),
+                ));
+            }
+            let mut p = self.plan_spawn(&parent, r, &reserved)?;
+            if p.node_type == NodeType::Task {
+                tasks += 1;
+            }
+            if !p.explicit {
+                p.closeout = default_closeout(self.config.git_closeout, &p.node_type, tasks);
+            }
+            reserved.insert(p.id.clone());
+            plans.push(p);
+        }
+        let label = format!("spawn {} children of {parent}", plans.len());
+        let (outs, _) = self.commit_spawns(
+            now,
+            &parent,
+            plans,
+            label,
+            |_| Vec::new(),
+            |_| (Vec::new(), Vec::new()),
+            Vec::new(),
+        );
+        Ok(outs)
     }
 
     /// Applies spawn plans under one parent and commits one batch: stage 1 creates the

@@ -1230,3 +1230,159 @@ proptest! {
         prop_assert!(w.g.lineage_violations().is_empty());
     }
 }
+
+#[test]
+fn a_spawn_batch_is_one_batch_of_three_stages_whatever_its_size() {
+    let mut w = World::new();
+    let now = w.tick();
+    let reqs: Vec<SpawnRequest> = (0..4)
+        .map(|_| SpawnRequest::new("coordinator", NodeType::Task))
+        .collect();
+    let outs = w.g.spawn_batch(now, reqs).unwrap();
+    let ids: Vec<&str> = outs.iter().map(|o| o.child.as_str()).collect();
+    assert_eq!(ids, ["task", "task-2", "task-3", "task-4"]);
+    assert_eq!(
+        code(w.g.append(now, "task-2", NewLine::user("x"))),
+        "NOT_PERSISTED"
+    );
+    let batches = w.g.take_batches();
+    assert_eq!(batches.len(), 1);
+    assert_eq!(batches[0].stages.len(), 3);
+    assert_eq!(
+        batches[0].stages[0].len(),
+        4,
+        "the children, created together"
+    );
+    for b in batches {
+        w.store.apply(&b).unwrap();
+        w.g.ack(b.id).unwrap();
+    }
+    w.g.append(now, "task-2", NewLine::user("x")).unwrap();
+    w.flush();
+    let r = w.reopen();
+    assert!(r.diagnostics.is_empty() && r.repairs.is_empty(), "{r:?}");
+    assert_eq!(w.g.node("coordinator").unwrap().spawned.len(), 4);
+    // A refused request refuses the batch.
+    let mut bad = SpawnRequest::new("coordinator", NodeType::Task);
+    bad.id = Some("task".into());
+    let reqs = vec![SpawnRequest::new("coordinator", NodeType::Task), bad];
+    assert_eq!(code(w.g.spawn_batch(now, reqs)), "NODE_EXISTS");
+    assert!(!w.g.has_batches());
+    assert_eq!(w.g.node("coordinator").unwrap().spawned.len(), 4);
+}
+
+/// The head a lazy open reads (graph.json, the metathread, the node listing) and a reader
+/// that adds node files from the whole snapshot, counting the nodes asked for.
+fn lazy_open(
+    w: &mut World,
+    targets: &[&str],
+    spawns: bool,
+) -> (Result<LazyOpen, ActorsError>, Vec<String>) {
+    let full = w.store.load().unwrap();
+    let mut head = Snapshot {
+        files: full
+            .files
+            .iter()
+            .filter(|(p, _)| *p == GRAPH || *p == METATHREAD)
+            .map(|(p, b)| (p.clone(), b.clone()))
+            .collect(),
+        dirs: full.dirs.clone(),
+    };
+    head.dirs.sort();
+    let mut asked = Vec::new();
+    let out = ActorGraph::open_lazy(
+        w.config.clone(),
+        "mem://t",
+        head,
+        targets,
+        spawns,
+        |ids, snap| {
+            for id in ids {
+                asked.push(id.clone());
+                let prefix = format!("nodes/{id}/");
+                for (p, b) in full.files.range(prefix.clone()..) {
+                    if !p.starts_with(&prefix) {
+                        break;
+                    }
+                    snap.files.insert(p.clone(), b.clone());
+                }
+            }
+            Ok::<(), ActorsError>(())
+        },
+    );
+    (out, asked)
+}
+
+#[test]
+fn a_lazy_open_reads_only_what_a_command_touches_and_writes_what_a_full_open_writes() {
+    let mut w = World::new();
+    let a = w.spawn("coordinator", NodeType::Task, "alpha");
+    let b = w.spawn("coordinator", NodeType::Discussion, "beta");
+    let now = w.tick();
+    w.g.set_wait(now, b.as_str(), a.as_str(), Some(WaitMode::Warn))
+        .unwrap();
+    w.flush();
+    let (out, asked) = lazy_open(&mut w, &["coordinator"], true);
+    let LazyOpen::Ready(mut lazy) = out.unwrap() else {
+        panic!("a clean store opens lazily")
+    };
+    assert_eq!(asked, ["coordinator"]);
+    assert_eq!(
+        code(lazy.append(now, b.as_str(), NewLine::user("x"))),
+        "NOT_LOADED"
+    );
+    let (mut full, _) =
+        ActorGraph::open(w.config.clone(), "mem://t", &w.store.load().unwrap(), now).unwrap();
+    assert!(!full.has_batches());
+    let now = w.tick();
+    let mut r = SpawnRequest::new("coordinator", NodeType::Task);
+    r.title = "alpha".into();
+    let o1 = lazy.spawn(now, r.clone()).unwrap();
+    let o2 = full.spawn(now, r).unwrap();
+    assert_eq!(
+        o1.child.as_str(),
+        "alpha-2",
+        "ids of unread nodes stay taken"
+    );
+    assert_eq!(o1.child, o2.child);
+    let (lb, fb) = (lazy.take_batches(), full.take_batches());
+    assert_eq!(
+        lb.iter().map(WriteBatch::to_json).collect::<Vec<_>>(),
+        fb.iter().map(WriteBatch::to_json).collect::<Vec<_>>()
+    );
+    // A spawn cut before its last stage (no metathread record) needs the full open.
+    let mut r = SpawnRequest::new("coordinator", NodeType::Task);
+    r.id = Some("cut".into());
+    w.g.spawn(w.now, r).unwrap();
+    let mut batch = w.g.take_batches().remove(0);
+    batch.stages.pop();
+    w.store.apply(&batch).unwrap();
+    let (out, _) = lazy_open(&mut w, &["coordinator"], true);
+    match out.unwrap() {
+        LazyOpen::Full(why) => assert!(why.contains("`cut`"), "{why}"),
+        LazyOpen::Ready(_) => panic!("a half-finished spawn opens in full"),
+    }
+}
+
+#[test]
+fn a_lazy_spawn_reads_every_task_only_when_the_wave_rule_may_change_one() {
+    let config = HarnessConfig {
+        git_closeout: CloseoutDefault::PerNode,
+        ..HarnessConfig::default()
+    };
+    let mut w = World::with(config);
+    w.spawn("coordinator", NodeType::Task, "one");
+    w.spawn("coordinator", NodeType::Discussion, "talk");
+    let (out, asked) = lazy_open(&mut w, &["coordinator"], true);
+    assert!(matches!(out.unwrap(), LazyOpen::Ready(_)));
+    assert_eq!(asked, ["coordinator", "one"]);
+    let (_, asked) = lazy_open(&mut w, &["talk"], false);
+    assert_eq!(asked, ["talk"], "a message reads its node only");
+    w.config = HarnessConfig::default();
+    let (_, asked) = lazy_open(&mut w, &["coordinator"], true);
+    assert_eq!(
+        asked,
+        ["coordinator", "one"],
+        "`one` was spawned per-node: the wave may move it"
+    );
+}

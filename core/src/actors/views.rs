@@ -340,7 +340,8 @@ impl ActorGraph {
             "spawned": m.spawned,
             "status": m.status,
             "summary": m.summary,
-            "awaitingUser": self.is_awaiting_user(m),
+            // As written on disk (a contradicting status is diagnosed at open).
+            "awaitingUser": m.awaiting_user,
             "hidden": m.hidden,
             "pausedBy": m.routing_paused_by,
             "resolvedInto": m.resolved_into,

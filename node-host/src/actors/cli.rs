@@ -22,6 +22,10 @@ use weft_core::actors::{
     RelatedKind, Role, RouteOutcome, Scope, SpawnOutcome, SpawnRequest, Status, Trigger, WaitMode,
 };
 
+use weft_core::actors::proposer::{
+    DecidedProposer, ProposalContext, parse_proposal, proposal_request,
+};
+
 use super::{Session, config_from_env, wall_ms};
 
 /// Arguments of `weft actors`.
@@ -79,6 +83,10 @@ pub enum ActorsCommand {
         /// A wait subscription, `node` or `node:enforce` (repeatable).
         #[arg(long = "wait-on")]
         wait_on: Vec<String>,
+        /// Spawn this many children in one batch (a wave: the same three durable rounds as
+        /// one spawn). With `--id`, the ids are `<id>-1` … `<id>-N`; prints a JSON array.
+        #[arg(long, default_value_t = 1)]
+        count: usize,
     },
     /// Append a line to a node's chat.
     Message {
@@ -106,6 +114,13 @@ pub enum ActorsCommand {
         node: String,
         #[arg(long)]
         text: String,
+        /// Who proposes a spawn: `heuristic` (deterministic drift keywords) or `model` (the
+        /// model of --model proposes; without a configured model it says so and the
+        /// heuristic decides).
+        #[arg(long, default_value = "heuristic")]
+        proposer: String,
+        #[command(flatten)]
+        model: crate::model::ModelFlags,
     },
     /// Show mailboxes (all nodes, or one with --node); with --set, update one.
     Status {
@@ -253,6 +268,11 @@ pub enum ActorsCommand {
         /// The address to listen on (port 0 picks a free port; the URL is printed).
         #[arg(long, default_value = "127.0.0.1:8787")]
         listen: String,
+        /// Who proposes spawns on `route`: `heuristic` or `model` (see --model).
+        #[arg(long, default_value = "heuristic")]
+        proposer: String,
+        #[command(flatten)]
+        model: crate::model::ModelFlags,
     },
 }
 
@@ -283,13 +303,14 @@ impl ActorsCommand {
     }
 }
 
-fn exit_code(e: &ActorsError) -> u8 {
+/// The exit status of a failed actor command (`weft actors …`, `weft chat`), by error.
+pub(crate) fn exit_code(e: &ActorsError) -> u8 {
     match e {
         ActorsError::InvalidArgument(_)
         | ActorsError::InvalidNodeId { .. }
         | ActorsError::Config { .. } => 64,
         ActorsError::NotInitialized => 66,
-        ActorsError::StoreIo(_) => 74,
+        ActorsError::StoreIo(_) | ActorsError::SymlinkRefused(_) => 74,
         ActorsError::StoreLocked(_) => 75,
         _ => 1,
     }
@@ -363,12 +384,23 @@ pub async fn main(args: ActorsArgs) -> ExitCode {
             json,
         );
     }
-    if let ActorsCommand::Desk { c, listen } = args.command {
+    if let ActorsCommand::Desk {
+        c,
+        listen,
+        proposer,
+        model,
+    } = args.command
+    {
+        let proposer = match route_model(&proposer, &model) {
+            Ok(p) => p,
+            Err(e) => return fail(&e, json),
+        };
         return match crate::desk::serve_root(
             &c.root,
             config,
             &listen,
             Duration::from_millis(c.lock_timeout_ms),
+            proposer,
         )
         .await
         {
@@ -393,8 +425,76 @@ pub async fn main(args: ActorsArgs) -> ExitCode {
     }
 }
 
+/// The model `--proposer model` asks, or `None` for the heuristic (asked for, or no model
+/// configured: then a note says so on stderr).
+fn route_model(
+    proposer: &str,
+    flags: &crate::model::ModelFlags,
+) -> Result<Option<crate::model::ReqwestModel>, ActorsError> {
+    match proposer {
+        "heuristic" => Ok(None),
+        "model" => match weft_core::model::ModelConfig::resolve(&flags.choice())? {
+            Some(c) => Ok(Some(crate::model::ReqwestModel::new(c)?)),
+            None => {
+                eprintln!(
+                    "weft actors: note: no model configured ({}): {}; the keyword heuristic \
+                     proposes instead",
+                    weft_core::model::NO_MODEL_CONFIGURED,
+                    weft_core::model::builtin::HOW_TO_CONFIGURE
+                );
+                Ok(None)
+            }
+        },
+        other => Err(ActorsError::InvalidArgument(format!(
+            "unknown proposer `{other}` (heuristic or model)"
+        ))),
+    }
+}
+
+/// Asks `model` for the proposal of `text` in `node` (the rules are the core's:
+/// `proposal_request`, `parse_proposal`); `None` where `route` consults no proposer. Runs on a
+/// blocking thread of the runtime.
+fn propose_with_model(
+    model: &crate::model::ReqwestModel,
+    s: &Session,
+    node: &str,
+    text: &str,
+) -> Result<Option<DecidedProposer>, ActorsError> {
+    let Some(cx) = ProposalContext::of(&s.graph, node, text)? else {
+        return Ok(None);
+    };
+    let chat = proposal_request(&cx);
+    let answer = tokio::runtime::Handle::current().block_on(model.ask(&chat, &mut |_| {}))?;
+    Ok(Some(DecidedProposer(parse_proposal(
+        &cx,
+        answer.text.as_deref().unwrap_or(""),
+    )?)))
+}
+
 fn writer(c: &Common, config: HarnessConfig) -> Result<Session, ActorsError> {
-    let mut s = Session::writer(&c.root, config, Duration::from_millis(c.lock_timeout_ms))?;
+    let s = Session::writer(&c.root, config, Duration::from_millis(c.lock_timeout_ms))?;
+    armed(s)
+}
+
+/// The writer of a one-shot command that touches only `targets` (a lazy open: see
+/// [`Session::writer_lazy`]).
+fn lazy_writer(
+    c: &Common,
+    config: HarnessConfig,
+    targets: &[&str],
+    spawns: bool,
+) -> Result<Session, ActorsError> {
+    let s = Session::writer_lazy(
+        &c.root,
+        config,
+        Duration::from_millis(c.lock_timeout_ms),
+        targets,
+        spawns,
+    )?;
+    armed(s)
+}
+
+fn armed(mut s: Session) -> Result<Session, ActorsError> {
     if let Some(f) = super::fs_store::Failpoint::from_env() {
         s.store.set_failpoint(Some(f));
     }
@@ -467,6 +567,7 @@ fn run(cmd: ActorsCommand, config: HarnessConfig) -> Result<(Value, String), Act
             reason,
             git_closeout,
             wait_on,
+            count,
         } => {
             let mut r = SpawnRequest::new(parent, parse_type(&node_type)?);
             r.id = id;
@@ -481,7 +582,27 @@ fn run(cmd: ActorsCommand, config: HarnessConfig) -> Result<(Value, String), Act
                     .ok_or_else(|| ActorsError::InvalidArgument("--wait-on mode none".into()))?;
                 r.wait_on.push((n.to_owned(), m));
             }
-            let mut s = writer(&c, config)?;
+            let mut targets = vec![r.parent.as_str()];
+            targets.extend(r.wait_on.iter().map(|(n, _)| n.as_str()));
+            let mut s = lazy_writer(&c, config, &targets, true)?;
+            if count != 1 {
+                let reqs = (1..=count)
+                    .map(|i| {
+                        let mut q = r.clone();
+                        q.id = r.id.as_ref().map(|p| format!("{p}-{i}"));
+                        q
+                    })
+                    .collect();
+                let outs = s.graph.spawn_batch(now, reqs)?;
+                s.flush()?;
+                let v: Vec<Value> = outs.iter().map(|o| spawn_json(o, &s)).collect();
+                let h = outs
+                    .iter()
+                    .map(|o| format!("spawned {} `{}` under `{}`", o.node_type, o.child, o.parent))
+                    .collect::<Vec<_>>()
+                    .join("\n");
+                return Ok((Value::Array(v), h));
+            }
             let o = s.graph.spawn(now, r)?;
             s.flush()?;
             let v = spawn_json(&o, &s);
@@ -506,7 +627,9 @@ fn run(cmd: ActorsCommand, config: HarnessConfig) -> Result<(Value, String), Act
             } else {
                 text
             };
-            let mut s = writer(&c, config)?;
+            let mut targets = vec![node.as_str()];
+            targets.extend(from.as_deref());
+            let mut s = lazy_writer(&c, config, &targets, false)?;
             let line = s.graph.append(
                 now,
                 &node,
@@ -523,9 +646,23 @@ fn run(cmd: ActorsCommand, config: HarnessConfig) -> Result<(Value, String), Act
                 format!("{node}:{line}"),
             ))
         }
-        ActorsCommand::Route { c, node, text } => {
+        ActorsCommand::Route {
+            c,
+            node,
+            text,
+            proposer,
+            model,
+        } => {
+            let model = route_model(&proposer, &model)?;
             let mut s = writer(&c, config)?;
-            let out = s.graph.route(now, &node, &text, None, &HeuristicProposer)?;
+            let decided = match &model {
+                Some(m) => propose_with_model(m, &s, &node, &text)?,
+                None => None,
+            };
+            let out = match &decided {
+                Some(d) => s.graph.route(now, &node, &text, None, d)?,
+                None => s.graph.route(now, &node, &text, None, &HeuristicProposer)?,
+            };
             s.flush()?;
             Ok(match out {
                 RouteOutcome::Continued { node, line } => (
@@ -562,7 +699,7 @@ fn run(cmd: ActorsCommand, config: HarnessConfig) -> Result<(Value, String), Act
             if let Some(st) = set {
                 let node =
                     node.ok_or_else(|| ActorsError::InvalidArgument("--set needs --node".into()))?;
-                let mut s = writer(&c, config)?;
+                let mut s = lazy_writer(&c, config, &[node.as_str()], false)?;
                 let mb =
                     s.graph
                         .set_status(now, &node, Status::parse(&st), summary, awaiting_user)?;

@@ -9,10 +9,11 @@
 //!   new inode costs more CPU than an fsync waits). Elsewhere, a plain rename over the record;
 //! * `append` (JSONL logs): one `write` of whole lines, then fsync (a new log also fsyncs its
 //!   directory);
-//! * `createNode`: build `nodes/.new,<batch>,<manifest>,<id>/` with its files (the manifest
+//! * `createNode`: build `.weft/.new,<batch>,<manifest>,<id>/` with its files (the manifest
 //!   lists each file's length and a hash of its content), fsync them, the directory and
-//!   `nodes/`, then rename it to `nodes/<id>` as the *next* stage begins; that stage's round
-//!   fsyncs `nodes/`. A power loss can thus keep the next stage's ops without the rename: the
+//!   `.weft/`, then rename it to `nodes/<id>` as the *next* stage begins; that stage's round
+//!   fsyncs `nodes/` and `.weft/`. Pending work never lives under `nodes/`, so `nodes/` holds
+//!   only whole nodes at every crash point (other readers of `$CHAT_ROOT` list it as is). A power loss can thus keep the next stage's ops without the rename: the
 //!   pending directory is then whole (its stage was durable before the next one began), and
 //!   opening as a writer renames it into place. A pending directory that is not whole was cut
 //!   short in its own stage, which nothing durable names yet, and is removed. When the node is
@@ -27,6 +28,12 @@
 //! invisible until moved into place, so this changes nothing a crash can expose. A spawn thus
 //! takes three rounds: the child's files and the put temporaries; the child's rename, the
 //! parent's record, `graph.json` and the routing marker; the metathread record.
+//!
+//! Walls: every operation names one entry of a directory handle reached from the root's
+//! handle one component at a time ([`super::walls`]), and no symbolic link is followed — a
+//! link where the store reads or writes (the lock files included) is refused with
+//! `SYMLINK_REFUSED` before anything past it is opened, so nothing outside the root is ever
+//! opened for writing.
 //!
 //! One writer at a time: a writer holds an exclusive lock on `$CHAT_ROOT/.weft-lock` (released
 //! by the kernel when the process dies, so `kill -9` never leaves a stale lock). Readers hold
@@ -48,21 +55,31 @@ use weft_core::actors::store::{
 };
 use weft_core::actors::{ActorsError, NodeId};
 
+use super::walls::{Dir, Kind, Mode, is_symlink_error};
+
 /// The lock file a writer holds.
 pub const LOCK_FILE: &str = ".weft-lock";
 /// The lock file readers hold shared while they read records; the writer overwrites a spare
 /// temporary in place only when it can briefly take it exclusively (see the module documentation).
 pub const READERS_FILE: &str = ".weft-readers";
+/// The staging directory at the root where nodes are built before they move into `nodes/`
+/// (readers of the `$CHAT_ROOT` format ignore it).
+pub const STAGING_DIR: &str = ".weft";
+const GRAPH_FILE: &str = "graph.json";
+const METATHREAD_FILE: &str = "orchestrator/meta.jsonl";
+const INDEX_FILE: &str = "orchestrator/index.json";
+const BOOKMARKS_FILE: &str = "timeline/bookmarks.jsonl";
 const TMP_SUFFIX: &str = ".weft-tmp";
 const NODE_TMP_PREFIX: &str = ".tmp-";
 /// A node directory under construction whose name carries the manifest of its files (see
 /// [`PendingNode`]).
 const NODE_NEW_PREFIX: &str = ".new,";
-/// The name under `nodes/` where the store builds node `id` of batch `batch` before renaming it
-/// into place, or `None` when it builds it under a plain temporary name (see the module documentation).
-/// Tests use it to lay out what a power loss can leave.
+/// The path (relative to the root, under [`STAGING_DIR`]) where the store builds node `id` of
+/// batch `batch` before renaming it into `nodes/`, or `None` when it builds it under a plain
+/// temporary name (see the module documentation). Tests use it to lay out what a power loss
+/// can leave.
 pub fn pending_node_dir(batch: u64, id: &str, files: &[(String, String)]) -> Option<String> {
-    PendingNode::dir_name(batch, id, files)
+    PendingNode::dir_name(batch, id, files).map(|n| format!("{STAGING_DIR}/{n}"))
 }
 
 /// A node directory built under `nodes/.new,<batch>,<manifest>,<id>`: its name lists every
@@ -135,9 +152,9 @@ impl PendingNode {
     /// Whether every file of the manifest is in `dir` with (at least) its length and, over that
     /// length, its content. (Later stages of the batch may have appended to a file, so a longer
     /// file is judged by its first `len` bytes.)
-    fn complete(&self, dir: &Path) -> bool {
+    fn complete(&self, dir: &Dir) -> bool {
         self.files.iter().all(|(name, len, hash)| {
-            let Ok(f) = File::open(dir.join(name)) else {
+            let Ok(f) = dir.open(name, Mode::Read) else {
                 return false;
             };
             let mut bytes = Vec::new();
@@ -183,22 +200,26 @@ impl Failpoint {
 /// A `$CHAT_ROOT` on disk.
 pub struct FsStore {
     root: PathBuf,
+    /// The root's handle: every operation starts here.
+    dir: Dir,
+    /// Directory handles of a writer, by relative path, reused within a batch (bounded).
+    cache: BTreeMap<String, Dir>,
     lock: Option<File>,
     pool: Option<SyncPool>,
     /// Fsyncs owed by prewritten temporaries, joined to the next stage's first round.
     pending_sync: Vec<SyncJob>,
-    /// Node directories of the previous stage, built and durable under their pending names,
-    /// to rename into place as the next stage begins.
-    deferred: Vec<(PathBuf, PathBuf)>,
+    /// Node directories of the previous stage, built and durable under their pending names
+    /// in `.weft/`, to rename into `nodes/<id>` as the next stage begins: (staged name, id).
+    deferred: Vec<(String, String)>,
     /// The temporary each `put` of the batch in flight writes, by (stage, op).
-    put_temps: BTreeMap<(usize, usize), PathBuf>,
+    put_temps: BTreeMap<(usize, usize), String>,
     /// Spare temporaries, by the record they replace: `<record>.weft-tmp-spare`, holding the
     /// record's previous version after an exchange made durable by this process. The next
     /// `put` of that record overwrites the spare in place and exchanges it again, so a
     /// steady writer creates and frees no inodes for its records (on this project's VM an
     /// inode costs more than an fsync). Removed on drop; a crash leaves them to the next
     /// writer's open, which removes every temporary.
-    spares: BTreeMap<PathBuf, PathBuf>,
+    spares: BTreeMap<String, String>,
     /// The writer's handle on [`READERS_FILE`].
     readers: Option<File>,
     /// Whether `renameat2(RENAME_EXCHANGE)` works here (Linux; turned off on the first
@@ -209,58 +230,43 @@ pub struct FsStore {
     steps: u64,
 }
 
-fn io(what: impl std::fmt::Display, e: std::io::Error) -> ActorsError {
-    ActorsError::StoreIo(format!("{what}: {e}"))
-}
-
-fn fsync_dir(dir: &Path) -> std::io::Result<()> {
-    File::open(dir)?.sync_all()
-}
-
-/// Atomically exchanges two directory entries (`renameat2(RENAME_EXCHANGE)`): afterwards, and
-/// after a crash, each name holds one of the two files, whole.
-#[cfg(target_os = "linux")]
-fn exchange(a: &Path, b: &Path) -> std::io::Result<()> {
-    use std::os::unix::ffi::OsStrExt;
-    let ca = std::ffi::CString::new(a.as_os_str().as_bytes())?;
-    let cb = std::ffi::CString::new(b.as_os_str().as_bytes())?;
-    // SAFETY: both pointers are NUL-terminated strings that outlive the call, which only
-    // reads them.
-    let r = unsafe {
-        libc::renameat2(
-            libc::AT_FDCWD,
-            ca.as_ptr(),
-            libc::AT_FDCWD,
-            cb.as_ptr(),
-            libc::RENAME_EXCHANGE,
-        )
-    };
-    if r == 0 {
-        Ok(())
+/// An I/O error of the store on `rel` (a path under the root): a symbolic link met on the way
+/// is `SYMLINK_REFUSED`, naming the link.
+fn io(what: &str, rel: &str, e: std::io::Error) -> ActorsError {
+    if is_symlink_error(&e) {
+        ActorsError::SymlinkRefused(if rel.is_empty() {
+            ".".into()
+        } else {
+            rel.into()
+        })
     } else {
-        Err(std::io::Error::last_os_error())
+        ActorsError::StoreIo(format!("{what} {rel}: {e}"))
     }
 }
 
-#[cfg(not(target_os = "linux"))]
-fn exchange(_: &Path, _: &Path) -> std::io::Result<()> {
-    Err(std::io::ErrorKind::Unsupported.into())
+/// `rel` split into its parent directory (`""` for the root) and its last component.
+fn split(rel: &str) -> (&str, &str) {
+    match rel.rsplit_once('/') {
+        Some((d, n)) => (d, n),
+        None => ("", rel),
+    }
 }
 
-/// One fsync to perform: a file (its handle moves to the worker) or a directory (by path).
-enum SyncJob {
-    File(PathBuf, File),
-    Dir(PathBuf),
+fn join(dir: &str, name: &str) -> String {
+    if dir.is_empty() {
+        name.to_owned()
+    } else {
+        format!("{dir}/{name}")
+    }
 }
+
+/// One fsync to perform: a file or a directory (its handle moves to the worker), with the
+/// relative path for errors.
+struct SyncJob(String, File);
 
 impl SyncJob {
     fn run(self) -> Result<(), ActorsError> {
-        match self {
-            SyncJob::File(p, f) => f
-                .sync_all()
-                .map_err(|e| io(format!("fsync {}", p.display()), e)),
-            SyncJob::Dir(d) => fsync_dir(&d).map_err(|e| io(format!("fsync {}", d.display()), e)),
-        }
+        self.1.sync_all().map_err(|e| io("fsync", &self.0, e))
     }
 }
 
@@ -346,47 +352,74 @@ impl Drop for SyncPool {
     }
 }
 
+/// A rename a stage performs once its first round is durable.
+enum Move {
+    /// A put's temporary over its record, in the record's directory.
+    Put { tmp: String, dest: String },
+    /// A node built under `.weft/<staged>` into `nodes/<id>`.
+    Node { staged: String, id: String },
+    /// A record moved aside (`Op::Rename`).
+    Plain { from: String, to: String },
+}
+
 impl FsStore {
+    fn new(root: &Path, dir: Dir, lock: Option<File>, readers: Option<File>) -> FsStore {
+        FsStore {
+            root: root.to_owned(),
+            pool: lock.is_some().then(SyncPool::new),
+            dir,
+            lock,
+            pending_sync: Vec::new(),
+            deferred: Vec::new(),
+            put_temps: BTreeMap::new(),
+            spares: BTreeMap::new(),
+            exchange: cfg!(target_os = "linux"),
+            readers,
+            cache: BTreeMap::new(),
+            stats: FsStats::default(),
+            failpoint: None,
+            steps: 0,
+        }
+    }
+
     /// Opens `root` for reading only (no lock; what a concurrent writer is doing may show as a
     /// torn last line, which the core reports).
     pub fn open_reader(root: &Path) -> Result<FsStore, ActorsError> {
         if !root.is_dir() {
             return Err(ActorsError::NotInitialized);
         }
-        Ok(FsStore {
-            root: root.to_owned(),
-            lock: None,
-            pool: None,
-            pending_sync: Vec::new(),
-            deferred: Vec::new(),
-            put_temps: BTreeMap::new(),
-            spares: BTreeMap::new(),
-            exchange: cfg!(target_os = "linux"),
-            readers: None,
-            stats: FsStats::default(),
-            failpoint: None,
-            steps: 0,
-        })
+        let dir = Dir::open_path(root).map_err(|e| io("open", ".", e))?;
+        Ok(FsStore::new(root, dir, None, None))
     }
 
     /// Opens `root` as its one writer, creating the directory if needed. Waits up to `wait`
     /// for another writer to finish (`STORE_LOCKED` after that), then removes temporaries a
-    /// crashed writer left.
+    /// crashed writer left. The lock files are opened through the root's handle, never
+    /// following a link (`SYMLINK_REFUSED`).
     pub fn open_writer(root: &Path, wait: Duration) -> Result<FsStore, ActorsError> {
-        fs::create_dir_all(root).map_err(|e| io(format!("create {}", root.display()), e))?;
-        let path = root.join(LOCK_FILE);
-        let mut f = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(&path)
-            .map_err(|e| io(format!("open {}", path.display()), e))?;
+        let mut s = Self::open_writer_unswept(root, wait)?;
+        s.sweep_temporaries()?;
+        Ok(s)
+    }
+
+    /// Like [`open_writer`](Self::open_writer), but the temporaries beside records (a put's
+    /// `*.weft-tmp*` files, which no reader reads and the next put of the record replaces) are
+    /// left for a later full open: finding them means listing every node directory. Staged nodes
+    /// in `.weft/` (and legacy `nodes/.new,…`) are still renamed into place or removed. For a
+    /// command that opens lazily ([`weft_core::actors::ActorGraph::open_lazy`]); when that
+    /// answers "full", call [`sweep_temporaries`](Self::sweep_temporaries) before loading.
+    pub fn open_writer_unswept(root: &Path, wait: Duration) -> Result<FsStore, ActorsError> {
+        std::fs::create_dir_all(root)
+            .map_err(|e| ActorsError::StoreIo(format!("create {}: {e}", root.display())))?;
+        let dir = Dir::open_path(root).map_err(|e| io("open", ".", e))?;
+        let mut f = dir
+            .open(LOCK_FILE, Mode::ReadWriteCreate)
+            .map_err(|e| io("open", LOCK_FILE, e))?;
         let start = Instant::now();
         loop {
             match f.try_lock() {
                 Ok(()) => break,
-                Err(fs::TryLockError::WouldBlock) => {
+                Err(std::fs::TryLockError::WouldBlock) => {
                     if start.elapsed() >= wait {
                         let mut holder = String::new();
                         let _ = f.read_to_string(&mut holder);
@@ -403,8 +436,8 @@ impl FsStore {
                     }
                     std::thread::sleep(Duration::from_millis(5));
                 }
-                Err(fs::TryLockError::Error(e)) => {
-                    return Err(io(format!("lock {}", path.display()), e));
+                Err(std::fs::TryLockError::Error(e)) => {
+                    return Err(io("lock", LOCK_FILE, e));
                 }
             }
         }
@@ -414,29 +447,27 @@ impl FsStore {
             std::env::args().take(3).collect::<Vec<_>>().join(" ")
         );
         let _ = f.set_len(0).and_then(|_| (&f).write_all(me.as_bytes()));
-        let readers = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(root.join(READERS_FILE))
-            .map_err(|e| io(format!("open {}", root.join(READERS_FILE).display()), e))?;
-        let mut s = FsStore {
-            root: root.to_owned(),
-            lock: Some(f),
-            pool: Some(SyncPool::new()),
-            pending_sync: Vec::new(),
-            deferred: Vec::new(),
-            put_temps: BTreeMap::new(),
-            spares: BTreeMap::new(),
-            exchange: cfg!(target_os = "linux"),
-            readers: Some(readers),
-            stats: FsStats::default(),
-            failpoint: None,
-            steps: 0,
-        };
-        s.clean_temporaries()?;
+        let readers = dir
+            .open(READERS_FILE, Mode::ReadWriteCreate)
+            .map_err(|e| io("open", READERS_FILE, e))?;
+        let mut s = FsStore::new(root, dir, Some(f), Some(readers));
+        s.clean_staging()?;
         Ok(s)
+    }
+
+    /// Removes every `*.weft-tmp*` temporary a crashed writer left beside records (a walk of
+    /// the whole root: one listing per directory).
+    pub fn sweep_temporaries(&mut self) -> Result<(), ActorsError> {
+        for rel in self.walk_files()? {
+            if split(&rel).1.contains(TMP_SUFFIX) {
+                let (parent, name) = split(&rel);
+                if let Some(d) = self.dir_at(parent, None)? {
+                    d.remove_file(name).map_err(|e| io("remove", &rel, e))?;
+                }
+            }
+        }
+        self.cache.clear();
+        Ok(())
     }
 
     /// Arms a crash failpoint (tests).
@@ -451,7 +482,7 @@ impl FsStore {
 
     /// The address prefix recorded in node records: the root's absolute path.
     pub fn address(&self) -> String {
-        let p = fs::canonicalize(&self.root).unwrap_or_else(|_| self.root.clone());
+        let p = std::fs::canonicalize(&self.root).unwrap_or_else(|_| self.root.clone());
         p.to_string_lossy().into_owned()
     }
 
@@ -460,97 +491,155 @@ impl FsStore {
         self.lock.is_some()
     }
 
-    fn clean_temporaries(&mut self) -> Result<(), ActorsError> {
-        let nodes = self.root.join("nodes");
-        let mut removed = false;
-        if let Ok(rd) = fs::read_dir(&nodes) {
-            for e in rd.flatten() {
-                let name = e.file_name().to_string_lossy().into_owned();
-                if name.starts_with(NODE_NEW_PREFIX) {
+    /// How many files and directories this store has opened (listings count one each): what
+    /// a command costs in the number of nodes (tests and benchmarks assert it).
+    pub fn opens(&self) -> u64 {
+        self.dir.opens()
+    }
+
+    /// The directory `rel` (`""`: the root), reached one component at a time from the root's
+    /// handle (a link on the way is `SYMLINK_REFUSED`); `None` when it does not exist. With
+    /// `create`, missing directories are created and noted (with their parents) for fsync.
+    fn dir_at(
+        &mut self,
+        rel: &str,
+        mut create: Option<&mut BTreeSet<String>>,
+    ) -> Result<Option<Dir>, ActorsError> {
+        if rel.is_empty() {
+            return Ok(Some(self.dir.try_clone().map_err(|e| io("open", ".", e))?));
+        }
+        if let Some(d) = self.cache.get(rel) {
+            return Ok(Some(d.try_clone().map_err(|e| io("open", rel, e))?));
+        }
+        let (parent, name) = split(rel);
+        let Some(p) = self.dir_at(parent, create.as_deref_mut())? else {
+            return Ok(None);
+        };
+        if let Some(dirty) = create
+            && p.mkdir(name).map_err(|e| io("create", rel, e))?
+        {
+            dirty.insert(parent.to_owned());
+            dirty.insert(rel.to_owned());
+        }
+        let d = match p.dir(name) {
+            Ok(d) => d,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(io("open", rel, e)),
+        };
+        if self.lock.is_some() && self.cache.len() < 64 {
+            // A writer's directories are stable while it holds the lock (within a batch).
+            self.cache.insert(
+                rel.to_owned(),
+                d.try_clone().map_err(|e| io("open", rel, e))?,
+            );
+        }
+        Ok(Some(d))
+    }
+
+    /// The directory `rel`, created when missing.
+    fn make_dir(&mut self, rel: &str, dirty: &mut BTreeSet<String>) -> Result<Dir, ActorsError> {
+        self.dir_at(rel, Some(dirty))?
+            .ok_or_else(|| ActorsError::StoreIo(format!("{rel} vanished while created")))
+    }
+
+    fn sync_job(&mut self, rel: &str) -> Result<Option<SyncJob>, ActorsError> {
+        Ok(self.dir_at(rel, None)?.map(|d| {
+            SyncJob(
+                if rel.is_empty() {
+                    ".".into()
+                } else {
+                    rel.into()
+                },
+                d.into_file(),
+            )
+        }))
+    }
+
+    /// Handles what a crashed writer left: nodes built under `.weft/` (and, in roots written by
+    /// earlier versions, under `nodes/.new,…` / `nodes/.tmp-…`) are renamed into place when
+    /// whole and their stage may be named by durable records, removed otherwise; every other
+    /// temporary in `.weft/` is removed (those beside records: [`Self::sweep_temporaries`]).
+    fn clean_staging(&mut self) -> Result<(), ActorsError> {
+        let mut dirty = BTreeSet::new();
+        for area in [STAGING_DIR, "nodes"] {
+            let Some(d) = self.dir_at(area, None)? else {
+                continue;
+            };
+            let entries = d.list().map_err(|e| io("list", area, e))?;
+            for (name, kind) in entries {
+                let staged = area == STAGING_DIR;
+                if !staged && !name.starts_with('.') {
+                    continue;
+                }
+                let rel = join(area, &name);
+                if name.starts_with(NODE_NEW_PREFIX) && kind == Kind::Dir {
                     // A node built in a stage whose rename into place was deferred to the next
                     // stage: if every file is whole, the stage was durable before the next one
                     // began (which may have left records naming the node), so it is renamed
                     // into place; otherwise that stage never completed, nothing names the node,
                     // and it is removed.
-                    let dest = PendingNode::parse(&name)
-                        .filter(|p| p.complete(&e.path()))
-                        .map(|p| nodes.join(p.id))
-                        .filter(|d| !d.exists());
-                    match dest {
-                        Some(d) => fs::rename(e.path(), &d).map_err(|er| {
-                            io(
-                                format!("rename {} → {}", e.path().display(), d.display()),
-                                er,
-                            )
-                        })?,
-                        None => fs::remove_dir_all(e.path())
-                            .map_err(|er| io(format!("remove {}", e.path().display()), er))?,
+                    let nodes = self.make_dir("nodes", &mut dirty)?;
+                    let whole = match PendingNode::parse(&name) {
+                        Some(p) => {
+                            let sub = d.dir(&name).map_err(|e| io("open", &rel, e))?;
+                            (p.complete(&sub) && nodes.kind(&p.id).ok().flatten().is_none())
+                                .then_some(p.id)
+                        }
+                        None => None,
+                    };
+                    match whole {
+                        Some(id) => d
+                            .rename(&name, &nodes, &id)
+                            .map_err(|e| io("rename", &rel, e))?,
+                        None => d.remove_tree(&name).map_err(|e| io("remove", &rel, e))?,
                     }
-                    removed = true;
-                } else if name.starts_with(NODE_TMP_PREFIX) {
-                    fs::remove_dir_all(e.path())
-                        .map_err(|er| io(format!("remove {}", e.path().display()), er))?;
-                    removed = true;
+                    dirty.insert("nodes".into());
+                    dirty.insert(area.into());
+                } else if name.starts_with(NODE_TMP_PREFIX) || (staged && name.contains(TMP_SUFFIX))
+                {
+                    d.remove_tree(&name).map_err(|e| io("remove", &rel, e))?;
+                    dirty.insert(area.into());
                 }
             }
         }
-        for p in self.walk()? {
-            if p.file_name()
-                .is_some_and(|n| n.to_string_lossy().contains(TMP_SUFFIX))
-            {
-                fs::remove_file(&p).map_err(|e| io(format!("remove {}", p.display()), e))?;
-                removed = true;
-            }
+        let mut jobs = Vec::new();
+        for rel in dirty {
+            jobs.extend(self.sync_job(&rel)?);
         }
-        if removed && nodes.is_dir() {
-            self.sync(vec![SyncJob::Dir(nodes)])?;
+        if !jobs.is_empty() {
+            self.sync(jobs)?;
         }
+        self.cache.clear();
         Ok(())
     }
 
-    /// Every regular file under the root (relative paths use `/`), skipping `nodes/.tmp-*`.
-    fn walk(&self) -> Result<Vec<PathBuf>, ActorsError> {
+    /// Every regular file under the root, by relative path: links are never followed (nor
+    /// listed), `.weft/` and the pending directories are skipped.
+    fn walk_files(&mut self) -> Result<Vec<String>, ActorsError> {
         let mut out = Vec::new();
-        let mut stack = vec![self.root.clone()];
-        while let Some(d) = stack.pop() {
-            let rd = match fs::read_dir(&d) {
-                Ok(rd) => rd,
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
-                Err(e) => return Err(io(format!("read {}", d.display()), e)),
+        let mut stack = vec![String::new()];
+        while let Some(rel) = stack.pop() {
+            let Some(d) = self.dir_at(&rel, None)? else {
+                continue;
             };
-            for e in rd.flatten() {
-                let ft = match e.file_type() {
-                    Ok(t) => t,
-                    Err(_) => continue,
-                };
-                if ft.is_dir() {
-                    let name = e.file_name().to_string_lossy().into_owned();
-                    if d.ends_with("nodes")
-                        && (name.starts_with(NODE_TMP_PREFIX) || name.starts_with(NODE_NEW_PREFIX))
-                    {
-                        continue;
+            for (name, kind) in d.list().map_err(|e| io("list", &rel, e))? {
+                let child = join(&rel, &name);
+                match kind {
+                    Kind::Dir => {
+                        let skip = (rel.is_empty() && name == STAGING_DIR)
+                            || (rel == "nodes"
+                                && (name.starts_with(NODE_TMP_PREFIX)
+                                    || name.starts_with(NODE_NEW_PREFIX)));
+                        if !skip {
+                            stack.push(child);
+                        }
                     }
-                    stack.push(e.path());
-                } else if ft.is_file() {
-                    out.push(e.path());
+                    Kind::File => out.push(child),
+                    _ => {}
                 }
             }
         }
         Ok(out)
-    }
-
-    fn rel(&self, p: &Path) -> Option<String> {
-        let r = p.strip_prefix(&self.root).ok()?;
-        let parts: Vec<String> = r
-            .components()
-            .map(|c| c.as_os_str().to_string_lossy().into_owned())
-            .collect();
-        Some(parts.join("/"))
-    }
-
-    fn path(&self, rel: &str) -> Result<PathBuf, ActorsError> {
-        check_path(rel).map_err(ActorsError::InvalidArgument)?;
-        Ok(rel.split('/').fold(self.root.clone(), |p, c| p.join(c)))
     }
 
     /// Counts a durability step and crashes here when the failpoint says so.
@@ -575,40 +664,12 @@ impl FsStore {
             .run(jobs, &self.stats)
     }
 
-    /// Creates the missing directories of `dir` (and notes each new one's parent for fsync).
-    fn ensure_dir(&self, dir: &Path, dirty: &mut BTreeSet<PathBuf>) -> Result<(), ActorsError> {
-        let mut missing = Vec::new();
-        let mut d = dir.to_owned();
-        while !d.is_dir() {
-            missing.push(d.clone());
-            match d.parent() {
-                Some(p) => d = p.to_owned(),
-                None => break,
-            }
-        }
-        for m in missing.iter().rev() {
-            match fs::create_dir(m) {
-                Ok(()) => {}
-                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
-                Err(e) => return Err(io(format!("create {}", m.display()), e)),
-            }
-            if let Some(p) = m.parent() {
-                dirty.insert(p.to_owned());
-            }
-            dirty.insert(m.clone());
-        }
-        Ok(())
-    }
-
-    fn write_new(path: &Path, text: &str) -> Result<File, ActorsError> {
-        let mut f = OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .open(path)
-            .map_err(|e| io(format!("create {}", path.display()), e))?;
+    fn write_new(dir: &Dir, rel: &str, text: &str) -> Result<File, ActorsError> {
+        let mut f = dir
+            .open(split(rel).1, Mode::Create)
+            .map_err(|e| io("create", rel, e))?;
         f.write_all(text.as_bytes())
-            .map_err(|e| io(format!("write {}", path.display()), e))?;
+            .map_err(|e| io("write", rel, e))?;
         Ok(f)
     }
 
@@ -619,7 +680,7 @@ impl FsStore {
     fn prewrite_puts(
         &mut self,
         batch: &WriteBatch,
-        dirty: &mut BTreeSet<PathBuf>,
+        dirty: &mut BTreeSet<String>,
     ) -> Result<(), ActorsError> {
         let mut files = Vec::new();
         self.put_temps.clear();
@@ -635,25 +696,21 @@ impl FsStore {
         for (si, ops) in batch.stages.iter().enumerate() {
             for (oi, op) in ops.iter().enumerate() {
                 if let Op::Put { path, text } = op {
-                    let dest = self.path(path)?;
-                    let parent = dest.parent().expect("under root").to_owned();
-                    self.ensure_dir(&parent, dirty)?;
-                    let spare = Self::spare_path(&dest);
+                    check_path(path).map_err(ActorsError::InvalidArgument)?;
+                    let (parent, _) = split(path);
+                    let d = self.make_dir(parent, dirty)?;
+                    let spare = Self::spare_path(path);
                     let tmp = if used.insert(spare.clone()) {
                         spare
                     } else {
-                        PathBuf::from(format!(
-                            "{}{TMP_SUFFIX}-{}-{si}-{oi}",
-                            dest.display(),
-                            batch.id
-                        ))
+                        format!("{path}{TMP_SUFFIX}-{}-{si}-{oi}", batch.id)
                     };
                     self.step();
-                    let f = match self.spares.remove(&dest) {
-                        Some(s) if s == tmp && quiet => Self::overwrite(&tmp, text)?,
-                        _ => Self::write_fresh(&tmp, text)?,
+                    let f = match self.spares.remove(path) {
+                        Some(s) if s == tmp && quiet => Self::overwrite(&d, &tmp, text)?,
+                        _ => Self::write_fresh(&d, &tmp, text)?,
                     };
-                    files.push(SyncJob::File(tmp.clone(), f));
+                    files.push(SyncJob(tmp.clone(), f));
                     self.put_temps.insert((si, oi), tmp);
                 }
             }
@@ -663,40 +720,47 @@ impl FsStore {
     }
 
     /// The temporary a put of `dest` writes, which becomes its spare.
-    fn spare_path(dest: &Path) -> PathBuf {
-        PathBuf::from(format!("{}{TMP_SUFFIX}-spare", dest.display()))
+    fn spare_path(dest: &str) -> String {
+        format!("{dest}{TMP_SUFFIX}-spare")
     }
 
-    /// Writes `text` to a new inode at `path` (unlinking what was there: a stale spare may be
+    /// Writes `text` to a new inode at `rel` (unlinking what was there: a stale spare may be
     /// open in a reader).
-    fn write_fresh(path: &Path, text: &str) -> Result<File, ActorsError> {
-        match fs::remove_file(path) {
-            Ok(()) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(e) => return Err(io(format!("remove {}", path.display()), e)),
-        }
-        Self::write_new(path, text)
+    fn write_fresh(dir: &Dir, rel: &str, text: &str) -> Result<File, ActorsError> {
+        dir.remove_file(split(rel).1)
+            .map_err(|e| io("remove", rel, e))?;
+        Self::write_new(dir, rel, text)
     }
 
     /// Rewrites an existing file in place (no new inode): the whole `text` from offset 0, then
     /// the length.
-    fn overwrite(path: &Path, text: &str) -> Result<File, ActorsError> {
-        let mut f = OpenOptions::new()
-            .write(true)
-            .open(path)
-            .map_err(|e| io(format!("open {}", path.display()), e))?;
+    fn overwrite(dir: &Dir, rel: &str, text: &str) -> Result<File, ActorsError> {
+        let mut f = dir
+            .open(split(rel).1, Mode::Write)
+            .map_err(|e| io("open", rel, e))?;
         f.write_all(text.as_bytes())
             .and_then(|_| f.set_len(text.len() as u64))
-            .map_err(|e| io(format!("write {}", path.display()), e))?;
+            .map_err(|e| io("write", rel, e))?;
         Ok(f)
     }
 
     /// Moves a put's temporary into place: exchanges it with the record when the record exists
-    /// (the previous version stays behind as the spare, returned), renames it otherwise.
-    fn replace(&mut self, tmp: &Path, dest: &Path) -> Result<Option<PathBuf>, ActorsError> {
-        let spare_name = *tmp == Self::spare_path(dest);
-        if self.exchange && spare_name && dest.exists() {
-            match exchange(tmp, dest) {
+    /// (the previous version stays behind as the spare, returned), renames it otherwise. A
+    /// record that is a link is refused (a rename would replace the link, an exchange would
+    /// keep it as the spare).
+    fn replace(&mut self, tmp: &str, dest: &str) -> Result<Option<String>, ActorsError> {
+        let (parent, name) = split(dest);
+        let d = self
+            .dir_at(parent, None)?
+            .ok_or_else(|| ActorsError::StoreIo(format!("{parent} vanished")))?;
+        let kind = d.kind(name).map_err(|e| io("stat", dest, e))?;
+        if kind == Some(Kind::Symlink) {
+            return Err(ActorsError::SymlinkRefused(dest.to_owned()));
+        }
+        let tmp_name = split(tmp).1;
+        let spare_name = tmp == Self::spare_path(dest);
+        if self.exchange && spare_name && kind.is_some() {
+            match d.exchange(tmp_name, name) {
                 Ok(()) => return Ok(Some(tmp.to_owned())),
                 Err(e)
                     if matches!(e.kind(), std::io::ErrorKind::Unsupported)
@@ -705,17 +769,69 @@ impl FsStore {
                     // EINVAL, ENOSYS, EOPNOTSUPP: this file system cannot exchange.
                     self.exchange = false;
                 }
-                Err(e) => {
-                    return Err(io(
-                        format!("exchange {} ↔ {}", tmp.display(), dest.display()),
-                        e,
-                    ));
-                }
+                Err(e) => return Err(io("exchange", dest, e)),
             }
         }
-        fs::rename(tmp, dest)
-            .map_err(|e| io(format!("rename {} → {}", tmp.display(), dest.display()), e))?;
+        d.rename(tmp_name, &d, name)
+            .map_err(|e| io("rename", dest, e))?;
         Ok(None)
+    }
+
+    /// Builds node `id` under `.weft/<staged>` with its files; returns the fsyncs it owes.
+    fn build_node(
+        &mut self,
+        staged: &str,
+        init: &[(String, String)],
+        dirty: &mut BTreeSet<String>,
+        first: &mut Vec<SyncJob>,
+    ) -> Result<(), ActorsError> {
+        let staging = self.make_dir(STAGING_DIR, dirty)?;
+        let rel = join(STAGING_DIR, staged);
+        if staging
+            .kind(staged)
+            .map_err(|e| io("stat", &rel, e))?
+            .is_some()
+        {
+            staging
+                .remove_tree(staged)
+                .map_err(|e| io("remove", &rel, e))?;
+        }
+        staging.mkdir(staged).map_err(|e| io("create", &rel, e))?;
+        let top = staging.dir(staged).map_err(|e| io("open", &rel, e))?;
+        for (name, text) in init {
+            check_path(name).map_err(ActorsError::InvalidArgument)?;
+            let mut d = top.try_clone().map_err(|e| io("open", &rel, e))?;
+            let mut at = rel.clone();
+            let parts: Vec<&str> = name.split('/').collect();
+            for c in &parts[..parts.len() - 1] {
+                at = join(&at, c);
+                d.mkdir(c).map_err(|e| io("create", &at, e))?;
+                d = d.dir(c).map_err(|e| io("open", &at, e))?;
+                first.push(SyncJob(
+                    at.clone(),
+                    d.try_clone().map_err(|e| io("open", &at, e))?.into_file(),
+                ));
+            }
+            self.step();
+            let frel = join(&rel, name);
+            first.push(SyncJob(frel.clone(), Self::write_new(&d, &frel, text)?));
+        }
+        first.push(SyncJob(rel, top.into_file()));
+        Ok(())
+    }
+
+    /// Renames `.weft/<staged>` to `nodes/<id>`.
+    fn move_node(&mut self, staged: &str, id: &str) -> Result<(), ActorsError> {
+        let mut scratch = BTreeSet::new();
+        let nodes = self.make_dir("nodes", &mut scratch)?;
+        let staging = self.make_dir(STAGING_DIR, &mut scratch)?;
+        let dest = format!("nodes/{id}");
+        if nodes.kind(id).map_err(|e| io("stat", &dest, e))?.is_some() {
+            return Err(ActorsError::StoreIo(format!("{dest} already exists")));
+        }
+        staging
+            .rename(staged, &nodes, id)
+            .map_err(|e| io("rename", &dest, e))
     }
 
     /// One stage: write what it creates or appends, fsync new files and directories (with the
@@ -725,27 +841,20 @@ impl FsStore {
         &mut self,
         batch: &WriteBatch,
         si: usize,
-        dirty: &mut BTreeSet<PathBuf>,
+        dirty: &mut BTreeSet<String>,
     ) -> Result<(), ActorsError> {
         let mut first: Vec<SyncJob> = std::mem::take(&mut self.pending_sync);
         let mut second: Vec<SyncJob> = Vec::new();
-        // (from, to, whether it is a put's temporary), in op order.
-        let mut renames: Vec<(PathBuf, PathBuf, bool)> = Vec::new();
+        let mut moves: Vec<Move> = Vec::new();
         // The previous stage's nodes move into place before this stage writes anything (so a
         // killed process never leaves this stage's effects without them); the rename becomes
         // durable in this stage's last round, and until then recovery completes it (see
-        // `clean_temporaries`).
-        for (tmp, dest) in std::mem::take(&mut self.deferred) {
-            if dest.exists() {
-                return Err(ActorsError::StoreIo(format!(
-                    "{} already exists",
-                    dest.display()
-                )));
-            }
+        // `clean_staging`).
+        for (staged, id) in std::mem::take(&mut self.deferred) {
             self.step();
-            fs::rename(&tmp, &dest)
-                .map_err(|e| io(format!("rename {} → {}", tmp.display(), dest.display()), e))?;
-            dirty.insert(dest.parent().expect("under root").to_owned());
+            self.move_node(&staged, &id)?;
+            dirty.insert("nodes".into());
+            dirty.insert(STAGING_DIR.into());
         }
         let last = si + 1 == batch.stages.len();
         for (oi, op) in batch.stages[si].iter().enumerate() {
@@ -754,97 +863,93 @@ impl FsStore {
                     NodeId::parse(id).map_err(|why| {
                         ActorsError::InvalidArgument(format!("node id {id:?} {why}"))
                     })?;
-                    let nodes = self.root.join("nodes");
-                    self.ensure_dir(&nodes, dirty)?;
-                    let dest = nodes.join(id);
-                    if dest.exists() {
-                        return Err(ActorsError::StoreIo(format!(
-                            "{} already exists",
-                            dest.display()
-                        )));
+                    let nodes = self.make_dir("nodes", dirty)?;
+                    let dest = format!("nodes/{id}");
+                    if nodes.kind(id).map_err(|e| io("stat", &dest, e))?.is_some() {
+                        return Err(ActorsError::StoreIo(format!("{dest} already exists")));
                     }
                     // Named with its manifest when possible: then its rename into place can
                     // wait for the next stage's round (one round fewer per stage that creates
                     // nodes), because recovery can tell a whole directory from a torn one.
                     let pending = PendingNode::dir_name(batch.id, id, init);
                     let defer = pending.is_some() && !last;
-                    let tmp = nodes.join(
-                        pending.unwrap_or_else(|| format!("{NODE_TMP_PREFIX}{id}-{}", batch.id)),
-                    );
-                    if tmp.exists() {
-                        fs::remove_dir_all(&tmp)
-                            .map_err(|e| io(format!("remove {}", tmp.display()), e))?;
-                    }
-                    fs::create_dir(&tmp).map_err(|e| io(format!("create {}", tmp.display()), e))?;
-                    for (name, text) in init {
-                        check_path(name).map_err(ActorsError::InvalidArgument)?;
-                        let p = name.split('/').fold(tmp.clone(), |p, c| p.join(c));
-                        if let Some(parent) = p.parent()
-                            && parent != tmp
-                        {
-                            fs::create_dir_all(parent)
-                                .map_err(|e| io(format!("create {}", parent.display()), e))?;
-                            first.push(SyncJob::Dir(parent.to_owned()));
-                        }
-                        self.step();
-                        first.push(SyncJob::File(p.clone(), Self::write_new(&p, text)?));
-                    }
-                    first.push(SyncJob::Dir(tmp.clone()));
+                    let staged =
+                        pending.unwrap_or_else(|| format!("{NODE_TMP_PREFIX}{id}-{}", batch.id));
+                    self.build_node(&staged, init, dirty, &mut first)?;
                     if defer {
-                        // The pending directory's entry must be durable before the next stage
+                        // The staged directory's entry must be durable before the next stage
                         // begins: this stage's only round covers it.
-                        first.push(SyncJob::Dir(nodes));
-                        self.deferred.push((tmp, dest));
+                        first.extend(self.sync_job(STAGING_DIR)?);
+                        self.deferred.push((staged, id.clone()));
                     } else {
-                        renames.push((tmp, dest, false));
-                        dirty.insert(nodes);
+                        moves.push(Move::Node {
+                            staged,
+                            id: id.clone(),
+                        });
+                        dirty.insert("nodes".into());
+                        dirty.insert(STAGING_DIR.into());
                     }
                 }
                 Op::Put { path, .. } => {
-                    let dest = self.path(path)?;
+                    check_path(path).map_err(ActorsError::InvalidArgument)?;
                     let tmp = self.put_temps.remove(&(si, oi)).ok_or_else(|| {
                         ActorsError::StoreIo(format!("no temporary was written for {path}"))
                     })?;
-                    dirty.insert(dest.parent().expect("under root").to_owned());
-                    renames.push((tmp, dest, true));
+                    dirty.insert(split(path).0.to_owned());
+                    moves.push(Move::Put {
+                        tmp,
+                        dest: path.clone(),
+                    });
                 }
                 Op::Append { path, text } => {
-                    let dest = self.path(path)?;
-                    let parent = dest.parent().expect("under root").to_owned();
-                    self.ensure_dir(&parent, dirty)?;
-                    if !dest.exists() {
-                        dirty.insert(parent);
+                    check_path(path).map_err(ActorsError::InvalidArgument)?;
+                    let (parent, name) = split(path);
+                    let d = self.make_dir(parent, dirty)?;
+                    if d.kind(name).map_err(|e| io("stat", path, e))?.is_none() {
+                        dirty.insert(parent.to_owned());
                     }
-                    let mut f = OpenOptions::new()
-                        .append(true)
-                        .create(true)
-                        .open(&dest)
-                        .map_err(|e| io(format!("open {}", dest.display()), e))?;
+                    let mut f = d
+                        .open(name, Mode::Append)
+                        .map_err(|e| io("open", path, e))?;
                     let bytes = text.as_bytes();
                     if self.tear_now() {
                         let _ = f.write_all(&bytes[..bytes.len() / 2]);
                     }
                     self.step();
-                    f.write_all(bytes)
-                        .map_err(|e| io(format!("append {}", dest.display()), e))?;
-                    second.push(SyncJob::File(dest, f));
+                    f.write_all(bytes).map_err(|e| io("append", path, e))?;
+                    second.push(SyncJob(path.clone(), f));
                 }
                 Op::Truncate { path, len } => {
-                    let dest = self.path(path)?;
-                    let f = OpenOptions::new()
-                        .write(true)
-                        .open(&dest)
-                        .map_err(|e| io(format!("open {}", dest.display()), e))?;
+                    check_path(path).map_err(ActorsError::InvalidArgument)?;
+                    let (parent, name) = split(path);
+                    let d = self
+                        .dir_at(parent, None)?
+                        .ok_or_else(|| ActorsError::StoreIo(format!("{parent} is missing")))?;
+                    let f = d.open(name, Mode::Write).map_err(|e| io("open", path, e))?;
                     self.step();
-                    f.set_len(*len)
-                        .map_err(|e| io(format!("truncate {}", dest.display()), e))?;
-                    second.push(SyncJob::File(dest, f));
+                    f.set_len(*len).map_err(|e| io("truncate", path, e))?;
+                    second.push(SyncJob(path.clone(), f));
                 }
                 Op::Rename { from, to } => {
-                    let (a, b) = (self.path(from)?, self.path(to)?);
-                    if a.exists() {
-                        renames.push((a, b.clone(), false));
-                        dirty.insert(b.parent().expect("under root").to_owned());
+                    check_path(from).map_err(ActorsError::InvalidArgument)?;
+                    check_path(to).map_err(ActorsError::InvalidArgument)?;
+                    let (pa, na) = split(from);
+                    let exists = match self.dir_at(pa, None)? {
+                        Some(d) => d.kind(na).map_err(|e| io("stat", from, e))?,
+                        None => None,
+                    };
+                    match exists {
+                        Some(Kind::Symlink) => {
+                            return Err(ActorsError::SymlinkRefused(from.clone()));
+                        }
+                        Some(_) => {
+                            dirty.insert(split(to).0.to_owned());
+                            moves.push(Move::Plain {
+                                from: from.clone(),
+                                to: to.clone(),
+                            });
+                        }
+                        None => {}
                     }
                 }
             }
@@ -854,18 +959,29 @@ impl FsStore {
             self.sync(first)?;
         }
         let mut spares = Vec::new();
-        for (a, b, put) in renames {
+        for m in moves {
             self.step();
-            if put {
-                if let Some(s) = self.replace(&a, &b)? {
-                    spares.push((b, s));
+            match m {
+                Move::Put { tmp, dest } => {
+                    if let Some(s) = self.replace(&tmp, &dest)? {
+                        spares.push((dest, s));
+                    }
                 }
-            } else {
-                fs::rename(&a, &b)
-                    .map_err(|e| io(format!("rename {} → {}", a.display(), b.display()), e))?;
+                Move::Node { staged, id } => self.move_node(&staged, &id)?,
+                Move::Plain { from, to } => {
+                    let (pa, na) = split(&from);
+                    let (pb, nb) = split(&to);
+                    let a = self.dir_at(pa, None)?;
+                    let b = self.make_dir(pb, dirty)?;
+                    if let Some(a) = a {
+                        a.rename(na, &b, nb).map_err(|e| io("rename", &from, e))?;
+                    }
+                }
             }
         }
-        second.extend(std::mem::take(dirty).into_iter().map(SyncJob::Dir));
+        for rel in std::mem::take(dirty) {
+            second.extend(self.sync_job(&rel)?);
+        }
         if !second.is_empty() {
             self.step();
             self.sync(second)?;
@@ -880,8 +996,12 @@ impl Drop for FsStore {
     /// Removes the spare temporaries (they hold previous versions only; a crash leaves them to
     /// the next writer's open).
     fn drop(&mut self) {
-        for s in self.spares.values() {
-            let _ = fs::remove_file(s);
+        let spares: Vec<String> = self.spares.values().cloned().collect();
+        for s in spares {
+            let (parent, name) = split(&s);
+            if let Ok(Some(d)) = self.dir_at(parent, None) {
+                let _ = d.remove_file(name);
+            }
         }
     }
 }
@@ -894,15 +1014,12 @@ impl ActorStore for FsStore {
         // overwrite a spare this read may have opened as a record (see `FsStore::spares`). On
         // a root it cannot write the lock file into, no writer can run either.
         let shared = if self.lock.is_none() {
-            OpenOptions::new()
-                .read(true)
-                .write(true)
-                .create(true)
-                .truncate(false)
-                .open(self.root.join(READERS_FILE))
-                .or_else(|_| File::open(self.root.join(READERS_FILE)))
-                .ok()
-                .filter(|f| f.lock_shared().is_ok())
+            let f = match self.dir.open(READERS_FILE, Mode::ReadWriteCreate) {
+                Ok(f) => Some(f),
+                Err(e) if is_symlink_error(&e) => return Err(io("open", READERS_FILE, e)),
+                Err(_) => self.dir.open(READERS_FILE, Mode::Read).ok(),
+            };
+            f.filter(|f| f.lock_shared().is_ok())
         } else {
             None
         };
@@ -910,6 +1027,7 @@ impl ActorStore for FsStore {
         if let Some(f) = shared {
             let _ = f.unlock();
         }
+        self.cache.clear();
         out
     }
 
@@ -922,6 +1040,7 @@ impl ActorStore for FsStore {
         let start = Instant::now();
         self.stats.rounds_in_batch.store(0, Ordering::Relaxed);
         let out = self.apply_batch(batch);
+        self.cache.clear();
         self.stats
             .apply_ns
             .fetch_add(start.elapsed().as_nanos() as u64, Ordering::Relaxed);
@@ -929,51 +1048,261 @@ impl ActorStore for FsStore {
     }
 }
 
+/// The directories the store reads or writes (a link there is refused, not skipped).
+fn is_store_dir(rel: &str) -> bool {
+    let parts: Vec<&str> = rel.split('/').collect();
+    matches!(
+        parts.as_slice(),
+        ["nodes"] | ["orchestrator"] | ["timeline"] | ["views"] | [STAGING_DIR] | ["nodes", _]
+    ) || matches!(parts.as_slice(), ["nodes", id, "summaries"] if !id.starts_with('.'))
+}
+
 impl FsStore {
-    /// Reads every snapshot file (see [`is_snapshot_path`]).
-    fn read_snapshot(&mut self) -> Result<Snapshot, ActorsError> {
-        let mut snap = Snapshot::default();
-        let nodes = self.root.join("nodes");
-        let mut pending = Vec::new();
-        if let Ok(rd) = fs::read_dir(&nodes) {
-            for e in rd.flatten() {
-                let name = e.file_name().to_string_lossy().into_owned();
-                if !e.file_type().is_ok_and(|t| t.is_dir()) {
-                    continue;
-                }
-                if !name.starts_with('.') {
-                    snap.dirs.push(format!("nodes/{name}"));
-                } else if let Some(p) = PendingNode::parse(&name) {
-                    pending.push((e.path(), p));
+    /// Reads a log or record at `rel`, refusing links. A reader (no lock) rereads a log whose
+    /// last line lacks its newline a few times: a writer's append may be in flight, and what it
+    /// sees then is a line being written, not a torn one.
+    fn read_file(&mut self, rel: &str) -> Result<Option<Vec<u8>>, ActorsError> {
+        let (parent, name) = split(rel);
+        let Some(d) = self.dir_at(parent, None)? else {
+            return Ok(None);
+        };
+        let mut bytes = d.read(name).map_err(|e| io("read", rel, e))?;
+        if self.lock.is_none() && rel.ends_with(".jsonl") {
+            for _ in 0..3 {
+                match &bytes {
+                    Some(b) if !b.is_empty() && !b.ends_with(b"\n") => {
+                        std::thread::sleep(Duration::from_millis(2));
+                        bytes = d.read(name).map_err(|e| io("read", rel, e))?;
+                    }
+                    _ => break,
                 }
             }
         }
-        // A reader that opens a root after a power loss, before a writer has: a whole pending
+        Ok(bytes)
+    }
+
+    /// Reads the files of node directory `nodes/<id>` into `snap` (`dir`: where it is, which
+    /// is elsewhere for a staged node). Records are opened by name, never found by listing: a
+    /// listing taken while the writer replaces a record may miss it.
+    fn read_node(&mut self, snap: &mut Snapshot, id: &str, dir: &str) -> Result<bool, ActorsError> {
+        if self.dir_at(dir, None)?.is_none() {
+            return Ok(false);
+        }
+        snap.dirs.push(format!("nodes/{id}"));
+        for name in ["meta.json", "chat.jsonl"] {
+            if let Some(b) = self.read_file(&join(dir, name))? {
+                snap.files.insert(format!("nodes/{id}/{name}"), b);
+            }
+        }
+        let at = join(dir, "summaries");
+        let Some(s) = self.dir_at(&at, None)? else {
+            return Ok(true);
+        };
+        let mut names: BTreeSet<String> = s
+            .list()
+            .map_err(|e| io("list", &at, e))?
+            .into_iter()
+            .filter(|(_, k)| matches!(k, Kind::File | Kind::Symlink))
+            .map(|(n, _)| n)
+            .collect();
+        names.insert("latest.json".into());
+        for f in names {
+            let frel = format!("nodes/{id}/summaries/{f}");
+            if is_snapshot_path(&frel)
+                && let Some(b) = self.read_file(&join(&at, &f))?
+            {
+                snap.files.insert(frel, b);
+            }
+        }
+        Ok(true)
+    }
+
+    /// Reads every snapshot file (see [`is_snapshot_path`]), in the reverse of the order a
+    /// spawn writes them, so that a reader running beside a writer sees no record naming a
+    /// node it missed: the metathread (a spawn's last stage), then `graph.json` and the
+    /// node directories (the parent's records, its second stage), then whole staged nodes in
+    /// `.weft/` (through their handles: the writer may move them meanwhile), then — until no
+    /// record read names one more — every node a record names that the listing missed (a
+    /// child, created in the first stage, before any record named it; a directory listing
+    /// may miss entries added while it runs). Records are opened by name, never found by
+    /// listing a directory the writer is renaming in.
+    fn read_snapshot(&mut self) -> Result<Snapshot, ActorsError> {
+        let mut snap = Snapshot::default();
+        for rel in [METATHREAD_FILE, INDEX_FILE, BOOKMARKS_FILE] {
+            if let Some(b) = self.read_file(rel)? {
+                snap.files.insert(rel.into(), b);
+            }
+        }
+        if let Some(d) = self.dir_at("views", None)? {
+            for (name, kind) in d.list().map_err(|e| io("list", "views", e))? {
+                let rel = join("views", &name);
+                if is_snapshot_path(&rel)
+                    && matches!(kind, Kind::File | Kind::Symlink)
+                    && let Some(b) = self.read_file(&rel)?
+                {
+                    snap.files.insert(rel, b);
+                }
+            }
+        }
+        for (name, kind) in self.dir.list().map_err(|e| io("list", ".", e))? {
+            if kind == Kind::Symlink && (is_snapshot_path(&name) || is_store_dir(&name)) {
+                return Err(ActorsError::SymlinkRefused(name));
+            }
+        }
+        if let Some(b) = self.read_file(GRAPH_FILE)? {
+            snap.files.insert(GRAPH_FILE.into(), b);
+        }
+        let mut seen = BTreeSet::new();
+        let mut legacy = Vec::new();
+        if let Some(d) = self.dir_at("nodes", None)? {
+            for (name, kind) in d.list().map_err(|e| io("list", "nodes", e))? {
+                if name.starts_with('.') {
+                    if kind == Kind::Dir && name.starts_with(NODE_NEW_PREFIX) {
+                        legacy.push(format!("nodes/{name}"));
+                    }
+                    continue;
+                }
+                match kind {
+                    Kind::Symlink => {
+                        return Err(ActorsError::SymlinkRefused(format!("nodes/{name}")));
+                    }
+                    Kind::Dir => {
+                        self.read_node(&mut snap, &name, &format!("nodes/{name}"))?;
+                        seen.insert(name);
+                    }
+                    _ => {}
+                }
+            }
+        }
+        // A reader that opens a root after a power loss, before a writer has: a whole staged
         // node is read as the node it becomes (what the writer's open will rename into place).
-        for (dir, p) in pending {
-            if nodes.join(&p.id).exists() || !p.complete(&dir) {
+        let mut staged: Vec<String> = legacy;
+        if let Some(d) = self.dir_at(STAGING_DIR, None)? {
+            for (name, kind) in d.list().map_err(|e| io("list", STAGING_DIR, e))? {
+                if kind == Kind::Dir && name.starts_with(NODE_NEW_PREFIX) {
+                    staged.push(join(STAGING_DIR, &name));
+                }
+            }
+        }
+        for rel in staged {
+            let Some(p) = PendingNode::parse(split(&rel).1) else {
+                continue;
+            };
+            if seen.contains(&p.id) {
+                continue;
+            }
+            let Some(d) = self.dir_at(&rel, None)? else {
+                continue;
+            };
+            // Through the directory's handle: the writer may rename it into `nodes/` meanwhile,
+            // and the handle still reads the same files.
+            if !p.complete(&d) {
                 continue;
             }
             snap.dirs.push(format!("nodes/{}", p.id));
             for (name, _, _) in &p.files {
-                let rel = format!("nodes/{}/{name}", p.id);
-                if is_snapshot_path(&rel)
-                    && let Ok(bytes) = fs::read(dir.join(name))
+                let frel = format!("nodes/{}/{name}", p.id);
+                if is_snapshot_path(&frel)
+                    && let Some(b) = d.read(name).map_err(|e| io("read", &join(&rel, name), e))?
                 {
-                    snap.files.insert(rel, bytes);
+                    snap.files.insert(frel, b);
+                }
+            }
+            seen.insert(p.id);
+        }
+        // Nodes the records name that the listing missed: created since, read now — until no
+        // record read names one more (a node read here may have a child newer still).
+        let mut fresh: Vec<String> = snap.files.keys().cloned().collect();
+        let mut tried = BTreeSet::new();
+        while !fresh.is_empty() {
+            let mut named = BTreeSet::new();
+            for p in &fresh {
+                let Some(b) = snap.files.get(p) else { continue };
+                if p == GRAPH_FILE {
+                    if let Ok(v) = serde_json::from_slice::<serde_json::Value>(b)
+                        && let Some(m) = v.get("nodes").and_then(|n| n.as_object())
+                    {
+                        named.extend(m.keys().cloned());
+                    }
+                } else if p.ends_with("/meta.json")
+                    && let Ok(v) = serde_json::from_slice::<serde_json::Value>(b)
+                {
+                    if let Some(s) = v.get("spawned").and_then(|s| s.as_array()) {
+                        named.extend(s.iter().filter_map(|x| x.as_str().map(str::to_owned)));
+                    }
+                    if let Some(s) = v.get("spawnedBy").and_then(|s| s.as_str()) {
+                        named.insert(s.to_owned());
+                    }
+                }
+            }
+            fresh.clear();
+            for id in named {
+                if seen.contains(&id) || NodeId::parse(&id).is_err() || !tried.insert(id.clone()) {
+                    continue;
+                }
+                if self.read_node(&mut snap, &id, &format!("nodes/{id}"))? {
+                    fresh.push(format!("nodes/{id}/meta.json"));
+                    seen.insert(id);
                 }
             }
         }
         snap.dirs.sort();
-        for p in self.walk()? {
-            let Some(rel) = self.rel(&p) else { continue };
-            if !is_snapshot_path(&rel) {
+        snap.dirs.dedup();
+        Ok(snap)
+    }
+
+    /// What a lazy open reads first ([`weft_core::actors::ActorGraph::open_lazy`]): the
+    /// metathread, `graph.json` and, in `dirs`, the listing of `nodes/` — no node record. A
+    /// link among them is refused (`SYMLINK_REFUSED`). Writers only (a writer's open has moved
+    /// whole staged nodes into place, so pending work shows in what this reads).
+    pub fn load_head(&mut self) -> Result<Snapshot, ActorsError> {
+        if self.lock.is_none() {
+            return Err(ActorsError::InvalidArgument(
+                "a lazy open needs the writer's lock".into(),
+            ));
+        }
+        let mut snap = Snapshot::default();
+        for (name, kind) in self.dir.list().map_err(|e| io("list", ".", e))? {
+            if kind == Kind::Symlink && (is_snapshot_path(&name) || is_store_dir(&name)) {
+                return Err(ActorsError::SymlinkRefused(name));
+            }
+        }
+        for rel in [METATHREAD_FILE, GRAPH_FILE] {
+            if let Some(b) = self.read_file(rel)? {
+                snap.files.insert(rel.into(), b);
+            }
+        }
+        if let Some(d) = self.dir_at("nodes", None)? {
+            for (name, kind) in d.list().map_err(|e| io("list", "nodes", e))? {
+                match kind {
+                    Kind::Symlink if !name.starts_with('.') => {
+                        return Err(ActorsError::SymlinkRefused(format!("nodes/{name}")));
+                    }
+                    Kind::Dir => snap.dirs.push(format!("nodes/{name}")),
+                    _ => {}
+                }
+            }
+        }
+        snap.dirs.sort();
+        Ok(snap)
+    }
+
+    /// Adds the files of nodes `ids` (`meta.json`, `chat.jsonl`, `summaries/*.json`) to `snap`:
+    /// what a lazy open asks for.
+    pub fn read_nodes_into(
+        &mut self,
+        ids: &[String],
+        snap: &mut Snapshot,
+    ) -> Result<(), ActorsError> {
+        for id in ids {
+            if NodeId::parse(id).is_err() {
                 continue;
             }
-            let bytes = fs::read(&p).map_err(|e| io(format!("read {}", p.display()), e))?;
-            snap.files.insert(rel, bytes);
+            self.read_node(snap, id, &format!("nodes/{id}"))?;
         }
-        Ok(snap)
+        snap.dirs.sort();
+        snap.dirs.dedup();
+        Ok(())
     }
 
     fn apply_batch(&mut self, batch: &WriteBatch) -> Result<(), ActorsError> {
@@ -985,7 +1314,7 @@ impl FsStore {
         }
         for si in 0..batch.stages.len() {
             if let Err(e) = self.apply_stage(batch, si, &mut dirty) {
-                // A pending node stays under its manifest name; the next open renames it into
+                // A staged node stays under its manifest name; the next open renames it into
                 // place or removes it, as after a crash.
                 self.pending_sync.clear();
                 self.deferred.clear();
@@ -1086,21 +1415,22 @@ mod tests {
         for (n, t) in &f {
             fs::write(dir.join(n), t).unwrap();
         }
-        assert!(p.complete(&dir));
+        let handle = Dir::open_path(&dir).unwrap();
+        assert!(p.complete(&handle));
         // A later stage may append to a file: its first bytes still prove the file whole.
         let mut chat = OpenOptions::new()
             .append(true)
             .open(dir.join("chat.jsonl"))
             .unwrap();
         chat.write_all(b"{\"role\":\"user\"}\n").unwrap();
-        assert!(p.complete(&dir));
+        assert!(p.complete(&handle));
         fs::write(dir.join("chat.jsonl"), &f[1].1[..5]).unwrap();
-        assert!(!p.complete(&dir), "torn");
+        assert!(!p.complete(&handle), "torn");
         fs::write(dir.join("chat.jsonl"), vec![0u8; f[1].1.len()]).unwrap();
-        assert!(!p.complete(&dir), "zero-filled");
+        assert!(!p.complete(&handle), "zero-filled");
         fs::write(dir.join("chat.jsonl"), &f[1].1).unwrap();
         fs::remove_file(dir.join("meta.json")).unwrap();
-        assert!(!p.complete(&dir), "missing");
+        assert!(!p.complete(&handle), "missing");
         fs::remove_dir_all(&dir).unwrap();
     }
 

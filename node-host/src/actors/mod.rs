@@ -3,12 +3,15 @@
 
 pub mod cli;
 pub mod fs_store;
+pub mod walls;
 
 use std::path::Path;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use weft_core::Millis;
-use weft_core::actors::{ActorGraph, ActorStore, ActorsError, HarnessConfig, OpenReport, Snapshot};
+use weft_core::actors::{
+    ActorGraph, ActorStore, ActorsError, HarnessConfig, LazyOpen, OpenReport, Snapshot,
+};
 
 pub use fs_store::FsStore;
 
@@ -71,6 +74,51 @@ impl Session {
             store,
             report,
         })
+    }
+
+    /// Opens `root` as its writer for a one-shot command that touches only `targets` (see
+    /// [`ActorGraph::open_lazy`]; `spawns`: the command spawns): reads `graph.json`, the
+    /// metathread, the `nodes/` listing and the records of the nodes the core asks for — a
+    /// number of files that does not grow with the number of nodes. When the core answers that
+    /// the store needs a full open (recovery or a diagnostic is due), opens in full as
+    /// [`writer`](Self::writer) does; `lazy_fallback` then says why.
+    pub fn writer_lazy(
+        root: &Path,
+        config: HarnessConfig,
+        wait: Duration,
+        targets: &[&str],
+        spawns: bool,
+    ) -> Result<Session, ActorsError> {
+        let mut store = FsStore::open_writer_unswept(root, wait)?;
+        let head = store.load_head()?;
+        let opened = ActorGraph::open_lazy(
+            config.clone(),
+            &store.address(),
+            head,
+            targets,
+            spawns,
+            |ids, snap| store.read_nodes_into(ids, snap),
+        )?;
+        match opened {
+            LazyOpen::Ready(graph) => Ok(Session {
+                graph: *graph,
+                store,
+                report: OpenReport::default(),
+            }),
+            LazyOpen::Full(why) => {
+                store.sweep_temporaries()?;
+                let snap = store.load()?;
+                let (mut graph, mut report) =
+                    ActorGraph::open(config, &store.address(), &snap, wall_ms())?;
+                flush(&mut graph, &mut store)?;
+                report.lazy_fallback = Some(why);
+                Ok(Session {
+                    graph,
+                    store,
+                    report,
+                })
+            }
+        }
     }
 
     /// Opens `root` read-only: no lock, repairs computed in memory but never written.

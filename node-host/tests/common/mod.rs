@@ -157,8 +157,13 @@ pub fn read_disk(root: &Path) -> Disk {
         );
     }
     for (p, _) in snapshot(root) {
-        if p.contains(".weft-tmp") {
+        if p.contains(".weft-tmp") || p.starts_with(".weft/") {
             leftovers.push(p);
+        }
+    }
+    if let Ok(rd) = std::fs::read_dir(root.join(".weft")) {
+        for e in rd.flatten() {
+            leftovers.push(format!(".weft/{}", e.file_name().to_string_lossy()));
         }
     }
     Disk {
@@ -264,4 +269,28 @@ pub fn lineage_problems(d: &Disk) -> Vec<String> {
         }
     }
     v
+}
+
+/// What other readers of `$CHAT_ROOT` would trip over in `nodes/`: an entry that is not a
+/// whole node (a directory named by its id, whose `meta.json` parses and names that id, with
+/// its `chat.jsonl`). Pending work of the store lives in `.weft/`, never here.
+pub fn partial_nodes(root: &Path) -> Vec<String> {
+    let mut bad = Vec::new();
+    let Ok(rd) = std::fs::read_dir(root.join("nodes")) else {
+        return bad;
+    };
+    for e in rd.flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        let ok = !name.starts_with('.')
+            && e.file_type().is_ok_and(|t| t.is_dir())
+            && std::fs::read(e.path().join("meta.json"))
+                .ok()
+                .and_then(|b| serde_json::from_slice::<Value>(&b).ok())
+                .is_some_and(|m| m["id"] == name.as_str())
+            && e.path().join("chat.jsonl").is_file();
+        if !ok {
+            bad.push(format!("nodes/{name}"));
+        }
+    }
+    bad
 }

@@ -1,0 +1,440 @@
+//! Directory handles for the filesystem store: every file operation names one entry of a
+//! directory it holds open (`openat`, `mkdirat`, `renameat`, `unlinkat`, `fstatat` on the
+//! handle), never a path, and never follows a symbolic link (`O_NOFOLLOW`,
+//! `AT_SYMLINK_NOFOLLOW`). A path inside the root is reached one component at a time from the
+//! root's handle, so a link anywhere on the way is met — and refused — before anything past it
+//! is opened.
+//!
+//! Built on `libc` (already a dependency) rather than `cap-std`: the store needs
+//! `renameat2(RENAME_EXCHANGE)` and `flock` on its handles, which `cap-std` does not offer, and
+//! a refusal of every link (not only of links leaving the root) is a flag here, not a policy
+//! to configure.
+
+use std::ffi::CString;
+use std::fs::File;
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// The marker error for a symbolic link met where the store reads or writes.
+#[derive(Debug)]
+pub struct SymlinkFound;
+
+impl std::fmt::Display for SymlinkFound {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("is a symbolic link")
+    }
+}
+
+impl std::error::Error for SymlinkFound {}
+
+/// Whether `e` reports a symbolic link (see [`SymlinkFound`]).
+pub fn is_symlink_error(e: &io::Error) -> bool {
+    e.get_ref().is_some_and(|x| x.is::<SymlinkFound>())
+}
+
+fn symlink() -> io::Error {
+    io::Error::other(SymlinkFound)
+}
+
+/// What a directory entry is (links are never resolved).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Kind {
+    Dir,
+    File,
+    Symlink,
+    Other,
+}
+
+fn cname(name: &str) -> io::Result<CString> {
+    if name.is_empty() || name.contains('/') || name == "." || name == ".." {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("{name:?} is not one directory entry"),
+        ));
+    }
+    CString::new(name).map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "NUL in a name"))
+}
+
+fn check(r: libc::c_int) -> io::Result<libc::c_int> {
+    if r < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(r)
+    }
+}
+
+/// How [`Dir::open`] opens a file.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mode {
+    /// Read only.
+    Read,
+    /// Read and write, created when missing, never truncated (lock files).
+    ReadWriteCreate,
+    /// Write at the end, created when missing (logs).
+    Append,
+    /// Write, created when missing, truncated (new files).
+    Create,
+    /// Write an existing file.
+    Write,
+}
+
+/// An open directory. Every method names one entry of it. Handles opened from one root share
+/// a counter of the files and directories opened through them ([`Dir::opens`]).
+#[derive(Debug)]
+pub struct Dir {
+    fd: File,
+    opens: Arc<AtomicU64>,
+}
+
+impl Dir {
+    /// Opens the directory at `path` (the root: the one path the store resolves, links
+    /// included, since it is the caller's choice).
+    pub fn open_path(path: &Path) -> io::Result<Dir> {
+        use std::os::unix::ffi::OsStrExt;
+        let c = CString::new(path.as_os_str().as_bytes())?;
+        // SAFETY: `c` is NUL-terminated and outlives the call; the fd returned is owned below.
+        let fd = check(unsafe {
+            libc::open(
+                c.as_ptr(),
+                libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC,
+            )
+        })?;
+        // SAFETY: `fd` is a fresh descriptor nobody else owns.
+        Ok(Dir {
+            fd: File::from(unsafe { OwnedFd::from_raw_fd(fd) }),
+            opens: Arc::new(AtomicU64::new(0)),
+        })
+    }
+
+    /// How many files and directories were opened through this handle and every handle
+    /// derived from the same root (listings count as one open each).
+    pub fn opens(&self) -> u64 {
+        self.opens.load(Ordering::Relaxed)
+    }
+
+    /// The kind of entry `name`, or `None` when there is none.
+    pub fn kind(&self, name: &str) -> io::Result<Option<Kind>> {
+        let c = cname(name)?;
+        // SAFETY: `st` is plain data the call fills; `c` outlives the call.
+        let mut st: libc::stat = unsafe { std::mem::zeroed() };
+        let r = unsafe {
+            libc::fstatat(
+                self.fd.as_raw_fd(),
+                c.as_ptr(),
+                &mut st,
+                libc::AT_SYMLINK_NOFOLLOW,
+            )
+        };
+        if r < 0 {
+            let e = io::Error::last_os_error();
+            return if e.kind() == io::ErrorKind::NotFound {
+                Ok(None)
+            } else {
+                Err(e)
+            };
+        }
+        Ok(Some(match st.st_mode & libc::S_IFMT {
+            libc::S_IFDIR => Kind::Dir,
+            libc::S_IFREG => Kind::File,
+            libc::S_IFLNK => Kind::Symlink,
+            _ => Kind::Other,
+        }))
+    }
+
+    /// Turns a failed open of `name` into [`SymlinkFound`] when `name` is a link.
+    fn explain(&self, name: &str, e: io::Error) -> io::Error {
+        match self.kind(name) {
+            Ok(Some(Kind::Symlink)) => symlink(),
+            _ => e,
+        }
+    }
+
+    fn openat(&self, name: &str, flags: libc::c_int) -> io::Result<File> {
+        let c = cname(name)?;
+        self.opens.fetch_add(1, Ordering::Relaxed);
+        // SAFETY: `c` outlives the call; the fd returned is owned below.
+        let r = unsafe {
+            libc::openat(
+                self.fd.as_raw_fd(),
+                c.as_ptr(),
+                flags | libc::O_NOFOLLOW | libc::O_CLOEXEC,
+                0o666 as libc::c_uint,
+            )
+        };
+        if r < 0 {
+            let e = io::Error::last_os_error();
+            return Err(self.explain(name, e));
+        }
+        // SAFETY: `r` is a fresh descriptor nobody else owns.
+        Ok(File::from(unsafe { OwnedFd::from_raw_fd(r) }))
+    }
+
+    /// Opens the subdirectory `name` (a link is [`SymlinkFound`]).
+    pub fn dir(&self, name: &str) -> io::Result<Dir> {
+        Ok(Dir {
+            fd: self.openat(name, libc::O_RDONLY | libc::O_DIRECTORY)?,
+            opens: self.opens.clone(),
+        })
+    }
+
+    /// Opens the subdirectory `name`, or `None` when there is none.
+    pub fn dir_if_exists(&self, name: &str) -> io::Result<Option<Dir>> {
+        match self.dir(name) {
+            Ok(d) => Ok(Some(d)),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Opens the file `name` (a link is [`SymlinkFound`]; so is anything but a regular file).
+    pub fn open(&self, name: &str, mode: Mode) -> io::Result<File> {
+        let flags = match mode {
+            Mode::Read => libc::O_RDONLY,
+            Mode::ReadWriteCreate => libc::O_RDWR | libc::O_CREAT,
+            Mode::Append => libc::O_WRONLY | libc::O_APPEND | libc::O_CREAT,
+            Mode::Create => libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC,
+            Mode::Write => libc::O_WRONLY,
+        };
+        // O_NONBLOCK: a FIFO planted in the root must not hang the store; it is then refused
+        // below like any other non-regular file.
+        let f = self.openat(name, flags | libc::O_NONBLOCK)?;
+        let meta = f.metadata()?;
+        if !meta.is_file() {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("{name} is not a regular file"),
+            ));
+        }
+        // SAFETY: plain fcntl on a descriptor we own: clear O_NONBLOCK again.
+        unsafe {
+            let fl = libc::fcntl(f.as_raw_fd(), libc::F_GETFL);
+            if fl >= 0 {
+                libc::fcntl(f.as_raw_fd(), libc::F_SETFL, fl & !libc::O_NONBLOCK);
+            }
+        }
+        Ok(f)
+    }
+
+    /// Reads the whole file `name`, or `None` when there is none.
+    pub fn read(&self, name: &str) -> io::Result<Option<Vec<u8>>> {
+        use std::io::Read;
+        match self.open(name, Mode::Read) {
+            Ok(mut f) => {
+                let mut out = Vec::new();
+                f.read_to_end(&mut out)?;
+                Ok(Some(out))
+            }
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Creates the subdirectory `name`; `Ok(false)` when an entry of that name exists.
+    pub fn mkdir(&self, name: &str) -> io::Result<bool> {
+        let c = cname(name)?;
+        // SAFETY: `c` outlives the call.
+        let r = unsafe { libc::mkdirat(self.fd.as_raw_fd(), c.as_ptr(), 0o777) };
+        if r < 0 {
+            let e = io::Error::last_os_error();
+            return if e.kind() == io::ErrorKind::AlreadyExists {
+                Ok(false)
+            } else {
+                Err(e)
+            };
+        }
+        Ok(true)
+    }
+
+    /// Moves entry `from` of this directory to entry `to` of `dest` (which may be this one).
+    pub fn rename(&self, from: &str, dest: &Dir, to: &str) -> io::Result<()> {
+        let (a, b) = (cname(from)?, cname(to)?);
+        // SAFETY: both names outlive the call.
+        check(unsafe {
+            libc::renameat(
+                self.fd.as_raw_fd(),
+                a.as_ptr(),
+                dest.fd.as_raw_fd(),
+                b.as_ptr(),
+            )
+        })
+        .map(drop)
+    }
+
+    /// Atomically exchanges entries `a` and `b` of this directory
+    /// (`renameat2(RENAME_EXCHANGE)`; Linux only, `Unsupported` elsewhere).
+    pub fn exchange(&self, a: &str, b: &str) -> io::Result<()> {
+        #[cfg(target_os = "linux")]
+        {
+            let (ca, cb) = (cname(a)?, cname(b)?);
+            // SAFETY: both names outlive the call, which only reads them.
+            check(unsafe {
+                libc::renameat2(
+                    self.fd.as_raw_fd(),
+                    ca.as_ptr(),
+                    self.fd.as_raw_fd(),
+                    cb.as_ptr(),
+                    libc::RENAME_EXCHANGE,
+                )
+            })
+            .map(drop)
+        }
+        #[cfg(not(target_os = "linux"))]
+        {
+            let _ = (a, b);
+            Err(io::ErrorKind::Unsupported.into())
+        }
+    }
+
+    /// Removes the file (or link) `name`; `Ok(false)` when there is none.
+    pub fn remove_file(&self, name: &str) -> io::Result<bool> {
+        self.unlink(name, 0)
+    }
+
+    fn unlink(&self, name: &str, flags: libc::c_int) -> io::Result<bool> {
+        let c = cname(name)?;
+        // SAFETY: `c` outlives the call.
+        let r = unsafe { libc::unlinkat(self.fd.as_raw_fd(), c.as_ptr(), flags) };
+        if r < 0 {
+            let e = io::Error::last_os_error();
+            return if e.kind() == io::ErrorKind::NotFound {
+                Ok(false)
+            } else {
+                Err(e)
+            };
+        }
+        Ok(true)
+    }
+
+    /// Removes `name` and, when it is a directory, everything in it (links are removed, never
+    /// followed).
+    pub fn remove_tree(&self, name: &str) -> io::Result<()> {
+        if self.kind(name)? == Some(Kind::Dir) {
+            let sub = self.dir(name)?;
+            for (n, k) in sub.list()? {
+                if k == Kind::Dir {
+                    sub.remove_tree(&n)?;
+                } else {
+                    sub.remove_file(&n)?;
+                }
+            }
+            self.unlink(name, libc::AT_REMOVEDIR)?;
+        } else {
+            self.remove_file(name)?;
+        }
+        Ok(())
+    }
+
+    /// The entries of this directory (without `.` and `..`), with their kinds.
+    pub fn list(&self) -> io::Result<Vec<(String, Kind)>> {
+        self.opens.fetch_add(1, Ordering::Relaxed);
+        // fdopendir takes ownership of its descriptor: give it a duplicate.
+        // SAFETY: dup of a descriptor we own.
+        let fd = check(unsafe { libc::fcntl(self.fd.as_raw_fd(), libc::F_DUPFD_CLOEXEC, 0) })?;
+        // SAFETY: `fd` is ours; on success the DIR owns it (closed by closedir).
+        let d = unsafe { libc::fdopendir(fd) };
+        if d.is_null() {
+            let e = io::Error::last_os_error();
+            // SAFETY: fdopendir failed, so `fd` is still ours to close.
+            unsafe { libc::close(fd) };
+            return Err(e);
+        }
+        // SAFETY: rewind: a duplicate shares the offset of earlier listings.
+        unsafe { libc::rewinddir(d) };
+        let mut out = Vec::new();
+        loop {
+            // SAFETY: `d` is a valid DIR until closedir; the entry is read before the next call.
+            let e = unsafe { libc::readdir(d) };
+            if e.is_null() {
+                break;
+            }
+            // SAFETY: `d_name` is NUL-terminated within the entry.
+            let name = unsafe { std::ffi::CStr::from_ptr((*e).d_name.as_ptr()) };
+            let Ok(name) = name.to_str() else { continue };
+            if name == "." || name == ".." {
+                continue;
+            }
+            // SAFETY: reading a field of the valid entry.
+            let t = unsafe { (*e).d_type };
+            let kind = match t {
+                libc::DT_DIR => Kind::Dir,
+                libc::DT_REG => Kind::File,
+                libc::DT_LNK => Kind::Symlink,
+                libc::DT_UNKNOWN => match self.kind(name)? {
+                    Some(k) => k,
+                    None => continue,
+                },
+                _ => Kind::Other,
+            };
+            out.push((name.to_owned(), kind));
+        }
+        // SAFETY: `d` came from fdopendir and is closed once.
+        unsafe { libc::closedir(d) };
+        Ok(out)
+    }
+
+    /// A second handle on this directory (for an fsync on another thread).
+    pub fn try_clone(&self) -> io::Result<Dir> {
+        Ok(Dir {
+            fd: self.fd.try_clone()?,
+            opens: self.opens.clone(),
+        })
+    }
+
+    /// Makes the directory's entries durable.
+    pub fn sync(&self) -> io::Result<()> {
+        self.fd.sync_all()
+    }
+
+    /// The handle as a file (for `fsync` by a worker).
+    pub fn into_file(self) -> File {
+        self.fd
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn links_are_refused_and_entries_listed_without_following() {
+        let root = std::env::temp_dir().join(format!("weft-walls-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        std::fs::create_dir_all(root.join("sub")).unwrap();
+        let outside = std::env::temp_dir().join(format!("weft-walls-out-{}", std::process::id()));
+        std::fs::write(&outside, b"keep").unwrap();
+        std::os::unix::fs::symlink(&outside, root.join("link")).unwrap();
+        std::os::unix::fs::symlink(root.join("sub"), root.join("dirlink")).unwrap();
+        let d = Dir::open_path(&root).unwrap();
+        for m in [
+            Mode::Read,
+            Mode::Append,
+            Mode::Create,
+            Mode::ReadWriteCreate,
+        ] {
+            let e = d.open("link", m).unwrap_err();
+            assert!(is_symlink_error(&e), "{m:?}: {e}");
+        }
+        assert!(is_symlink_error(&d.dir("dirlink").unwrap_err()));
+        assert_eq!(std::fs::read(&outside).unwrap(), b"keep");
+        let mut l = d.list().unwrap();
+        l.sort();
+        assert_eq!(
+            l,
+            [
+                ("dirlink".to_owned(), Kind::Symlink),
+                ("link".to_owned(), Kind::Symlink),
+                ("sub".to_owned(), Kind::Dir)
+            ]
+        );
+        assert!(d.mkdir("new").unwrap() && !d.mkdir("new").unwrap());
+        d.dir("new").unwrap().open("f", Mode::Create).unwrap();
+        d.remove_tree("new").unwrap();
+        assert_eq!(d.kind("new").unwrap(), None);
+        assert!(d.open("../x", Mode::Read).is_err());
+        std::fs::remove_dir_all(&root).unwrap();
+        std::fs::remove_file(&outside).unwrap();
+    }
+}

@@ -1,0 +1,294 @@
+//! A root of 10,000 nodes, generated on disk (not spawned one by one): it opens, and a spawn, a
+//! message and a status change through the CLI's lazy writer ([`Session::writer_lazy`]) each
+//! open the same number of files as on a root of 10 nodes (counted by the store's walls). A
+//! lazy command writes exactly what a full open would have written, and a root that needs
+//! recovery falls back to the full open, which recovers.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use common::*;
+use serde_json::{Value, json};
+use weft_core::actors::{HarnessConfig, NewLine, NodeType, Role, SpawnRequest, Status};
+use weft_host::actors::Session;
+
+const NOW: u64 = 1_800_000_000_000;
+const TEMPLATE: &str = "gen-00000";
+
+/// A root with the coordinator and `n` task children, written directly: one task is spawned
+/// through the CLI as the template, the others are copies of its files (under ids of the same
+/// length), with the coordinator's `spawned[]`, routing markers, `graph.json` entries and
+/// metathread spawn records a spawn writes.
+fn generate(name: &str, n: usize) -> PathBuf {
+    let root = scratch(name);
+    let r = root.to_str().unwrap();
+    run_json(&["actors", "init", r, "--json"]);
+    run_json(&["actors", "spawn", r, "--id", TEMPLATE, "--json"]);
+    let read = |rel: &str| std::fs::read_to_string(root.join(rel)).unwrap();
+    let t_meta = read(&format!("nodes/{TEMPLATE}/meta.json"));
+    let t_chat = read(&format!("nodes/{TEMPLATE}/chat.jsonl"));
+    let mut c_chat = read("nodes/coordinator/chat.jsonl");
+    let t_marker = c_chat.lines().last().unwrap().to_owned();
+    let mut meta_log = read("orchestrator/meta.jsonl");
+    let t_record = meta_log.lines().last().unwrap().to_owned();
+    assert!(t_record.contains(TEMPLATE) && t_marker.contains(TEMPLATE));
+    let mut graph: Value = serde_json::from_str(&read("graph.json")).unwrap();
+    let mut coord: Value = serde_json::from_str(&read("nodes/coordinator/meta.json")).unwrap();
+    let mut lines = c_chat.lines().count() as u64;
+    for i in 1..n {
+        let id = format!("gen-{i:05}");
+        let dir = root.join("nodes").join(&id);
+        std::fs::create_dir(&dir).unwrap();
+        std::fs::write(dir.join("meta.json"), t_meta.replace(TEMPLATE, &id)).unwrap();
+        std::fs::write(dir.join("chat.jsonl"), &t_chat).unwrap();
+        lines += 1;
+        c_chat.push_str(&t_marker.replace(TEMPLATE, &id));
+        c_chat.push('\n');
+        let mut rec: Value = serde_json::from_str(&t_record.replace(TEMPLATE, &id)).unwrap();
+        rec["parentLine"] = json!(lines);
+        meta_log.push_str(&serde_json::to_string(&rec).unwrap());
+        meta_log.push('\n');
+        graph["nodes"][&id] = graph["nodes"][TEMPLATE].clone();
+        coord["spawned"].as_array_mut().unwrap().push(json!(id));
+    }
+    let write = |rel: &str, text: String| std::fs::write(root.join(rel), text).unwrap();
+    write("nodes/coordinator/chat.jsonl", c_chat);
+    write("orchestrator/meta.jsonl", meta_log);
+    write(
+        "graph.json",
+        serde_json::to_string_pretty(&graph).unwrap() + "\n",
+    );
+    write(
+        "nodes/coordinator/meta.json",
+        serde_json::to_string_pretty(&coord).unwrap() + "\n",
+    );
+    root
+}
+
+fn config() -> HarnessConfig {
+    HarnessConfig::default()
+}
+
+fn lazy(root: &Path, targets: &[&str], spawns: bool) -> Session {
+    let s = Session::writer_lazy(root, config(), Duration::from_secs(5), targets, spawns).unwrap();
+    assert_eq!(s.report.lazy_fallback, None, "the lazy open fell back");
+    assert!(s.graph.is_lazy());
+    s
+}
+
+/// Files opened by a spawn, a message and a status change, one writer each (as the CLI runs
+/// them).
+fn costs(root: &Path, tag: &str) -> [u64; 3] {
+    let mut s = lazy(root, &["coordinator"], true);
+    let mut r = SpawnRequest::new("coordinator", NodeType::Task);
+    r.id = Some(format!("new-{tag}"));
+    s.graph.spawn(NOW, r).unwrap();
+    s.flush().unwrap();
+    let spawn = s.store.opens();
+    drop(s);
+    let child = format!("new-{tag}");
+    let mut s = lazy(root, &[&child], false);
+    s.graph.append(NOW, &child, NewLine::user("hello")).unwrap();
+    s.flush().unwrap();
+    let message = s.store.opens();
+    drop(s);
+    let mut s = lazy(root, &["gen-00003"], false);
+    s.graph
+        .set_status(NOW, "gen-00003", Status::Done, Some("ok".into()), None)
+        .unwrap();
+    s.flush().unwrap();
+    let status = s.store.opens();
+    [spawn, message, status]
+}
+
+#[test]
+fn a_spawn_a_message_and_a_status_change_open_as_many_files_at_10_as_at_10000_nodes() {
+    let small = generate("scale-10", 10);
+    let big = generate("scale-10k", 10_000);
+    let at_10 = costs(&small, "a");
+    let at_10k = costs(&big, "a");
+    assert_eq!(at_10, at_10k, "files opened (spawn, message, status)");
+    for c in at_10 {
+        assert!(c <= 30, "a command opened {c} files: {at_10:?}");
+    }
+    // The big root holds the three changes (read without weft: a full open of 10,000 nodes
+    // is not what this test pays for); the small one opens whole, in full, without a
+    // diagnostic.
+    let graph: Value =
+        serde_json::from_slice(&std::fs::read(big.join("graph.json")).unwrap()).unwrap();
+    assert_eq!(graph["nodes"].as_object().unwrap().len(), 10_002);
+    assert_eq!(graph["nodes"]["new-a"]["spawnedBy"], "coordinator");
+    let coord: Value =
+        serde_json::from_slice(&std::fs::read(big.join("nodes/coordinator/meta.json")).unwrap())
+            .unwrap();
+    assert_eq!(coord["spawned"].as_array().unwrap().len(), 10_001);
+    let chat = std::fs::read_to_string(big.join("nodes/new-a/chat.jsonl")).unwrap();
+    assert_eq!(chat.lines().count(), 2);
+    let done: Value =
+        serde_json::from_slice(&std::fs::read(big.join("nodes/gen-00003/meta.json")).unwrap())
+            .unwrap();
+    assert_eq!(done["status"], "done");
+    let s = Session::reader(&small, config()).unwrap();
+    assert!(
+        s.report.diagnostics.is_empty(),
+        "{:?}",
+        s.report.diagnostics
+    );
+    assert_eq!(s.graph.node_ids().len(), 12);
+    assert_eq!(s.graph.chat("new-a").unwrap().len(), 2);
+    assert_eq!(s.graph.node("gen-00003").unwrap().status, Status::Done);
+    assert!(lineage_problems(&read_disk(&small)).is_empty());
+    let _ = std::fs::remove_dir_all(&big);
+    let _ = std::fs::remove_dir_all(&small);
+}
+
+/// Every file of `root`, with the paths of `roots` spelled out replaced (node addresses).
+fn files(root: &Path, roots: &[&Path]) -> BTreeMap<String, Vec<u8>> {
+    let addrs: Vec<String> = roots
+        .iter()
+        .map(|r| {
+            std::fs::canonicalize(r)
+                .unwrap()
+                .to_string_lossy()
+                .into_owned()
+        })
+        .collect();
+    snapshot(root)
+        .into_iter()
+        .filter(|(k, _)| !k.starts_with(".weft"))
+        .map(|(k, v)| {
+            let mut t = String::from_utf8(v).unwrap();
+            for a in &addrs {
+                t = t.replace(a.as_str(), "ROOT");
+            }
+            (k, t.into_bytes())
+        })
+        .collect()
+}
+
+#[test]
+fn a_lazy_command_writes_what_a_full_open_writes() {
+    let a = generate("scale-lazy", 12);
+    let b = scratch("scale-full").join("root");
+    copy_dir(&a, &b);
+    let run = |root: &Path, lazy_open: bool| {
+        let open = |targets: &[&str], spawns: bool| {
+            if lazy_open {
+                lazy(root, targets, spawns)
+            } else {
+                Session::writer(root, config(), Duration::from_secs(5)).unwrap()
+            }
+        };
+        let mut s = open(&["gen-00002"], false);
+        s.graph
+            .set_status(NOW, "gen-00002", Status::Running, None, None)
+            .unwrap();
+        s.flush().unwrap();
+        drop(s);
+        let mut s = open(&["coordinator", "gen-00002"], true);
+        let mut r = SpawnRequest::new("coordinator", NodeType::Discussion);
+        r.title = "Docs sync".into();
+        r.wait_on
+            .push(("gen-00002".into(), weft_core::actors::WaitMode::Warn));
+        let o = s.graph.spawn(NOW, r).unwrap();
+        s.flush().unwrap();
+        drop(s);
+        let child = o.child.to_string();
+        let mut s = open(&[&child, "gen-00002"], false);
+        let mut l = NewLine::user("from the worker");
+        l.role = Role::Assistant;
+        s.graph.append(NOW, &child, l).unwrap();
+        s.flush().unwrap();
+    };
+    run(&a, true);
+    run(&b, false);
+    let (fa, fb) = (files(&a, &[&a, &b]), files(&b, &[&a, &b]));
+    assert_eq!(fa.keys().collect::<Vec<_>>(), fb.keys().collect::<Vec<_>>());
+    for (k, v) in &fa {
+        assert_eq!(
+            String::from_utf8_lossy(v),
+            String::from_utf8_lossy(&fb[k]),
+            "{k} differs (lazy, full)"
+        );
+    }
+    let _ = std::fs::remove_dir_all(&a);
+    let _ = std::fs::remove_dir_all(&b);
+}
+
+#[test]
+fn a_half_finished_spawn_makes_the_lazy_open_fall_back_and_recover() {
+    let root = generate("scale-crash", 5);
+    // A spawn that stopped before its last stage: no metathread record for `gen-00004`.
+    let p = root.join("orchestrator/meta.jsonl");
+    let log = std::fs::read_to_string(&p).unwrap();
+    let kept: Vec<&str> = log
+        .lines()
+        .filter(|l| !l.contains("\"child\":\"gen-00004\""))
+        .collect();
+    assert_eq!(kept.len() + 1, log.lines().count());
+    std::fs::write(&p, kept.join("\n") + "\n").unwrap();
+    let s = Session::writer_lazy(
+        &root,
+        config(),
+        Duration::from_secs(5),
+        &["gen-00001"],
+        false,
+    )
+    .unwrap();
+    let why = s
+        .report
+        .lazy_fallback
+        .clone()
+        .expect("falls back to a full open");
+    assert!(why.contains("gen-00004"), "{why}");
+    assert!(!s.graph.is_lazy());
+    assert!(
+        s.report
+            .repairs
+            .iter()
+            .any(|r| r.contains("spawn record of `gen-00004`")),
+        "{:?}",
+        s.report.repairs
+    );
+    drop(s);
+    // Recovered: the next command opens lazily again.
+    let s = lazy(&root, &["gen-00001"], false);
+    assert!(s.graph.node("gen-00001").is_some());
+    assert!(
+        s.graph.node("gen-00002").is_none(),
+        "only what the command names is read"
+    );
+    let _ = std::fs::remove_dir_all(&root);
+}
+
+#[test]
+fn spawn_count_spawns_a_wave_in_one_batch() {
+    let root = generate("scale-count", 3);
+    let r = root.to_str().unwrap();
+    let v = run_json(&["actors", "spawn", r, "--count", "3", "--id", "w", "--json"]);
+    let ids: Vec<&str> = v
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|o| o["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, ["w-1", "w-2", "w-3"]);
+    let batches: Vec<u64> = v
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|o| o["batch"].as_u64().unwrap())
+        .collect();
+    assert!(
+        batches.windows(2).all(|b| b[0] == b[1]),
+        "one batch: {batches:?}"
+    );
+    assert!(lineage_problems(&read_disk(&root)).is_empty());
+    run_json(&[
+        "actors", "message", r, "--node", "w-2", "--text", "hi", "--json",
+    ]);
+    let _ = std::fs::remove_dir_all(&root);
+}

@@ -1,0 +1,187 @@
+//! Actor CLI benchmark: `weft actors spawn` through the CLI (one process per command, as users
+//! and scripts call it) on roots of 10, 1,000 and 10,000 existing nodes, with the files one
+//! spawn opens (counted by the store's walls, in-process through the same lazy writer the CLI
+//! uses, beside the full open it replaces), next to the disk's raw append+fsync rate measured
+//! in the same run. Prints figures; asserts nothing.
+//!
+//! `cargo build --release -p weft-host --bin weft && cargo run --release -p weft-bench --bin
+//! actors_cli -- [--weft target/release/weft] [--dir DIR] [--spawns N] [--sizes 10,1000,10000]`
+//! (default: 40 CLI spawns per size, in the system temp dir).
+//!
+//! The roots are generated on disk (a template task spawned through the CLI, copied under new
+//! ids with the parent's `spawned[]`, routing markers, `graph.json` entries and metathread
+//! records a spawn writes), not spawned one by one.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+use weft_core::actors::{HarnessConfig, NodeType, SpawnRequest};
+use weft_host::actors::Session;
+use weft_host::actors::fs_store::raw_fsync_rate;
+
+const TEMPLATE: &str = "gen-00000";
+
+fn arg(name: &str) -> Option<String> {
+    let args: Vec<String> = std::env::args().collect();
+    args.iter()
+        .position(|a| a == name)
+        .and_then(|i| args.get(i + 1))
+        .cloned()
+}
+
+fn weft(bin: &Path) -> Command {
+    let mut c = Command::new(bin);
+    for k in [
+        "ACTOR_AGENTIC_UI",
+        "ACTOR_GRAPH_EPOCHS",
+        "ACTOR_WAIT_GRAPH",
+        "ACTOR_NODE_STORE",
+        "GIT_CLOSEOUT",
+        "PROJECT_INBOX",
+        "PROJECT_INBOX_CHAPTERS",
+    ] {
+        c.env_remove(k);
+    }
+    c
+}
+
+fn run(bin: &Path, args: &[&str]) {
+    let out = weft(bin).args(args).output().expect("weft runs");
+    assert!(
+        out.status.success(),
+        "weft {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// A root with the coordinator and `n` task children, written directly.
+fn generate(bin: &Path, root: &Path, n: usize) {
+    let r = root.to_str().expect("utf-8 path");
+    run(bin, &["actors", "init", r, "--json"]);
+    run(bin, &["actors", "spawn", r, "--id", TEMPLATE, "--json"]);
+    let read = |rel: &str| std::fs::read_to_string(root.join(rel)).expect("template file");
+    let t_meta = read(&format!("nodes/{TEMPLATE}/meta.json"));
+    let t_chat = read(&format!("nodes/{TEMPLATE}/chat.jsonl"));
+    let mut c_chat = read("nodes/coordinator/chat.jsonl");
+    let t_marker = c_chat.lines().last().expect("marker").to_owned();
+    let mut meta_log = read("orchestrator/meta.jsonl");
+    let t_record = meta_log.lines().last().expect("record").to_owned();
+    let mut graph: Value = serde_json::from_str(&read("graph.json")).expect("graph");
+    let mut coord: Value =
+        serde_json::from_str(&read("nodes/coordinator/meta.json")).expect("coordinator");
+    let mut lines = c_chat.lines().count() as u64;
+    for i in 1..n {
+        let id = format!("gen-{i:05}");
+        let dir = root.join("nodes").join(&id);
+        std::fs::create_dir(&dir).expect("node dir");
+        std::fs::write(dir.join("meta.json"), t_meta.replace(TEMPLATE, &id)).expect("meta");
+        std::fs::write(dir.join("chat.jsonl"), &t_chat).expect("chat");
+        lines += 1;
+        c_chat.push_str(&t_marker.replace(TEMPLATE, &id));
+        c_chat.push('\n');
+        let mut rec: Value = serde_json::from_str(&t_record.replace(TEMPLATE, &id)).expect("rec");
+        rec["parentLine"] = json!(lines);
+        meta_log.push_str(&serde_json::to_string(&rec).expect("json"));
+        meta_log.push('\n');
+        graph["nodes"][&id] = graph["nodes"][TEMPLATE].clone();
+        coord["spawned"]
+            .as_array_mut()
+            .expect("spawned")
+            .push(json!(id));
+    }
+    let write = |rel: &str, text: String| std::fs::write(root.join(rel), text).expect("write");
+    write("nodes/coordinator/chat.jsonl", c_chat);
+    write("orchestrator/meta.jsonl", meta_log);
+    write(
+        "graph.json",
+        serde_json::to_string_pretty(&graph).expect("json") + "\n",
+    );
+    write(
+        "nodes/coordinator/meta.json",
+        serde_json::to_string_pretty(&coord).expect("json") + "\n",
+    );
+}
+
+/// Files one spawn opens: through the CLI's lazy writer, and through the full open.
+fn opens(root: &Path, tag: &str) -> (u64, u64) {
+    let wait = Duration::from_secs(5);
+    let spawn = |mut s: Session, id: String| {
+        let mut r = SpawnRequest::new("coordinator", NodeType::Task);
+        r.id = Some(id);
+        s.graph
+            .spawn(weft_host::actors::wall_ms(), r)
+            .expect("spawn");
+        s.flush().expect("flush");
+        s.store.opens()
+    };
+    let s = Session::writer_lazy(root, HarnessConfig::default(), wait, &["coordinator"], true)
+        .expect("lazy writer");
+    assert!(
+        s.report.lazy_fallback.is_none(),
+        "{:?}",
+        s.report.lazy_fallback
+    );
+    let lazy = spawn(s, format!("probe-lazy-{tag}"));
+    let s = Session::writer(root, HarnessConfig::default(), wait).expect("writer");
+    let full = spawn(s, format!("probe-full-{tag}"));
+    (lazy, full)
+}
+
+fn main() {
+    let bin = PathBuf::from(arg("--weft").unwrap_or_else(|| "target/release/weft".into()));
+    assert!(bin.is_file(), "{} is not built", bin.display());
+    let base = arg("--dir")
+        .map(PathBuf::from)
+        .unwrap_or_else(std::env::temp_dir);
+    let spawns: usize = arg("--spawns").and_then(|v| v.parse().ok()).unwrap_or(40);
+    let sizes: Vec<usize> = arg("--sizes")
+        .unwrap_or_else(|| "10,1000,10000".into())
+        .split(',')
+        .filter_map(|s| s.parse().ok())
+        .collect();
+    let dir = base.join(format!("weft-actors-cli-bench-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("bench dir");
+    println!(
+        "actor CLI benchmark in {} ({} spawns per size, {})",
+        dir.display(),
+        spawns,
+        bin.display()
+    );
+    println!(
+        "{:>8}  {:>12}  {:>10}  {:>12}  {:>12}  {:>14}",
+        "nodes", "CLI spawns/s", "ms/spawn", "opens lazy", "opens full", "raw fsyncs/s"
+    );
+    for &n in &sizes {
+        let root = dir.join(format!("root-{n}"));
+        generate(&bin, &root, n);
+        let (lazy, full) = opens(&root, &n.to_string());
+        let r = root.to_str().expect("utf-8 path");
+        // Interleaved with the raw probe, so both see the same disk.
+        let (mut t, mut raw_n, mut raw_t) = (0.0f64, 0usize, 0.0f64);
+        for i in 0..spawns {
+            if i % 10 == 0 {
+                let k = 40;
+                let rate = raw_fsync_rate(&dir, k, 200).expect("raw fsync probe");
+                raw_n += k;
+                raw_t += k as f64 / rate;
+            }
+            let id = format!("cli-{i:05}");
+            let start = Instant::now();
+            run(&bin, &["actors", "spawn", r, "--id", &id, "--json"]);
+            t += start.elapsed().as_secs_f64();
+        }
+        println!(
+            "{:>8}  {:>12.1}  {:>10.2}  {:>12}  {:>12}  {:>14.0}",
+            n,
+            spawns as f64 / t,
+            1000.0 * t / spawns as f64,
+            lazy,
+            full,
+            raw_n as f64 / raw_t
+        );
+        let _ = std::fs::remove_dir_all(&root);
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
