@@ -1059,6 +1059,13 @@ impl<V: OpsValue, R: BorrowMut<Registry<V>>> App<V, R> {
         Ok((inv, ids))
     }
 
+    /// Whether a staged write (not yet effective) targets one of `relevant` (sorted controls).
+    pub(crate) fn relevant_staged(&self, relevant: &[usize]) -> bool {
+        self.staged
+            .iter()
+            .any(|w| relevant.binary_search(&self.write(*w).control).is_ok())
+    }
+
     /// Whether writes or reruns are waiting for a flush.
     pub fn has_staged(&self) -> bool {
         !self.staged.is_empty() || !self.staged_reruns.is_empty()

@@ -126,6 +126,10 @@ pub struct Operation<V> {
     pub(crate) closure: Vec<usize>,
     /// The revision at which the writes took effect.
     pub effective: Option<Revision>,
+    /// A request without writes started while writes to its relevant controls were staged:
+    /// those writes were accepted first, so they are part of the state it observes. It takes
+    /// effect with their batch (never superseded by them).
+    pub(crate) after_staged: bool,
     pub(crate) linked: Vec<CalcId>,
     pub(crate) processed: Vec<Option<(CalcId, bool)>>,
     pub(crate) failures: Vec<Option<FailureReason>>,
@@ -256,6 +260,7 @@ impl<V: OpsValue, R: BorrowMut<Registry<V>>> App<V, R> {
             relevant,
             closure,
             effective: None,
+            after_staged: false,
             linked: Vec::new(),
             processed: vec![None; n],
             failures: vec![None; n],
@@ -270,9 +275,13 @@ impl<V: OpsValue, R: BorrowMut<Registry<V>>> App<V, R> {
         if let Some(d) = deadline {
             self.op_timers.insert((d, id), ());
         }
+        if op.writes.is_empty() && self.relevant_staged(&op.relevant) {
+            op.after_staged = true;
+        }
+        let immediate = op.writes.is_empty() && !op.after_staged;
         self.ops.insert(id, Box::new(op));
         self.pending_ops.push(id);
-        if self.ops[&id].writes.is_empty() {
+        if immediate {
             self.make_effective(now, id, vec![], vec![]);
             self.link_inflight(now, id);
         }
@@ -371,7 +380,7 @@ impl<V: OpsValue, R: BorrowMut<Registry<V>>> App<V, R> {
         for id in pending {
             let op = &self.ops[&id];
             if op.effective.is_none() {
-                if !op.writes.iter().any(|w| staged.contains(w)) {
+                if !op.after_staged && !op.writes.iter().any(|w| staged.contains(w)) {
                     continue;
                 }
                 let mut by = Vec::new();
