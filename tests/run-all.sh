@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The test command: installs what the tests need (tests/setup.sh) and runs every test.
-# Stages: format, lint, native tests, the wasm package, wasm tests under Node and in headless
-# Chromium, Node tests of the JS package, browser tests with Playwright.
+# Stages: format, lint, native tests, the wasm package, its TypeScript declarations, wasm tests
+# under Node and in headless Chromium, Node tests of the JS package, browser tests with Playwright.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export CARGO_TERM_COLOR=${CARGO_TERM_COLOR:-never}
@@ -24,6 +24,9 @@ cargo test --workspace
 
 current=package; stage "build the wasm package"
 wasm/build.sh
+
+current=types; stage "TypeScript declarations (tsc --strict against the packed package)"
+(cd tests/js && node types/check.mjs)
 
 current=lab; stage "build the diffusion lab (Vite, against the built package)"
 (cd examples/diffusion-lab && npx vite build --logLevel warn)

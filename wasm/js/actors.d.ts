@@ -14,4 +14,5 @@ export {
   openActorStore,
   deleteActorStore,
   loadActors,
+  ActorViews,
 } from './index.js';

@@ -1,13 +1,15 @@
 // `weft/frames`: the DGP engine and the DGP controller's agent tools (its WebAssembly module is
 // loaded by the import).
 import type { ToolDeclaration, ToolHandler } from './index.js';
+import type { Decision, Frame, Resolver, Result, AssessmentRequest, CommitRequest, Receipt, Evidence } from './dgp.js';
 
-export { WeftError, Principal, FramesRecord, FramesEngineOptions, FramesEngine, createFramesEngine, evidenceFor, loadFrames } from './index.js';
+export { WeftError, Principal, FramesRecord, FramesEngineOptions, FramesEngine, SurfaceSummary, createFramesEngine, evidenceFor, loadFrames } from './index.js';
+export type * as Dgp from './dgp.js';
 
 /** The controller's next move on a frame; throws `CAPABILITY_REQUIRED` for a feature outside
  * `supportedFeatures` (default: every feature weft's controller understands). */
 export function controllerNextStep(
-  frame: any,
+  frame: Frame,
   supportedFeatures?: string[],
 ): { step: 'quiescent' } | { step: 'assess' | 'fulfil' | 'input_required'; decisionId: string };
 
@@ -15,20 +17,20 @@ export function controllerNextStep(
  * builds the assessment request to record, what follows it, and the commit request when an
  * agent may commit it (`after: 'commit'`; never for a human-only effect). */
 export function controllerJudgment(
-  frame: any,
+  frame: Frame,
   decisionId: string,
-  judgment: { result: any; resolver: any; assessmentId: string; speculative?: boolean },
-): { assessment: any; after: 'commit' | 'speculative' | 'abstained' | 'human_required'; commit: any | null };
+  judgment: { result: Result; resolver: Resolver; assessmentId: string; speculative?: boolean },
+): { assessment: AssessmentRequest; after: 'commit' | 'speculative' | 'abstained' | 'human_required'; commit: CommitRequest | null };
 
 /** The result an input decision with a `fulfillment` receives from its service's text (checked, never truncated). */
-export function fulfilmentResult(frame: any, decisionId: string, text: string): any;
+export function fulfilmentResult(frame: Frame, decisionId: string, text: string): Result;
 
 // ----- the DGP controller as agent tools ------------------------------------------------------
 
 /** What a decision adapter or text service may see: the evidence it reads, and the optional
  * evidence it cannot (recorded, never silently dropped). */
 export interface EvidencePack {
-  evidence: any[];
+  evidence: Evidence[];
   omittedOptional: string[];
 }
 
@@ -36,17 +38,17 @@ export interface EvidencePack {
  * record). `modalities`: the evidence kinds it really reads (default `['text', 'json']`); a
  * decision whose required evidence it cannot read stops the run with `UNSUPPORTED_MODALITY`. */
 export interface DecisionAdapter {
-  (decision: any, evidence: EvidencePack, frame: any, options: { signal?: AbortSignal }): Promise<{ result: any; resolver?: any }> | { result: any; resolver?: any };
+  (decision: Decision, evidence: EvidencePack, frame: Frame, options: { signal?: AbortSignal }): Promise<{ result: Result; resolver?: Resolver }> | { result: Result; resolver?: Resolver };
   modalities?: string[];
   /** The resolver recorded when an answer names none. */
-  resolver?: any;
+  resolver?: Resolver;
 }
 
 /** Writes the text of an input decision that names a `fulfillment` service. */
 export interface TextService {
-  (decision: any, evidence: EvidencePack, frame: any, options: { signal?: AbortSignal }): Promise<{ text: string; resolver?: any } | string> | { text: string; resolver?: any } | string;
+  (decision: Decision, evidence: EvidencePack, frame: Frame, options: { signal?: AbortSignal }): Promise<{ text: string; resolver?: Resolver } | string> | { text: string; resolver?: Resolver } | string;
   modalities?: string[];
-  resolver?: any;
+  resolver?: Resolver;
 }
 
 export interface DgpControllerOptions {
@@ -67,7 +69,7 @@ export interface DgpControllerOptions {
 export interface DgpEvent {
   surface: string;
   event: string;
-  [field: string]: any;
+  [field: string]: unknown;
 }
 
 /** A run's report (`SurfaceRun::to_json` natively). `ended`: `quiescent`, `input_required`,
@@ -78,7 +80,7 @@ export interface SurfaceRun {
   ended: string;
   steps: number;
   /** The receipts of the commits the run made, in order. */
-  commits: any[];
+  commits: Receipt[];
   /** The commit intent whose outcome is unknown (transport failure after retries), or null. */
   commit_in_doubt: DgpEvent | null;
   stop: DgpEvent;
@@ -86,7 +88,7 @@ export interface SurfaceRun {
 }
 
 export interface DgpController {
-  surfaces(options?: { signal?: AbortSignal }): Promise<any[]>;
+  surfaces(options?: { signal?: AbortSignal }): Promise<import('./index.js').SurfaceSummary[]>;
   /** Drives a surface until it stops; `signal` stops it at its next safe point (never with a
    * commit in flight). Never rejects: a failure is a `stopped` event. */
   runSurface(surfaceId: string, options?: { steps?: number; speculative?: boolean }, io?: { signal?: AbortSignal; onEvent?: (e: DgpEvent) => void }): Promise<SurfaceRun>;

@@ -55,16 +55,46 @@ export type EventType =
   | 'outcome'
   | 'late_evidence';
 
-/** One journal record. Extra fields depend on `type` (value, payload, reason, reply, ...). */
-export interface JobEvent {
+/** The fields every journal record has. */
+export interface JobEventBase {
   job: number;
   seq: number;
+  /** The runtime clock (ms) when it was recorded. */
   at: number;
   /** `caller`, `registry` or `endpoint-N`. */
   source: string;
-  type: EventType;
-  [field: string]: unknown;
 }
+
+/** A reply of the worker protocol, as `late_evidence` carries it. */
+export interface WireReply {
+  type: 'hello' | 'partial' | 'progress' | 'done' | 'error' | 'cancelled' | 'input_applied' | 'input_rejected';
+  id?: number;
+  value?: unknown;
+  message?: string;
+  code?: string;
+  inputId?: string;
+  protocol?: string | null;
+  capabilities?: Capabilities;
+}
+
+/** One journal record; its fields are fixed by its `type`. */
+export type JobEvent = JobEventBase &
+  (
+    | { type: 'submitted'; payload: unknown; reuseKey?: string }
+    | { type: 'started'; wireId: number; capabilities: Capabilities }
+    // `value` is what the execution reported: by convention a fraction 0..1, by the protocol
+    // any structured-cloneable value.
+    | { type: 'progress'; value: unknown }
+    | { type: 'partial'; value: unknown }
+    | { type: 'input_delivered' | 'input_applied'; inputId: string }
+    | { type: 'input_rejected'; inputId: string; by: 'registry' | 'worker'; reason: string }
+    | { type: 'cancel_requested' | 'terminated'; reason: string }
+    | { type: 'cancel_acknowledged' }
+    | { type: 'no_acknowledgement'; quietMs: number; note: string }
+    | { type: 'protocol_error'; violation: Record<string, unknown>; message: string }
+    | ({ type: 'outcome' } & Outcome)
+    | { type: 'late_evidence'; reply: WireReply }
+  );
 
 /** Told to an observer whose bounded queue overflowed: events from..to are in the journal. */
 export interface Missed {
@@ -152,6 +182,8 @@ export class Job<T = unknown> {
   readonly outcome: Outcome<T> | null;
   journal(from?: number): JobEvent[];
   cancel(reason?: string): 'requested' | 'cancelled_before_start' | 'already_requested' | 'already_finished';
+  /** Releases this finished job now (see `Runtime.forget`). */
+  forget(): boolean;
   send(value: unknown, options?: { inputId?: string }): string;
   wait(options?: { signal?: AbortSignal; timeoutMs?: number }): Promise<Outcome<T>>;
   observe(listener: (d: Delivery) => void, options?: { from?: number | 'next'; capacity?: number }): () => void;
@@ -175,6 +207,9 @@ export class Runtime {
   readMailbox(owner: string): Note[];
   mailboxLength(owner: string): number;
   closeOwner(owner: string): CloseReport;
+  /** Releases finished job `id` (record, journal, reuse key) before its owner closes; false,
+   * changing nothing, while it runs or a wait or observer still follows it. */
+  forget(id: number): boolean;
   on(event: 'finished', listener: (e: { job: number; outcome: Outcome['outcome'] }) => void): () => void;
   on(event: 'note' | 'wake', listener: (e: { owner: string; job: number }) => void): () => void;
   close(reason?: string): void;
@@ -452,6 +487,14 @@ export interface ModelToolCall {
 export interface ModelResponse {
   text?: string | null;
   calls?: ModelToolCall[];
+  /** Token counts the provider reported; recorded as a `model_usage` event of the turn. */
+  usage?: ModelUsage;
+}
+
+/** Token counts of one model step. */
+export interface ModelUsage {
+  inputTokens: number;
+  outputTokens: number;
 }
 
 export interface ModelRequest {
@@ -465,7 +508,93 @@ export interface ModelRequest {
   tools: Required<ToolDeclaration>[];
 }
 
-export type Model = (request: ModelRequest, options: { signal: AbortSignal }) => ModelResponse | Promise<ModelResponse>;
+export type Model = (
+  request: ModelRequest,
+  options: { signal: AbortSignal; onDelta?: (delta: ModelStreamEvent) => void },
+) => ModelResponse | Promise<ModelResponse>;
+
+/** What a streaming model reports while its step runs, in stream order. */
+export type ModelStreamEvent =
+  | { type: 'text_delta'; text: string }
+  /** The model began call `index` (its position among the step's calls). */
+  | { type: 'tool_call_start'; index: number; id: string; name: string }
+  | { type: 'tool_call_delta'; index: number; arguments: string }
+  | { type: 'tool_call_end'; index: number }
+  /** The latest token counts (Anthropic reports output tokens as they grow). */
+  | ({ type: 'usage' } & ModelUsage)
+  /** Why the model stopped: `stop`, `tool_calls`, `length`, `end_turn`, `tool_use`, `max_tokens`, ... */
+  | { type: 'finish'; reason: string };
+
+/** An `agent.on('model_delta')` event: a stream event of step `step` while it runs. */
+export type ModelDeltaEvent = ModelStreamEvent & { turn: number; step: number };
+
+/** An `agent.on('model_usage')` event: the provider's token counts for step `step`. */
+export interface ModelUsageEvent extends ModelUsage {
+  output: 'model_usage';
+  turn: number;
+  step: number;
+}
+
+/** Options of `openaiModel` / `anthropicModel`. */
+export interface ProviderModelOptions {
+  /** The provider's model name (`gpt-4o-mini`, `claude-3-5-haiku-latest`, `llama3.2`). */
+  model: string;
+  /** OpenAI-style: including the API version (`https://api.openai.com/v1`, `http://localhost:11434/v1`);
+   * Anthropic: `https://api.anthropic.com`. Default: the provider's public endpoint. */
+  baseUrl?: string;
+  /** Sent as `Authorization: Bearer` (OpenAI) or `x-api-key` (Anthropic); local servers need none. */
+  apiKey?: string;
+  /** The most output tokens a step may produce (4096). */
+  maxTokens?: number;
+  /** Whether the model may select several tool calls in one step (true). */
+  parallelToolCalls?: boolean;
+  /** System text sent with every step. */
+  system?: string;
+  /** Retries of rate limits (429, honouring Retry-After) and overload (529/503). */
+  retry?: { maxAttempts?: number; baseDelayMs?: number; maxDelayMs?: number };
+  /** From sending to the answer's head, and between two body chunks (60 000 ms each). */
+  timeouts?: { headMs?: number; idleMs?: number };
+  /** The fetch to use (default: the global one). */
+  fetch?: typeof fetch;
+  /** The clock of the deadlines (default `Date.now`). */
+  now?: () => number;
+}
+
+/** A model function with its provider and `provider:model` label. */
+export type ProviderModel = Model & { readonly provider: 'openai' | 'anthropic' | 'builtin'; readonly label: string };
+
+/**
+ * Codes of a failed model step (the WeftError the model function rejects with; its message,
+ * recorded as the turn's `message`, starts with the code).
+ */
+export type ModelErrorCode =
+  | 'MODEL_AUTH'
+  | 'MODEL_RATE_LIMITED'
+  | 'MODEL_OVERLOADED'
+  | 'MODEL_CONTEXT_TOO_LONG'
+  | 'MODEL_BAD_RESPONSE'
+  | 'MODEL_TIMEOUT'
+  | 'MODEL_ABORTED'
+  | 'MODEL_PROVIDER_ERROR'
+  | 'MODEL_CONNECT'
+  | 'MODEL_INVALID_CONFIG';
+
+/** A model on an OpenAI Chat Completions endpoint (OpenAI, Ollama, llama.cpp server, vLLM, LM Studio, OpenRouter), streaming. */
+export function openaiModel(options: ProviderModelOptions): ProviderModel;
+/** A model on the Anthropic Messages API, streaming. */
+export function anthropicModel(options: ProviderModelOptions): ProviderModel;
+/** The deterministic built-in model: says that no model is configured (MODEL_NOT_CONFIGURED) and how to configure one. */
+export function builtinModel(): ProviderModel;
+/**
+ * The model a configuration names, by the core's rule: `model` is `PROVIDER:NAME` or
+ * `PROVIDER`; a base URL alone is OpenAI-compatible; with no provider, base URL or key, the
+ * built-in model. Rejects with MODEL_INVALID_CONFIG.
+ */
+export function resolveModel(
+  choice?: Omit<ProviderModelOptions, 'model'> & { model?: string; openaiKey?: string; anthropicKey?: string },
+): Promise<ProviderModel>;
+/** Loads the models WebAssembly module now (a model loads it on its first step). */
+export function loadModels(): Promise<void>;
 
 export type CallStatus = 'succeeded' | 'failed' | 'rejected' | 'not_started' | 'uncertain';
 
@@ -568,6 +697,9 @@ export class Agent {
   mailbox(): Mail[];
   transcript(from?: number): TranscriptMessage[];
   idle(options?: { signal?: AbortSignal }): Promise<void>;
+  /** A streaming model's deltas while step `step` runs (not an `output` of the session). */
+  on(event: 'model_delta', listener: (e: ModelDeltaEvent) => void): () => void;
+  on(event: 'model_usage', listener: (e: ModelUsageEvent) => void): () => void;
   on(event: 'turn_started' | 'turn_ended' | 'call_finished' | 'mail_queued' | 'model_request' | 'start_call' | 'abort_call' | 'output', listener: (output: Record<string, any>) => void): () => void;
   /** Withdraws queued tasks (their run() rejects with CLOSED), interrupts the running turn,
    * asks no model again and detaches from the runtime. Jobs the tools started continue. */
@@ -591,6 +723,19 @@ export function scriptedModel(
 export function validateToolArguments(schema: Record<string, unknown>, args: unknown): { ok: boolean; errors: string[] };
 
 // ---- Decision frames (DGP 0.1) -------------------------------------------------------------
+
+/** The DGP 0.1 records (frames, assessments, commits, receipts, ...), from the DGP schema. */
+export type * as Dgp from './dgp.js';
+import type * as Dgp from './dgp.js';
+
+/** One entry of `GET /dgp/surfaces`. */
+export interface SurfaceSummary {
+  surface_id: string;
+  title: string;
+  state: string;
+  revision: number;
+  frame_href: string;
+}
 
 /** An authenticated principal: the role decides who may commit human-only effects. */
 export interface Principal {
@@ -621,17 +766,18 @@ export interface FramesEngineOptions {
 
 /** The DGP engine. Errors are `Error`s with `.code` (`STALE_FRAME`, `HUMAN_APPROVAL_REQUIRED`, ...). */
 export class FramesEngine {
-  manifest(): any;
-  surfaces(): { dgp: '0.1'; surfaces: any[] };
-  graphs(): any;
-  services(): any;
-  frame(surfaceId: string, options?: { disclosure?: 'next' | 'horizon' | 'full'; horizon?: number }): any;
-  storedFrame(frameId: string): any;
-  assess(principal: Principal, body: object | string): any;
-  commit(principal: Principal, idempotencyKey: string | undefined, body: object | string): any;
+  manifest(): Dgp.Manifest;
+  surfaces(): { dgp: '0.1'; surfaces: SurfaceSummary[] };
+  graphs(): { dgp: '0.1'; graphs: { graph_id: string; graph_version: string; href: string }[] };
+  services(): { dgp: '0.1'; services: Dgp.Service[] };
+  frame(surfaceId: string, options?: { disclosure?: Dgp.DisclosureLevel; horizon?: number }): Dgp.Frame;
+  storedFrame(frameId: string): Dgp.Frame;
+  assess(principal: Principal, body: Dgp.AssessmentRequest | string): Dgp.Assessment;
+  commit(principal: Principal, idempotencyKey: string | undefined, body: Dgp.CommitRequest | string): Dgp.Receipt;
   bumpPolicy(): number;
-  entries(view: string): any[];
-  surfaceState(surfaceId: string): { state: any; revision: number } | null;
+  /** The entries of an app read view, oldest first (their shape is the app's). */
+  entries(view: string): Record<string, unknown>[];
+  surfaceState(surfaceId: string): { state: unknown; revision: number } | null;
   takeWrites(): FramesRecord[];
   free(): void;
 }
@@ -647,9 +793,13 @@ export function createFramesEngine(options: FramesEngineOptions): FramesEngine;
 export function loadFrames(): Promise<void>;
 
 /** The controller's modality check; throws `UNSUPPORTED_MODALITY` for required evidence it cannot read. */
-export function evidenceFor(frame: any, decisionId: string, modalities: string[]): { evidenceIds: string[]; omittedOptional: string[] };
+export function evidenceFor(frame: Dgp.Frame, decisionId: string, modalities: string[]): { evidenceIds: string[]; omittedOptional: string[] };
 
 // ----- actor graph -------------------------------------------------------------------------
+
+/** The actor graph's views (nodes, transcripts, grid, tree, temporal, fork panel, audit). */
+export type * as ActorViews from './actor-views.js';
+import type * as Views from './actor-views.js';
 
 /** Harness variables (`ACTOR_AGENTIC_UI`, `ACTOR_GRAPH_EPOCHS`, `ACTOR_WAIT_GRAPH`, `ACTOR_NODE_STORE`, `GIT_CLOSEOUT`, deprecated `PROJECT_INBOX*`). */
 export type ActorConfig = Record<string, string>;
@@ -712,16 +862,16 @@ export class ActorStore {
   epoch(args: { reason?: string; nodes?: string[] }, o?: MutationOptions): Promise<{ epoch: number }>;
   export(args?: {}, o?: MutationOptions): Promise<{ lines: number }>;
   /** Any mutation of `weft_core::actors::api` by name. */
-  mutate(op: string, args?: object, o?: MutationOptions): Promise<any>;
+  mutate(op: string, args?: object, o?: MutationOptions): Promise<unknown>;
   /** Any view by name: graph, linear, grid, tree, temporal, fork, metathread, audit, index, lineage, waits, model, mailbox. */
-  view(name: string, args?: object): any;
-  graph(): { root: string; version: number; nodes: any[]; broken: any[]; edges: any[]; diagnostics: Diagnostic[] };
-  gridView(): any;
-  treeView(): any;
-  linearView(args?: { node?: string }): any;
-  temporalView(args?: { scope?: string; at?: number | string; buckets?: number }): any;
-  forkView(args: { node: string }): any;
-  auditView(): { refs: number; ok: number; problems: number; entries: any[] };
+  view(name: string, args?: object): unknown;
+  graph(): Views.GraphView;
+  gridView(): Views.GridView;
+  treeView(): Views.TreeView;
+  linearView(args?: { node?: string }): Views.LinearView;
+  temporalView(args?: { scope?: string; at?: number | string; buckets?: number }): Views.TemporalView;
+  forkView(args: { node: string }): Views.ForkView;
+  auditView(): Views.AuditView;
   lineageView(): string[];
   onChange(listener: (events: { seq: number; kind: string; node: string | null }[]) => void): () => void;
   /** Persists anything already queued. */

@@ -1,0 +1,67 @@
+// Typed usage of `weft` (jobs, agents, models, ops) as a TypeScript user writes it. Checked with
+// `tsc --strict --noEmit` against the packed package (check.mjs); never run.
+import {
+  createRuntime, createAgent, createApp, scriptedModel, openaiModel, anthropicModel, builtinModel,
+  WeftError, type Outcome, type JobEvent, type Delivery, type TurnResult, type ModelErrorCode,
+} from 'weft';
+
+export async function jobs(): Promise<number> {
+  const rt = createRuntime({ now: () => 0 });
+  const ep = rt.openLocal(async (payload: { n: number }, ctx) => {
+    ctx.progress(0.5);
+    if (ctx.signal.aborted) throw new Error('stopped');
+    return payload.n * 2;
+  });
+  const job = ep.submit<number>({ n: 21 }, { owner: 'agent', origin: { turn: 't1' } });
+  const stop = job.observe((d: Delivery) => {
+    if (d.type === 'missed') console.log(d.from, d.to);
+    else if (d.type === 'outcome' && d.outcome === 'lost') console.log(d.reason.length);
+    else if (d.type === 'no_acknowledgement') console.log(d.quietMs + 1);
+    else console.log(d.seq, d.type);
+  });
+  const ac = new AbortController();
+  const out: Outcome<number> = await job.wait({ signal: ac.signal, timeoutMs: 1000 });
+  stop();
+  const events: JobEvent[] = job.journal();
+  if (out.outcome === 'succeeded') return out.value + events.length;
+  if (out.outcome === 'cancelled') console.log(out.evidence === 'quiet_no_ack');
+  rt.dispose();
+  return -1;
+}
+
+export async function agents(): Promise<string | null> {
+  const rt = createRuntime();
+  const model = scriptedModel([{ calls: [{ name: 'add', arguments: { a: 1 } }] }, { text: 'done' }]);
+  const agent = createAgent(rt, { id: 'a', model, maxSteps: 8 });
+  agent.registerTool(
+    { name: 'add', description: 'adds one', parameters: { type: 'object', properties: { a: { type: 'number' } } }, supportsParallel: true },
+    async (args: { a: number }) => args.a + 1,
+  );
+  const off = agent.on('model_delta', (e) => console.log(e.step));
+  const r: TurnResult = await agent.run('add one');
+  off();
+  agent.close();
+  return r.end === 'completed' ? r.text : null;
+}
+
+export function models(): string[] {
+  const a = openaiModel({ baseUrl: 'http://127.0.0.1:11434/v1', model: 'llama3.2' });
+  const b = anthropicModel({ apiKey: 'k', model: 'claude-3-5-haiku-latest' });
+  const c = builtinModel();
+  const failed = (e: unknown): ModelErrorCode | null =>
+    e instanceof WeftError && e.code.startsWith('MODEL_') ? (e.code as ModelErrorCode) : null;
+  void failed;
+  return [a.label, b.provider, c.label];
+}
+
+export async function ops(): Promise<unknown> {
+  const app = createApp();
+  app.load({
+    controls: [{ name: 'points', type: 'number', min: 10, max: 1000, value: 100 }],
+    cells: [{ name: 'double', deps: ['points'], compute: (inputs: { points: number }) => inputs.points * 2 }],
+  });
+  const receipt = app.set('points', 200, { by: 'user' });
+  const outcome = await app.observe<number>({ waitFor: ['double'] });
+  app.dispose();
+  return [receipt.status, outcome.outcome];
+}
