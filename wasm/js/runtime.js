@@ -208,6 +208,14 @@ export class Runtime {
     return this.#reg.mailboxLength(owner);
   }
 
+  /**
+   * Releases finished job `id` (record, journal, reuse key) before its owner closes. Returns
+   * false, changing nothing, while the job runs or a wait or observer still follows it.
+   */
+  forget(id) {
+    return this.#reg.forget(id);
+  }
+
   /** Disposes what `owner` owns, with an explicit outcome for each unfinished job. */
   closeOwner(owner) {
     return this.#call((r, now) => r.closeOwner(now, owner));
@@ -408,6 +416,11 @@ export class Job {
   /** The journal from sequence number `from` (default 1). */
   journal(from) {
     return this.#rt.registry.journal(this.id, from);
+  }
+
+  /** Releases this finished job now (see `Runtime.forget`); false while it still runs or is followed. */
+  forget() {
+    return this.#rt.forget(this.id);
   }
 
   /** Asks the execution to stop. Returns `requested`, `cancelled_before_start`, ... */

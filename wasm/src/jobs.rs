@@ -308,6 +308,13 @@ impl JobRegistry {
         self.inner.peek_mailbox(&OwnerId::new(owner)).count() as f64
     }
 
+    /// Releases one finished job (its record, journal and reuse key) now, instead of when its
+    /// owner closes. False, and nothing changes, while it runs or a wait, observer or live
+    /// reuse key still names it.
+    pub fn forget(&mut self, job: f64) -> bool {
+        self.inner.forget(JobId(job as u64))
+    }
+
     /// Disposes what the owner owns; returns the report.
     #[wasm_bindgen(js_name = closeOwner)]
     pub fn close_owner(&mut self, now: f64, owner: &str) -> JsValue {

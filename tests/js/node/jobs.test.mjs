@@ -37,3 +37,25 @@ test('in-process jobs: progress, cancel acknowledged by the body settling, failu
   if (c.outcome !== 'cancelled' || c.evidence !== 'acknowledged') throw new Error(JSON.stringify(c));
   rt.close();
 });
+
+test('forget releases one finished job before its owner closes; a running or followed job stays', async () => {
+  const rt = createRuntime();
+  let release;
+  const gate = new Promise((r) => (release = r));
+  const ep = rt.openLocal(async (payload) => (payload.wait ? gate : payload.n), { owner: 'a' });
+  const done = ep.submit({ n: 1 }, { owner: 'a' });
+  await done.wait();
+  const running = ep.submit({ wait: true }, { owner: 'a' });
+  if (rt.forget(running.id) !== false) throw new Error('a running job was forgotten');
+  const stop = done.observe(() => {});
+  if (done.forget() !== false) throw new Error('an observed job was forgotten');
+  stop();
+  if (done.forget() !== true) throw new Error('a finished job was not forgotten');
+  if (rt.job(done.id) !== undefined || done.info !== undefined) throw new Error('the forgotten job is still retained');
+  if (rt.jobs({ owner: 'a' }).map((j) => j.job).join() !== String(running.id)) throw new Error('jobs() lists a forgotten job');
+  if (rt.forget(done.id) !== false) throw new Error('forgetting twice succeeded');
+  release(2);
+  await running.wait();
+  if (running.forget() !== true) throw new Error('the settled job was not forgotten');
+  rt.dispose();
+});
