@@ -10,7 +10,7 @@ use std::process::{Command, Output};
 
 use model_support::ModelServer;
 use serde_json::{Value, json};
-use support::{TempDir, http, weft};
+use support::{HUMAN, Server, TempDir, http, weft};
 
 fn actors(args: &[&str]) -> Output {
     Command::new(weft())
@@ -157,4 +157,55 @@ fn a_model_proposes_spawns_for_weft_actors_route() {
             .len(),
         2
     );
+}
+
+#[test]
+fn weft_serve_desk_routes_through_the_model_proposer() {
+    let dir = TempDir::new("serve-desk-proposer");
+    let root = dir.0.join("root");
+    let m = ModelServer::start();
+    let base = m.base("openai");
+    control(
+        &m,
+        "POST",
+        "/_script",
+        Some(json!({"replies": [
+            {"text": "{\"proposal\": \"spawn\", \"type\": \"task\", \"title\": \"Fix flaky CI\", \"reason\": \"a bounded job\"}"},
+        ]})),
+    );
+    let s = Server::start(
+        &dir.0.join("data"),
+        &[
+            "--chat-root",
+            root.to_str().unwrap(),
+            "--desk-proposer",
+            "model",
+            "--model",
+            "openai:test-proposer",
+            "--base-url",
+            &base,
+        ],
+    );
+    let auth = format!("Bearer {HUMAN}");
+    let body = json!({"text": "Oh, and CI is flaky again"}).to_string();
+    let a = http(
+        &s.addr,
+        "POST",
+        "/api/actors/nodes/coordinator/route",
+        &[
+            ("content-type", "application/json"),
+            ("authorization", &auth),
+        ],
+        Some(body.as_bytes()),
+    );
+    assert_eq!(a.status, 200, "{}", String::from_utf8_lossy(&a.body));
+    let v = a.json();
+    // No drift keyword: the heuristic would continue; the server's model proposed the spawn.
+    assert_eq!(
+        (&v["outcome"], &v["trigger"], &v["type"]),
+        (&json!("spawned"), &json!("model"), &json!("task"))
+    );
+    let reqs = control(&m, "GET", "/_requests", None);
+    assert_eq!(reqs.as_array().map(Vec::len), Some(1));
+    assert_eq!(reqs[0]["body"]["model"], "test-proposer");
 }

@@ -426,8 +426,8 @@ pub async fn main(args: ActorsArgs) -> ExitCode {
 }
 
 /// The model `--proposer model` asks, or `None` for the heuristic (asked for, or no model
-/// configured: then a note says so on stderr).
-fn route_model(
+/// configured: then a note says so on stderr). Also `weft serve --desk-proposer`.
+pub(crate) fn route_model(
     proposer: &str,
     flags: &crate::model::ModelFlags,
 ) -> Result<Option<crate::model::ReqwestModel>, ActorsError> {

@@ -357,11 +357,13 @@ fn check_loopback(addr: SocketAddr) -> Result<(), ActorsError> {
 
 /// Opens `root` (with the harness variables of the environment) for a server bound to `addr`
 /// and returns the desk's routes to merge into it (what `weft serve --chat-root` does), behind
-/// `access`. Its event streams end when `closing` fires.
+/// `access`; with `proposer`, that model proposes spawns on `route`. Its event streams end
+/// when `closing` fires.
 pub async fn mount(
     root: &Path,
     addr: SocketAddr,
     access: DeskAccess,
+    proposer: Option<crate::model::ReqwestModel>,
     closing: ShutdownSignal,
 ) -> Result<Router, String> {
     let fail = |e: ActorsError| format!("{}: error[{}]: {e}", root.display(), e.code());
@@ -378,10 +380,9 @@ pub async fn mount(
     .map_err(|e| e.to_string())?
     .map_err(fail)?;
     Ok(
-        router(state.closing_on(closing)).layer(axum::middleware::from_fn_with_state(
-            Arc::new(access),
-            self::access,
-        )),
+        router(state.with_model_proposer(proposer).closing_on(closing)).layer(
+            axum::middleware::from_fn_with_state(Arc::new(access), self::access),
+        ),
     )
 }
 

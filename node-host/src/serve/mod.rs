@@ -52,6 +52,13 @@ pub struct ServeArgs {
     /// Writes always need it.
     #[arg(long)]
     pub desk_reads_without_token: bool,
+    /// Who proposes a spawn when a message is routed in the desk: `heuristic` (deterministic
+    /// drift keywords) or `model` (the model of --model proposes; without a configured model
+    /// the server says so and the heuristic decides).
+    #[arg(long, default_value = "heuristic")]
+    pub desk_proposer: String,
+    #[command(flatten)]
+    pub model: crate::model::ModelFlags,
     #[command(flatten)]
     pub limits: http::LimitArgs,
 }
@@ -346,7 +353,9 @@ async fn run(args: ServeArgs) -> Result<(), String> {
             auth: shared.auth.clone(),
             reads_without_token: args.desk_reads_without_token,
         };
-        parts.push(crate::desk::mount(root, addr, access, shutdown.signal()).await?);
+        let proposer = crate::actors::cli::route_model(&args.desk_proposer, &args.model)
+            .map_err(|e| format!("weft serve: error[{}]: {e}", e.code()))?;
+        parts.push(crate::desk::mount(root, addr, access, proposer, shutdown.signal()).await?);
     }
     let app = router(shared.clone(), parts);
     println!("weft serve: ThreadDesk (DGP 0.1) on http://{addr}/");
