@@ -132,20 +132,25 @@ fn local_config() -> ModelConfig {
     .unwrap()
 }
 
-#[test]
-fn call_retries_a_rate_limit_then_streams() {
-    let chat = ChatRequest::default();
+/// A step of the local config at time 0 whose first request was sent.
+fn sent(timeouts: CallTimeouts) -> ModelCall {
     let mut c = ModelCall::new(
         0,
         &local_config(),
-        &chat,
+        &ChatRequest::default(),
         RetryPolicy::default(),
-        CallTimeouts::default(),
+        timeouts,
     );
     assert!(matches!(
         drain(&mut c)[..],
         [CallOutput::Send { attempt: 1, .. }]
     ));
+    c
+}
+
+#[test]
+fn call_retries_a_rate_limit_then_streams() {
+    let mut c = sent(CallTimeouts::default());
     c.on_head(10, 429, Some("1"));
     assert!(c.wants_error_body());
     c.on_error_body(12, b"{\"error\":{\"message\":\"slow down\"}}");
@@ -176,15 +181,7 @@ fn call_retries_a_rate_limit_then_streams() {
 
 #[test]
 fn call_auth_failure_is_final_and_silence_times_out() {
-    let chat = ChatRequest::default();
-    let mut c = ModelCall::new(
-        0,
-        &local_config(),
-        &chat,
-        RetryPolicy::default(),
-        CallTimeouts::default(),
-    );
-    let _ = drain(&mut c);
+    let mut c = sent(CallTimeouts::default());
     c.on_head(1, 401, None);
     c.on_error_body(2, b"");
     assert!(matches!(
@@ -192,12 +189,10 @@ fn call_auth_failure_is_final_and_silence_times_out() {
         [CallOutput::Done(Err(ModelError::Auth(_)))]
     ));
 
-    let t = CallTimeouts {
+    let mut c = sent(CallTimeouts {
         head_ms: 100,
         idle_ms: 50,
-    };
-    let mut c = ModelCall::new(0, &local_config(), &chat, RetryPolicy::default(), t);
-    let _ = drain(&mut c);
+    });
     c.on_head(10, 200, None);
     c.on_body(
         20,
@@ -214,15 +209,7 @@ fn call_auth_failure_is_final_and_silence_times_out() {
 
 #[test]
 fn an_aborted_call_returns_no_partial_tool_call() {
-    let chat = ChatRequest::default();
-    let mut c = ModelCall::new(
-        0,
-        &local_config(),
-        &chat,
-        RetryPolicy::default(),
-        CallTimeouts::default(),
-    );
-    let _ = drain(&mut c);
+    let mut c = sent(CallTimeouts::default());
     c.on_head(1, 200, None);
     c.on_body(2, &OPENAI_TWO_CALLS.as_bytes()[..300]);
     let _ = drain(&mut c);
