@@ -10,7 +10,7 @@ use std::process::{Command, Output};
 
 use model_support::ModelServer;
 use serde_json::{Value, json};
-use support::{HUMAN, Server, TempDir, http, weft};
+use support::{HUMAN, Server, TempDir, control, http, weft};
 
 fn actors(args: &[&str]) -> Output {
     Command::new(weft())
@@ -22,19 +22,6 @@ fn actors(args: &[&str]) -> Output {
         .env_remove("WEFT_MODEL_BASE_URL")
         .output()
         .expect("weft actors runs")
-}
-
-fn control(m: &ModelServer, method: &str, path: &str, body: Option<Value>) -> Value {
-    let body = body.map(|b| b.to_string());
-    let a = http(
-        m.url.trim_start_matches("http://"),
-        method,
-        path,
-        &[("content-type", "application/json")],
-        body.as_deref().map(str::as_bytes),
-    );
-    assert!(a.status < 300, "{method} {path}: {}", a.status);
-    a.json()
 }
 
 fn stdout_json(o: &Output) -> Value {
@@ -72,7 +59,7 @@ fn a_model_proposes_spawns_for_weft_actors_route() {
         "--json",
     ];
     control(
-        &m,
+        &m.url,
         "POST",
         "/_script",
         Some(json!({"replies": [
@@ -100,7 +87,7 @@ fn a_model_proposes_spawns_for_weft_actors_route() {
             &json!("fix-flaky-ci")
         )
     );
-    let reqs = control(&m, "GET", "/_requests", None);
+    let reqs = control(&m.url, "GET", "/_requests", None);
     let body = &reqs[0]["body"];
     assert_eq!(
         (&body["model"], &body["stream"]),
@@ -151,7 +138,7 @@ fn a_model_proposes_spawns_for_weft_actors_route() {
     );
     assert_eq!(stdout_json(&o)["type"], "discussion");
     assert_eq!(
-        control(&m, "GET", "/_requests", None)
+        control(&m.url, "GET", "/_requests", None)
             .as_array()
             .unwrap()
             .len(),
@@ -166,7 +153,7 @@ fn weft_serve_desk_routes_through_the_model_proposer() {
     let m = ModelServer::start();
     let base = m.base("openai");
     control(
-        &m,
+        &m.url,
         "POST",
         "/_script",
         Some(json!({"replies": [
@@ -205,7 +192,7 @@ fn weft_serve_desk_routes_through_the_model_proposer() {
         (&v["outcome"], &v["trigger"], &v["type"]),
         (&json!("spawned"), &json!("model"), &json!("task"))
     );
-    let reqs = control(&m, "GET", "/_requests", None);
+    let reqs = control(&m.url, "GET", "/_requests", None);
     assert_eq!(reqs.as_array().map(Vec::len), Some(1));
     assert_eq!(reqs[0]["body"]["model"], "test-proposer");
 }

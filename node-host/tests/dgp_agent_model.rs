@@ -36,21 +36,13 @@ fn run_agent(server: &Server, args: &[&str]) -> Vec<Value> {
         .collect()
 }
 
-fn control(m: &ModelServer, method: &str, path: &str, body: Option<Value>) -> Value {
-    let body = body.map(|b| b.to_string());
-    let a = http(
-        m.url.trim_start_matches("http://"),
-        method,
-        path,
-        &[("content-type", "application/json")],
-        body.as_deref().map(str::as_bytes),
-    );
-    assert!(a.status < 300, "{method} {path}: {}", a.status);
-    a.json()
-}
-
 fn script(m: &ModelServer, replies: Value) {
-    control(m, "POST", "/_script", Some(json!({ "replies": replies })));
+    control(
+        &m.url,
+        "POST",
+        "/_script",
+        Some(json!({ "replies": replies })),
+    );
 }
 
 /// The user text of an OpenAI request the server received.
@@ -130,7 +122,7 @@ fn a_model_judges_walkthrough_a_to_the_human_stop() {
     );
     // What the model server received: four streamed requests, the first carrying the frame's
     // question and the offered options.
-    let reqs = control(&m, "GET", "/_requests", None);
+    let reqs = control(&m.url, "GET", "/_requests", None);
     let reqs = reqs.as_array().unwrap();
     assert_eq!(reqs.len(), 4);
     for r in reqs {
@@ -145,7 +137,7 @@ fn a_model_judges_walkthrough_a_to_the_human_stop() {
     assert!(user_text(&reqs[2]).contains("service `llm.generate_text`"));
 
     // An option the decision does not offer: a coded stop, nothing recorded.
-    control(&m, "POST", "/_reset", None);
+    control(&m.url, "POST", "/_reset", None);
     script(&m, json!([{"text": "{\"choice\": \"delete_the_repo\"}"}]));
     let evs = run_agent(&server, &[&["--surface", "thread-73"], &model[..]].concat());
     let b = events(&evs, "thread-73");
@@ -167,7 +159,7 @@ fn a_model_judges_walkthrough_a_to_the_human_stop() {
         "weft-fixture"
     );
     assert_eq!(
-        control(&m, "GET", "/_requests", None)
+        control(&m.url, "GET", "/_requests", None)
             .as_array()
             .unwrap()
             .len(),

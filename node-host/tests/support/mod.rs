@@ -52,6 +52,21 @@ impl Drop for TempDir {
     }
 }
 
+/// A control call to the scripted model server (`tests/model-server/server.mjs`) at
+/// `base_url`: `/_script`, `/_requests`, `/_reset`. Panics unless it answers 2xx.
+pub fn control(base_url: &str, method: &str, path: &str, body: Option<Value>) -> Value {
+    let body = body.map(|b| b.to_string());
+    let a = http(
+        base_url.trim_start_matches("http://"),
+        method,
+        path,
+        &[("content-type", "application/json")],
+        body.as_deref().map(str::as_bytes),
+    );
+    assert!(a.status < 300, "{method} {path}: {}", a.status);
+    a.json()
+}
+
 /// A running `weft serve`.
 pub struct Server {
     pub child: Child,
