@@ -55,6 +55,10 @@ pub fn run_suite(text: &str) -> Result<Vec<VectorResult>, String> {
             .iter()
             .map(crate::model::vectors::run_vector)
             .collect()),
+        "agents" => Ok(vectors
+            .iter()
+            .map(crate::agents::vectors::run_vector)
+            .collect()),
         other => Err(format!("unknown suite kind `{other}`")),
     }
 }

@@ -14,7 +14,8 @@
 //! * [`model`] — model providers as codecs: OpenAI and Anthropic streaming wire formats,
 //!   error classification and the retry rule.
 //! * [`tools`] — agent sessions: the parallel tool scheduler, turn state and mailbox admission.
-//! * [`conformance`] — the data-driven vectors every host runs against this core.
+//! * `conformance` (cargo feature `conformance`: test machinery, not product API) — the
+//!   data-driven vectors every host runs against this core, one step driver for every suite.
 
 /// Declares a numeric identity: a `u64` newtype, serialized as the bare number and displayed
 /// with a prefix (`job-7`, `op-3`). Defined before the modules so that each can use it.
@@ -36,7 +37,9 @@ macro_rules! numeric_id {
 }
 
 pub mod actors;
+pub mod agents;
 mod calendar;
+#[cfg(feature = "conformance")]
 pub mod conformance;
 pub mod fields;
 pub mod frames;

@@ -11,6 +11,7 @@ const SUITES: &[(&str, &str)] = &[
     ("frames", include_str!("../../tests/vectors/frames.json")),
     ("tools", include_str!("../../tests/vectors/tools.json")),
     ("models", include_str!("../../tests/vectors/models.json")),
+    ("agents", include_str!("../../tests/vectors/agents.json")),
 ];
 
 #[wasm_bindgen_test]

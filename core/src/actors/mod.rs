@@ -27,6 +27,7 @@ mod ops;
 pub mod proposer;
 pub mod store;
 pub mod time;
+#[cfg(feature = "conformance")]
 pub mod vectors;
 mod views;
 
@@ -445,6 +446,17 @@ impl ActorGraph {
         self.acked
     }
 
+    /// The last batch issued (0 before the first): everything changed so far is durable once
+    /// this batch is acknowledged.
+    pub fn issued(&self) -> BatchId {
+        self.next_batch - 1
+    }
+
+    /// Whether the store failed a batch (every later mutation is refused until a reopen).
+    pub fn store_failed(&self) -> bool {
+        self.failed.is_some()
+    }
+
     /// Events since the last drain (for live views).
     pub fn drain_events(&mut self) -> Vec<ActorEvent> {
         std::mem::take(&mut self.events)
@@ -628,6 +640,20 @@ impl ActorGraph {
             }),
             None => Ok(()),
         }
+    }
+
+    /// Runs `f` with `node`'s lineage gate lifted: an agent's own graph tools write to its node
+    /// right after a spawn it made. The gate protects the node from *other* writers until the
+    /// lineage is durable; the agent's later batches are performed after it (stores perform
+    /// batches in order), so its own writes cannot overtake the lineage.
+    pub(crate) fn as_own_writer<T>(&mut self, node: &NodeId, f: impl FnOnce(&mut Self) -> T) -> T {
+        let gate = self.gates.remove(node);
+        let r = f(self);
+        if let Some(b) = gate {
+            let e = self.gates.entry(node.clone()).or_insert(b);
+            *e = (*e).max(b);
+        }
+        r
     }
 
     pub(crate) fn state(&self, id: &NodeId) -> &NodeState {

@@ -3,7 +3,7 @@
 
 use std::collections::BTreeSet;
 
-use serde_json::{Value, json};
+use serde_json::{Map, Value, json};
 
 use super::closeout::{default_closeout, system_addendum};
 use super::config::AgenticUi;
@@ -89,6 +89,9 @@ pub struct SpawnRequest {
     pub wait_on: Vec<(String, WaitMode)>,
     /// The line that drifted: it belongs to the child, not the parent.
     pub first_line: Option<NewLine>,
+    /// Additive fields for the parent's routing marker (an agent's spawn call records its
+    /// result there: the marker is the call's result line).
+    pub marker_extra: Map<String, Value>,
 }
 
 impl SpawnRequest {
@@ -105,6 +108,7 @@ impl SpawnRequest {
             git_closeout: None,
             wait_on: Vec::new(),
             first_line: None,
+            marker_extra: Map::new(),
         }
     }
 }
@@ -174,6 +178,7 @@ struct Plan {
     explicit: bool,
     wait_on: Vec<WaitOn>,
     first_line: Option<ChatLine>,
+    marker_extra: Map<String, Value>,
 }
 
 fn estimate_tokens(text: &str) -> u64 {
@@ -433,6 +438,7 @@ impl ActorGraph {
             explicit,
             wait_on,
             first_line,
+            marker_extra: req.marker_extra,
         })
     }
 
@@ -535,7 +541,7 @@ impl ActorGraph {
                 tokens: 0,
                 spawn: Some(p.id.clone()),
                 from: None,
-                extra: Default::default(),
+                extra: p.marker_extra,
             },
         );
         later.push(op);
@@ -822,6 +828,55 @@ impl ActorGraph {
         self.commit(tx);
         self.event("line", Some(&id));
         Ok(n)
+    }
+
+    /// Appends a line an agent runtime writes for `node`'s own agent (`crate::agents`): the
+    /// additive `agent` field carries the session record. Unlike [`append`](Self::append) it
+    /// is allowed while the node is paused (a turn that spawned a disambiguation child still
+    /// records its results) and it may write a routing marker (the result of an agent's graph
+    /// tool on the discussion surface); cadence separation is checked as for every line.
+    pub(crate) fn append_agent_line(
+        &mut self,
+        now: Millis,
+        node: &str,
+        role: Role,
+        text: String,
+        tokens: Option<u64>,
+        extra: Map<String, Value>,
+    ) -> Result<(u64, BatchId), ActorsError> {
+        // Not `writable`: a spawn the agent just made gates its own node against other
+        // writers until the lineage is durable, and the agent's later batches are performed
+        // after it (stores are ordered).
+        self.check_store()?;
+        let id = self.known(node)?;
+        let t = self.state(&id).meta.node_type.clone();
+        if role != Role::Routing {
+            self.check_cadence_for_type(
+                &id,
+                &t,
+                &NewLine {
+                    role: role.clone(),
+                    text: String::new(),
+                    tokens: None,
+                    from: None,
+                },
+            )?;
+        }
+        let cl = ChatLine {
+            at: format_rfc3339(now),
+            tokens: tokens.unwrap_or_else(|| estimate_tokens(&text)),
+            role,
+            text,
+            spawn: None,
+            from: None,
+            extra,
+        };
+        let (n, op) = self.push_chat(&id, cl);
+        let mut tx = Tx::new(format!("agent {id}"));
+        tx.op(op);
+        let batch = self.commit(tx);
+        self.event("line", Some(&id));
+        Ok((n, batch))
     }
 
     /// Routes a user utterance typed in `node`: the proposer decides (continue, spawn, or
@@ -1218,6 +1273,16 @@ impl ActorGraph {
         mode: Option<WaitMode>,
     ) -> Result<(), ActorsError> {
         let id = self.writable(node)?;
+        self.set_wait_of(now, id, target, mode)
+    }
+
+    fn set_wait_of(
+        &mut self,
+        now: Millis,
+        id: NodeId,
+        target: &str,
+        mode: Option<WaitMode>,
+    ) -> Result<(), ActorsError> {
         let t = self.known(target)?;
         if id == t {
             return Err(ActorsError::InvalidArgument(

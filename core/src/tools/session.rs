@@ -1055,6 +1055,43 @@ impl<V: Payload> Session<V> {
         &self.history
     }
 
+    /// Drops the transcript entries the running step no longer refers to, keeping the
+    /// assistant message whose calls are running (and what follows it). Returns how many
+    /// entries were dropped from the front. A host whose transcript is durable elsewhere (an
+    /// agent on an actor node, `crate::agents`) calls this after persisting the entries so
+    /// that memory does not grow with the conversation.
+    pub fn compact_history(&mut self) -> usize {
+        let keep_from = self
+            .batch
+            .as_ref()
+            .map_or(self.history.len(), |b| b.message);
+        self.history.drain(..keep_from);
+        if let Some(b) = self.batch.as_mut() {
+            b.message -= keep_from;
+        }
+        keep_from
+    }
+
+    /// Continues the id sequences of a session restored from a durable transcript: the next
+    /// turn, step, invocation and mail ids are at least the given ones. Only while idle.
+    pub fn resume_ids(&mut self, turn: u64, step: u64, invocation: u64, mail: u64) {
+        debug_assert_eq!(self.phase, Phase::Idle);
+        self.next_turn = self.next_turn.max(turn);
+        self.next_step = self.next_step.max(step);
+        self.next_invocation = self.next_invocation.max(invocation);
+        self.next_mail = self.next_mail.max(mail);
+    }
+
+    /// The handler a declared tool is bound to now.
+    pub fn handler_of(&mut self, name: &str) -> Option<HandlerId> {
+        self.toolbox
+            .snapshot()
+            .tools()
+            .iter()
+            .find(|t| t.decl.name == name)
+            .map(|t| t.handler)
+    }
+
     /// Counters.
     pub fn stats(&self) -> SessionStats {
         self.stats
