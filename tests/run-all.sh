@@ -17,10 +17,15 @@ cargo fmt --all -- --check
 
 current=clippy; stage "cargo clippy (native and wasm32)"
 cargo clippy --workspace --all-targets -- -D warnings
+cargo clippy -p weft-host --features failpoints --all-targets -- -D warnings
+# The shipped core, without the test-only `conformance` runner.
+cargo clippy -p weft-core -- -D warnings
 cargo clippy -p weft-wasm --target wasm32-unknown-unknown --all-targets -- -D warnings
 
 current=native; stage "native tests"
 cargo test --workspace
+# The crash tests abort the binary at durability steps: a build with crash injection.
+cargo test -p weft-host --features failpoints --test actors_crash
 
 current=package; stage "build the wasm package"
 wasm/build.sh

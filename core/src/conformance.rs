@@ -26,6 +26,14 @@ pub struct VectorResult {
 }
 
 impl VectorResult {
+    /// A vector that could not start: its one failure says why.
+    pub fn unusable(name: String, failure: String) -> VectorResult {
+        VectorResult {
+            name,
+            failures: vec![failure],
+        }
+    }
+
     /// Whether the vector passed.
     pub fn passed(&self) -> bool {
         self.failures.is_empty()
@@ -122,9 +130,9 @@ pub(crate) fn check_step(
             }
         }
         (Err((code, msg)), None) => failures.push(format!("{ctx}: unexpected error {code}: {msg}")),
-        (Ok(_), Some(want)) => {
-            failures.push(format!("{ctx}: expected error {want}, call succeeded"))
-        }
+        (Ok(got), Some(want)) => failures.push(format!(
+            "{ctx}: expected error {want}, call succeeded: {got}"
+        )),
         (Ok(got), None) => {
             if let Some(want) = step.get("expect")
                 && let Err(e) = subset(want, got, "result")
@@ -140,34 +148,82 @@ pub(crate) fn check_step(
     }
 }
 
-fn run_jobs_vector(v: &Value) -> VectorResult {
-    let name = v["name"].as_str().unwrap_or("<unnamed>").to_owned();
-    let mut failures = Vec::new();
-    let mut reg: Registry<Value> = Registry::default();
+/// One step of a vector, as [`each_step`] hands it to a suite.
+pub(crate) struct Step<'a> {
+    /// The step's position in the vector.
+    pub(crate) index: usize,
+    /// The step's time (`at`, or the previous step's when absent).
+    pub(crate) at: u64,
+    /// The step's `op` (empty when absent).
+    pub(crate) op: &'a str,
+    /// The whole step.
+    pub(crate) json: &'a Value,
+    /// `step {index} ({op})`: what the step's failures are reported under.
+    pub(crate) ctx: String,
+}
+
+/// The step loop every suite shares: walks the vector's `steps` in order and calls `each` with
+/// each one (the suite fires its due timers, applies the op and checks the step). A step's
+/// `at` defaults to the previous step's; a time going backwards is a failure that ends the
+/// vector.
+pub(crate) fn each_step<'a>(
+    v: &'a Value,
+    failures: &mut Vec<String>,
+    mut each: impl FnMut(Step<'a>, &mut Vec<String>),
+) {
     let mut last_at = 0u64;
-    let empty = vec![];
-    for (i, step) in v["steps"].as_array().unwrap_or(&empty).iter().enumerate() {
-        let at = step["at"].as_u64().unwrap_or(last_at);
+    let steps = v["steps"].as_array().map(Vec::as_slice).unwrap_or(&[]);
+    for (index, json) in steps.iter().enumerate() {
+        let at = json["at"].as_u64().unwrap_or(last_at);
         if at < last_at {
-            failures.push(format!("step {i}: time goes backwards ({at} < {last_at})"));
+            failures.push(format!(
+                "step {index}: time goes backwards ({at} < {last_at})"
+            ));
             break;
         }
         last_at = at;
-        while let Some(d) = reg.poll_timeout().filter(|d| *d <= at) {
+        let op = json["op"].as_str().unwrap_or("");
+        let ctx = format!("step {index} ({op})");
+        each(
+            Step {
+                index,
+                at,
+                op,
+                json,
+                ctx,
+            },
+            failures,
+        );
+    }
+}
+
+/// A vector's name (`<unnamed>` without one).
+pub(crate) fn vector_name(v: &Value) -> String {
+    v["name"].as_str().unwrap_or("<unnamed>").to_owned()
+}
+
+/// Matches the vector's final `expect` (if any) against the state `state` builds.
+pub(crate) fn check_final(v: &Value, failures: &mut Vec<String>, state: impl FnOnce() -> Value) {
+    if let Some(want) = v.get("expect")
+        && let Err(e) = subset(want, &state(), "final")
+    {
+        failures.push(e);
+    }
+}
+
+fn run_jobs_vector(v: &Value) -> VectorResult {
+    let name = vector_name(v);
+    let mut failures = Vec::new();
+    let mut reg: Registry<Value> = Registry::default();
+    each_step(v, &mut failures, |step, failures| {
+        while let Some(d) = reg.poll_timeout().filter(|d| *d <= step.at) {
             reg.handle_timeout(d);
         }
-        let op = step["op"].as_str().unwrap_or("");
-        let result = apply_jobs_step(&mut reg, at, op, step);
+        let result = apply_jobs_step(&mut reg, step.at, step.op, step.json);
         let outputs: Vec<Value> = reg.drain_outputs().map(|o| o.to_json()).collect();
-        let ctx = format!("step {i} ({op})");
-        check_step(&ctx, step, &result, outputs, &mut failures);
-    }
-    if let Some(want) = v.get("expect") {
-        let state = jobs_state(&reg);
-        if let Err(e) = subset(want, &state, "final") {
-            failures.push(e);
-        }
-    }
+        check_step(&step.ctx, step.json, &result, outputs, failures);
+    });
+    check_final(v, &mut failures, || jobs_state(&reg));
     VectorResult { name, failures }
 }
 
@@ -335,4 +391,41 @@ pub fn jobs_state(reg: &Registry<Value>) -> Value {
         mailboxes.insert(owner.0.clone(), Value::Array(notes));
     }
     json!({"jobs": jobs, "endpoints": endpoints, "mailboxes": mailboxes})
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The driver reports what a step, a backwards time and the final state contradict (a
+    /// runner that checked nothing would pass every vector).
+    #[test]
+    fn the_step_driver_reports_every_kind_of_mismatch() {
+        let suite = json!({"suite": "jobs", "vectors": [
+            {"name": "ok", "steps": [
+                {"at": 0, "op": "open_endpoint", "hello": "skip", "expect": {"endpoint": 1}}
+            ], "expect": {"endpoints": {"1": {"state": "ready"}}}},
+            {"name": "wrong", "steps": [
+                {"at": 0, "op": "open_endpoint", "hello": "skip", "expect": {"endpoint": 2}},
+                {"at": 1, "op": "cancel", "job": 9},
+                {"at": 2, "op": "advance", "expectError": "UNKNOWN_JOB"},
+                {"at": 3, "op": "submit", "endpoint": 1, "payload": 1, "outputs": []},
+                {"at": 1, "op": "advance"},
+                {"at": 9, "op": "open_endpoint", "expect": {"endpoint": 1}}
+            ], "expect": {"endpoints": {"1": {"state": "closed"}}}}
+        ]});
+        let r = run_suite(&suite.to_string()).unwrap();
+        assert!(r[0].passed(), "{:?}", r[0].failures);
+        let f = &r[1].failures;
+        assert_eq!(f.len(), 6, "{f:?}");
+        assert!(
+            f[0].starts_with("step 0 (open_endpoint): result.endpoint"),
+            "{f:?}"
+        );
+        assert!(f[1].starts_with("step 1 (cancel): unexpected error UNKNOWN_JOB"));
+        assert!(f[2].starts_with("step 2 (advance): expected error \"UNKNOWN_JOB\""));
+        assert!(f[3].starts_with("step 3 (submit): outputs"));
+        assert_eq!(f[4], "step 4: time goes backwards (1 < 3)");
+        assert!(f[5].starts_with("final.endpoints.1.state"), "{f:?}");
+    }
 }

@@ -16,8 +16,9 @@ use tokio::task::JoinHandle;
 use weft_core::Millis;
 use weft_core::jobs::{EndpointId, JobId, Output as JobsOutput, Submit};
 use weft_core::tools::{
-    HandlerId, InterruptStatus, InvocationId, ModelAdapter, ModelRequest, ModelResponse, Output,
-    Session, SessionConfig, Settlement, StepId, TaskId, ToolDecl, ToolsError,
+    HandlerFailure, HandlerId, InterruptStatus, InvocationId, ModelAdapter, ModelRequest,
+    ModelResponse, Output, Session, SessionConfig, Settlement, StepId, TaskId, ToolDecl,
+    ToolsError,
 };
 
 use crate::jobs_host::{JobsHost, sleep_until};
@@ -414,15 +415,9 @@ impl AgentHost {
                         .map(|s| (*s).to_owned())
                         .or_else(|| p.downcast_ref::<String>().cloned())
                         .unwrap_or_else(|| "a non-string panic".into());
-                    Settlement::Threw {
-                        message: format!("the handler panicked: {what}"),
-                        code: Some("HANDLER_PANICKED".into()),
-                    }
+                    HandlerFailure::Panicked(what).into()
                 }
-                Err(e) => Settlement::Threw {
-                    message: format!("the handler task ended without a result: {e}"),
-                    code: Some("HANDLER_LOST".into()),
-                },
+                Err(e) => HandlerFailure::Lost(e.to_string()).into(),
             };
             let _ = tx.send(Event::Settled(invocation, settlement));
         });

@@ -326,6 +326,42 @@ fn roots_that_are_not_graphs_and_bad_variables_are_refused_clearly() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("PROJECT_INBOX_CHAPTERS is deprecated"));
 }
 
+/// Crash injection is test machinery: the shipped binary (built without the `failpoints`
+/// feature) ignores the crash variables and records the spawn; a `failpoints` build aborts at
+/// the first durability step and records nothing.
+#[test]
+fn the_crash_variables_abort_only_a_failpoints_build() {
+    let (root, r) = init("failpoints-off");
+    let out = weft()
+        .args([
+            "actors",
+            "spawn",
+            &r,
+            "--type",
+            "discussion",
+            "--id",
+            "d",
+            "--json",
+        ])
+        .env("WEFT_ACTORS_CRASH_AT", "1")
+        .env("WEFT_ACTORS_CRASH_TEAR", "1")
+        .output()
+        .unwrap();
+    let recorded = root.join("nodes").join("d").is_dir();
+    if cfg!(feature = "failpoints") {
+        assert_eq!(out.status.code(), None, "a failpoints build aborts");
+        assert!(!recorded);
+    } else {
+        assert!(
+            out.status.success(),
+            "the shipped binary ignores the crash variables: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(recorded, "the spawn is recorded");
+    }
+    let _ = std::fs::remove_dir_all(&root);
+}
+
 #[test]
 fn corrupt_and_torn_files_are_reported_with_file_and_line_and_isolated() {
     let (root, r) = init("bad-files");

@@ -176,7 +176,7 @@ fn an_abort_at_every_durability_step_of_a_spawn_is_recovered() {
         let mut step = 1;
         loop {
             let id = format!("s{}{step}", if tear { "t" } else { "w" });
-            let mut cmd = weft();
+            let mut cmd = weft_failpoints();
             cmd.args([
                 "actors", "spawn", &r, "--parent", "d", "--type", "task", "--id", &id, "--json",
             ]);
@@ -197,7 +197,7 @@ fn an_abort_at_every_durability_step_of_a_spawn_is_recovered() {
             let partial = partial_nodes(&root);
             assert!(partial.is_empty(), "step {step}, tear {tear}: {partial:?}");
             // A crash during recovery itself is recovered too.
-            let mut again = weft();
+            let mut again = weft_failpoints();
             again
                 .args(["actors", "recover", &r, "--json"])
                 .env("WEFT_ACTORS_CRASH_AT", "2");
@@ -550,7 +550,7 @@ fn a_long_lived_writer_aborted_at_every_step_while_reusing_spares_is_recovered()
     for tear in [false, true] {
         let mut step = 1;
         loop {
-            let mut cmd = weft();
+            let mut cmd = weft_failpoints();
             cmd.args(["actors", "desk", &r, "--listen", "127.0.0.1:0"])
                 .env("WEFT_ACTORS_CRASH_AT", step.to_string())
                 .stdout(Stdio::piped())

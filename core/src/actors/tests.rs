@@ -1386,3 +1386,43 @@ fn a_lazy_spawn_reads_every_task_only_when_the_wave_rule_may_change_one() {
         "`one` was spawned per-node: the wave may move it"
     );
 }
+
+/// Hosts answer with the status the core assigns (the desk's problem+json): one per kind of
+/// refusal, the model's failures as a bad gateway.
+#[test]
+fn every_error_has_the_http_status_of_its_kind() {
+    let cases = [
+        (ActorsError::UnknownNode("n".into()), "UNKNOWN_NODE", 404),
+        (ActorsError::NotInitialized, "NOT_INITIALIZED", 404),
+        (
+            ActorsError::InvalidArgument("x".into()),
+            "INVALID_ARGUMENT",
+            400,
+        ),
+        (
+            ActorsError::RefInvalid {
+                node: "n".into(),
+                line: 1,
+                reason: "r".into(),
+            },
+            "REF_INVALID",
+            422,
+        ),
+        (ActorsError::StoreLocked("l".into()), "STORE_LOCKED", 503),
+        (ActorsError::StoreIo("e".into()), "STORE_IO", 500),
+        (ActorsError::NodeExists("n".into()), "NODE_EXISTS", 409),
+        (
+            ActorsError::SymlinkRefused("s".into()),
+            "SYMLINK_REFUSED",
+            409,
+        ),
+        (
+            ActorsError::Model(crate::model::ModelError::Timeout("t".into())),
+            "MODEL_TIMEOUT",
+            502,
+        ),
+    ];
+    for (e, code, status) in cases {
+        assert_eq!((e.code(), e.http_status()), (code, status));
+    }
+}

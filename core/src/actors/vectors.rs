@@ -15,7 +15,7 @@ use serde_json::{Value, json};
 use super::store::{ActorStore, MemoryStore, Op, Snapshot, WriteBatch};
 use super::{ActorGraph, ActorsError, HarnessConfig, HeuristicProposer};
 use crate::Millis;
-use crate::conformance::{VectorResult, subset};
+use crate::conformance::{VectorResult, check_final, check_step, each_step, vector_name};
 
 /// 2026-01-01T00:00:00.000Z: vector times are offsets from it.
 pub const BASE: Millis = 1_767_225_600_000;
@@ -377,16 +377,11 @@ impl Run {
 
 /// Runs one vector of the `actors` suite.
 pub fn run_vector(v: &Value) -> VectorResult {
-    let name = v["name"].as_str().unwrap_or("<unnamed>").to_owned();
+    let name = vector_name(v);
     let mut failures = Vec::new();
     let config = match config_from(&v["config"]) {
         Ok(c) => c,
-        Err(e) => {
-            return VectorResult {
-                name,
-                failures: vec![format!("bad vector config: {e}")],
-            };
-        }
+        Err(e) => return VectorResult::unusable(name, format!("bad vector config: {e}")),
     };
     let mut run = Run {
         config,
@@ -410,38 +405,11 @@ pub fn run_vector(v: &Value) -> VectorResult {
             run.store.files.insert(p.clone(), text.into_bytes());
         }
     }
-    let empty = vec![];
-    let mut last = 0u64;
-    for (i, st) in v["steps"].as_array().unwrap_or(&empty).iter().enumerate() {
-        let at = st["at"].as_u64().unwrap_or(last);
-        if at < last {
-            failures.push(format!("step {i}: time goes backwards"));
-            break;
-        }
-        last = at;
-        let op = st["op"].as_str().unwrap_or("");
-        let result = run.step(BASE + at, op, st);
-        let ctx = format!("step {i} ({op})");
-        match (&result, st.get("expectError")) {
-            (Err((code, msg)), Some(want)) => {
-                if want.as_str() != Some(code.as_str()) {
-                    failures.push(format!("{ctx}: expected error {want}, got {code}: {msg}"));
-                }
-            }
-            (Err((code, msg)), None) => {
-                failures.push(format!("{ctx}: unexpected error {code}: {msg}"))
-            }
-            (Ok(got), Some(want)) => failures.push(format!(
-                "{ctx}: expected error {want}, call succeeded: {got}"
-            )),
-            (Ok(got), None) => {
-                if let Some(want) = st.get("expect")
-                    && let Err(e) = subset(want, got, "result")
-                {
-                    failures.push(format!("{ctx}: {e}"));
-                }
-            }
-        }
+    each_step(v, &mut failures, |step, failures| {
+        let (op, st, ctx) = (step.op, step.json, &step.ctx);
+        let result = run.step(BASE + step.at, op, st);
+        // The actor suite states no `outputs`: the step's result and error only.
+        check_step(ctx, st, &result, Vec::new(), failures);
         // A refused call must leave nothing queued.
         if result.is_err()
             && let Some(g) = run.g.as_ref()
@@ -456,15 +424,10 @@ pub fn run_vector(v: &Value) -> VectorResult {
         {
             failures.push(format!("{ctx}: {}", e.1));
         }
-    }
-    if let Some(want) = v.get("expect") {
-        let state = match &run.g {
-            Some(g) => json!({"violations": g.lineage_violations(), "graph": g.graph_view()}),
-            None => json!({}),
-        };
-        if let Err(e) = subset(want, &state, "final") {
-            failures.push(e);
-        }
-    }
+    });
+    check_final(v, &mut failures, || match &run.g {
+        Some(g) => json!({"violations": g.lineage_violations(), "graph": g.graph_view()}),
+        None => json!({}),
+    });
     VectorResult { name, failures }
 }

@@ -25,7 +25,7 @@ use super::app::{Principal, Role};
 use super::engine::{Done, Engine, EngineConfig, RecordKind, Write};
 use super::scripted::ScriptedApp;
 use super::{FramesError, controller};
-use crate::conformance::{VectorResult, subset};
+use crate::conformance::{VectorResult, each_step, subset, vector_name};
 
 /// The vector clock's epoch: 2026-09-19T17:58:34Z.
 pub const EPOCH_MS: u64 = 1_789_840_714_000;
@@ -144,27 +144,17 @@ fn resolve(v: &Value, saved: &HashMap<String, Value>) -> Result<Value, String> {
 }
 
 fn run_vector(suite: &Value, v: &Value) -> VectorResult {
-    let name = v["name"].as_str().unwrap_or("<unnamed>").to_owned();
+    let name = vector_name(v);
     let mut failures = Vec::new();
     let app = v.get("app").unwrap_or(&suite["app"]).clone();
     let config = config_from(v.get("config").unwrap_or(&suite["config"]));
     let scripted = match ScriptedApp::from_json(&app) {
         Ok(a) => a,
-        Err(e) => {
-            return VectorResult {
-                name,
-                failures: vec![format!("app: {e}")],
-            };
-        }
+        Err(e) => return VectorResult::unusable(name, format!("app: {e}")),
     };
     let engine = match Engine::open(scripted, config.clone(), vec![]) {
         Ok(d) => d,
-        Err(e) => {
-            return VectorResult {
-                name,
-                failures: vec![format!("open: {e}")],
-            };
-        }
+        Err(e) => return VectorResult::unusable(name, format!("open: {e}")),
     };
     let mut run = Run {
         app,
@@ -174,18 +164,9 @@ fn run_vector(suite: &Value, v: &Value) -> VectorResult {
         saved: HashMap::new(),
     };
     run.persist(&engine.writes);
-    let mut last = 0u64;
-    let empty = vec![];
-    for (i, step) in v["steps"].as_array().unwrap_or(&empty).iter().enumerate() {
-        let at = step["at"].as_u64().unwrap_or(last);
-        if at < last {
-            failures.push(format!("step {i}: time goes backwards"));
-            break;
-        }
-        last = at;
-        let op = step["op"].as_str().unwrap_or("");
-        let ctx = format!("step {i} ({op})");
-        let result = apply_step(&mut run, EPOCH_MS + at, op, step, i);
+    each_step(v, &mut failures, |s, failures| {
+        let (op, step, ctx) = (s.op, s.json, &s.ctx);
+        let result = apply_step(&mut run, EPOCH_MS + s.at, op, step, s.index);
         let (result, writes) = match result {
             Ok((value, writes)) => (Ok(value), writes),
             Err(e) => (Err(e), vec![]),
@@ -240,7 +221,7 @@ fn run_vector(suite: &Value, v: &Value) -> VectorResult {
                 }
             }
         }
-    }
+    });
     VectorResult { name, failures }
 }
 

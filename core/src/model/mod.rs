@@ -32,6 +32,7 @@ mod decode;
 mod request;
 mod sse;
 mod status;
+#[cfg(feature = "conformance")]
 pub mod vectors;
 
 pub use call::{CallOutput, CallTimeouts, MAX_ERROR_BODY, ModelCall};

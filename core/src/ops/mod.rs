@@ -34,6 +34,7 @@ mod operation;
 mod retention;
 pub mod tools;
 mod types;
+#[cfg(feature = "conformance")]
 pub mod vectors;
 
 use thiserror::Error;

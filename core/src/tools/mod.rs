@@ -27,6 +27,7 @@ pub mod schema;
 mod session;
 mod toolbox;
 mod types;
+#[cfg(feature = "conformance")]
 pub mod vectors;
 
 #[cfg(test)]

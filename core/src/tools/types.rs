@@ -467,6 +467,53 @@ pub enum Settlement<V> {
     Aborted,
 }
 
+/// Why a host settles a call as failed when the handler gave no error of its own. The codes
+/// are listed here, once, so that every host settles these the same way
+/// (`Settlement::from(HandlerFailure::Panicked(..))`).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum HandlerFailure {
+    /// The handler panicked (a native host runs each handler in its own task).
+    #[error("the handler panicked: {0}")]
+    Panicked(String),
+    /// The handler's task ended without a result (the runtime cancelled it).
+    #[error("the handler task ended without a result: {0}")]
+    Lost(String),
+    /// No handler is bound to the tool that was called.
+    #[error("no handler for tool `{0}`")]
+    UnknownTool(String),
+    /// The handler's value cannot be carried as JSON.
+    #[error("the tool's value is not JSON-like: {0}")]
+    InvalidResult(String),
+}
+
+impl HandlerFailure {
+    /// The stable string code (the settlement's `code`).
+    pub fn code(&self) -> &'static str {
+        match self {
+            HandlerFailure::Panicked(_) => "HANDLER_PANICKED",
+            HandlerFailure::Lost(_) => "HANDLER_LOST",
+            HandlerFailure::UnknownTool(_) => "UNKNOWN_TOOL",
+            HandlerFailure::InvalidResult(_) => "INVALID_RESULT",
+        }
+    }
+}
+
+impl crate::ErrorCode for HandlerFailure {
+    fn code(&self) -> &'static str {
+        HandlerFailure::code(self)
+    }
+}
+
+impl<V> From<HandlerFailure> for Settlement<V> {
+    fn from(f: HandlerFailure) -> Self {
+        Settlement::Threw {
+            message: f.to_string(),
+            code: Some(f.code().to_owned()),
+        }
+    }
+}
+
 /// The agent's state, as the one authoritative turn state machine sees it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Phase {

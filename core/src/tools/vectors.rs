@@ -22,7 +22,10 @@ use super::{
     InvocationId, Message, ModelResponse, ScriptedModel, Session, SessionConfig, Settlement,
     StepId, TaskId, ToolDecl, ToolsError,
 };
-use crate::conformance::{VectorResult, apply_jobs_step, check_step, jobs_state, subset};
+use crate::conformance::{
+    VectorResult, apply_jobs_step, check_final, check_step, each_step, jobs_state, subset,
+    vector_name,
+};
 use crate::jobs::{EndpointId, JobId, Registry, Submit};
 
 type StepResult = Result<Value, (String, String)>;
@@ -67,7 +70,7 @@ impl Harness {
 
 /// Runs one vector of the `tools` suite.
 pub fn run_vector(v: &Value) -> VectorResult {
-    let name = v["name"].as_str().unwrap_or("<unnamed>").to_owned();
+    let name = vector_name(v);
     let mut failures = Vec::new();
     let cfg = &v["session"];
     let mut config = SessionConfig::new(cfg["id"].as_str().unwrap_or("agent"));
@@ -99,39 +102,26 @@ pub fn run_vector(v: &Value) -> VectorResult {
         model: ScriptedModel::new(script),
         job_outputs: Vec::new(),
     };
-    let mut last_at = 0u64;
-    let empty = vec![];
-    for (i, step) in v["steps"].as_array().unwrap_or(&empty).iter().enumerate() {
-        let at = step["at"].as_u64().unwrap_or(last_at);
-        if at < last_at {
-            failures.push(format!("step {i}: time goes backwards ({at} < {last_at})"));
-            break;
-        }
-        last_at = at;
-        h.advance(at);
-        let op = step["op"].as_str().unwrap_or("");
-        let result = apply(&mut h, at, op, step);
-        h.pump(at);
+    each_step(v, &mut failures, |step, failures| {
+        h.advance(step.at);
+        let result = apply(&mut h, step.at, step.op, step.json);
+        h.pump(step.at);
         let outputs: Vec<Value> = h.session.drain_outputs().map(|o| o.to_json()).collect();
         let job_outputs = std::mem::take(&mut h.job_outputs);
-        let ctx = format!("step {i} ({op})");
-        check_step(&ctx, step, &result, outputs, &mut failures);
-        if let Some(want) = step.get("jobOutputs")
+        check_step(&step.ctx, step.json, &result, outputs, failures);
+        if let Some(want) = step.json.get("jobOutputs")
             && let Err(e) = subset(want, &Value::Array(job_outputs), "jobOutputs")
         {
-            failures.push(format!("{ctx}: {e}"));
+            failures.push(format!("{}: {e}", step.ctx));
         }
-    }
-    if let Some(want) = v.get("expect") {
-        let state = json!({
+    });
+    check_final(v, &mut failures, || {
+        json!({
             "session": h.session.to_json(),
             "transcript": transcript(&h.session, 0),
             "jobs": jobs_state(&h.reg),
-        });
-        if let Err(e) = subset(want, &state, "final") {
-            failures.push(e);
-        }
-    }
+        })
+    });
     VectorResult { name, failures }
 }
 

@@ -495,9 +495,7 @@ fn lazy_writer(
 }
 
 fn armed(mut s: Session) -> Result<Session, ActorsError> {
-    if let Some(f) = super::fs_store::Failpoint::from_env() {
-        s.store.set_failpoint(Some(f));
-    }
+    super::failpoint::arm_from_env(&mut s.store);
     report_diagnostics(&s);
     for r in &s.report.repairs {
         eprintln!("weft actors: recovered: {r}");

@@ -44,7 +44,7 @@
 //! completes half-finished spawns.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::fs::{self, File, OpenOptions};
+use std::fs::File;
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -55,6 +55,9 @@ use weft_core::actors::store::{
 };
 use weft_core::actors::{ActorsError, NodeId};
 
+#[cfg(feature = "failpoints")]
+use super::failpoint::Failpoint;
+use super::failpoint::Steps;
 use super::walls::{Dir, Kind, Mode, is_symlink_error};
 
 /// The lock file a writer holds.
@@ -180,23 +183,6 @@ pub struct FsStats {
     rounds_in_batch: AtomicU64,
 }
 
-/// Crash injection for tests: abort the process (no cleanup, like `kill -9`) at the n-th
-/// durability step of this process, optionally after writing only half of an append.
-#[derive(Clone, Copy, Debug)]
-pub struct Failpoint {
-    pub at_step: u64,
-    pub tear: bool,
-}
-
-impl Failpoint {
-    /// Reads `WEFT_ACTORS_CRASH_AT` (and `WEFT_ACTORS_CRASH_TEAR=1`); test use only.
-    pub fn from_env() -> Option<Failpoint> {
-        let at_step = std::env::var("WEFT_ACTORS_CRASH_AT").ok()?.parse().ok()?;
-        let tear = std::env::var("WEFT_ACTORS_CRASH_TEAR").is_ok_and(|v| v == "1");
-        Some(Failpoint { at_step, tear })
-    }
-}
-
 /// A `$CHAT_ROOT` on disk.
 pub struct FsStore {
     root: PathBuf,
@@ -226,8 +212,8 @@ pub struct FsStore {
     /// refusal, after which puts create a temporary and rename it over the record).
     exchange: bool,
     pub stats: FsStats,
-    failpoint: Option<Failpoint>,
-    steps: u64,
+    /// Durability steps counted for crash injection (the `failpoints` feature; empty without).
+    crash: Steps,
 }
 
 /// An I/O error of the store on `rel` (a path under the root): a symbolic link met on the way
@@ -377,8 +363,7 @@ impl FsStore {
             readers,
             cache: BTreeMap::new(),
             stats: FsStats::default(),
-            failpoint: None,
-            steps: 0,
+            crash: Steps::default(),
         }
     }
 
@@ -470,9 +455,10 @@ impl FsStore {
         Ok(())
     }
 
-    /// Arms a crash failpoint (tests).
+    /// Arms a crash failpoint (the crash tests; `failpoints` feature only).
+    #[cfg(feature = "failpoints")]
     pub fn set_failpoint(&mut self, f: Option<Failpoint>) {
-        self.failpoint = f;
+        self.crash.arm(f);
     }
 
     /// The root directory.
@@ -642,19 +628,13 @@ impl FsStore {
         Ok(out)
     }
 
-    /// Counts a durability step and crashes here when the failpoint says so.
+    /// Counts a durability step (crash injection: see [`super::failpoint`]).
     fn step(&mut self) {
-        self.steps += 1;
-        if let Some(f) = self.failpoint
-            && f.at_step == self.steps
-        {
-            std::process::abort();
-        }
+        self.crash.step();
     }
 
     fn tear_now(&self) -> bool {
-        self.failpoint
-            .is_some_and(|f| f.tear && f.at_step == self.steps + 1)
+        self.crash.tear_now()
     }
 
     fn sync(&self, jobs: Vec<SyncJob>) -> Result<(), ActorsError> {
@@ -1328,45 +1308,10 @@ impl FsStore {
     }
 }
 
-/// Measures the raw rate of this disk: `n` appends of `bytes` bytes, each followed by an
-/// fsync (`sync_all`, the call the store makes), in a file under `dir`. Returns writes per
-/// second (the physical limit benchmarks compare against).
-pub fn raw_fsync_rate(dir: &Path, n: usize, bytes: usize) -> std::io::Result<f64> {
-    let p = dir.join(".weft-fsync-probe");
-    let mut f = OpenOptions::new().create(true).append(true).open(&p)?;
-    let line = vec![b'x'; bytes];
-    let start = Instant::now();
-    for _ in 0..n {
-        f.write_all(&line)?;
-        f.sync_all()?;
-    }
-    let rate = n as f64 / start.elapsed().as_secs_f64();
-    drop(f);
-    fs::remove_file(&p)?;
-    Ok(rate)
-}
-
-/// Measures how fast this disk makes new small files durable: `n` times create a file under
-/// `dir`, write `bytes` bytes, fsync it. (A new inode costs the file system a metadata commit,
-/// which an append to an existing file does not.) Returns files per second.
-pub fn raw_create_rate(dir: &Path, n: usize, bytes: usize) -> std::io::Result<f64> {
-    let probe = dir.join(".weft-create-probe");
-    fs::create_dir_all(&probe)?;
-    let data = vec![b'x'; bytes];
-    let start = Instant::now();
-    for i in 0..n {
-        let mut f = File::create(probe.join(i.to_string()))?;
-        f.write_all(&data)?;
-        f.sync_all()?;
-    }
-    let rate = n as f64 / start.elapsed().as_secs_f64();
-    fs::remove_dir_all(&probe)?;
-    Ok(rate)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::fs::{self, OpenOptions};
 
     fn files() -> Vec<(String, String)> {
         vec![

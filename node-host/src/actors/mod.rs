@@ -2,6 +2,7 @@
 //! [`ActorGraph`], and the `weft actors …` commands ([`cli`]).
 
 pub mod cli;
+pub mod failpoint;
 pub mod fs_store;
 pub mod walls;
 

@@ -11,7 +11,16 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use serde_json::Value;
 
 pub fn weft() -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_weft"));
+    without_harness_vars(Command::new(env!("CARGO_BIN_EXE_weft")))
+}
+
+/// `weft-failpoints` (`weft actors …` with crash injection; `failpoints` builds only).
+#[cfg(feature = "failpoints")]
+pub fn weft_failpoints() -> Command {
+    without_harness_vars(Command::new(env!("CARGO_BIN_EXE_weft-failpoints")))
+}
+
+fn without_harness_vars(mut c: Command) -> Command {
     for k in [
         "ACTOR_AGENTIC_UI",
         "ACTOR_GRAPH_EPOCHS",

@@ -1,4 +1,7 @@
-//! Shared pieces of the benchmark programs: a counting allocator for memory figures.
+//! Shared pieces of the benchmark programs: a counting allocator for memory figures, raw disk
+//! probes ([`disk`]).
+
+pub mod disk;
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicUsize, Ordering};

@@ -9,9 +9,9 @@ use std::path::PathBuf;
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 
+use weft_bench::disk::{raw_create_rate, raw_fsync_rate};
 use weft_core::actors::store::{ActorStore, MemoryStore, Snapshot};
 use weft_core::actors::{ActorGraph, HarnessConfig, NewLine, NodeType, SpawnRequest};
-use weft_host::actors::fs_store::{raw_create_rate, raw_fsync_rate};
 use weft_host::actors::{FsStore, flush};
 
 /// Durable writes one spawn needs: the child's directory (meta + chat, one atomic unit), the

@@ -17,9 +17,9 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
+use weft_bench::disk::raw_fsync_rate;
 use weft_core::actors::{HarnessConfig, NodeType, SpawnRequest};
 use weft_host::actors::Session;
-use weft_host::actors::fs_store::raw_fsync_rate;
 
 const TEMPLATE: &str = "gen-00000";
 
