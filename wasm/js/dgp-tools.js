@@ -1,12 +1,14 @@
 // The DGP agent controller as agent tools (`dgp_surfaces`, `dgp_run_surface`), like
-// `weft_host::agent::tools` natively, exported by `weft/frames`: the controller's rules (the
-// core's, in the frames WebAssembly module), the tool declarations, the per-surface queue and
-// the fixtures. The controller's I/O is in `dgp-controller.js`, imported on first use.
+// `weft_host::agent::tools` natively, exported by `weft/frames`. The controller's rules, its run
+// machine, the base-URL rule, the tool declarations and the reading of a call's arguments are
+// the core's (the frames WebAssembly module); this file binds them to JS values and keeps the
+// per-surface queue. The controller's HTTP/timer loop is in `dgp-controller.js`, imported on
+// first use.
 
 import { WeftError } from './error.js';
 import { loaded } from './frames.js';
 
-/** The controller's I/O and the fixtures, imported on first use. */
+/** The controller's loop, imported on first use. */
 const controllerModule = () => import('./dgp-controller.js');
 
 // ----- the controller's rules (the core's, in the frames module) ------------------------------
@@ -28,17 +30,7 @@ export function controllerNextStep(frame, supportedFeatures) {
  * (`commit` is the commit request when an agent may commit it, else null).
  */
 export function controllerJudgment(frame, decisionId, { result, resolver, assessmentId, speculative = false }) {
-  const f = typeof frame === 'string' ? JSON.parse(frame) : frame;
-  const assessment = {
-    dgp: '0.1',
-    assessment_id: assessmentId,
-    frame_id: f?.frame_id,
-    decision_id: decisionId,
-    mode: speculative ? 'speculative' : 'live',
-    resolver,
-    result,
-  };
-  return { assessment, ...JSON.parse(loaded().controllerJudgment(frameText(frame), JSON.stringify(assessment))) };
+  return JSON.parse(loaded().controllerJudgment(frameText(frame), decisionId, JSON.stringify({ result, resolver, assessmentId, speculative })));
 }
 
 /** The result an input decision with a `fulfillment` receives from its service's `text` (checked, never truncated). */
@@ -46,55 +38,27 @@ export function fulfilmentResult(frame, decisionId, text) {
   return JSON.parse(loaded().fulfilmentResult(frameText(frame), decisionId, String(text)));
 }
 
-/** The most steps one `dgp_run_surface` call may take. */
-export const DGP_MAX_STEPS = 32;
-
-/** @internal The event of a run stopped at a safe point: nothing of this step is in flight. */
-export function interrupted(sid, at, recorded) {
-  const v = { surface: sid, event: 'interrupted', at, detail: 'stopped at a safe point: no commit is in flight' };
-  if (recorded) {
-    v.assessment_id = recorded;
-    v.detail = 'stopped at a safe point: the assessment is recorded, not committed';
-  }
-  return v;
-}
-
-/** @internal A run's report `{surface_id, ended, steps, commits, commit_in_doubt, stop, events}`, as `SurfaceRun::to_json`. */
-export function runJson(sid, events, stop, steps) {
-  let inDoubt = null;
-  if (stop.event === 'stopped' && stop.problem?.code === 'TRANSPORT_ERROR') {
-    const last = events.findLastIndex((e) => e.event === 'commit_intent');
-    if (last >= 0 && !events.slice(last).some((e) => e.event === 'committed')) inDoubt = events[last];
-  }
-  return {
-    surface_id: sid,
-    ended: stop.event,
-    steps,
-    commits: events.filter((e) => e.event === 'committed').map((e) => e.receipt),
-    commit_in_doubt: inDoubt,
-    stop,
-    events,
-  };
-}
-
 /**
- * A DGP 0.1 controller bound to one server (`baseUrl`, bearer `token`), one decision adapter
- * and one text service. `adapter(decision, evidencePack, frame, {signal})` resolves to
- * `{result, resolver}` (an AssessmentResult and the Resolver to record; `adapter.resolver` is
- * used when the answer names none); `adapter.modalities` lists the evidence kinds it really
- * reads (default `['text', 'json']`). `textService(decision, evidencePack, frame, {signal})`
- * resolves to `{text, resolver}` (or a string) for input decisions naming a `fulfillment`.
+ * A DGP 0.1 controller bound to one server (`baseUrl`: https, or plain http to a loopback host
+ * unless `allowInsecureHttp`; bearer `token`), one decision adapter and one text service.
+ * `adapter(decision, evidencePack, frame, {signal})` resolves to `{result, resolver}` (an
+ * AssessmentResult and the Resolver to record; `adapter.resolver` is used when the answer
+ * names none); `adapter.modalities` lists the evidence kinds it really reads (default
+ * `['text', 'json']`). `textService(decision, evidencePack, frame, {signal})` resolves to
+ * `{text, resolver}` (or a string) for input decisions naming a `fulfillment`.
  * `maxServiceCalls` (default 3) bounds its text-service requests over its whole life.
  */
 export function createDgpController(options = {}) {
-  const { baseUrl, adapter } = options;
-  if (typeof baseUrl !== 'string' || !/^https?:\/\//.test(baseUrl)) throw new WeftError('INVALID_ARGUMENT', '`baseUrl` must be an http(s) URL');
+  const { baseUrl, adapter, allowInsecureHttp = false, maxServiceCalls = 3 } = options;
+  if (typeof baseUrl !== 'string') throw new WeftError('INVALID_ARGUMENT', '`baseUrl` must be an http(s) URL');
+  const glue = loaded();
+  const base = new glue.DgpBaseUrl(baseUrl, allowInsecureHttp === true);
   if (typeof adapter !== 'function') throw new WeftError('INVALID_ARGUMENT', '`adapter` must be a function (decision, evidencePack, frame) => {result, resolver}');
-  const count = { serviceCalls: 0 };
+  const budget = new glue.DgpBudget(maxServiceCalls);
   let impl = null;
   const load = () =>
     (impl ??= controllerModule().then(
-      (m) => m.openController(options, count),
+      (m) => m.openController(options, base, budget),
       (err) => {
         impl = null;
         throw err;
@@ -115,44 +79,14 @@ export function createDgpController(options = {}) {
     },
     /** Text-service requests made so far (bounded by `maxServiceCalls`). */
     get serviceCalls() {
-      return count.serviceCalls;
+      return budget.used;
     },
   };
 }
 
-/** The declarations (name, description, JSON Schema, eligibility) of both tools. */
+/** The declarations (name, description, JSON Schema, eligibility) of both tools (the core's). */
 export function dgpToolDeclarations() {
-  return [
-    {
-      name: 'dgp_surfaces',
-      description: 'List the decision surfaces of the DGP server: surface_id, title, state and revision of each. Read-only.',
-      parameters: { type: 'object', properties: {}, additionalProperties: false },
-      supportsParallel: true,
-      safeToCancel: true,
-    },
-    {
-      name: 'dgp_run_surface',
-      description:
-        'Drive one decision surface until it stops: read its frame, judge the next automatic decision, record the ' +
-        'assessment and commit it, repeatedly. Returns why it ended (`quiescent`, `input_required`, ' +
-        '`human_review_required` — an effect only an authenticated human may commit; the agent never commits it —, ' +
-        '`abstained`, `speculative_recorded`, `stopped` with a problem such as STALE_FRAME, `step_budget_reached`, or ' +
-        '`interrupted`), the receipts of the commits it made, a commit in doubt if any, and every event. Calls for ' +
-        'different surfaces may run together.',
-      parameters: {
-        type: 'object',
-        properties: {
-          surface_id: { type: 'string', minLength: 1, maxLength: 200, description: 'The surface to drive (see dgp_surfaces).' },
-          max_steps: { type: 'integer', minimum: 1, maximum: DGP_MAX_STEPS, description: 'Judgments before giving up.' },
-          speculative: { type: 'boolean', description: 'Record judgments as speculative assessments and stop; never commit.' },
-        },
-        required: ['surface_id'],
-        additionalProperties: false,
-      },
-      supportsParallel: true,
-      safeToCancel: true,
-    },
-  ];
+  return JSON.parse(loaded().dgpToolDeclarations());
 }
 
 /**
@@ -162,8 +96,9 @@ export function dgpToolDeclarations() {
  * Both tools are parallel-eligible and safe to cancel; two runs of one surface queue. The
  * returned array also carries the `controller`.
  */
-export function dgpTools({ steps = 8, speculative = false, onEvent, controller, ...options } = {}) {
+export function dgpTools({ steps, speculative = false, onEvent, controller, ...options } = {}) {
   const ctl = controller ?? createDgpController(options);
+  const defaultSteps = steps ?? loaded().dgpDefaultSteps();
   // One run per surface at a time: q[0] holds the surface, the others wait in order.
   const queues = new Map();
   const acquire = (sid, signal) => {
@@ -204,17 +139,14 @@ export function dgpTools({ steps = 8, speculative = false, onEvent, controller, 
     {
       ...run,
       handler: async (args, ctx) => {
-        const sid = args?.surface_id;
-        if (typeof sid !== 'string') throw new WeftError('INVALID_ARGUMENT', '`surface_id` must be a string');
-        const opts = {
-          steps: Number.isInteger(args.max_steps) ? Math.min(Math.max(args.max_steps, 1), DGP_MAX_STEPS) : steps,
-          speculative: typeof args.speculative === 'boolean' ? args.speculative : speculative,
-        };
+        const parsed = loaded().dgpRunArguments(JSON.stringify(args ?? {}), defaultSteps, speculative === true);
+        if (parsed === undefined) throw new WeftError('INVALID_ARGUMENT', '`surface_id` must be a string');
+        const { surfaceId: sid, ...opts } = JSON.parse(parsed);
         const signal = ctx?.signal;
         if (!(await acquire(sid, signal))) {
-          const v = { surface: sid, event: 'interrupted', at: 'waiting_for_surface', detail: 'another run of this surface was still going; this one never began' };
-          onEvent?.(v);
-          return runJson(sid, [v], v, 0);
+          const r = JSON.parse(loaded().dgpRunReport(sid));
+          onEvent?.(r.stop);
+          return { ...r, events: [r.stop] };
         }
         try {
           return await ctl.runSurface(sid, opts, { signal, onEvent });

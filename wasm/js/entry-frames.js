@@ -1,6 +1,6 @@
 // `weft/frames`: the DGP engine and the DGP controller's agent tools. Importing it loads its
 // WebAssembly module (weft_frames_bg.wasm) and nothing of the job runtime.
-import { loadFrames } from './frames.js';
+import { loaded, loadFrames } from './frames.js';
 
 await loadFrames();
 
@@ -14,6 +14,7 @@ export {
   createDgpController,
   dgpFixtureAdapter,
   dgpFixtureText,
-  DGP_MAX_STEPS,
 } from './dgp-tools.js';
+/** The most steps one `dgp_run_surface` call may take (the core's). */
+export const DGP_MAX_STEPS = loaded().dgpMaxSteps();
 export { WeftError } from './error.js';

@@ -52,8 +52,11 @@ export interface TextService {
 }
 
 export interface DgpControllerOptions {
-  /** The DGP server, e.g. `http://127.0.0.1:8080`. */
+  /** The DGP server, e.g. `http://127.0.0.1:8080`: https, or plain http to a loopback host
+   * unless `allowInsecureHttp` (else `INVALID_ARGUMENT`). */
   baseUrl: string;
+  /** Allow plain http to a non-loopback host (the token travels unencrypted). Default false. */
+  allowInsecureHttp?: boolean;
   /** Bearer token (an agent's). */
   token?: string;
   adapter: DecisionAdapter;

@@ -6,12 +6,15 @@
 
 use js_sys::{Array, Reflect, Uint8Array};
 use wasm_bindgen::prelude::*;
-use weft_core::frames::controller::{AfterJudgment, Step};
-use weft_core::frames::types::{AssessmentRequest, Decision, Frame};
+use weft_core::frames::controller::Step;
+use weft_core::frames::types::{AssessmentResult, Decision, Frame, Mode, Resolver};
 use weft_core::frames::{
     Engine, EngineConfig, FramesError, Principal, RecordKind, Role, ScriptedApp, Write,
 };
 use weft_core::frames::{controller, fixtures, validate};
+
+/// The controller's run machine and its companions (module `frames`).
+mod dgp_run;
 
 use crate::js::{coded_error, error, object, opt_f64, opt_string, parse_text};
 
@@ -287,31 +290,37 @@ pub fn controller_next_step(
     ))
 }
 
-/// What follows a judgment: `assessment` is the assessment request (JSON text) the controller
-/// means to record on `frame`. It is checked like a server checks it and against the frame's
-/// decision (`INVALID_CHOICE`, `INVALID_ANSWER`, ...), then: `{"after": "commit" | "speculative" |
-/// "abstained" | "human_required", "commit": CommitRequest | null}` (a commit request only when
-/// an agent may commit it; never for an effect that requires a human).
+/// What follows a judgment (the core's [`controller::judge`], as a run uses it): `judgment` is
+/// `{"result", "resolver", "assessmentId", "speculative"?}` (JSON text) for decision
+/// `decisionId` of `frame`. It is checked like a server checks an assessment and against the
+/// decision (`INVALID_CHOICE`, `INVALID_ANSWER`, ...), then: `{"assessment": AssessmentRequest,
+/// "after": "commit" | "speculative" | "abstained" | "human_required", "commit": CommitRequest
+/// | null}` (a commit request only when an agent may commit it; never for a human-only effect).
 #[wasm_bindgen(js_name = controllerJudgment)]
-pub fn controller_judgment(frame: &str, assessment: &str) -> Result<String, JsValue> {
+pub fn controller_judgment(
+    frame: &str,
+    decision_id: String,
+    judgment: &str,
+) -> Result<String, JsValue> {
     let frame: Frame = record("frame", frame)?;
-    // The engine's own parse of an assessment request: no second deserializer in the module.
-    let req: AssessmentRequest = record("assessment", assessment)?;
-    validate::check_assessment_request(&req).map_err(|e| ferr(&e))?;
-    if req.frame_id != frame.frame_id {
-        return Err(ferr(&FramesError::InvalidMessage(
-            "the assessment names another frame".into(),
-        )));
-    }
-    let d = decision(&frame, &req.decision_id)?;
-    validate::check_result(d, &req.result).map_err(|e| ferr(&e))?;
-    let (after, commit) = match controller::after_judgment(d, &req.result, req.mode) {
-        AfterJudgment::Commit => ("commit", text(&controller::commit_request(&req))),
-        AfterJudgment::Speculative => ("speculative", "null".into()),
-        AfterJudgment::Abstained => ("abstained", "null".into()),
-        AfterJudgment::HumanRequired => ("human_required", "null".into()),
+    let d = decision(&frame, &decision_id)?;
+    let j: serde_json::Value = record("judgment", judgment)?;
+    let result: AssessmentResult =
+        validate::typed("result", j["result"].clone()).map_err(|e| ferr(&e))?;
+    let resolver: Resolver =
+        validate::typed("resolver", j["resolver"].clone()).map_err(|e| ferr(&e))?;
+    let id = j["assessmentId"].as_str().unwrap_or_default().to_owned();
+    let mode = if j["speculative"] == true {
+        Mode::Speculative
+    } else {
+        Mode::Live
     };
-    Ok(format!(r#"{{"after":"{after}","commit":{commit}}}"#))
+    let judged = controller::judge(&frame, d, id, mode, resolver, result).map_err(|e| ferr(&e))?;
+    Ok(text(&serde_json::json!({
+        "assessment": judged.assessment,
+        "after": judged.after.as_str(),
+        "commit": judged.commit,
+    })))
 }
 
 /// The result (JSON text) an input decision with a `fulfillment` receives from its service's

@@ -11,12 +11,14 @@
 //! * [`engine`] — surfaces, frames, assessments, commits, receipts, idempotency, budgets.
 //! * [`app`] — the seam an application implements ([`App`]).
 //! * [`validate`] — strict JSON, schema constraints, input-schema validation.
-//! * [`controller`] — the client-side rules (`weft agent`): next step, modality check, stops.
+//! * [`controller`] — the client side (`weft agent`, JS `dgpTools`): the rules, one surface's
+//!   run as a sans-IO machine, the HTTP rules and the agent tools' declarations.
 //! * [`fixtures`] — the controller's deterministic fixture judge and text service.
 //! * [`model_judge`] — the model-backed judge and text service: requests, answer validation.
 //! * [`scripted`] — a declarative [`App`] (used by the conformance vectors and from JS).
 
 pub mod app;
+#[cfg(feature = "conformance")]
 pub mod conformance;
 pub mod controller;
 pub mod engine;

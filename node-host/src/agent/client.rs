@@ -1,27 +1,25 @@
-//! A small JSON-over-HTTP client (hyper) for DGP servers and external adapter services.
-//! Plain HTTP only: loopback by default, other hosts with `--allow-insecure-http`. Links from
-//! a server must stay on its origin, and credentials are never sent elsewhere.
+//! A small JSON-over-HTTP(S) client (reqwest + rustls) for DGP servers and external adapter
+//! services. Which base URLs it accepts (https anywhere, plain http to loopback unless
+//! `--allow-insecure-http`), which links it follows (same origin only: credentials are never
+//! sent elsewhere) and what an answer means are the core's rules
+//! (`weft_core::frames::controller::http`); this only carries the bytes.
 
 use std::time::Duration;
 
-use bytes::Bytes;
-use http_body_util::{BodyExt, Full, Limited};
-use hyper::{Method, Request, StatusCode, Uri};
-use hyper_util::client::legacy::Client as HyperClient;
-use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::rt::TokioExecutor;
 use serde::Serialize;
 use serde_json::Value;
 use weft_core::frames::FramesError;
-
-/// The largest response accepted.
-const MAX_RESPONSE: usize = 4 * 1024 * 1024;
+use weft_core::frames::controller::http::{
+    self, BaseUrl, HttpAnswer, MAX_ANSWER_BYTES, Problem, REQUEST_TIMEOUT_MS,
+};
+use weft_core::frames::controller::{HttpRequest, Method};
 
 /// A failure talking to a server: a problem it answered with, or a transport failure whose
 /// outcome is unknown (a commit must then be retried with the same key and body).
 #[derive(Debug, Clone)]
 pub enum CallError {
-    /// The server answered with an error status (problem+json when it is a DGP server).
+    /// The server answered with an error status (problem+json when it is a DGP server), or a
+    /// local refusal (status 0 when the protocol gives it none).
     Problem {
         status: u16,
         code: String,
@@ -32,106 +30,73 @@ pub enum CallError {
 }
 
 impl CallError {
-    /// The event-log form.
-    pub fn to_json(&self) -> Value {
+    /// The core's form of the failure.
+    pub fn problem(&self) -> Problem {
         match self {
             CallError::Problem {
                 status,
                 code,
                 detail,
-                ..
-            } => {
-                serde_json::json!({"status": status, "code": code, "detail": detail})
-            }
-            CallError::Transport(m) => serde_json::json!({"code": "TRANSPORT_ERROR", "detail": m}),
+            } => Problem::new(*status, code.clone(), detail.clone()),
+            CallError::Transport(m) => Problem::transport(m.clone()),
+        }
+    }
+
+    /// The event-log form.
+    pub fn to_json(&self) -> Value {
+        self.problem().to_json()
+    }
+}
+
+impl From<Problem> for CallError {
+    fn from(p: Problem) -> Self {
+        match p.status {
+            None if p.is_transport() => CallError::Transport(p.detail),
+            status => CallError::Problem {
+                status: status.unwrap_or(0),
+                code: p.code,
+                detail: p.detail,
+            },
         }
     }
 }
 
 impl From<FramesError> for CallError {
     fn from(e: FramesError) -> Self {
-        CallError::Problem {
-            status: e.http_status(),
-            code: e.code().to_owned(),
-            detail: e.to_string(),
-        }
+        Problem::from(e).into()
     }
 }
 
-/// An HTTP client bound to one origin.
+/// An HTTP(S) client bound to one origin.
 #[derive(Clone)]
 pub struct Client {
-    http: HyperClient<HttpConnector, Full<Bytes>>,
-    base: String,
-    authority: String,
+    http: reqwest::Client,
+    base: BaseUrl,
     token: Option<String>,
-    timeout: Duration,
 }
 
 impl Client {
-    /// A client for `base` (`http://host:port[/prefix]`). Non-loopback hosts need `insecure`.
+    /// A client for `base` (`http[s]://host[:port][/prefix]`); plain HTTP to a non-loopback
+    /// host needs `insecure`.
     pub fn new(base: &str, token: Option<String>, insecure: bool) -> Result<Client, String> {
-        let uri: Uri = base.parse().map_err(|e| format!("bad URL `{base}`: {e}"))?;
-        match uri.scheme_str() {
-            Some("http") => {}
-            Some("https") => {
-                return Err("https is not supported by this build; use a loopback http URL or a TLS-terminating proxy".into());
-            }
-            _ => return Err(format!("`{base}` is not an http URL")),
-        }
-        let host = uri.host().ok_or("the URL has no host")?;
-        let loopback = host == "localhost"
-            || host
-                .parse::<std::net::IpAddr>()
-                .is_ok_and(|ip| ip.is_loopback())
-            || host == "[::1]";
-        if !loopback && !insecure {
-            return Err(format!(
-                "refusing to send credentials over plain HTTP to `{host}`; pass --allow-insecure-http to insist"
-            ));
-        }
-        if uri.query().is_some() || base.contains('@') || base.contains('#') {
-            return Err("the base URL must not contain userinfo, a query or a fragment".into());
-        }
-        let authority = uri
-            .authority()
-            .map(|a| a.to_string())
-            .ok_or("the URL has no authority")?;
-        let mut http = HyperClient::builder(TokioExecutor::new());
-        http.pool_idle_timeout(Duration::from_secs(30));
-        Ok(Client {
-            http: http.build_http(),
-            base: base.trim_end_matches('/').to_owned(),
-            authority,
-            token,
-            timeout: Duration::from_secs(30),
-        })
-    }
-
-    /// Resolves a server-provided link (an absolute path, or an absolute URL on the same
-    /// origin); anything else is refused.
-    fn url(&self, link: &str) -> Result<String, CallError> {
-        if link.starts_with('/') && !link.starts_with("//") {
-            return Ok(format!("{}{link}", self.base));
-        }
-        let uri: Uri = link
-            .parse()
-            .map_err(|_| CallError::Transport(format!("bad link `{link}`")))?;
-        if uri.scheme_str() == Some("http")
-            && uri.authority().map(|a| a.as_str()) == Some(self.authority.as_str())
-        {
-            return Ok(link.to_owned());
-        }
-        Err(CallError::Problem {
-            status: 0,
-            code: "UNTRUSTED_LINK".into(),
-            detail: format!("link `{link}` leaves the configured origin"),
-        })
+        let base = BaseUrl::parse(base, insecure)?;
+        let http = reqwest::Client::builder()
+            .user_agent(concat!("weft/", env!("CARGO_PKG_VERSION")))
+            // A redirect could carry the token elsewhere: links are followed only as the
+            // core's rule allows.
+            .redirect(reqwest::redirect::Policy::none())
+            .pool_idle_timeout(Duration::from_secs(30))
+            .build()
+            .map_err(|e| format!("cannot build the HTTP client: {e}"))?;
+        Ok(Client { http, base, token })
     }
 
     /// `GET link` as JSON.
     pub async fn get(&self, link: &str) -> Result<Value, CallError> {
-        self.send(Method::GET, link, None, &[]).await
+        let url = self.base.resolve(link)?;
+        Ok(http::answer_json(
+            self.exchange(Method::Get, &url, None, &[]).await,
+        )?)
     }
 
     /// `POST link` with a JSON body and extra headers.
@@ -141,76 +106,89 @@ impl Client {
         body: &impl Serialize,
         headers: &[(&str, &str)],
     ) -> Result<Value, CallError> {
+        let url = self.base.resolve(link)?;
         let bytes = serde_json::to_vec(body).map_err(|e| CallError::Transport(e.to_string()))?;
-        self.send(Method::POST, link, Some(bytes), headers).await
+        Ok(http::answer_json(
+            self.exchange(Method::Post, &url, Some(bytes), headers)
+                .await,
+        )?)
     }
 
-    async fn send(
+    /// Sends a request of the controller's run machine and returns what came back.
+    pub async fn send(&self, req: &HttpRequest) -> HttpAnswer {
+        let url = match self.base.resolve(&req.link) {
+            Ok(u) => u,
+            Err(p) => return HttpAnswer::Failed(p.detail),
+        };
+        let headers: Vec<(&str, &str)> = req
+            .headers
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_str()))
+            .collect();
+        self.exchange(req.method, &url, req.body.clone(), &headers)
+            .await
+    }
+
+    async fn exchange(
         &self,
         method: Method,
-        link: &str,
+        url: &str,
         body: Option<Vec<u8>>,
         headers: &[(&str, &str)],
-    ) -> Result<Value, CallError> {
-        let (status, bytes) = self.raw(method, link, body, headers).await?;
-        if !status.is_success() {
-            return Err(problem(status, &bytes));
+    ) -> HttpAnswer {
+        let mut req = match method {
+            Method::Get => self.http.get(url),
+            Method::Post => self.http.post(url),
         }
-        serde_json::from_slice(&bytes)
-            .map_err(|e| CallError::Transport(format!("unreadable JSON answer: {e}")))
-    }
-
-    async fn raw(
-        &self,
-        method: Method,
-        link: &str,
-        body: Option<Vec<u8>>,
-        headers: &[(&str, &str)],
-    ) -> Result<(StatusCode, Bytes), CallError> {
-        let url = self.url(link)?;
-        let mut req = Request::builder()
-            .method(method)
-            .uri(&url)
-            .header("accept", "application/json");
+        .header("accept", "application/json");
         if let Some(t) = &self.token {
-            req = req.header("authorization", format!("Bearer {t}"));
+            req = req.bearer_auth(t);
         }
-        if body.is_some() {
-            req = req.header("content-type", "application/json");
+        if let Some(b) = body {
+            req = req.header("content-type", "application/json").body(b);
         }
         for (k, v) in headers {
             req = req.header(*k, *v);
         }
-        let req = req
-            .body(Full::new(Bytes::from(body.unwrap_or_default())))
-            .map_err(|e| CallError::Transport(e.to_string()))?;
         let fut = async {
-            let resp = self
-                .http
-                .request(req)
+            let mut resp = req.send().await.map_err(|e| format!("{url}: {e}"))?;
+            let status = resp.status().as_u16();
+            let mut body = Vec::new();
+            while let Some(chunk) = resp
+                .chunk()
                 .await
-                .map_err(|e| CallError::Transport(format!("{url}: {e}")))?;
-            let status = resp.status();
-            let body = Limited::new(resp.into_body(), MAX_RESPONSE)
-                .collect()
-                .await
-                .map_err(|e| CallError::Transport(format!("{url}: reading the answer: {e}")))?
-                .to_bytes();
-            Ok((status, body))
+                .map_err(|e| format!("{url}: reading the answer: {e}"))?
+            {
+                if body.len() + chunk.len() > MAX_ANSWER_BYTES {
+                    return Err(format!(
+                        "{url}: the answer exceeds {MAX_ANSWER_BYTES} bytes"
+                    ));
+                }
+                body.extend_from_slice(&chunk);
+            }
+            Ok(HttpAnswer::Answered { status, body })
         };
-        tokio::time::timeout(self.timeout, fut).await.map_err(|_| {
-            CallError::Transport(format!("{url}: no answer within {:?}", self.timeout))
-        })?
+        let timeout = Duration::from_millis(REQUEST_TIMEOUT_MS);
+        match tokio::time::timeout(timeout, fut).await {
+            Ok(Ok(a)) => a,
+            Ok(Err(m)) => HttpAnswer::Failed(m),
+            Err(_) => HttpAnswer::Failed(format!("{url}: no answer within {timeout:?}")),
+        }
     }
 }
 
-fn problem(status: StatusCode, body: &[u8]) -> CallError {
-    let v: Value = serde_json::from_slice(body).unwrap_or(Value::Null);
-    CallError::Problem {
-        status: status.as_u16(),
-        code: v["code"]
-            .as_str()
-            .map_or_else(|| format!("HTTP_{}", status.as_u16()), str::to_owned),
-        detail: v["detail"].as_str().unwrap_or("").to_owned(),
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn https_is_accepted_and_plain_http_only_to_loopback_unless_insisted() {
+        assert!(Client::new("https://dgp.example/api", None, false).is_ok());
+        assert!(Client::new("http://127.0.0.1:8080", None, false).is_ok());
+        let e = Client::new("http://dgp.example", None, false)
+            .err()
+            .unwrap();
+        assert!(e.contains("refusing to send credentials"), "{e}");
+        assert!(Client::new("http://dgp.example", None, true).is_ok());
     }
 }

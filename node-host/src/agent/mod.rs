@@ -1,10 +1,12 @@
 //! `weft agent`: a DGP 0.1 controller. It reads frames, asks a decision adapter, records
 //! assessments, commits with idempotency keys, fulfils input nodes through a text service, and
 //! stops where a human is required. It consumes only the protocol, so it drives `weft serve`
-//! and any other DGP 0.1 server alike. The rules (which decision next, what evidence an adapter
-//! may see, when to stop) are `weft_core::frames::controller`'s; [`controller::Controller`]
-//! does the I/O and hands every event to its caller; this command prints one JSON line per
-//! event, and [`tools`] offers the same controller to an agent session as tools.
+//! and any other DGP 0.1 server alike. Everything it decides (which decision next, what evidence
+//! an adapter may see, the requests, the events, the commit retries, where a stop is honoured,
+//! the report, the URL rule) is `weft_core::frames::controller`'s run machine;
+//! [`controller::Controller`] is its HTTP/timer loop and hands every event to its caller; this
+//! command prints one JSON line per event, and [`tools`] offers the same controller to an agent
+//! session as tools.
 
 pub mod adapters;
 pub mod client;
@@ -79,7 +81,7 @@ pub struct AgentArgs {
     /// ANTHROPIC_API_KEY).
     #[arg(long)]
     pub api_key_env: Option<String>,
-    /// Allow plain HTTP to non-loopback hosts (tokens travel unencrypted).
+    /// Allow plain HTTP to non-loopback hosts (tokens travel unencrypted; https needs no flag).
     #[arg(long)]
     pub allow_insecure_http: bool,
 }

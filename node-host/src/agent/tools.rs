@@ -1,34 +1,27 @@
-//! The DGP controller as agent tools on an [`AgentHost`]:
+//! The DGP controller as agent tools on an [`AgentHost`]. The declarations (names,
+//! descriptions, schemas, eligibility), [`MAX_STEPS`] and the reading of a call's arguments are
+//! the core's ([`weft_core::frames::controller::tools`]); this binds them to a [`Controller`]
+//! and queues two calls for the same surface behind each other instead of racing them.
 //!
-//! - `dgp_surfaces` lists the server's surfaces (read-only; parallel-eligible; safe to cancel).
-//! - `dgp_run_surface` drives one surface with the controller until it stops and returns what
-//!   happened ([`SurfaceRun::to_json`]). Parallel-eligible: different surfaces are independent
-//!   (the server checks freshness per surface), and two calls for the same surface queue
-//!   behind each other instead of racing. Safe to cancel: an abort stops the run at its next
-//!   safe point (see [`super::controller`]), so a cancelled run returns normally with an
-//!   `interrupted` stop and every commit it made listed with its receipt — nothing uncertain.
-//!   A run that is still waiting for a commit's answer when the session's interrupt grace
-//!   period ends is the one case left: the session reports it `uncertain`, the run finishes
-//!   the commit, and its full report arrives in the agent's mailbox as a late result.
-//!
-//! The controller never commits a judgment whose effect requires a human: such a run ends with
-//! `human_review_required`, and the tool result says so.
+//! Both tools are safe to cancel: an abort stops the run at its next safe point, so a
+//! cancelled run returns normally with an `interrupted` stop and every commit it made listed
+//! with its receipt. A run that is still waiting for a commit's answer when the session's
+//! interrupt grace period ends is the one case left: the session reports it `uncertain`, the
+//! run finishes the commit, and its full report arrives in the agent's mailbox as a late
+//! result. The controller never commits a judgment whose effect requires a human: such a run
+//! ends with `human_review_required`, and the tool result says so.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use serde_json::{Value, json};
+use weft_core::frames::controller::tools as decl;
 use weft_core::tools::{HandlerId, ToolDecl, ToolsError};
 
 use super::controller::{Controller, RunOptions, StopSignal, SurfaceRun};
 use crate::agent_host::{AgentHost, ToolError, tool_fn};
 
-/// Name of the tool listing surfaces.
-pub const SURFACES_TOOL: &str = "dgp_surfaces";
-/// Name of the tool driving one surface.
-pub const RUN_TOOL: &str = "dgp_run_surface";
-/// The most steps one `dgp_run_surface` call may take.
-pub const MAX_STEPS: u32 = 32;
+pub use weft_core::frames::controller::tools::{MAX_STEPS, RUN_TOOL, SURFACES_TOOL};
 
 /// Receives every controller event of every run, as it happens (progress display, logs).
 pub type Observer = Arc<dyn Fn(&Value) + Send + Sync>;
@@ -62,42 +55,7 @@ impl DgpTools {
 
     /// The declarations (name, description, JSON Schema, eligibility) of both tools.
     pub fn declarations() -> [ToolDecl; 2] {
-        [
-            ToolDecl::new(
-                SURFACES_TOOL,
-                "List the decision surfaces of the DGP server: surface_id, title, state and \
-                 revision of each. Read-only.",
-                json!({"type": "object", "properties": {}, "additionalProperties": false}),
-            )
-            .parallel(true)
-            .safe_to_cancel(true),
-            ToolDecl::new(
-                RUN_TOOL,
-                "Drive one decision surface until it stops: read its frame, judge the next \
-                 automatic decision, record the assessment and commit it, repeatedly. Returns \
-                 why it ended (`quiescent`, `input_required`, `human_review_required` — an \
-                 effect only an authenticated human may commit; the agent never commits it —, \
-                 `abstained`, `speculative_recorded`, `stopped` with a problem such as \
-                 STALE_FRAME, `step_budget_reached`, or `interrupted`), the receipts of the \
-                 commits it made, a commit in doubt if any, and every event. Calls for \
-                 different surfaces may run together.",
-                json!({
-                    "type": "object",
-                    "properties": {
-                        "surface_id": {"type": "string", "minLength": 1, "maxLength": 200,
-                                       "description": "The surface to drive (see dgp_surfaces)."},
-                        "max_steps": {"type": "integer", "minimum": 1, "maximum": MAX_STEPS,
-                                      "description": "Judgments before giving up."},
-                        "speculative": {"type": "boolean",
-                                        "description": "Record judgments as speculative assessments and stop; never commit."}
-                    },
-                    "required": ["surface_id"],
-                    "additionalProperties": false
-                }),
-            )
-            .parallel(true)
-            .safe_to_cancel(true),
-        ]
+        decl::declarations()
     }
 
     /// Declares both tools on `host`, bound to this controller. Returns their handler ids
@@ -133,18 +91,9 @@ impl DgpTools {
 
     /// One `dgp_run_surface` call (arguments already checked against the schema).
     pub async fn run(&self, args: Value, mut stop: StopSignal) -> Result<Value, ToolError> {
-        let sid = args["surface_id"]
-            .as_str()
-            .ok_or_else(|| ToolError::failed("`surface_id` must be a string", "INVALID_ARGUMENT"))?
-            .to_owned();
-        let opts = RunOptions {
-            steps: args["max_steps"]
-                .as_u64()
-                .map_or(self.defaults.steps, |n| n.clamp(1, MAX_STEPS as u64) as u32),
-            speculative: args["speculative"]
-                .as_bool()
-                .unwrap_or(self.defaults.speculative),
-        };
+        let (sid, opts) = decl::run_arguments(&args, self.defaults).ok_or_else(|| {
+            ToolError::failed("`surface_id` must be a string", "INVALID_ARGUMENT")
+        })?;
         // One run per surface at a time: a second call for the same surface waits its turn.
         let gate = self
             .surfaces
@@ -156,12 +105,10 @@ impl DgpTools {
         let _held = tokio::select! {
             biased;
             _ = stop.raised() => {
-                let v = json!({"surface": sid, "event": "interrupted", "at": "waiting_for_surface",
-                               "detail": "another run of this surface was still going; this one never began"});
+                let run = SurfaceRun::never_began(&sid);
                 if let Some(o) = &self.observer {
-                    o(&v);
+                    o(&run.stop().to_json());
                 }
-                let run = SurfaceRun { surface: sid, events: vec![v.clone()], stop: v, steps: 0 };
                 return Ok(run.to_json());
             }
             g = gate.lock_owned() => g,

@@ -8,7 +8,7 @@
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { createAgent, createRuntime, scriptedModel } from 'weft';
-import { controllerJudgment, controllerNextStep, dgpFixtureAdapter, dgpFixtureText, dgpTools } from 'weft/frames';
+import { controllerJudgment, controllerNextStep, createDgpController, DGP_MAX_STEPS, dgpFixtureAdapter, dgpFixtureText, dgpToolDeclarations, dgpTools } from 'weft/frames';
 import { AGENT, HUMAN, startServe } from '../lib/weft.mjs';
 
 let server;
@@ -468,4 +468,27 @@ test('a run still waiting for its commit answer when the grace period ends is un
   } finally {
     close();
   }
+});
+
+test('base URLs follow the core rule: https anywhere, plain http to loopback unless allowInsecureHttp', () => {
+  const adapter = dgpFixtureAdapter;
+  for (const baseUrl of ['https://dgp.example/api', 'http://127.0.0.1:8080', 'http://localhost:1']) {
+    assert.equal(createDgpController({ baseUrl, adapter }).serviceCalls, 0, baseUrl);
+  }
+  const refused = (o) => {
+    try {
+      createDgpController({ adapter, ...o });
+    } catch (err) {
+      return err.code;
+    }
+    return 'accepted';
+  };
+  assert.equal(refused({ baseUrl: 'http://dgp.example' }), 'INVALID_ARGUMENT');
+  assert.equal(refused({ baseUrl: 'http://dgp.example', allowInsecureHttp: true }), 'accepted');
+  assert.equal(refused({ baseUrl: 'ftp://dgp.example' }), 'INVALID_ARGUMENT');
+  assert.equal(refused({ baseUrl: 'https://user@dgp.example' }), 'INVALID_ARGUMENT');
+  // The declarations are the core's (the native tool's names and limits).
+  const [list, run] = dgpToolDeclarations();
+  assert.deepEqual([list.name, run.name, run.parameters.properties.max_steps.maximum], ['dgp_surfaces', 'dgp_run_surface', DGP_MAX_STEPS]);
+  assert.equal(DGP_MAX_STEPS, 32);
 });

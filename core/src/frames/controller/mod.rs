@@ -1,5 +1,23 @@
-//! The rules of a controller runtime (the client side of DGP): which decision to take next,
-//! what evidence an adapter may see, and when to stop. Hosts do the I/O (`weft agent`).
+//! The DGP controller (the client side of DGP), written once for every host: which decision
+//! to take next, what evidence an adapter may see, whether a judgment may be committed (this
+//! module's rules), one surface's run as a sans-IO machine ([`run`]: the requests, the events,
+//! the retry rule, the stop points, the report), the HTTP rules ([`http`]: trusted URLs and
+//! links, what an answer means, the controller's own codes) and the agent tools' declarations
+//! ([`tools`]). Hosts carry bytes and keep a timer: `weft agent` and its tools
+//! (`node-host/src/agent`), `createDgpController` / `dgpTools` in JS (`wasm/js/dgp-*.js`).
+
+pub mod http;
+pub mod run;
+pub mod tools;
+
+#[cfg(test)]
+mod tests;
+
+pub use http::{BaseUrl, HttpAnswer, Problem};
+pub use run::{
+    Event, EventKind, HttpRequest, JudgeRequest, Judgment, Method, Output, Run, RunConfig,
+    RunOptions, RunReport, ServiceBudget, StopPoint,
+};
 
 use serde_json::Value;
 
@@ -125,6 +143,52 @@ pub fn after_judgment(decision: &Decision, result: &AssessmentResult, mode: Mode
     } else {
         AfterJudgment::Commit
     }
+}
+
+impl AfterJudgment {
+    /// The wire name (`commit`, `speculative`, `abstained`, `human_required`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AfterJudgment::Commit => "commit",
+            AfterJudgment::Speculative => "speculative",
+            AfterJudgment::Abstained => "abstained",
+            AfterJudgment::HumanRequired => "human_required",
+        }
+    }
+}
+
+/// A checked judgment: what to record, and what follows it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Judged {
+    /// The assessment request to record.
+    pub assessment: AssessmentRequest,
+    /// What follows once it is recorded.
+    pub after: AfterJudgment,
+    /// The commit request, when an agent may commit it (never for a human-only effect).
+    pub commit: Option<CommitRequest>,
+}
+
+/// Checks a judgment of `decision` of `frame` like a server checks an assessment, and against
+/// the decision (`INVALID_CHOICE`, `INVALID_ANSWER`, ...), and builds what to record and what
+/// follows it: the one check → judgment → commit sequence of every host.
+pub fn judge(
+    frame: &Frame,
+    decision: &Decision,
+    assessment_id: String,
+    mode: Mode,
+    resolver: Resolver,
+    result: AssessmentResult,
+) -> Result<Judged, FramesError> {
+    let assessment = assessment_request(frame, decision, assessment_id, mode, resolver, result);
+    super::validate::check_assessment_request(&assessment)?;
+    super::validate::check_result(decision, &assessment.result)?;
+    let after = after_judgment(decision, &assessment.result, mode);
+    let commit = (after == AfterJudgment::Commit).then(|| commit_request(&assessment));
+    Ok(Judged {
+        assessment,
+        after,
+        commit,
+    })
 }
 
 /// An assessment request for `decision` of `frame`.
