@@ -15,7 +15,7 @@ vec("a turn's lines are the node's chat lines", [
    "state":{C:{"phase":"model_step","turn":1}}},
   {"op":"model","node":C,"text":"Hi! How can I help?",
    "outputs":[{"node":C,"output":"turn_ended","end":"completed"}],
-   "lines":{C:[{"role":"assistant","text":"Hi! How can I help?","agent":{"entry":"assistant","step":1,"calls":[]}},{"role":"system","agent":{"entry":"turn_end","end":"completed","turn":1}}]},
+   "lines":{C:[{"role":"assistant","text":"Hi! How can I help?","agent":{"entry":"assistant","turn":1,"step":1,"calls":[]}},{"role":"system","agent":{"entry":"turn_end","end":"completed","turn":1}}]},
    "state":{C:{"phase":"idle"}},
    "files":{"nodes/coordinator/chat.jsonl":[{},{"role":"user"},{"agent":{"entry":"turn_start"}},{"role":"assistant"},{"agent":{"entry":"turn_end"}}]}},
   {"op":"say","node":C,"text":"and again",
@@ -80,6 +80,16 @@ vec("enforce: a step that depends on a non-terminal mailbox waits, then resumes 
    "lines":{C:[{"role":"system","agent":{"entry":"wait_end","outcome":"resumed"}}]},
    "systemContains":{C:["`task-b` (task) done: merged"]}},
 ], config={"ACTOR_WAIT_GRAPH":"enforce"})
+vec("enforce: spawn with wait holds the parent's next step until the child is done", [
+  {"op":"agent","node":C},
+  {"op":"say","node":C,"text":"draft the report","outputs":["turn_started","model_request"]},
+  {"op":"model","node":C,"calls":[{"id":"s1","name":"spawn","arguments":{"type":"task","title":"Report draft","message":"draft it","wait":"enforce"}}],
+   "outputs":[{"node":C,"output":"spawned","child":"report-draft"},{"node":C,"output":"call_finished","status":"succeeded"},{"node":C,"output":"waiting","on":["report-draft"]},
+              {"node":"report-draft","output":"turn_started"},{"node":"report-draft","output":"model_request"}],
+   "state":{C:{"phase":"waiting"}}},
+  {"op":"model","node":"report-draft","calls":[{"id":"t1","name":"set_status","arguments":{"status":"done","summary":"drafted"}}],
+   "outputs":[{"node":"report-draft","output":"call_finished","status":"succeeded"},{"node":"report-draft","output":"model_request"},{"node":C,"output":"wait_over"},{"node":C,"output":"model_request"}]},
+])
 vec("enforce: a waiting turn is cancellable", [
   {"op":"spawn","parent":C,"type":"task","id":"task-b","title":"Merge"},
   {"op":"graph","call":"wait","args":{"node":C,"on":"task-b","mode":"enforce"}},
@@ -194,6 +204,25 @@ vec("a failed graph tool is a result the model sees, on the discussion surface a
   {"op":"model","node":C,"calls":[{"id":"w1","name":"wait_on","arguments":{"node":"nope","mode":"enforce"}}],
    "outputs":[{"output":"call_finished","status":"failed"},"model_request"],
    "lines":{C:[{"role":"assistant"},{"role":"routing","agent":{"entry":"tool_result","status":"failed","code":"UNKNOWN_NODE"}}]}},
+])
+ev=lambda seq,t,**k: dict({"job":7,"seq":seq,"type":t},**k)
+vec("a job's journal is kept with its node: milestones, and the latest repeating event with a count", [
+  {"op":"spawn","parent":C,"type":"task","id":"task-a","title":"Task A"},
+  {"op":"agent","node":"task-a","tools":[{"name":"render","mayStartJob":True}]},
+  {"op":"say","node":"task-a","text":"render","outputs":["turn_started","model_request"]},
+  {"op":"model","node":"task-a","calls":[{"id":"r1","name":"render","arguments":{}}],"outputs":["start_call"]},
+  {"op":"job","node":"task-a","call":"r1","job":7},
+  {"op":"jobEvent","node":"task-a","event":ev(1,"submitted"),"expect":{"recorded":True}},
+  {"op":"jobEvent","node":"task-a","event":ev(2,"started")},
+  {"op":"jobEvent","node":"task-a","event":ev(3,"progress",value=0.1)},
+  {"op":"jobEvent","node":"task-a","event":ev(4,"progress",value=0.2)},
+  {"op":"jobEvent","node":"task-a","event":ev(5,"progress",value=0.3),
+   "files":{"nodes/task-a/jobs.jsonl":[{"seq":1,"type":"submitted"},{"seq":2,"type":"started"}]}},
+  {"op":"jobEvent","node":"task-a","event":dict(job=99,seq=1,type="submitted"),"expect":{"recorded":False}},
+  {"op":"jobEvent","node":"task-a","event":ev(6,"outcome",outcome="succeeded"),
+   "files":{"nodes/task-a/jobs.jsonl":[{"seq":1},{"seq":2},{"type":"elided","count":2,"before":5},{"seq":5,"type":"progress","value":0.3},{"seq":6,"type":"outcome"}]}},
+  {"op":"note","node":"task-a","job":7,"outcome":"succeeded","summary":"done"},
+  {"op":"crash","expect":{"task-a":{"lostJobs":[]}}},
 ])
 json.dump({"suite":"agents","description":"Agents on actor nodes: lines, slices, waits, spawn, cadence and restart outcomes (core/src/agents).","vectors":V}, open("tests/vectors/agents.json","w"), indent=1)
 print(len(V))

@@ -30,7 +30,6 @@ export class App {
   #rt;
   #computes = new Map();
   #selectors = new Map();
-  #selectorOps = new Map();
   #running = new Map();
   #waiters = new Map();
   #listeners = new Set();
@@ -175,7 +174,6 @@ export class App {
   start(request = {}) {
     const { signal: _signal, ...req } = request;
     const op = this.#rt._call((core, now) => core.observeOp(now, req));
-    if (req.selector) this.#selectorOps.set(op, req.selector);
     this.#scheduleFlush();
     return new Operation(this, op);
   }
@@ -255,7 +253,6 @@ export class App {
     const r = this.#rt._call((core, now) => core.callTool(now, name, args, { by, toolCall }));
     if ('ready' in r) return r.ready;
     const op = r.wait;
-    if (name === 'observe' && args?.selector) this.#selectorOps.set(op, args.selector);
     try {
       await new Operation(this, op)._ended({ timeoutMs: r.waitMs, signal });
     } catch (err) {
@@ -439,10 +436,9 @@ export class App {
   }
 
   #finished(o) {
-    const selector = this.#selectorOps.get(o.op);
-    this.#selectorOps.delete(o.op);
-    if (selector && o.outcome === 'settled') {
-      const fn = this.#selectors.get(selector);
+    // The core names the selector an operation settled with (and sends its snapshot).
+    if (o.selector && o.outcome === 'settled') {
+      const fn = this.#selectors.get(o.selector);
       try {
         const value = fn(o.snapshot, this.#core.outcome(o.op));
         this.#core.recordResult(o.op, value);

@@ -898,9 +898,10 @@ impl OpsApp {
                 op,
                 outcome,
                 snapshot,
+                selector,
             } => {
                 let o = jv(
-                    &serde_json::json!({"output": "op_finished", "op": op.0, "outcome": outcome.as_str()}),
+                    &serde_json::json!({"output": "op_finished", "op": op.0, "outcome": outcome.as_str(), "selector": selector}),
                 );
                 if let Some(s) = snapshot {
                     put(&o, &key("snapshot"), &snapshot_js(&s));

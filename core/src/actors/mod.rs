@@ -178,6 +178,37 @@ impl ActorsError {
             ActorsError::Model(e) => e.code(),
         }
     }
+
+    /// The HTTP status a host answers this error with (in its problem+json, beside the
+    /// [`code`](ActorsError::code)): missing → 404, malformed → 400, against the graph's rules
+    /// → 422, the store unavailable → 503, the store's I/O → 500, the model → 502, any other
+    /// conflict with the graph's state → 409.
+    pub fn http_status(&self) -> u16 {
+        match self {
+            ActorsError::UnknownNode(_) | ActorsError::NotInitialized => 404,
+            ActorsError::InvalidArgument(_)
+            | ActorsError::InvalidNodeId { .. }
+            | ActorsError::Config { .. } => 400,
+            ActorsError::CadenceViolation { .. }
+            | ActorsError::SpawnRule { .. }
+            | ActorsError::RefInvalid { .. } => 422,
+            ActorsError::StoreFailed { .. } | ActorsError::StoreLocked(_) => 503,
+            ActorsError::StoreIo(_) => 500,
+            ActorsError::Model(_) => 502,
+            ActorsError::NodeExists(_)
+            | ActorsError::NotPersisted { .. }
+            | ActorsError::RoutingPaused { .. }
+            | ActorsError::SpawnDisabled(_)
+            | ActorsError::NotPausing { .. }
+            | ActorsError::WaitBlocked { .. }
+            | ActorsError::WaitCycle { .. }
+            | ActorsError::EpochsDisabled
+            | ActorsError::NodeCorrupt { .. }
+            | ActorsError::SymlinkRefused(_)
+            | ActorsError::NotLoaded(_)
+            | ActorsError::AlreadyInitialized => 409,
+        }
+    }
 }
 
 impl crate::ErrorCode for ActorsError {
@@ -355,6 +386,11 @@ pub(crate) fn pretty(v: &impl Serialize) -> String {
     let mut s = serde_json::to_string_pretty(v).expect("records serialize");
     s.push('\n');
     s
+}
+
+/// One JSONL line (compact JSON and a newline), as stores append them.
+pub fn line_text(v: &impl Serialize) -> String {
+    line(v)
 }
 
 pub(crate) fn line(v: &impl Serialize) -> String {

@@ -830,53 +830,73 @@ impl ActorGraph {
         Ok(n)
     }
 
-    /// Appends a line an agent runtime writes for `node`'s own agent (`crate::agents`): the
-    /// additive `agent` field carries the session record. Unlike [`append`](Self::append) it
+    /// Appends lines an agent runtime writes for `node`'s own agent (`crate::agents`), in one
+    /// batch: the additive `agent` field carries the session record. Unlike [`append`](Self::append) it
     /// is allowed while the node is paused (a turn that spawned a disambiguation child still
     /// records its results) and it may write a routing marker (the result of an agent's graph
     /// tool on the discussion surface); cadence separation is checked as for every line.
-    pub(crate) fn append_agent_line(
+    pub(crate) fn append_agent_lines(
         &mut self,
         now: Millis,
         node: &str,
-        role: Role,
-        text: String,
-        tokens: Option<u64>,
-        extra: Map<String, Value>,
-    ) -> Result<(u64, BatchId), ActorsError> {
+        lines: Vec<(Role, String, Map<String, Value>)>,
+    ) -> Result<BatchId, ActorsError> {
         // Not `writable`: a spawn the agent just made gates its own node against other
         // writers until the lineage is durable, and the agent's later batches are performed
         // after it (stores are ordered).
         self.check_store()?;
         let id = self.known(node)?;
         let t = self.state(&id).meta.node_type.clone();
-        if role != Role::Routing {
-            self.check_cadence_for_type(
-                &id,
-                &t,
-                &NewLine {
-                    role: role.clone(),
-                    text: String::new(),
-                    tokens: None,
-                    from: None,
-                },
-            )?;
+        for (role, _, _) in &lines {
+            if *role != Role::Routing {
+                self.check_cadence_for_type(
+                    &id,
+                    &t,
+                    &NewLine {
+                        role: role.clone(),
+                        text: String::new(),
+                        tokens: None,
+                        from: None,
+                    },
+                )?;
+            }
         }
-        let cl = ChatLine {
-            at: format_rfc3339(now),
-            tokens: tokens.unwrap_or_else(|| estimate_tokens(&text)),
-            role,
-            text,
-            spawn: None,
-            from: None,
-            extra,
-        };
-        let (n, op) = self.push_chat(&id, cl);
         let mut tx = Tx::new(format!("agent {id}"));
-        tx.op(op);
+        let at = format_rfc3339(now);
+        for (role, text, extra) in lines {
+            let cl = ChatLine {
+                at: at.clone(),
+                tokens: estimate_tokens(&text),
+                role,
+                text,
+                spawn: None,
+                from: None,
+                extra,
+            };
+            let (_, op) = self.push_chat(&id, cl);
+            tx.op(op);
+        }
         let batch = self.commit(tx);
         self.event("line", Some(&id));
-        Ok((n, batch))
+        Ok(batch)
+    }
+
+    /// Appends `text` to a node's side file `nodes/{id}/{name}` (an agent's job journal): not a
+    /// snapshot file, so open never reads it; hosts read it on demand.
+    pub(crate) fn append_node_file(
+        &mut self,
+        node: &str,
+        name: &str,
+        text: String,
+    ) -> Result<BatchId, ActorsError> {
+        self.check_store()?;
+        let id = self.known(node)?;
+        let mut tx = Tx::new(format!("journal {id}"));
+        tx.op(Op::Append {
+            path: format!("nodes/{id}/{name}"),
+            text,
+        });
+        Ok(self.commit(tx))
     }
 
     /// Routes a user utterance typed in `node`: the proposer decides (continue, spawn, or

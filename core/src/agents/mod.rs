@@ -245,6 +245,26 @@ pub struct NodeAgent {
     next_mail: u64,
     /// Jobs started by calls and not yet finished: job → call id.
     open_jobs: VecMap<u64, String>,
+    /// Per journalled job: its latest repeating event not yet written, and how many such
+    /// events it replaced.
+    journal_latest: VecMap<u64, (Value, u64)>,
+    /// The turn the entries being written belong to (the session may have moved on).
+    writing_turn: Option<u64>,
+    /// Lines written by the current call, committed as one batch (one fsync round).
+    pending_lines: Vec<(Role, String, Map<String, Value>)>,
+}
+
+/// The side file of a node that holds the journals of the jobs its agent's calls started.
+pub const JOB_JOURNAL: &str = "jobs.jsonl";
+
+/// The journal records of `job` after sequence number `after`, from the text of a node's
+/// [`JOB_JOURNAL`] (a torn last line is skipped): what an observer that reconnects missed.
+/// An `elided` record says how many repeating events the file does not hold.
+pub fn journal_after(text: &str, job: u64, after: u64) -> Vec<Value> {
+    text.lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|e| e["job"].as_u64() == Some(job) && e["seq"].as_u64().is_some_and(|s| s > after))
+        .collect()
 }
 
 fn entry(kind: &str, fields: Value) -> Map<String, Value> {
@@ -320,6 +340,9 @@ impl NodeAgent {
             pending_mail: Vec::new(),
             next_mail: scan.max_mail + 1,
             open_jobs: VecMap::new(),
+            journal_latest: VecMap::new(),
+            writing_turn: None,
+            pending_lines: Vec::new(),
         };
         let mut report = ResumeReport::default();
         // Recovery: an unfinished turn ends interrupted; its calls without results are uncertain.
@@ -384,6 +407,7 @@ impl NodeAgent {
         }
         report.requeued_mail = scan.pending_mail.len();
         report.pending_tasks = slice::user_lines_after(graph, node, scan.last_task_line).len();
+        agent.flush_lines(now, graph)?;
         agent.register_graph_tools()?;
         Ok((agent, report))
     }
@@ -646,6 +670,50 @@ impl NodeAgent {
         self.pump(now, graph)
     }
 
+    /// Records a journal event (its JSON form, [`crate::jobs::JobEvent::to_json`]) of a job a
+    /// call of this agent started, in the node's [`JOB_JOURNAL`]. Milestones are written as
+    /// they happen; a repeating event (progress, partials, input events, late evidence) is
+    /// held as the job's latest and written — with an `elided` record counting the ones it
+    /// replaced — before the job's next milestone. So the file grows with the job's lifecycle,
+    /// not with its progress ticks, and memory holds one event per running job. Events of other
+    /// jobs are ignored (`Ok(false)`).
+    pub fn record_job_event(
+        &mut self,
+        graph: &mut ActorGraph,
+        event: &Value,
+    ) -> Result<bool, AgentsError> {
+        let Some(job) = event["job"].as_u64() else {
+            return Err(
+                ActorsError::InvalidArgument("a job event has a numeric `job`".into()).into(),
+            );
+        };
+        if self.open_jobs.get(&job).is_none() && self.journal_latest.get(&job).is_none() {
+            return Ok(false);
+        }
+        let kind = event["type"].as_str().unwrap_or("");
+        if !crate::jobs::is_milestone_name(kind) {
+            let elided = match self.journal_latest.remove(&job) {
+                Some((_, n)) => n + 1,
+                None => 0,
+            };
+            self.journal_latest.insert(job, (event.clone(), elided));
+            return Ok(true);
+        }
+        let mut text = String::new();
+        if let Some((latest, elided)) = self.journal_latest.remove(&job) {
+            if elided > 0 {
+                text.push_str(&crate::actors::line_text(&json!({
+                    "job": job, "type": "elided", "count": elided,
+                    "before": latest["seq"],
+                })));
+            }
+            text.push_str(&crate::actors::line_text(&latest));
+        }
+        text.push_str(&crate::actors::line_text(event));
+        graph.append_node_file(self.node.as_str(), JOB_JOURNAL, text)?;
+        Ok(true)
+    }
+
     fn refuse_mail(&self, what: &str) -> Result<(), AgentsError> {
         if self.is_discussion() {
             return Err(ActorsError::CadenceViolation {
@@ -809,15 +877,25 @@ impl NodeAgent {
 
     fn write(
         &mut self,
-        now: Millis,
-        graph: &mut ActorGraph,
+        _now: Millis,
+        _graph: &mut ActorGraph,
         role: Role,
         text: String,
         extra: Map<String, Value>,
-    ) -> Result<u64, AgentsError> {
-        let (line, _) =
-            graph.append_agent_line(now, self.node.as_str(), role, text, None, extra)?;
-        Ok(line)
+    ) -> Result<(), AgentsError> {
+        self.pending_lines.push((role, text, extra));
+        Ok(())
+    }
+
+    /// Commits the lines written so far as one batch. Called before anything else changes the
+    /// graph and before outputs are queued (their gate is the batch issued last).
+    fn flush_lines(&mut self, now: Millis, graph: &mut ActorGraph) -> Result<(), AgentsError> {
+        if self.pending_lines.is_empty() {
+            return Ok(());
+        }
+        let lines = std::mem::take(&mut self.pending_lines);
+        graph.append_agent_lines(now, self.node.as_str(), lines)?;
+        Ok(())
     }
 
     fn emit(&mut self, graph: &ActorGraph, out: AgentOutput) {
@@ -879,10 +957,11 @@ impl NodeAgent {
                     now,
                     graph,
                     Role::System,
-                    format!("⏸ waiting on {}", on.join(", ")),
+                    format!("‖ waiting on {}", on.join(", ")),
                     entry("wait", json!({"turn": turn.0, "step": step.0, "on": on})),
                 )?;
                 self.waiting = Some((turn, step, on.clone()));
+                self.flush_lines(now, graph)?;
                 self.emit(graph, AgentOutput::Waiting { turn, step, on });
             }
             return Ok(());
@@ -898,6 +977,7 @@ impl NodeAgent {
                     json!({"turn": turn.0, "step": step.0, "outcome": "resumed"}),
                 ),
             )?;
+            self.flush_lines(now, graph)?;
             self.emit(graph, AgentOutput::WaitOver { turn, step });
         }
         self.released = Some(step);
@@ -917,7 +997,7 @@ impl NodeAgent {
         self.cursor = self.session.history().len();
         let dropped = self.session.compact_history();
         self.cursor -= dropped;
-        Ok(())
+        self.flush_lines(now, graph)
     }
 
     fn persist_one(
@@ -928,6 +1008,7 @@ impl NodeAgent {
     ) -> Result<(), AgentsError> {
         match m {
             Message::TurnStart { turn, cause } => {
+                self.writing_turn = Some(turn.0);
                 let task_line = match cause {
                     crate::tools::TurnCause::Task(t) => self.task_lines.remove(&t.0),
                     _ => None,
@@ -951,7 +1032,7 @@ impl NodeAgent {
                 )?;
             }
             Message::Assistant { step, text, calls } => {
-                let turn = self.session.phase().turn().map(|t| t.0);
+                let turn = self.writing_turn;
                 let shown = match (
                     text.as_deref().filter(|t| !t.trim().is_empty()),
                     calls.is_empty(),
@@ -1162,7 +1243,9 @@ impl NodeAgent {
         let child = out.child.to_string();
         let mut value = crate::actors::api::spawn_json(&out);
         if let Some(mode) = wait {
-            match graph.set_wait(now, self.node.as_str(), &child, Some(mode)) {
+            // The spawn just gated this node against other writers; the wait is its own write.
+            let me = self.node.clone();
+            match graph.as_own_writer(&me, |g| g.set_wait(now, me.as_str(), &child, Some(mode))) {
                 Ok(()) => value["wait"] = json!(args["wait"]),
                 Err(e) => value["waitError"] = json!(e.to_string()),
             }

@@ -19,7 +19,7 @@
 //! parallel?, mayStartJob?}]}` (open the node's agent; the result is its resume report),
 //! `model {node, text?, calls?}`, `modelError {node, message}`, `settle {node, call, value? |
 //! error?}`, `job {node, call, job}`, `note {node, job, outcome, summary?}`, `observe {node,
-//! source, value}`, `interrupt {node, reason?}`, `wake {node, reason?}`, `tick` (timeouts),
+//! source, value}`, `jobEvent {node, event}`, `interrupt {node, reason?}`, `wake {node, reason?}`, `tick` (timeouts),
 //! `flush`, `crash` (reopen the graph and every agent from the store; the result maps node →
 //! resume report).
 
@@ -298,6 +298,16 @@ impl Run {
                 a.wake(now, g, &reason).map_err(aerr)?;
                 Ok(Value::Null)
             }
+            "jobEvent" => {
+                let node = s(step, "node")?.to_owned();
+                let g = &mut self.g;
+                let a = self
+                    .agents
+                    .get_mut(&node)
+                    .ok_or_else(|| verr(format!("no agent open on `{node}`")))?;
+                let kept = a.record_job_event(g, &step["event"]).map_err(aerr)?;
+                Ok(json!({"recorded": kept}))
+            }
             "tick" => {
                 let nodes: Vec<String> = self.agents.keys().cloned().collect();
                 for n in nodes {
@@ -404,9 +414,9 @@ pub fn run_vector(v: &Value) -> VectorResult {
     if let Err(e) = run.settle() {
         failures.push(format!("init: {}", e.1));
     }
-    for (i, step) in v["steps"].as_array().into_iter().flatten().enumerate() {
-        let ctx = format!("step {i} ({})", step["op"].as_str().unwrap_or("?"));
-        run.now = BASE + step["at"].as_u64().unwrap_or(i as u64 * 10);
+    crate::conformance::each_step(v, &mut failures, |st, failures| {
+        let (ctx, step) = (st.ctx, st.json);
+        run.now = BASE + st.at;
         let before: BTreeMap<String, usize> = run
             .g
             .node_ids()
@@ -427,7 +437,7 @@ pub fn run_vector(v: &Value) -> VectorResult {
             result = Err(e);
         }
         let outputs = std::mem::take(&mut run.outputs);
-        check_step(&ctx, step, &result, outputs, &mut failures);
+        check_step(&ctx, step, &result, outputs, failures);
         for (node, want) in step["lines"].as_object().into_iter().flatten() {
             let from = before.get(node).copied().unwrap_or(0);
             let got = Value::Array(line_json(&run.g, node, from));
@@ -485,6 +495,6 @@ pub fn run_vector(v: &Value) -> VectorResult {
                 failures.push(format!("{ctx}: {e}"));
             }
         }
-    }
+    });
     VectorResult { name, failures }
 }

@@ -315,11 +315,13 @@ pub enum AppOutput<V> {
     /// An output of the embedded job registry (messages for Worker endpoints, waits, notes).
     Jobs(jobs::Output<V>),
     /// An operation reached its outcome. `snapshot` is the consistent state it settled at,
-    /// present when it settled with a registered selector, which the host runs over it.
+    /// present when it settled with a registered selector — named by `selector` — which the
+    /// host runs over it (hosts keep no record of which operation asked for which selector).
     OpFinished {
         op: OpId,
         outcome: OpOutcomeKind,
         snapshot: Option<Arc<Snapshot<V>>>,
+        selector: Option<String>,
     },
 }
 

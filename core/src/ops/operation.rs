@@ -748,13 +748,16 @@ impl<V: OpsValue, R: BorrowMut<Registry<V>>> App<V, R> {
             self.op_timers.remove(&(d, id));
         }
         // The host needs the settled state only to run a registered selector over it.
-        let snapshot = (kind == OpOutcomeKind::Settled
-            && matches!(self.ops[&id].select, Selection::Selector(_)))
-        .then(|| Arc::new(self.snapshot()));
+        let selector = match (&self.ops[&id].select, kind) {
+            (Selection::Selector(name), OpOutcomeKind::Settled) => Some(name.clone()),
+            _ => None,
+        };
+        let snapshot = selector.as_ref().map(|_| Arc::new(self.snapshot()));
         self.outputs.push_back(super::AppOutput::OpFinished {
             op: id,
             outcome: kind,
             snapshot,
+            selector,
         });
         if let (Some(_job), Some(wire), Some(ep)) = (job, wire, self.ops_endpoint) {
             let msg = match kind {

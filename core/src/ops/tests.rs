@@ -66,6 +66,7 @@ fn a_host_selector_runs_over_the_settled_snapshot_not_the_live_state() {
                 op: id,
                 outcome,
                 snapshot: s,
+                ..
             } => {
                 assert_eq!((id, outcome), (op, OpOutcomeKind::Settled));
                 snapshot = s;
@@ -450,6 +451,7 @@ fn drain(
                 op,
                 outcome,
                 snapshot,
+                ..
             } => {
                 prop_assert!(!ended.contains_key(&op), "{} finished twice", op);
                 ended.insert(op, outcome);

@@ -17,7 +17,7 @@ use super::claims::Claims;
 use super::operation::{ObserveRequest, Selection};
 use super::tools::ToolReply;
 use super::*;
-use crate::conformance::{VectorResult, check_step, subset};
+use crate::conformance::{VectorResult, check_final, check_step, each_step, subset, vector_name};
 use crate::jobs::{
     EndpointId, EndpointSpec, Hello, JobId, Origin, OwnerId, WaitId, wire::Capabilities,
 };
@@ -53,7 +53,7 @@ pub fn run_suite(suite: &Value) -> Vec<VectorResult> {
 
 /// Runs one vector of the `ops` suite.
 pub fn run_vector(v: &Value) -> VectorResult {
-    let name = v["name"].as_str().unwrap_or("<unnamed>").to_owned();
+    let name = vector_name(v);
     if v["kind"].as_str() == Some("claims") {
         return run_claims_vector(name, v);
     }
@@ -81,12 +81,7 @@ pub fn run_vector(v: &Value) -> VectorResult {
     }
     let spec: GraphSpec = match serde_json::from_value(v["graph"].clone()) {
         Ok(s) => s,
-        Err(e) => {
-            return VectorResult {
-                name,
-                failures: vec![format!("graph spec: {e}")],
-            };
-        }
+        Err(e) => return VectorResult::unusable(name, format!("graph spec: {e}")),
     };
     if let Err(e) = app.load(0, spec) {
         failures.push(format!("load: {} {e}", e.code()));
@@ -97,30 +92,15 @@ pub fn run_vector(v: &Value) -> VectorResult {
     {
         failures.push(e);
     }
-    let mut last_at = 0u64;
-    let empty = vec![];
-    for (i, step) in v["steps"].as_array().unwrap_or(&empty).iter().enumerate() {
-        let at = step["at"].as_u64().unwrap_or(last_at);
-        if at < last_at {
-            failures.push(format!("step {i}: time goes backwards ({at} < {last_at})"));
-            break;
-        }
-        last_at = at;
-        while let Some(d) = app.poll_timeout().filter(|d| *d <= at) {
+    each_step(v, &mut failures, |step, failures| {
+        while let Some(d) = app.poll_timeout().filter(|d| *d <= step.at) {
             app.handle_timeout(d);
         }
-        let op = step["op"].as_str().unwrap_or("");
-        let result = apply_step(&mut app, at, op, step);
+        let result = apply_step(&mut app, step.at, step.op, step.json);
         let outputs: Vec<Value> = app.drain_outputs().map(|o| output_json(&o)).collect();
-        let ctx = format!("step {i} ({op})");
-        check_step(&ctx, step, &result, outputs, &mut failures);
-    }
-    if let Some(want) = v.get("expect") {
-        let state = state_json(&app);
-        if let Err(e) = subset(want, &state, "final") {
-            failures.push(e);
-        }
-    }
+        check_step(&step.ctx, step.json, &result, outputs, failures);
+    });
+    check_final(v, &mut failures, || state_json(&app));
     VectorResult { name, failures }
 }
 
@@ -168,6 +148,7 @@ pub fn output_json<V: Payload>(o: &AppOutput<V>) -> Value {
             op,
             outcome,
             snapshot,
+            ..
         } => json!({"output": "op_finished", "op": op.0,
             "outcome": outcome.as_str(), "snapshot": snapshot.as_ref().map(|s| s.to_json())}),
     }
@@ -462,11 +443,9 @@ fn apply_step(app: &mut App<Value>, at: u64, op: &str, s: &Value) -> Result<Valu
 fn run_claims_vector(name: String, v: &Value) -> VectorResult {
     let mut failures = Vec::new();
     let mut claims: Claims<Value> = Claims::new();
-    let empty = vec![];
-    for (i, s) in v["steps"].as_array().unwrap_or(&empty).iter().enumerate() {
-        let at = s["at"].as_u64().unwrap_or(0);
+    each_step(v, &mut failures, |step, failures| {
+        let (at, op, s, ctx) = (step.at, step.op, step.json, &step.ctx);
         let claim = s["claim"].as_str().unwrap_or("c");
-        let op = s["op"].as_str().unwrap_or("");
         let attempt = s["attempt"].as_u64().unwrap_or(0);
         let r: Result<Value, (String, String)> = match op {
             "desire" => {
@@ -489,8 +468,8 @@ fn run_claims_vector(name: String, v: &Value) -> VectorResult {
             "retry" => claims.retry(at, claim).map(|_| Value::Null),
             "state" => Ok(claims.to_json(claim)),
             other => {
-                failures.push(format!("step {i}: unknown op `{other}`"));
-                continue;
+                failures.push(format!("step {}: unknown op `{other}`", step.index));
+                return;
             }
         }
         .map_err(|e| (e.code().to_owned(), e.to_string()));
@@ -498,24 +477,7 @@ fn run_claims_vector(name: String, v: &Value) -> VectorResult {
             .drain_outputs()
             .map(|o| o.to_json(|d| d.clone()))
             .collect();
-        let ctx = format!("step {i} ({op})");
-        match (&r, s.get("expectError")) {
-            (Err((code, _)), Some(want)) if want.as_str() == Some(code) => {}
-            (Err((code, msg)), _) => failures.push(format!("{ctx}: error {code}: {msg}")),
-            (Ok(_), Some(want)) => failures.push(format!("{ctx}: expected error {want}")),
-            (Ok(got), None) => {
-                if let Some(want) = s.get("expect")
-                    && let Err(e) = subset(want, got, "result")
-                {
-                    failures.push(format!("{ctx}: {e}"));
-                }
-            }
-        }
-        if let Some(want) = s.get("outputs")
-            && let Err(e) = subset(want, &Value::Array(outputs), "outputs")
-        {
-            failures.push(format!("{ctx}: {e}"));
-        }
+        check_step(ctx, s, &r, outputs, failures);
         if let Some(want) = s.get("phase")
             && want.as_str() != Some(claims.phase(claim).as_str())
         {
@@ -524,6 +486,6 @@ fn run_claims_vector(name: String, v: &Value) -> VectorResult {
                 claims.phase(claim).as_str()
             ));
         }
-    }
+    });
     VectorResult { name, failures }
 }
