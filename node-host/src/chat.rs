@@ -1,30 +1,36 @@
 //! `weft chat ROOT --node ID --message TEXT`: one user message to a node's agent, the reply
 //! streamed to the terminal as it arrives.
 //!
-//! The conversation is the node's `chat.jsonl`, read and written through the actor graph's
-//! API (`model` view for the recent lines; `message` for the user line and the reply). The
-//! turn runs in an [`AgentHost`] with the configured model ([`HostModel`]); with none
-//! configured, a note goes to stderr and the built-in model answers.
+//! The conversation is the node's `chat.jsonl`: the command holds the root's writer lock, opens
+//! the node's agent (`weft_core::agents::NodeAgent`, resumed from its lines) in the native
+//! runtime ([`Runtime`]), appends the user line and runs the agent's turn to its end with the
+//! configured model ([`HostModel`]; every step's request is built from the node slice); with
+//! none configured, a note goes to stderr and the built-in model answers. The turn's lines
+//! (turn boundaries, the answer, graph-tool results) are written with the node.
 //!
 //! Output: the reply's text on stdout as it streams; with `--json`, one JSON line per event
-//! (`model_delta`, `model_usage`, `turn_ended`). Ctrl-C interrupts the turn (the stream is
+//! (`model_delta`, and the agent's released outputs: `turn_started`, `model_request`,
+//! `model_usage`, ..., `turn_ended` last). Ctrl-C interrupts the turn (the stream is
 //! dropped). Exit status: 0 the turn completed; 1 the turn ended otherwise (the coded error,
-//! e.g. `MODEL_AUTH: ...`, on stderr); 130 interrupted (`MODEL_ABORTED: ...`); 64 bad arguments
+//! e.g. `MODEL_AUTH: ...`, or `CHAT_TURN_WAITING` when an enforced wait holds the step, on
+//! stderr); 130 interrupted (`MODEL_ABORTED: ...`); 64 bad arguments
 //! or model configuration; 66 no actor graph at the root; 74 I/O error; 75 another writer
 //! holds the root.
 
 use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use serde_json::{Value, json};
+use serde_json::json;
 use weft_core::actors::{ActorsError, HeuristicProposer, api};
-use weft_core::model::{ChatMessage, StreamEvent, UserPart};
-use weft_core::tools::{Message, Output, SessionConfig, TurnEnd};
+use weft_core::agents::AgentConfig;
+use weft_core::model::StreamEvent;
+use weft_core::tools::TurnEnd;
 
 use crate::actors::{Session, config_from_env, wall_ms};
-use crate::agent_host::AgentHost;
+use crate::agents::{AgentEvent, Runtime};
 use crate::model::{HostModel, ModelFlags};
 
 /// Arguments of `weft chat`.
@@ -74,67 +80,6 @@ fn actors_fail(e: &ActorsError, json: bool) -> ExitCode {
     )
 }
 
-/// Appends one line to the node's chat and waits until it is durable.
-fn append(
-    args: &ChatArgs,
-    role: &str,
-    text: &str,
-    tokens: Option<u64>,
-) -> Result<Value, ActorsError> {
-    let (config, _) = config_from_env()?;
-    let mut s = Session::writer(
-        &args.root,
-        config,
-        Duration::from_millis(args.lock_timeout_ms),
-    )?;
-    let mut a = json!({"node": args.node, "role": role, "text": text});
-    if let Some(t) = tokens {
-        a["tokens"] = t.into();
-    }
-    let r = api::call(&mut s.graph, wall_ms(), "message", &a, &HeuristicProposer)?;
-    s.flush()?;
-    Ok(r)
-}
-
-/// The node's recent user and assistant lines as conversation, and its system addendum.
-fn history(args: &ChatArgs) -> Result<(Vec<ChatMessage>, Option<String>), ActorsError> {
-    let (config, _) = config_from_env()?;
-    let mut s = Session::reader(&args.root, config)?;
-    let v = api::call(
-        &mut s.graph,
-        wall_ms(),
-        "model",
-        &json!({"node": args.node, "recent": args.recent}),
-        &HeuristicProposer,
-    )?;
-    let mut out = Vec::new();
-    for l in v["recent"].as_array().into_iter().flatten() {
-        let text = l["text"].as_str().unwrap_or("").to_owned();
-        match l["role"].as_str() {
-            Some("user") => out.push(ChatMessage::User(vec![UserPart::Text(text)])),
-            Some("assistant") => out.push(ChatMessage::Assistant {
-                text: Some(text),
-                calls: vec![],
-            }),
-            _ => {}
-        }
-    }
-    let addendum = v["closeout"]["systemAddendum"]
-        .as_str()
-        .filter(|s| !s.trim().is_empty())
-        .map(str::to_owned);
-    Ok((out, addendum))
-}
-
-fn print_delta(d: &crate::model::ModelDelta, json: bool, out: &mut impl Write) {
-    if json {
-        let _ = writeln!(out, "{}", d.to_json());
-    } else if let StreamEvent::TextDelta { text } = &d.event {
-        let _ = write!(out, "{text}");
-    }
-    let _ = out.flush();
-}
-
 /// Resolves at the next Ctrl-C; the handler is registered when this is called, so a signal
 /// that comes before the first poll is not lost.
 fn ctrl_c_listener() -> impl std::future::Future<Output = ()> {
@@ -161,120 +106,191 @@ fn ctrl_c_listener() -> impl std::future::Future<Output = ()> {
     }
 }
 
+/// What the runtime's sink saw, shared with the command.
+#[derive(Default)]
+struct Seen {
+    streamed_text: bool,
+}
+
+/// Prints one event of `node`'s agent: text deltas as text (or `model_delta` lines with
+/// `--json`), released outputs as JSON lines with `--json`.
+fn print_event(e: &AgentEvent, json: bool, node: &str, seen: &Mutex<Seen>) {
+    let mut out = std::io::stdout().lock();
+    match e {
+        AgentEvent::Delta {
+            node: n,
+            turn,
+            step,
+            text,
+        } if n == node => {
+            seen.lock().unwrap_or_else(|p| p.into_inner()).streamed_text = true;
+            if json {
+                let d = crate::model::ModelDelta {
+                    turn: weft_core::tools::TurnId(*turn),
+                    step: weft_core::tools::StepId(*step),
+                    event: StreamEvent::TextDelta { text: text.clone() },
+                };
+                let _ = writeln!(out, "{}", d.to_json());
+            } else {
+                let _ = write!(out, "{text}");
+            }
+        }
+        AgentEvent::Output { .. } if json => {
+            let _ = writeln!(out, "{}", e.to_json());
+        }
+        _ => {}
+    }
+    let _ = out.flush();
+}
+
 /// Runs `weft chat`.
 pub async fn main(args: ChatArgs) -> ExitCode {
-    let mut model = match HostModel::from_choice(&args.model.choice()) {
+    let model = match HostModel::from_choice(&args.model.choice()) {
         Ok(m) => m,
         Err(e) => return fail(e.code(), &e.to_string(), args.json, 64),
     };
     if let Some(note) = model.note() {
         eprintln!("{note}");
     }
-    let (prelude, addendum) = match history(&args) {
-        Ok(h) => h,
+    let remote = match model {
+        HostModel::Remote(m) => Some(m),
+        HostModel::Builtin { .. } => None,
+    };
+    let (config, _) = match config_from_env() {
+        Ok(c) => c,
         Err(e) => return actors_fail(&e, args.json),
     };
-    let system = match (args.system.clone(), addendum) {
-        (Some(s), Some(a)) => Some(format!("{s}\n\n{a}")),
-        (s, a) => s.or(a),
+    let root = args.root.clone();
+    let wait = Duration::from_millis(args.lock_timeout_ms);
+    let session =
+        match tokio::task::spawn_blocking(move || Session::writer(&root, config, wait)).await {
+            Ok(Ok(s)) => s,
+            Ok(Err(e)) => return actors_fail(&e, args.json),
+            Err(e) => return fail("STORE_IO", &e.to_string(), args.json, 74),
+        };
+    let Session {
+        mut graph,
+        mut store,
+        ..
+    } = session;
+
+    // The sink prints what the agent releases as it arrives.
+    let seen = Arc::new(Mutex::new(Seen::default()));
+    let sink: crate::agents::Sink = {
+        let (seen, json, node) = (seen.clone(), args.json, args.node.clone());
+        Box::new(move |e: AgentEvent| print_event(&e, json, &node, &seen))
     };
-    if let Err(e) = append(&args, "user", &args.message, None) {
+    let agent_config = AgentConfig {
+        recent_lines: args.recent.max(1),
+        ..AgentConfig::default()
+    };
+    let mut rt =
+        Runtime::new(agent_config, remote.is_none(), sink).with_system(args.system.clone());
+    let now = wall_ms();
+    let node = args.node.clone();
+    let opened = rt
+        .open(now, &mut graph, &node)
+        .map_err(agents_error)
+        .and_then(|_| {
+            api::call(
+                &mut graph,
+                now,
+                "message",
+                &json!({"node": node, "role": "user", "text": args.message}),
+                &HeuristicProposer,
+            )
+        });
+    if let Err(e) = opened {
         return actors_fail(&e, args.json);
     }
-    let mut deltas = model.deltas();
-    let model = model.with_system(system).with_prelude(prelude);
-    let mut host = AgentHost::new(SessionConfig::new(args.node.clone()), model);
     let ctrl_c = ctrl_c_listener();
-    host.submit_task(Value::String(args.message.clone()));
-
-    let mut stdout = std::io::stdout().lock();
-    let mut streamed_text = false;
+    tokio::pin!(ctrl_c);
     let mut interrupted = false;
-    {
-        let run = host.run_until_idle();
-        tokio::pin!(run);
-        tokio::pin!(ctrl_c);
-        loop {
-            tokio::select! {
-                _ = &mut run => break,
-                Some(d) = deltas.recv() => {
-                    streamed_text |= matches!(d.event, StreamEvent::TextDelta { .. });
-                    print_delta(&d, args.json, &mut stdout);
+    let mut flush =
+        |g: &mut weft_core::actors::ActorGraph| crate::actors::flush(g, &mut store).map(|_| ());
+    loop {
+        let jobs = match rt.pump(wall_ms(), &mut graph, &mut flush) {
+            Ok(j) => j,
+            Err(e) => return actors_fail(&agents_error(e), args.json),
+        };
+        if jobs.is_empty() {
+            break;
+        }
+        for job in jobs {
+            let Some(model) = remote.as_ref() else { break };
+            let (node, step) = (job.node.clone(), job.step);
+            let n = node.clone();
+            let result = {
+                let (turn, json, seen) = (job.turn.0, args.json, seen.clone());
+                let run = crate::agents::run_model(model, job, move |text| {
+                    let e = AgentEvent::Delta {
+                        node: n.clone(),
+                        turn,
+                        step: step.0,
+                        text: text.to_owned(),
+                    };
+                    print_event(&e, json, &n, &seen);
+                });
+                tokio::pin!(run);
+                tokio::select! {
+                    r = &mut run => r,
+                    _ = &mut ctrl_c => None,
                 }
-                _ = &mut ctrl_c => {
+            };
+            let done = match result {
+                Some(r) => rt.finish(wall_ms(), &mut graph, &node, step, r),
+                None => {
+                    // The dropped future closed the connection; the session decides what an
+                    // interrupt means.
                     interrupted = true;
-                    break;
+                    match rt.interrupt(
+                        wall_ms(),
+                        &mut graph,
+                        &node,
+                        "interrupted by the user (Ctrl-C)",
+                    ) {
+                        Some(r) => r.map(|_| ()),
+                        None => Ok(()),
+                    }
                 }
+            };
+            if let Err(e) = done {
+                return actors_fail(&agents_error(e), args.json);
             }
         }
-    }
-    if interrupted {
-        // The session decides what an interrupt means; the dropped model future closes the
-        // connection.
-        host.interrupt("interrupted by the user (Ctrl-C)");
-        host.run_until_idle().await;
-    }
-    // Every delta of the step was sent before its answer: drain what is left.
-    while let Ok(d) = deltas.try_recv() {
-        streamed_text |= matches!(d.event, StreamEvent::TextDelta { .. });
-        print_delta(&d, args.json, &mut stdout);
-    }
-
-    let mut end = None;
-    let mut output_tokens = None;
-    for o in &host.log {
-        match o {
-            Output::ModelUsage {
-                output_tokens: t, ..
-            } => {
-                output_tokens = Some(output_tokens.unwrap_or(0) + t);
-                if args.json {
-                    let _ = writeln!(stdout, "{}", o.to_json());
-                }
+        if interrupted {
+            if let Err(e) = rt.pump(wall_ms(), &mut graph, &mut flush) {
+                return actors_fail(&agents_error(e), args.json);
             }
-            Output::TurnEnded { end: e, .. } => end = Some((e.clone(), o.to_json())),
-            _ => {}
+            break;
         }
     }
-    let reply = host.session.history().iter().rev().find_map(|m| match m {
-        Message::Assistant { text, .. } => text.clone(),
-        _ => None,
-    });
-    let Some((end, end_json)) = end else {
+    // Deltas already went through the sink (on this thread, in order); only the end is left.
+    let streamed_text = seen.lock().unwrap_or_else(|p| p.into_inner()).streamed_text;
+    let mut stdout = std::io::stdout().lock();
+    let Some(end) = rt.last_end(&args.node).cloned() else {
+        // An enforced wait holds the step: the turn stays open on disk (`weft serve` resumes it
+        // when the target is terminal).
+        if let Some(st) = rt.state(&args.node).filter(|st| st["phase"] == "waiting") {
+            let message = format!("the turn waits on {}", st["waiting"]);
+            return fail("CHAT_TURN_WAITING", &message, args.json, 1);
+        }
         return fail("CHAT_NO_TURN", "the turn did not end", args.json, 1);
     };
+    if !args.json && streamed_text {
+        let _ = writeln!(stdout);
+    }
     let code = match &end {
-        TurnEnd::Completed => {
-            let text = reply.unwrap_or_default();
-            if !args.json {
-                if !streamed_text {
-                    let _ = write!(stdout, "{text}");
-                }
-                let _ = writeln!(stdout);
-            }
-            if let Err(e) = append(&args, "assistant", &text, output_tokens) {
-                return actors_fail(&e, args.json);
-            }
-            ExitCode::SUCCESS
-        }
+        TurnEnd::Completed => ExitCode::SUCCESS,
         TurnEnd::ModelFailed { message } => {
-            if !args.json && streamed_text {
-                let _ = writeln!(stdout);
-            }
             eprintln!("{message}");
             ExitCode::from(1)
         }
         TurnEnd::Interrupted { reason } => {
-            if !args.json && streamed_text {
-                let _ = writeln!(stdout);
-            }
             eprintln!("MODEL_ABORTED: {reason}");
             ExitCode::from(130)
         }
         other => {
-            if !args.json && streamed_text {
-                let _ = writeln!(stdout);
-            }
             eprintln!(
                 "CHAT_TURN_{}: the turn ended {}",
                 other.as_str().to_uppercase(),
@@ -283,9 +299,14 @@ pub async fn main(args: ChatArgs) -> ExitCode {
             ExitCode::from(1)
         }
     };
-    if args.json {
-        let _ = writeln!(stdout, "{end_json}");
-    }
     let _ = stdout.flush();
     code
+}
+
+/// An agents error as the graph error `weft chat` exits with (its code is kept).
+fn agents_error(e: weft_core::agents::AgentsError) -> ActorsError {
+    match e {
+        weft_core::agents::AgentsError::Actors(a) => a,
+        other => ActorsError::InvalidArgument(format!("{}: {other}", other.code())),
+    }
 }

@@ -4,6 +4,7 @@
 pub mod actors;
 pub mod agent;
 pub mod agent_host;
+pub mod agents;
 pub mod chat;
 pub mod desk;
 pub mod jobs_host;

@@ -9,11 +9,23 @@
 //! * Reads: `GET /api/actors/graph`, `/api/actors/views/{linear|grid|tree|temporal|metathread}`
 //!   (query: `node`, `scope`, `at`, `buckets`), `/api/actors/nodes/{id}` (fork panel),
 //!   `/api/actors/nodes/{id}/mailbox?reader=`, `/api/actors/nodes/{id}/model`,
-//!   `/api/actors/audit`, `/api/actors/events` (SSE: `change` events carrying the version).
+//!   `/api/actors/audit`, `/api/actors/events` (SSE: `change` events carrying the version;
+//!   with agents, also `agent` events — `{"node", ...AgentOutput::to_json()}` for every
+//!   released output — and `delta` events `{"node", "turn", "step", "text"}` of streaming model
+//!   steps), `/api/actors/agents` (`{model, running, agents: {node: state}}`),
+//!   `/api/actors/nodes/{id}/agent` (`404 AGENT_NOT_OPEN` when the node has none).
 //! * Writes (JSON bodies): `POST /api/actors/spawn`, `/api/actors/nodes/{id}/messages`,
 //!   `…/route`, `…/status`, `…/resolve`, `…/archive`, `…/wait`, `POST /api/actors/refs`,
 //!   `/api/actors/narrate`, `/api/actors/bookmarks`, `/api/actors/epochs`,
-//!   `/api/actors/reset`, `/api/actors/export`.
+//!   `/api/actors/reset`, `/api/actors/export`, `POST /api/actors/nodes/{id}/interrupt`
+//!   (`{"reason"?}` → `{"node", "status"}`).
+//!
+//! Agents ([`DeskState::start_agents`], what `weft serve` does): the native runtime
+//! ([`crate::agents::Runtime`]) lives beside the graph under the same lock. Every write is
+//! followed by the agents' call order (flush + fsync + ack, sync, poll); released model steps
+//! run on Tokio tasks with the configured model (their answers come back under the lock), the
+//! built-in model answers inline when none is configured. A person's line (`POST …/messages`)
+//! goes through the core's `admit_utterance`, and the node that took it gets its agent.
 //!
 //! Every write is answered after the store acknowledged it. Errors are
 //! `application/problem+json` with the core's stable `code`. JSON bodies are read strictly
@@ -44,13 +56,14 @@ use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use serde_json::{Value, json};
-use tokio::sync::watch;
+use tokio::sync::{broadcast, watch};
 use weft_core::actors::{
     ActorGraph, ActorStore, ActorsError, HarnessConfig, HeuristicProposer, MemoryStore,
     NodeStoreMode, api, proposer,
 };
 
 use crate::actors::{FsStore, Session, flush, wall_ms};
+use crate::agents::{AgentEvent, ModelJob, Runtime};
 use crate::serve::auth::Auth;
 use crate::serve::http::{self, Shutdown, ShutdownSignal};
 
@@ -69,21 +82,54 @@ enum Store {
 struct Inner {
     graph: ActorGraph,
     store: Store,
+    /// The agents of the graph's nodes (`None`: this desk runs no agents).
+    agents: Option<Runtime>,
+}
+
+/// Applies (fsyncs) and acknowledges every queued batch.
+fn flush_store(graph: &mut ActorGraph, store: &mut Store) -> Result<(), ActorsError> {
+    match store {
+        Store::Fs(s) => flush(graph, s.as_mut()).map(|_| ()),
+        Store::Memory(m) => {
+            for b in graph.take_batches() {
+                m.apply(&b).map_err(ActorsError::StoreIo)?;
+                graph.ack(b.id)?;
+            }
+            Ok(())
+        }
+    }
 }
 
 impl Inner {
     fn flush(&mut self) -> Result<(), ActorsError> {
-        match &mut self.store {
-            Store::Fs(s) => flush(&mut self.graph, s.as_mut()).map(|_| ()),
-            Store::Memory(m) => {
-                for b in self.graph.take_batches() {
-                    m.apply(&b).map_err(ActorsError::StoreIo)?;
-                    self.graph.ack(b.id)?;
-                }
-                Ok(())
+        flush_store(&mut self.graph, &mut self.store)
+    }
+
+    /// Runs the agents' call order until quiet; returns the model steps to run.
+    fn pump_agents(&mut self) -> Vec<ModelJob> {
+        let Inner {
+            graph,
+            store,
+            agents,
+        } = self;
+        let Some(rt) = agents.as_mut() else {
+            return Vec::new();
+        };
+        match rt.pump(wall_ms(), graph, &mut |g| flush_store(g, store)) {
+            Ok(jobs) => jobs,
+            Err(e) => {
+                eprintln!("weft desk: agents: error[{}]: {e}", e.code());
+                Vec::new()
             }
         }
     }
+}
+
+/// The model the desk's agents run, and what `GET /api/actors/agents` says about it.
+struct AgentModel {
+    /// The configured model (`None`: the built-in model answers inside the runtime).
+    remote: Option<crate::model::ReqwestModel>,
+    info: Value,
 }
 
 /// The desk's shared state: the graph, its store, and a change signal for live views.
@@ -95,6 +141,10 @@ pub struct DeskState {
     closing: Option<ShutdownSignal>,
     /// The model that proposes spawns on `route` (`None`: the keyword heuristic).
     proposer: Option<crate::model::ReqwestModel>,
+    /// Agent outputs and model deltas for the event streams.
+    events: broadcast::Sender<AgentEvent>,
+    /// The agents' model (`None`: this desk runs no agents).
+    model: Option<Arc<AgentModel>>,
 }
 
 impl DeskState {
@@ -112,6 +162,7 @@ impl DeskState {
             let mut i = Inner {
                 graph,
                 store: Store::Memory(MemoryStore::default()),
+                agents: None,
             };
             i.flush()?;
             i
@@ -120,25 +171,160 @@ impl DeskState {
                 Err(ActorsError::NotInitialized) => Session::init(root, config, "Desk", wait)?,
                 other => other?,
             };
-            // Crash injection (tests): a long-lived writer aborted at a durability step.
-            if let Some(f) = crate::actors::fs_store::Failpoint::from_env() {
-                s.store.set_failpoint(Some(f));
-            }
+            // Crash injection (`failpoints` builds only): a long-lived writer aborted at a step.
+            crate::actors::failpoint::arm_from_env(&mut s.store);
             for d in &s.report.diagnostics {
                 eprintln!("weft desk: {} {}: {}", d.code, d.file, d.message);
             }
             Inner {
                 graph: s.graph,
                 store: Store::Fs(Box::new(s.store)),
+                agents: None,
             }
         };
         let (changes, _) = watch::channel(inner.graph.version());
+        let (events, _) = broadcast::channel(1024);
         Ok(DeskState {
             inner: Arc::new(Mutex::new(inner)),
             changes,
             closing: None,
             proposer: None,
+            events,
+            model: None,
         })
+    }
+
+    /// Runs an agent on the graph's nodes with `model` (the built-in model when none is
+    /// configured): nodes whose lines hold agent records are resumed from disk now (an
+    /// unfinished turn is recorded interrupted by the core), other nodes get their agent when
+    /// a person writes to them (`POST …/messages`), children when an agent spawns them.
+    pub async fn start_agents(
+        mut self,
+        model: crate::model::HostModel,
+    ) -> Result<DeskState, ActorsError> {
+        let note = model.note().map(|_| {
+            format!(
+                "{}: no model configured: {}; the built-in model answers",
+                weft_core::model::NO_MODEL_CONFIGURED,
+                weft_core::model::builtin::HOW_TO_CONFIGURE
+            )
+        });
+        let (remote, info) = match model {
+            crate::model::HostModel::Remote(m) => {
+                let c = m.config();
+                let info = json!({"configured": true, "provider": c.provider.as_str(),
+                    "name": c.model, "note": null});
+                (Some(m), info)
+            }
+            crate::model::HostModel::Builtin { .. } => (
+                None,
+                json!({"configured": false, "provider": null, "name": null, "note": note}),
+            ),
+        };
+        let builtin = remote.is_none();
+        self.model = Some(Arc::new(AgentModel { remote, info }));
+        let events = self.events.clone();
+        let sink: crate::agents::Sink = Box::new(move |e| {
+            let _ = events.send(e);
+        });
+        let resumed = self
+            .with_inner(move |i| {
+                let mut rt = Runtime::new(Default::default(), builtin, sink);
+                let resumed = rt
+                    .resume_all(wall_ms(), &mut i.graph)
+                    .map_err(agents_to_actors)?;
+                i.agents = Some(rt);
+                Ok(resumed)
+            })
+            .await?;
+        for (node, report) in resumed {
+            if report["interruptedTurn"].is_u64() {
+                eprintln!("weft desk: agent {node} resumed: {report}");
+            }
+        }
+        Ok(self)
+    }
+
+    /// Runs `f` under the lock (blocking), performs what it queued, pumps the agents and
+    /// signals live views; returns `f`'s result and the model steps to start.
+    fn locked<T>(
+        &self,
+        f: impl FnOnce(&mut Inner) -> Result<T, ActorsError>,
+    ) -> (Result<T, ActorsError>, Vec<ModelJob>) {
+        let mut g = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        let out = f(&mut g);
+        let flushed = g.flush();
+        let jobs = g.pump_agents();
+        let v = g.graph.version();
+        drop(g);
+        self.changes.send_if_modified(|old| {
+            let changed = *old != v;
+            *old = v;
+            changed
+        });
+        (out.and_then(|o| flushed.map(|_| o)), jobs)
+    }
+
+    /// [`locked`](Self::locked) in the blocking pool; starts the model steps it released.
+    async fn with_inner<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&mut Inner) -> Result<T, ActorsError> + Send + 'static,
+    ) -> Result<T, ActorsError> {
+        let s = self.clone();
+        let (out, jobs) = tokio::task::spawn_blocking(move || s.locked(f))
+            .await
+            .map_err(|e| ActorsError::StoreIo(format!("desk task: {e}")))?;
+        self.start_jobs(jobs);
+        out
+    }
+
+    /// Runs each released model step on a Tokio task: deltas go to the event streams, the
+    /// answer back to the agent (under the lock), which may release the next steps.
+    fn start_jobs(&self, jobs: Vec<ModelJob>) {
+        let Some(model) = self.model.clone() else {
+            return;
+        };
+        for job in jobs {
+            let state = self.clone();
+            let model = model.clone();
+            tokio::spawn(async move {
+                let Some(remote) = model.remote.as_ref() else {
+                    return;
+                };
+                let (node, turn, step) = (job.node.clone(), job.turn.0, job.step);
+                let events = state.events.clone();
+                let n = node.clone();
+                let result = crate::agents::run_model(remote, job, move |text| {
+                    let _ = events.send(AgentEvent::Delta {
+                        node: n.clone(),
+                        turn,
+                        step: step.0,
+                        text: text.to_owned(),
+                    });
+                })
+                .await;
+                let Some(result) = result else {
+                    return; // interrupted: the agent already knows
+                };
+                let s = state.clone();
+                let done = tokio::task::spawn_blocking(move || {
+                    s.locked(move |i| {
+                        if let Some(rt) = i.agents.as_mut() {
+                            rt.finish(wall_ms(), &mut i.graph, &node, step, result)
+                                .map_err(agents_to_actors)?;
+                        }
+                        Ok(())
+                    })
+                })
+                .await;
+                if let Ok((r, jobs)) = done {
+                    if let Err(e) = r {
+                        eprintln!("weft desk: agents: error[{}]: {e}", e.code());
+                    }
+                    state.start_jobs(jobs);
+                }
+            });
+        }
     }
 
     /// Routes with `model` proposing spawns (the core's proposal rules) instead of the keyword
@@ -160,37 +346,21 @@ impl DeskState {
         &self,
         f: impl FnOnce(&mut ActorGraph) -> Result<T, ActorsError> + Send + 'static,
     ) -> Result<T, ActorsError> {
-        let inner = self.inner.clone();
-        let changes = self.changes.clone();
-        tokio::task::spawn_blocking(move || {
-            let mut g = inner.lock().unwrap_or_else(|p| p.into_inner());
-            let out = f(&mut g.graph);
-            let flushed = g.flush();
-            let v = g.graph.version();
-            changes.send_if_modified(|old| {
-                let changed = *old != v;
-                *old = v;
-                changed
-            });
-            let out = out?;
-            flushed?;
-            Ok(out)
-        })
-        .await
-        .map_err(|e| ActorsError::StoreIo(format!("desk task: {e}")))?
+        self.with_inner(move |i| f(&mut i.graph)).await
     }
 }
 
-fn status_of(e: &ActorsError) -> StatusCode {
-    match e.code() {
-        "UNKNOWN_NODE" | "NOT_INITIALIZED" => StatusCode::NOT_FOUND,
-        "INVALID_ARGUMENT" | "INVALID_NODE_ID" | "CONFIG_INVALID" => StatusCode::BAD_REQUEST,
-        "CADENCE_VIOLATION" | "SPAWN_RULE" | "REF_INVALID" => StatusCode::UNPROCESSABLE_ENTITY,
-        "STORE_FAILED" | "STORE_LOCKED" => StatusCode::SERVICE_UNAVAILABLE,
-        "STORE_IO" => StatusCode::INTERNAL_SERVER_ERROR,
-        c if c.starts_with("MODEL_") => StatusCode::BAD_GATEWAY,
-        _ => StatusCode::CONFLICT,
+/// An agents error as the graph's error the desk answers with (its code is kept).
+fn agents_to_actors(e: weft_core::agents::AgentsError) -> ActorsError {
+    match e {
+        weft_core::agents::AgentsError::Actors(a) => a,
+        other => ActorsError::InvalidArgument(format!("{}: {other}", other.code())),
     }
+}
+
+/// The status the core assigns to the error ([`ActorsError::http_status`]).
+fn status_of(e: &ActorsError) -> StatusCode {
+    StatusCode::from_u16(e.http_status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR)
 }
 
 /// An error as `application/problem+json` with the stable `code`.
@@ -198,21 +368,35 @@ pub struct Problem(pub ActorsError);
 
 impl IntoResponse for Problem {
     fn into_response(self) -> Response {
-        let status = status_of(&self.0);
-        let body = json!({
-            "type": format!("https://weft.invalid/problems/actors/{}", self.0.code().to_lowercase()),
-            "title": status.canonical_reason().unwrap_or("error"),
-            "status": status.as_u16(),
-            "code": self.0.code(),
-            "detail": self.0.to_string(),
-        });
-        (
-            status,
-            [(header::CONTENT_TYPE, "application/problem+json")],
-            body.to_string(),
-        )
-            .into_response()
+        coded(status_of(&self.0), self.0.code(), &self.0.to_string())
     }
+}
+
+/// A problem+json response with `status`, the stable `code` and `detail`.
+fn coded(status: StatusCode, code: &str, detail: &str) -> Response {
+    let body = json!({
+        "type": format!("https://weft.invalid/problems/actors/{}", code.to_lowercase()),
+        "title": status.canonical_reason().unwrap_or("error"),
+        "status": status.as_u16(),
+        "code": code,
+        "detail": detail,
+    });
+    (
+        status,
+        [(header::CONTENT_TYPE, "application/problem+json")],
+        body.to_string(),
+    )
+        .into_response()
+}
+
+/// An agents error as problem+json with the core's code (graph errors keep their status;
+/// session refusals such as `STALE_STEP` are `409`).
+fn agent_problem(e: &weft_core::agents::AgentsError) -> Response {
+    let status = match e {
+        weft_core::agents::AgentsError::Actors(a) => status_of(a),
+        _ => StatusCode::CONFLICT,
+    };
+    coded(status, e.code(), &e.to_string())
 }
 
 impl From<ActorsError> for Problem {
@@ -301,6 +485,9 @@ pub fn router(state: DeskState) -> Router {
         .route("/api/actors/events", get(events))
         .route("/api/actors/spawn", post(spawn))
         .route("/api/actors/nodes/{id}/messages", post(message))
+        .route("/api/actors/agents", get(agents))
+        .route("/api/actors/nodes/{id}/agent", get(node_agent))
+        .route("/api/actors/nodes/{id}/interrupt", post(interrupt))
         .route("/api/actors/nodes/{id}/route", post(route))
         .route("/api/actors/nodes/{id}/status", post(status))
         .route("/api/actors/nodes/{id}/resolve", post(resolve))
@@ -357,13 +544,15 @@ fn check_loopback(addr: SocketAddr) -> Result<(), ActorsError> {
 
 /// Opens `root` (with the harness variables of the environment) for a server bound to `addr`
 /// and returns the desk's routes to merge into it (what `weft serve --chat-root` does), behind
-/// `access`; with `proposer`, that model proposes spawns on `route`. Its event streams end
-/// when `closing` fires.
+/// `access`; with `proposer`, that model proposes spawns on `route`; with `agents`, every node
+/// gets an agent answering with that model ([`DeskState::start_agents`]). Its event streams
+/// end when `closing` fires.
 pub async fn mount(
     root: &Path,
     addr: SocketAddr,
     access: DeskAccess,
     proposer: Option<crate::model::ReqwestModel>,
+    agents: Option<crate::model::HostModel>,
     closing: ShutdownSignal,
 ) -> Result<Router, String> {
     let fail = |e: ActorsError| format!("{}: error[{}]: {e}", root.display(), e.code());
@@ -379,6 +568,10 @@ pub async fn mount(
     .await
     .map_err(|e| e.to_string())?
     .map_err(fail)?;
+    let state = match agents {
+        Some(m) => state.start_agents(m).await.map_err(fail)?,
+        None => state,
+    };
     Ok(
         router(state.with_model_proposer(proposer).closing_on(closing)).layer(
             axum::middleware::from_fn_with_state(Arc::new(access), self::access),
@@ -551,14 +744,17 @@ async fn audit(State(s): State<DeskState>) -> Reply {
 
 async fn events(State(s): State<DeskState>) -> impl IntoResponse {
     let rx = s.changes.subscribe();
+    let agents = s.events.subscribe();
     let first = *rx.borrow();
     let closing = s.closing.clone();
     let stream = futures_util::stream::unfold(
-        (rx, Some(first), closing),
-        |(mut rx, pending, mut closing)| async move {
-            let v = match pending {
-                Some(v) => v,
-                None => {
+        (rx, agents, Some(first), closing),
+        |(mut rx, mut agents, pending, mut closing)| async move {
+            let ev = match pending {
+                Some(v) => Event::default()
+                    .event("change")
+                    .data(json!({"version": v}).to_string()),
+                None => loop {
                     let closed = async {
                         match closing.as_mut() {
                             Some(c) => c.fired().await,
@@ -566,16 +762,24 @@ async fn events(State(s): State<DeskState>) -> impl IntoResponse {
                         }
                     };
                     tokio::select! {
-                        r = rx.changed() => r.ok()?,
+                        r = rx.changed() => {
+                            r.ok()?;
+                            let v = *rx.borrow_and_update();
+                            break Event::default()
+                                .event("change")
+                                .data(json!({"version": v}).to_string());
+                        }
+                        e = agents.recv() => match e {
+                            Ok(e) => break Event::default().event(e.name()).data(e.to_json().to_string()),
+                            // A slow reader missed agent events: the graph views say the rest.
+                            Err(broadcast::error::RecvError::Lagged(_)) => continue,
+                            Err(broadcast::error::RecvError::Closed) => return None,
+                        },
                         _ = closed => return None,
                     }
-                    *rx.borrow_and_update()
-                }
+                },
             };
-            let ev = Event::default()
-                .event("change")
-                .data(json!({"version": v}).to_string());
-            Some((Ok::<Event, Infallible>(ev), (rx, None, closing)))
+            Some((Ok::<Event, Infallible>(ev), (rx, agents, None, closing)))
         },
     );
     Sse::new(stream).keep_alive(KeepAlive::new().interval(Duration::from_secs(15)))
@@ -608,7 +812,121 @@ macro_rules! root_op {
     };
 }
 
-node_op!(message, "message");
+/// `POST …/messages`: with agents running, a person's line goes through the core's
+/// `admit_utterance` (appended when a model is configured, the heuristic route otherwise) and
+/// the agent of the node that took it (the node or a spawned child) is opened; other roles,
+/// and desks without agents, append as the plain `message` operation.
+async fn message(
+    State(s): State<DeskState>,
+    UrlPath(id): UrlPath<String>,
+    h: HeaderMap,
+    b: Bytes,
+) -> Reply {
+    let args = with_node(body(&h, &b)?, id);
+    let user = args["role"].as_str().is_none_or(|r| r == "user");
+    let Some(model) = s.model.clone().filter(|_| user) else {
+        return Ok(ok(call(&s, "message", args).await?));
+    };
+    let configured = model.remote.is_some();
+    let text = args["text"]
+        .as_str()
+        .ok_or_else(|| ActorsError::InvalidArgument("`text` must be a string".into()))?
+        .to_owned();
+    let node = args["node"].as_str().unwrap_or("").to_owned();
+    let r = s
+        .with_inner(move |i| {
+            let v = weft_core::agents::admit_utterance(
+                wall_ms(),
+                &mut i.graph,
+                &node,
+                &text,
+                configured,
+            )
+            .map_err(agents_to_actors)?;
+            let target = if v["outcome"] == "spawned" {
+                v["child"].as_str()
+            } else {
+                v["node"].as_str()
+            };
+            if let (Some(t), Some(rt)) = (target, i.agents.as_mut()) {
+                rt.want(t);
+            }
+            Ok(v)
+        })
+        .await?;
+    Ok(ok(r))
+}
+
+/// `GET /api/actors/agents`: the agents' model and every open agent's state.
+async fn agents(State(s): State<DeskState>) -> Reply {
+    let info = s.model.as_ref().map(|m| m.info.clone());
+    let states = s
+        .with_inner(|i| Ok(i.agents.as_ref().map_or(json!({}), Runtime::states)))
+        .await?;
+    Ok(ok(json!({
+        "model": info.unwrap_or(json!({"configured": false, "provider": null, "name": null,
+            "note": "this desk runs no agents (`weft serve` runs them)"})),
+        "running": s.model.is_some(),
+        "agents": states,
+    })))
+}
+
+/// `GET /api/actors/nodes/{id}/agent`: the node's agent state (`404 AGENT_NOT_OPEN` if none).
+async fn node_agent(State(s): State<DeskState>, UrlPath(id): UrlPath<String>) -> Reply {
+    let node = id.clone();
+    let st = s
+        .with_inner(move |i| {
+            if i.graph.node(&node).is_none() {
+                return Err(ActorsError::UnknownNode(node));
+            }
+            Ok(i.agents.as_ref().and_then(|rt| rt.state(&node)))
+        })
+        .await?;
+    match st {
+        Some(v) => Ok(ok(v)),
+        None => Ok(coded(
+            StatusCode::NOT_FOUND,
+            "AGENT_NOT_OPEN",
+            &format!("node `{id}` has no agent (yet): write to it to start one"),
+        )),
+    }
+}
+
+/// `POST /api/actors/nodes/{id}/interrupt` (body `{"reason"?}`): interrupts the node's turn
+/// (a streaming model step is dropped, a wait cancelled) → `{"status"}`.
+async fn interrupt(
+    State(s): State<DeskState>,
+    UrlPath(id): UrlPath<String>,
+    h: HeaderMap,
+    b: Bytes,
+) -> Reply {
+    let args = body(&h, &b)?;
+    let reason = args["reason"]
+        .as_str()
+        .unwrap_or("interrupted from the desk")
+        .to_owned();
+    let node = id.clone();
+    let r = s
+        .with_inner(move |i| {
+            if i.graph.node(&node).is_none() {
+                return Err(ActorsError::UnknownNode(node));
+            }
+            let Some(rt) = i.agents.as_mut() else {
+                return Ok(None);
+            };
+            Ok(rt.interrupt(wall_ms(), &mut i.graph, &node, &reason))
+        })
+        .await?;
+    match r {
+        Some(Ok(st)) => Ok(ok(json!({"node": id, "status": st.as_str()}))),
+        Some(Err(e)) => Ok(agent_problem(&e)),
+        None => Ok(coded(
+            StatusCode::NOT_FOUND,
+            "AGENT_NOT_OPEN",
+            &format!("node `{id}` has no agent"),
+        )),
+    }
+}
 node_op!(route, "route");
 node_op!(status, "status");
 node_op!(resolve, "resolve");

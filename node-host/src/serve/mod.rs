@@ -4,8 +4,10 @@
 //! problem+json). Connections are served by [`http::serve`] (timeouts, a connection cap, a
 //! graceful drain on SIGINT / SIGTERM).
 //!
-//! Today one capability is mounted: the DGP 0.1 binding ([`dgp`]) serving ThreadDesk, plus the
-//! ThreadDesk browser UI and its read views ([`threaddesk`]).
+//! Mounted: the DGP 0.1 binding ([`dgp`]) serving ThreadDesk, the ThreadDesk browser UI and its
+//! read views ([`threaddesk`]), and the actor desk ([`crate::desk`]) over `$CHAT_ROOT`
+//! (`--chat-root`, default `chat` in the data directory) with agents running on its nodes
+//! (the model of `--model`/`--base-url`, or the built-in model; `--no-agents` turns them off).
 
 pub mod auth;
 pub mod dgp;
@@ -44,10 +46,14 @@ pub struct ServeArgs {
     /// Seed this many extra synthetic ThreadDesk threads when the store is new (load tests).
     #[arg(long, default_value_t = 0)]
     pub extra_threads: u32,
-    /// Also serve the actor desk (`/actors/`, `/api/actors/…`) over this `$CHAT_ROOT`
-    /// (initialised when empty). The server holds the root's writer lock while it runs.
+    /// The `$CHAT_ROOT` the actor desk (`/actors/`, `/api/actors/…`) serves (initialised when
+    /// empty; default: `chat` inside the data directory). The server holds the root's writer
+    /// lock while it runs.
     #[arg(long)]
     pub chat_root: Option<PathBuf>,
+    /// Serve the actor desk without agents (nobody answers the lines people type).
+    #[arg(long)]
+    pub no_agents: bool,
     /// Let the actor desk's read routes (`GET /api/actors/…`) answer without the human token.
     /// Writes always need it.
     #[arg(long)]
@@ -348,18 +354,45 @@ async fn run(args: ServeArgs) -> Result<(), String> {
         threaddesk::routes(desk, shared.clone()),
     ];
     let shutdown = http::Shutdown::default();
-    if let Some(root) = &args.chat_root {
-        let access = crate::desk::DeskAccess {
-            auth: shared.auth.clone(),
-            reads_without_token: args.desk_reads_without_token,
-        };
-        let proposer = crate::actors::cli::route_model(&args.desk_proposer, &args.model)
-            .map_err(|e| format!("weft serve: error[{}]: {e}", e.code()))?;
-        parts.push(crate::desk::mount(root, addr, access, proposer, shutdown.signal()).await?);
+    let root = args
+        .chat_root
+        .clone()
+        .unwrap_or_else(|| args.data_dir.join("chat"));
+    let access = crate::desk::DeskAccess {
+        auth: shared.auth.clone(),
+        reads_without_token: args.desk_reads_without_token,
+    };
+    let proposer = crate::actors::cli::route_model(&args.desk_proposer, &args.model)
+        .map_err(|e| format!("weft serve: error[{}]: {e}", e.code()))?;
+    // The desk's agents answer with the model of --model (the built-in model without one).
+    let agents = if args.no_agents {
+        None
+    } else {
+        Some(
+            crate::model::HostModel::from_choice(&args.model.choice())
+                .map_err(|e| format!("error[{}]: {e}", e.code()))?,
+        )
+    };
+    let agents_line = match &agents {
+        None => "off (--no-agents)".to_owned(),
+        Some(m @ crate::model::HostModel::Remote(_)) => format!("on, model {}", m.label()),
+        Some(_) => format!(
+            "on, no model configured ({}): {}; the built-in model answers",
+            weft_core::model::NO_MODEL_CONFIGURED,
+            weft_core::model::builtin::HOW_TO_CONFIGURE
+        ),
+    };
+    // The desk serves loopback addresses only: on another address it is mounted only when
+    // --chat-root asks for it (and then refused, as before).
+    let desk = args.chat_root.is_some() || addr.ip().is_loopback();
+    if desk {
+        parts.push(
+            crate::desk::mount(&root, addr, access, proposer, agents, shutdown.signal()).await?,
+        );
     }
     let app = router(shared.clone(), parts);
     println!("weft serve: ThreadDesk (DGP 0.1) on http://{addr}/");
-    if let Some(root) = &args.chat_root {
+    if desk {
         println!(
             "  actor desk:  http://{addr}/actors/ (root {}; {} need the human token)",
             root.display(),
@@ -369,6 +402,9 @@ async fn run(args: ServeArgs) -> Result<(), String> {
                 "reads and writes"
             }
         );
+        println!("  agents:      {agents_line}");
+    } else {
+        println!("  actor desk:  off (it serves loopback addresses only; listening on {addr})");
     }
     println!("  data:        {} ({})", db.display(), store::DURABILITY);
     let note = |g: bool| {

@@ -6,6 +6,14 @@
 // ThreadDesk) and keeps it in this page's memory only. The event stream is read with fetch so
 // that it can carry the token. Text from people and agents is inserted as text (never HTML)
 // and isolated (`<bdi>`, `unicode-bidi: isolate`) so that bidi controls cannot spoof the page.
+//
+// Live agents (when the server runs them; feature-detected with `GET /api/actors/agents`, an
+// older server answers 404 and the page works as before): a per-node badge (running, waiting
+// on X, idle) from `agent` events and that list, a Stop button (`POST …/interrupt`), a live
+// assistant bubble fed by `delta` events and replaced by the assistant line once it is on disk,
+// agent lines drawn by kind (turn boundaries subtle, calls and results in a task's fork panel,
+// routing markers one line), and a banner when no model is configured. With agents on, a
+// person's message goes to `POST …/messages` (the node's agent takes it); otherwise `…/route`.
 
 const $ = (id) => document.getElementById(id);
 const API = '/api/actors';
@@ -24,6 +32,15 @@ class ProblemError extends Error {
     this.code = p.code;
   }
 }
+
+// Live agents: `api` is null until known, then true (the server runs agents) or false.
+const agents = {
+  api: null,
+  model: null,
+  states: {},
+  // node → {turn, step, text}: the model step streaming now (one per node, bounded).
+  live: new Map(),
+};
 
 let token = '';
 const refusedToken = (p) => p?.code === 'UNAUTHENTICATED' || p?.code === 'FORBIDDEN';
@@ -57,6 +74,8 @@ async function act(fn) {
   try {
     await fn();
   } catch (e) {
+    // A refused token already shows the token form.
+    if (refusedToken(e)) return;
     toast(e.code ? `${e.code}: ${e.message}` : String(e));
   }
 }
@@ -78,11 +97,215 @@ function el(tag, attrs = {}, ...children) {
 const STATUS = { running: 'Working', blocked: 'Blocked', awaiting_user: 'Needs you', done: 'Done', failed: 'Failed', idle: 'Idle', cancelled: 'Cancelled' };
 const label = (s) => STATUS[s] || s;
 
-function lineItem(l) {
+// One argument list as a short readable text (`{"a":1}` → `a: 1`), cut at `max` characters.
+function brief(v, max = 120) {
+  let s;
+  if (v && typeof v === 'object' && !Array.isArray(v)) s = Object.entries(v).map(([k, x]) => `${k}: ${typeof x === 'string' ? x : JSON.stringify(x)}`).join(', ');
+  else s = typeof v === 'string' ? v : JSON.stringify(v ?? '');
+  s = String(s).replace(/\s+/g, ' ');
+  return s.length > max ? `${s.slice(0, max)}…` : s;
+}
+
+// A line of a transcript. Agent lines (an `agent` field, see weft_core::agents) are drawn by
+// kind; `work` is true in the fork panel of a task node, where calls, results and jobs show
+// in full (on the discussion surface they are one-line markers).
+function lineItem(l, work = false) {
   if (l.corrupt !== undefined) return el('li', { class: 'corrupt', text: `${l.line}: unreadable line (${l.error || 'corrupt'})` });
-  const li = el('li', { class: `role-${l.role}`, title: `${l.role} · ${l.at}` });
-  li.append(el('span', { class: 'n', text: String(l.line) }), el('bdi', { dir: 'auto', text: l.text }));
+  const a = l.agent && typeof l.agent === 'object' && !Array.isArray(l.agent) ? l.agent : null;
+  const kind = a && typeof a.entry === 'string' ? a.entry : null;
+  const cls = [`role-${l.role}`];
+  if (kind) cls.push('agent', `agent-${kind}`);
+  // Results (and other agent records) are one line; the full text is the tooltip.
+  const title = `${l.role}${kind ? ` · ${kind}` : ''} · ${l.at}${kind && kind !== 'assistant' ? `\n${l.text}` : ''}`;
+  const li = el('li', { class: cls.join(' '), title, 'data-line': l.line, 'data-entry': kind });
+  li.append(el('span', { class: 'n', text: String(l.line) }));
+  const calls = kind === 'assistant' && Array.isArray(a.calls) ? a.calls : [];
+  if (kind === 'assistant') {
+    if (a.step !== undefined) li.dataset.step = String(a.step);
+    // A step that only called tools is written as "→ name, …".
+    const callsOnly = calls.length > 0 && String(l.text).startsWith('→');
+    if (callsOnly) li.classList.add('calls-only');
+    if (!(work && callsOnly)) li.append(el('bdi', { dir: 'auto', text: l.text }));
+    if (calls.length && work) {
+      li.append(
+        el('ul', { class: 'calls' }, calls.map((c) => el('li', { class: 'call', 'data-tool': c.name }, el('b', { text: `⚙ ${c.name}` }), el('bdi', { dir: 'auto', text: ` ${brief(c.arguments)}` })))),
+      );
+    } else if (calls.length && !callsOnly) {
+      li.append(el('span', { class: 'muted calls-inline', text: ` → ${calls.map((c) => c.name).join(', ')}` }));
+    }
+    return li;
+  }
+  if (kind === 'turn_end' && a.end && a.end !== 'completed') li.classList.add('turn-not-completed');
+  if (kind === 'tool_result' && a.status && a.status !== 'succeeded') li.classList.add('call-not-succeeded');
+  li.append(el('bdi', { dir: 'auto', text: l.text }));
+  if (work && kind === 'tool_result' && a.value !== undefined && a.value !== null) {
+    li.append(el('details', { class: 'result' }, el('summary', { text: 'value' }), el('pre', { text: JSON.stringify(a.value, null, 2) })));
+  }
   return li;
+}
+
+// ----- live agents -----------------------------------------------------------------------
+
+const agentOf = (id) => (agents.api ? agents.states[id] : undefined);
+
+function badgeInfo(s) {
+  switch (s.phase) {
+    case 'waiting':
+      return { phase: 'waiting', text: `waiting on ${(s.waiting || []).join(', ') || '…'}` };
+    case 'idle':
+      return { phase: 'idle', text: s.queuedTasks ? `idle · ${s.queuedTasks} queued` : 'idle' };
+    case 'interrupted':
+      return { phase: 'stopping', text: 'stopping' };
+    case 'running_tools':
+      return { phase: 'running', text: 'running · tools' };
+    default:
+      return { phase: 'running', text: 'running' };
+  }
+}
+
+// The agent badge of node `id`, or null when the node has no agent (or agents are off).
+function agentBadge(id) {
+  const s = agentOf(id);
+  if (!s) return null;
+  const b = badgeInfo(s);
+  const jobs = Array.isArray(s.openJobs) && s.openJobs.length ? ` · ${s.openJobs.length} job${s.openJobs.length > 1 ? 's' : ''}` : '';
+  return el('span', {
+    class: `agent-badge agent-${b.phase}`,
+    'data-testid': 'agent-badge',
+    'data-node': id,
+    'data-phase': b.phase,
+    title: `agent of ${id}: ${s.phase}${s.turn != null ? `, turn ${s.turn}` : ''}`,
+    text: `${b.text}${jobs}`,
+  });
+}
+
+// The agent bar (badge + Stop) of node `id` into container `box`.
+function renderAgentBar(box, id) {
+  const badge = id ? agentBadge(id) : null;
+  box.classList.toggle('is-hidden', !badge);
+  if (!badge) return box.replaceChildren();
+  const busy = badge.dataset.phase !== 'idle';
+  box.replaceChildren(
+    el('span', { class: 'muted', text: 'agent' }),
+    badge,
+    el('button', {
+      type: 'button',
+      class: 'stop',
+      'data-testid': 'agent-stop',
+      'data-node': id,
+      disabled: !busy,
+      title: 'Interrupt the running turn (a wait included)',
+      text: 'Stop',
+      onclick: () =>
+        act(async () => {
+          const out = await api(`/nodes/${encodeURIComponent(id)}/interrupt`, { reason: 'stopped from the desk' });
+          if (out?.status && out.status !== 'ended') toast(`stop: ${out.status}`);
+          await refresh();
+        }),
+    }),
+  );
+}
+
+function renderBanner() {
+  const m = agents.api ? agents.model : null;
+  const banner = $('model-banner');
+  const chip = $('model-chip');
+  banner.classList.toggle('is-hidden', !m || m.configured !== false);
+  chip.classList.toggle('is-hidden', !m || !m.configured);
+  if (!m) return;
+  if (m.configured === false) {
+    banner.replaceChildren(
+      el('b', { text: 'No model is configured. ' }),
+      el('bdi', { dir: 'auto', text: m.note || '' }),
+      el('span', { text: `${m.note ? ' ' : ''}The built-in deterministic model answers.` }),
+    );
+  } else {
+    chip.textContent = `model ${[m.provider, m.name].filter(Boolean).join(':') || 'configured'}`;
+  }
+}
+
+// Reads the agents list; a server without it (404) or whose desk runs no agents switches the
+// agent parts off.
+async function loadAgents() {
+  if (agents.api === false) return;
+  let res;
+  try {
+    res = await fetch(`${API}/agents`, { headers: withToken() });
+  } catch {
+    return;
+  }
+  if (res.status === 404 || res.status === 405 || res.status === 501) {
+    agents.api = false;
+    renderBanner();
+    return;
+  }
+  const data = await res.json().catch(() => null);
+  if (!res.ok) {
+    if (refusedToken(data)) askToken(data);
+    return;
+  }
+  // A desk that runs no agents (`running: false`, the standalone `weft actors desk`) is a desk
+  // without them: messages are routed by the desk, no banner.
+  if (!data || typeof data.agents !== 'object' || data.agents === null || data.running === false) {
+    agents.api = false;
+  } else {
+    agents.api = true;
+    agents.model = data.model || null;
+    agents.states = data.agents;
+  }
+  renderBanner();
+}
+
+// The live bubble of `node`'s streaming step, or null.
+function liveItem(node) {
+  const l = agents.live.get(node);
+  if (!l || !l.text) return null;
+  return el(
+    'li',
+    { class: 'role-assistant streaming', 'data-testid': 'live-bubble', 'data-node': node, 'data-step': l.step, title: 'streaming…' },
+    el('span', { class: 'n', text: '…' }),
+    el('bdi', { dir: 'auto', text: l.text }),
+    el('span', { class: 'cursor', text: '▍' }),
+  );
+}
+
+// Draws `lines` of `node` into `list`, with the live bubble last unless its step has landed.
+function renderLines(list, node, lines, work = false) {
+  const l = agents.live.get(node);
+  if (l && lines.some((x) => x.agent?.entry === 'assistant' && x.agent.step === l.step)) agents.live.delete(node);
+  list.dataset.node = node || '';
+  const items = lines.map((x) => lineItem(x, work));
+  const bubble = liveItem(node);
+  if (bubble) items.push(bubble);
+  list.replaceChildren(...items);
+}
+
+// A `delta` event: grows the bubble in place wherever the node's transcript is shown.
+function onDelta(d) {
+  if (!d || typeof d.node !== 'string' || typeof d.text !== 'string') return;
+  let l = agents.live.get(d.node);
+  if (!l || l.step !== d.step) {
+    l = { turn: d.turn, step: d.step, text: '' };
+    agents.live.set(d.node, l);
+  }
+  l.text += d.text;
+  for (const list of document.querySelectorAll('ol.lines[data-node]')) {
+    if (list.dataset.node !== d.node) continue;
+    const old = list.querySelector(':scope > [data-testid=live-bubble]');
+    const fresh = liveItem(d.node);
+    if (old && fresh) old.replaceWith(fresh);
+    else if (fresh) list.append(fresh);
+    list.parentElement?.scrollTo?.({ top: list.parentElement.scrollHeight });
+  }
+}
+
+// An `agent` event: the bubble ends with its turn or an aborted step; the views refresh.
+function onAgentEvent(e) {
+  if (!e || typeof e.node !== 'string') return;
+  const l = agents.live.get(e.node);
+  if (l && (e.output === 'turn_ended' || e.output === 'abort_model' || (e.output === 'model_request' && e.step !== l.step))) agents.live.delete(e.node);
+  if (agents.api === false) agents.api = null; // a server that sends agent events has them
+  scheduleRefresh();
 }
 
 // ----- temporal overlay ------------------------------------------------------------------
@@ -117,6 +340,7 @@ function renderGrid(v) {
       el('span', { class: 'title', dir: 'auto', text: t.title || t.id }),
       el('span', { class: 'summary', dir: 'auto', text: t.summary }),
       el('span', {}, el('span', { class: 'dot' }), label(t.status), t.waits.some((w) => w.outcome === 'blocked') ? ' · waiting' : ''),
+      agentBadge(t.id),
     );
     tile.style.opacity = String(t.opacity);
     applyTemporal(tile, t.id);
@@ -160,7 +384,7 @@ function renderTree(v) {
         onclick: () => openFork(n.id),
       },
       el('span', { class: 'title' }, el('span', { class: 'dot' }), el('bdi', { dir: 'auto', text: n.title || n.id })),
-      el('span', { class: 'type', text: `${n.type} · ${label(n.status)}${n.pausedBy ? ' · paused' : ''}` }),
+      el('span', { class: 'type', text: `${n.type} · ${label(n.status)}${n.pausedBy ? ' · paused' : ''}` }, agentBadge(n.id)),
     );
     if (n.canSpawn.length) {
       box.append(
@@ -194,17 +418,18 @@ function renderLinear(v) {
         text: `${d.title || d.id} (${d.type})${d.pausedBy ? ' · paused' : ''}`,
         onclick: () => {
           state.linearFocus = d.id;
-          refresh();
+          act(refresh);
         },
-      }),
+      }, agentBadge(d.id)),
     );
   }
   const workers = el('div', { class: 'workers' }, el('h2', { text: 'Workers' }));
   for (const w of v.workers) {
-    workers.append(el('div', { class: `status-${w.status}`, 'data-node': w.id }, el('span', { class: 'dot' }), `${w.title}: ${label(w.status)} — ${w.summary}`));
+    workers.append(el('div', { class: `status-${w.status}`, 'data-node': w.id }, el('span', { class: 'dot' }), `${w.title}: ${label(w.status)} — ${w.summary} `, agentBadge(w.id)));
   }
   list.append(workers);
-  const transcript = el('ol', { class: 'lines transcript' }, v.transcript.map(lineItem));
+  const transcript = el('ol', { class: 'lines transcript' });
+  renderLines(transcript, v.focus, v.transcript);
   return el('div', { class: 'linear', 'data-testid': 'linear' }, list, transcript);
 }
 
@@ -233,8 +458,9 @@ function renderStrip() {
   }
 }
 
-function renderCoordinator(lin, meta) {
-  $('coord-lines').replaceChildren(...lin.transcript.map(lineItem));
+function renderCoordinator(lin, meta, root) {
+  renderLines($('coord-lines'), root, lin.transcript);
+  renderAgentBar($('coord-agent'), root);
   $('meta-lines').replaceChildren(
     ...meta.lines.slice(-40).map((m) => {
       const text =
@@ -278,15 +504,43 @@ async function loadTemporal() {
   renderTemporal();
 }
 
-async function refresh() {
-  const [graph, lin, meta] = await Promise.all([api('/graph'), api('/views/linear'), api('/views/metathread?limit=40')]);
+// Refreshes run one at a time; one asked for meanwhile runs once more after it.
+let refreshing = null;
+let refreshAgain = false;
+function refresh() {
+  if (refreshing) {
+    refreshAgain = true;
+    return refreshing;
+  }
+  refreshing = (async () => {
+    try {
+      do {
+        refreshAgain = false;
+        await refreshOnce();
+      } while (refreshAgain);
+    } finally {
+      refreshing = null;
+    }
+  })();
+  return refreshing;
+}
+
+let pending = null;
+// Coalesces bursts of events into one refresh.
+function scheduleRefresh() {
+  clearTimeout(pending);
+  pending = setTimeout(() => act(refresh), 30);
+}
+
+async function refreshOnce() {
+  const [graph, lin, meta] = await Promise.all([api('/graph'), api('/views/linear'), api('/views/metathread?limit=40'), loadAgents()]);
   state.graph = graph;
   await loadTemporal();
   const byId = new Map(graph.nodes.map((n) => [n.id, n]));
   $('session').textContent = byId.get(graph.root)?.title || '';
   const tasks = graph.nodes.filter((n) => n.type === 'task' && !n.hidden);
   $('run-chip').textContent = `${tasks.filter((t) => t.status === 'running').length} of ${tasks.length} running`;
-  renderCoordinator(lin, meta);
+  renderCoordinator(lin, meta, graph.root);
   let body;
   if (state.mode === 'grid') body = renderGrid(await api('/views/grid'));
   else if (state.mode === 'tree') body = renderTree(await api('/views/tree'));
@@ -316,7 +570,8 @@ async function renderFork() {
   $('fork-waits').replaceChildren(...f.waits.map((w) => el('div', { class: w.outcome === 'blocked' ? 'warn' : 'muted', text: `waits on ${w.node} (${w.mode}): ${w.message}` })));
   const pending = n.type === 'disambiguation' && !n.resolvedInto && state.graph?.nodes.some((p) => p.pausedBy === n.id);
   $('fork-resolve').classList.toggle('is-hidden', !pending);
-  $('fork-lines').replaceChildren(...f.transcript.map(lineItem));
+  renderAgentBar($('fork-agent'), n.id);
+  renderLines($('fork-lines'), n.id, f.transcript, n.type === 'task');
 }
 
 function openFork(id) {
@@ -366,12 +621,18 @@ $('spawn-form').addEventListener('submit', (e) => {
     await refresh();
   });
 });
+// A person's message: with agents on, the node's agent takes it (`messages`: the server
+// admits it, the agent's spawn tool decides on drift); otherwise the desk routes it.
+async function say(node, text) {
+  if (agents.api === null) await loadAgents();
+  return api(`/nodes/${encodeURIComponent(node)}/${agents.api ? 'messages' : 'route'}`, { text });
+}
 $('coord-compose').addEventListener('submit', (e) => {
   e.preventDefault();
   const text = $('coord-input').value.trim();
   if (!text) return;
   act(async () => {
-    const out = await api(`/nodes/${encodeURIComponent(state.graph?.root || 'coordinator')}/route`, { text });
+    const out = await say(state.graph?.root || 'coordinator', text);
     $('coord-input').value = '';
     if (out.outcome === 'spawned') state.selected = out.id;
     await refresh();
@@ -382,7 +643,7 @@ $('fork-compose').addEventListener('submit', (e) => {
   const text = $('fork-input').value.trim();
   if (!text || !state.selected) return;
   act(async () => {
-    const out = await api(`/nodes/${encodeURIComponent(state.selected)}/route`, { text });
+    const out = await say(state.selected, text);
     $('fork-input').value = '';
     if (out.outcome === 'spawned') state.selected = out.id;
     await refresh();
@@ -417,8 +678,30 @@ $('scrub-live').addEventListener('click', () => {
 });
 
 closeFork();
-let pending = null;
 let stream = null;
+
+// One server-sent event block → {event, data}.
+function parseEvent(block) {
+  let event = 'message';
+  const data = [];
+  for (const line of block.split('\n')) {
+    if (line.startsWith(':')) continue;
+    const i = line.indexOf(':');
+    const field = i < 0 ? line : line.slice(0, i);
+    const value = i < 0 ? '' : line.slice(i + 1).replace(/^ /, '');
+    if (field === 'event') event = value;
+    else if (field === 'data') data.push(value);
+  }
+  return { event, data: data.join('\n') };
+}
+
+function json(text) {
+  try {
+    return JSON.parse(text);
+  } catch {
+    return null;
+  }
+}
 // Server-sent events over fetch (an EventSource cannot send the token); reconnects after the
 // stream ends unless the token was refused.
 async function connect() {
@@ -440,13 +723,11 @@ async function connect() {
         if (done) break;
         buf += value.replace(/\r\n/g, '\n');
         for (let i = buf.indexOf('\n\n'); i >= 0; i = buf.indexOf('\n\n')) {
-          const block = buf.slice(0, i);
+          const { event, data } = parseEvent(buf.slice(0, i));
           buf = buf.slice(i + 2);
-          if (/^event: ?change$/m.test(block)) {
-            // Coalesce bursts of changes into one refresh.
-            clearTimeout(pending);
-            pending = setTimeout(() => act(refresh), 30);
-          }
+          if (event === 'change') scheduleRefresh();
+          else if (event === 'delta') onDelta(json(data));
+          else if (event === 'agent') onAgentEvent(json(data));
         }
       }
     }

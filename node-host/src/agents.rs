@@ -1,0 +1,574 @@
+//! The native agent runtime: every node of a `$CHAT_ROOT` may have a
+//! [`NodeAgent`](weft_core::agents::NodeAgent), driven here in the core's call order (see
+//! `weft_core::agents`). The host only carries bytes: [`Runtime::pump`] makes each batch of
+//! lines durable (through the caller's `flush`, which applies, fsyncs and acknowledges), syncs
+//! every agent, and turns the outputs the durable lines allow into work:
+//!
+//! - a released model step becomes a [`ModelJob`] (the request built from the node slice with
+//!   `ModelInput::chat_request`) that the host runs with its model client ([`run_model`]); its
+//!   answer comes back with [`Runtime::finish`]. With no model configured the built-in model
+//!   answers inside the pump (one text delta).
+//! - `Spawned` opens the child's agent; graph tools are performed by the core; a host tool call
+//!   (none are registered yet; see [`Runtime::set_tools`]) without a handler is settled as thrown.
+//! - [`Runtime::interrupt`] drops the running step's abort sender (the HTTP stream is dropped)
+//!   and interrupts the turn.
+//!
+//! Agents are opened at start for nodes that already hold agent lines (resumed from disk, with
+//! the core's recovery lines), and lazily for nodes a person writes to ([`Runtime::want`]) and
+//! children the agents spawn. Every released output and text delta goes to the runtime's sink
+//! as an [`AgentEvent`] (the desk streams them over SSE; `weft chat` prints them).
+
+use std::collections::{BTreeMap, HashMap};
+
+use serde_json::{Value, json};
+use tokio::sync::oneshot;
+use weft_core::Millis;
+use weft_core::actors::{ActorGraph, ActorsError};
+use weft_core::agents::{AGENT_FIELD, AgentConfig, AgentOutput, AgentsError, NodeAgent};
+use weft_core::model::{ChatRequest, StreamEvent};
+use weft_core::tools::{
+    InterruptStatus, ModelResponse, Output, Settlement, StepId, ToolDecl, TurnEnd, TurnId,
+};
+
+use crate::model::ReqwestModel;
+
+/// What a runtime publishes for live views.
+#[derive(Clone, Debug, PartialEq)]
+pub enum AgentEvent {
+    /// A released agent output (`AgentOutput::to_json`) of `node`.
+    Output {
+        /// The node whose agent released it.
+        node: String,
+        /// The output's JSON form.
+        output: Value,
+    },
+    /// A streamed text delta of a model step.
+    Delta {
+        /// The node whose agent asked.
+        node: String,
+        /// The turn of the step.
+        turn: u64,
+        /// The step.
+        step: u64,
+        /// The text that arrived.
+        text: String,
+    },
+}
+
+impl AgentEvent {
+    /// The SSE event name: `agent` or `delta`.
+    pub fn name(&self) -> &'static str {
+        match self {
+            AgentEvent::Output { .. } => "agent",
+            AgentEvent::Delta { .. } => "delta",
+        }
+    }
+
+    /// The event's data: `{"node", ...output}` or `{"node", "turn", "step", "text"}`.
+    pub fn to_json(&self) -> Value {
+        match self {
+            AgentEvent::Output { node, output } => {
+                let mut v = output.clone();
+                v["node"] = json!(node);
+                v
+            }
+            AgentEvent::Delta {
+                node,
+                turn,
+                step,
+                text,
+            } => json!({"node": node, "turn": turn, "step": step, "text": text}),
+        }
+    }
+}
+
+/// One released model step for the host to run (see [`run_model`]).
+#[derive(Debug)]
+pub struct ModelJob {
+    /// The node whose agent asks.
+    pub node: String,
+    /// The turn of the step.
+    pub turn: TurnId,
+    /// The step (answer it with [`Runtime::finish`]).
+    pub step: StepId,
+    /// The request, built from the node slice.
+    pub chat: ChatRequest,
+    /// Resolves when the step is interrupted (its sender is dropped): drop the stream then.
+    pub abort: oneshot::Receiver<()>,
+}
+
+/// Where released outputs and deltas go.
+pub type Sink = Box<dyn FnMut(AgentEvent) + Send>;
+
+/// The host tools a task node's agent gets (a hook for hosts; none by default).
+pub type ToolsFor = Box<dyn Fn(&str) -> Vec<ToolDecl> + Send>;
+
+/// The agents of one actor graph. See the [module docs](self).
+pub struct Runtime {
+    agents: BTreeMap<String, NodeAgent>,
+    config: AgentConfig,
+    builtin: bool,
+    system: Option<String>,
+    running: HashMap<String, (StepId, oneshot::Sender<()>)>,
+    to_open: Vec<String>,
+    sink: Sink,
+    tools: Option<ToolsFor>,
+    /// How each node's last turn ended.
+    ends: HashMap<String, TurnEnd>,
+}
+
+impl std::fmt::Debug for Runtime {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Runtime")
+            .field("agents", &self.agents.keys().collect::<Vec<_>>())
+            .field("builtin", &self.builtin)
+            .finish()
+    }
+}
+
+/// Whether `node`'s chat holds any agent line (it was run by an agent before).
+pub fn has_agent_lines(graph: &ActorGraph, node: &str) -> bool {
+    graph.chat(node).unwrap_or_default().iter().any(|e| {
+        e.ok()
+            .is_some_and(|l| l.extra.get(AGENT_FIELD).is_some_and(Value::is_object))
+    })
+}
+
+fn ignore_stale(r: Result<(), AgentsError>) -> Result<(), AgentsError> {
+    match r {
+        Err(AgentsError::Tools(_)) => Ok(()),
+        other => other,
+    }
+}
+
+impl Runtime {
+    /// A runtime whose steps are answered by a configured model (`builtin == false`: the host
+    /// runs [`ModelJob`]s) or by the built-in model (`builtin == true`: inside the pump).
+    pub fn new(config: AgentConfig, builtin: bool, sink: Sink) -> Runtime {
+        Runtime {
+            agents: BTreeMap::new(),
+            config,
+            builtin,
+            system: None,
+            running: HashMap::new(),
+            to_open: Vec::new(),
+            sink,
+            tools: None,
+            ends: HashMap::new(),
+        }
+    }
+
+    /// Text put before every step's system text (e.g. `weft chat --system`).
+    pub fn with_system(mut self, system: Option<String>) -> Runtime {
+        self.system = system.filter(|s| !s.trim().is_empty());
+        self
+    }
+
+    /// The hook that declares host tools for an agent when it opens (task nodes only: the
+    /// core refuses work tools on the discussion surface, and such a refusal is skipped).
+    pub fn set_tools(&mut self, tools: ToolsFor) {
+        self.tools = Some(tools);
+    }
+
+    /// Whether a real model answers (otherwise the built-in one).
+    pub fn model_configured(&self) -> bool {
+        !self.builtin
+    }
+
+    /// Opens the agents of every node that holds agent lines (their unfinished turns are
+    /// closed by the core's recovery lines); returns the nodes opened with their reports.
+    pub fn resume_all(
+        &mut self,
+        now: Millis,
+        graph: &mut ActorGraph,
+    ) -> Result<Vec<(String, Value)>, AgentsError> {
+        let mut out = Vec::new();
+        for id in graph.node_ids() {
+            let n = id.as_str().to_owned();
+            if has_agent_lines(graph, &n)
+                && let Some(r) = self.open(now, graph, &n)?
+            {
+                out.push((n, r));
+            }
+        }
+        Ok(out)
+    }
+
+    /// Opens `node`'s agent unless it is open; returns its resume report when it was opened.
+    pub fn open(
+        &mut self,
+        now: Millis,
+        graph: &mut ActorGraph,
+        node: &str,
+    ) -> Result<Option<Value>, AgentsError> {
+        if self.agents.contains_key(node) {
+            return Ok(None);
+        }
+        let (mut a, report) = NodeAgent::open(now, graph, node, self.config.clone())?;
+        if let Some(tools) = &self.tools {
+            for d in tools(node) {
+                match a.register_tool(d) {
+                    Ok(_) => {}
+                    Err(AgentsError::Actors(ActorsError::CadenceViolation { .. })) => {}
+                    Err(e) => return Err(e),
+                }
+            }
+        }
+        self.agents.insert(node.to_owned(), a);
+        Ok(Some(report.to_json()))
+    }
+
+    /// Asks for `node`'s agent to be opened at the next [`pump`](Self::pump) (a person wrote to
+    /// it).
+    pub fn want(&mut self, node: &str) {
+        if !self.agents.contains_key(node) {
+            self.to_open.push(node.to_owned());
+        }
+    }
+
+    /// Whether `node` has an agent.
+    pub fn has(&self, node: &str) -> bool {
+        self.agents.contains_key(node)
+    }
+
+    /// `node`'s agent state (`NodeAgent::state`), if it has an agent.
+    pub fn state(&self, node: &str) -> Option<Value> {
+        self.agents.get(node).map(NodeAgent::state)
+    }
+
+    /// Every agent's state, by node.
+    pub fn states(&self) -> Value {
+        Value::Object(
+            self.agents
+                .iter()
+                .map(|(k, a)| (k.clone(), a.state()))
+                .collect(),
+        )
+    }
+
+    /// How `node`'s last turn (in this runtime) ended.
+    pub fn last_end(&self, node: &str) -> Option<&TurnEnd> {
+        self.ends.get(node)
+    }
+
+    /// Whether `node`'s agent is idle with no task queued.
+    pub fn is_quiet(&self, node: &str) -> bool {
+        self.agents
+            .get(node)
+            .is_none_or(|a| a.state()["phase"] == "idle" && a.state()["queuedTasks"] == 0)
+    }
+
+    /// The number of model steps running on the host.
+    pub fn running(&self) -> usize {
+        self.running.len()
+    }
+
+    /// Runs the call order until quiet: `flush` (apply + fsync + ack every queued batch),
+    /// open wanted agents, sync every agent, poll what durable lines allow. Returns the model
+    /// steps the host must run.
+    pub fn pump(
+        &mut self,
+        now: Millis,
+        graph: &mut ActorGraph,
+        flush: &mut dyn FnMut(&mut ActorGraph) -> Result<(), ActorsError>,
+    ) -> Result<Vec<ModelJob>, AgentsError> {
+        let mut jobs = Vec::new();
+        for _ in 0..64 {
+            flush(graph)?;
+            for n in std::mem::take(&mut self.to_open) {
+                if graph.node(&n).is_some() {
+                    self.open(now, graph, &n)?;
+                }
+            }
+            for a in self.agents.values_mut() {
+                if a.poll_timeout().is_some_and(|t| t <= now) {
+                    a.handle_timeout(now, graph)?;
+                }
+                a.sync(now, graph)?;
+            }
+            flush(graph)?;
+            let mut progressed = false;
+            let Runtime {
+                agents,
+                builtin,
+                system,
+                running,
+                to_open,
+                sink,
+                ends,
+                ..
+            } = self;
+            for (n, a) in agents.iter_mut() {
+                while let Some(o) = a.poll_output(graph) {
+                    sink(AgentEvent::Output {
+                        node: n.clone(),
+                        output: o.to_json(),
+                    });
+                    match o {
+                        AgentOutput::Session(Output::ModelRequest { turn, step }) => {
+                            let Some(mut input) = a.model_input(graph) else {
+                                continue;
+                            };
+                            if *builtin {
+                                let r = input.builtin_answer();
+                                if let Some(text) = &r.text {
+                                    sink(AgentEvent::Delta {
+                                        node: n.clone(),
+                                        turn: turn.0,
+                                        step: step.0,
+                                        text: text.clone(),
+                                    });
+                                }
+                                ignore_stale(a.on_model_response(now, graph, step, r))?;
+                                progressed = true;
+                            } else {
+                                if let Some(s) = system.as_deref() {
+                                    input.system = format!("{s}\n\n{}", input.system);
+                                }
+                                let (tx, rx) = oneshot::channel();
+                                running.insert(n.clone(), (step, tx));
+                                jobs.push(ModelJob {
+                                    node: n.clone(),
+                                    turn,
+                                    step,
+                                    chat: input.chat_request(),
+                                    abort: rx,
+                                });
+                            }
+                        }
+                        AgentOutput::Session(Output::AbortModel { step })
+                            if running.get(n).is_some_and(|r| r.0 == step) =>
+                        {
+                            running.remove(n);
+                        }
+                        AgentOutput::Session(Output::StartCall {
+                            invocation, tool, ..
+                        }) => {
+                            // No host handler is registered for this tool on this host.
+                            a.on_call_settled(
+                                now,
+                                graph,
+                                invocation,
+                                Settlement::Threw {
+                                    message: format!("tool `{tool}` has no handler on this host"),
+                                    code: Some("NO_HANDLER".into()),
+                                },
+                            )?;
+                            progressed = true;
+                        }
+                        AgentOutput::Session(Output::TurnEnded { end, .. }) => {
+                            ends.insert(n.clone(), end);
+                        }
+                        AgentOutput::Spawned { child } => {
+                            to_open.push(child);
+                            progressed = true;
+                        }
+                        _ => {}
+                    }
+                }
+            }
+            if !progressed && !graph.has_batches() && self.to_open.is_empty() {
+                break;
+            }
+        }
+        Ok(jobs)
+    }
+
+    /// The host's model answered (or failed) `node`'s `step`; a stale answer (the step was
+    /// interrupted meanwhile) is dropped. Call [`pump`](Self::pump) afterwards.
+    pub fn finish(
+        &mut self,
+        now: Millis,
+        graph: &mut ActorGraph,
+        node: &str,
+        step: StepId,
+        result: Result<ModelResponse, String>,
+    ) -> Result<(), AgentsError> {
+        if self.running.get(node).is_some_and(|r| r.0 == step) {
+            self.running.remove(node);
+        }
+        let Some(a) = self.agents.get_mut(node) else {
+            return Ok(());
+        };
+        ignore_stale(match result {
+            Ok(r) => a.on_model_response(now, graph, step, r),
+            Err(m) => a.on_model_error(now, graph, step, &m),
+        })
+    }
+
+    /// Interrupts `node`'s turn (a running model stream is dropped; a wait is cancelled).
+    /// `None` when the node has no agent.
+    pub fn interrupt(
+        &mut self,
+        now: Millis,
+        graph: &mut ActorGraph,
+        node: &str,
+        reason: &str,
+    ) -> Option<Result<InterruptStatus, AgentsError>> {
+        let a = self.agents.get_mut(node)?;
+        self.running.remove(node);
+        Some(a.interrupt(now, graph, reason))
+    }
+
+    /// Interrupts every running model step (the host is stopping): the streams are dropped
+    /// and the turns end `interrupted` with `reason`.
+    pub fn interrupt_all(
+        &mut self,
+        now: Millis,
+        graph: &mut ActorGraph,
+        reason: &str,
+    ) -> Result<(), AgentsError> {
+        let nodes: Vec<String> = self.running.keys().cloned().collect();
+        for n in nodes {
+            if let Some(r) = self.interrupt(now, graph, &n, reason) {
+                r?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Runs `job` with `model`, passing each text delta to `on_delta`; `None` when the step was
+/// interrupted first (the future, and with it the connection, is dropped).
+pub async fn run_model(
+    model: &ReqwestModel,
+    job: ModelJob,
+    mut on_delta: impl FnMut(&str) + Send,
+) -> Option<Result<ModelResponse, String>> {
+    let ModelJob {
+        chat, mut abort, ..
+    } = job;
+    let mut sink = |e: StreamEvent| {
+        if let StreamEvent::TextDelta { text } = &e {
+            on_delta(text);
+        }
+    };
+    let ask = model.ask(&chat, &mut sink);
+    tokio::select! {
+        r = ask => Some(r.map_err(|e| e.step_message())),
+        _ = &mut abort => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::{Arc, Mutex};
+
+    use weft_core::actors::{ActorStore, HarnessConfig, MemoryStore, NewLine};
+
+    use super::*;
+
+    fn graph() -> (ActorGraph, MemoryStore) {
+        let (config, _) = HarnessConfig::from_vars(Vec::<(String, String)>::new()).unwrap();
+        let mut store = MemoryStore::default();
+        let snap = store.load().unwrap();
+        let mut g = ActorGraph::init(config, "memory:", &snap, 1_000, "test").unwrap();
+        flusher(&mut store)(&mut g).unwrap();
+        (g, store)
+    }
+
+    fn runtime(builtin: bool) -> (Runtime, Arc<Mutex<Vec<AgentEvent>>>) {
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let s = seen.clone();
+        let rt = Runtime::new(
+            AgentConfig::default(),
+            builtin,
+            Box::new(move |e| s.lock().unwrap().push(e)),
+        );
+        (rt, seen)
+    }
+
+    fn flusher(store: &mut MemoryStore) -> impl FnMut(&mut ActorGraph) -> Result<(), ActorsError> {
+        move |g: &mut ActorGraph| {
+            for b in g.take_batches() {
+                store.apply(&b).map_err(ActorsError::StoreIo)?;
+                g.ack(b.id)?;
+            }
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn the_builtin_model_answers_a_wanted_node_inside_the_pump() {
+        let (mut g, mut store) = graph();
+        let (mut rt, seen) = runtime(true);
+        g.append(2_000, "coordinator", NewLine::user("hello"))
+            .unwrap();
+        rt.want("coordinator");
+        let jobs = rt.pump(2_000, &mut g, &mut flusher(&mut store)).unwrap();
+        assert!(
+            jobs.is_empty(),
+            "no host model step with the built-in model"
+        );
+        assert!(!g.has_batches(), "every line is durable");
+        assert_eq!(rt.last_end("coordinator"), Some(&TurnEnd::Completed));
+        assert!(rt.is_quiet("coordinator"));
+        let seen = seen.lock().unwrap();
+        let deltas: Vec<&AgentEvent> = seen
+            .iter()
+            .filter(|e| matches!(e, AgentEvent::Delta { .. }))
+            .collect();
+        assert_eq!(deltas.len(), 1);
+        assert_eq!(seen.last().unwrap().to_json()["output"], "turn_ended");
+        let chat = g.chat("coordinator").unwrap();
+        let answer = chat
+            .iter()
+            .filter_map(|e| e.ok())
+            .find(|l| l.role == weft_core::actors::Role::Assistant)
+            .unwrap();
+        assert!(answer.text.contains("hello"));
+    }
+
+    #[test]
+    fn a_released_step_is_a_job_an_interrupt_aborts_and_a_late_answer_is_dropped() {
+        let (mut g, mut store) = graph();
+        let (mut rt, _) = runtime(false);
+        rt.open(2_000, &mut g, "coordinator").unwrap();
+        g.append(2_000, "coordinator", NewLine::user("hi")).unwrap();
+        let mut jobs = rt.pump(2_000, &mut g, &mut flusher(&mut store)).unwrap();
+        assert_eq!(jobs.len(), 1);
+        assert_eq!(rt.running(), 1);
+        let mut job = jobs.pop().unwrap();
+        assert_eq!(job.node, "coordinator");
+        assert!(job.chat.system.is_some());
+        assert!(
+            job.abort
+                .try_recv()
+                .is_err_and(|e| e == oneshot::error::TryRecvError::Empty)
+        );
+        let st = rt
+            .interrupt(3_000, &mut g, "coordinator", "stop")
+            .unwrap()
+            .unwrap();
+        assert_eq!(st.as_str(), "ended");
+        assert_eq!(rt.running(), 0);
+        assert!(
+            job.abort
+                .try_recv()
+                .is_err_and(|e| e == oneshot::error::TryRecvError::Closed)
+        );
+        // The model's answer arriving after the interrupt changes nothing.
+        rt.finish(
+            3_001,
+            &mut g,
+            "coordinator",
+            job.step,
+            Ok(ModelResponse::text("late")),
+        )
+        .unwrap();
+        let jobs = rt.pump(3_001, &mut g, &mut flusher(&mut store)).unwrap();
+        assert!(jobs.is_empty());
+        assert!(matches!(
+            rt.last_end("coordinator"),
+            Some(TurnEnd::Interrupted { .. })
+        ));
+        assert!(
+            !g.chat("coordinator")
+                .unwrap()
+                .iter()
+                .filter_map(|e| e.ok())
+                .any(|l| l.text == "late")
+        );
+        assert!(rt.interrupt(3_002, &mut g, "nobody", "x").is_none());
+    }
+}
