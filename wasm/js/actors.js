@@ -5,6 +5,7 @@
 // a message before its lineage is durable).
 import { WeftError } from './error.js';
 import { lazyModule } from './lazy.js';
+import { NodeAgent } from './node-agent.js';
 
 // The actor graph is its own WebAssembly module (weft_actors_bg.wasm), loaded on first use.
 const wasm = lazyModule('actors', new URL('./weft_actors_bg.wasm', import.meta.url), () => import('./weft_actors.js'));
@@ -157,40 +158,68 @@ export class ActorStore {
   #queue = Promise.resolve();
   #listeners = new Set();
   #closed = false;
+  #glue;
+  #agents = new Map();
+  #opened = false;
+  #host;
 
-  constructor(core, backend, report) {
+  constructor(core, backend, report, glue) {
     this.#core = core;
     this.#backend = backend;
+    this.#glue = glue;
     /** What open found: `{diagnostics, repairs, recoveryBatch}`. */
     this.report = report;
+    // What the agents of this store may do: run in its queue, open a spawned child's agent.
+    this.#host = {
+      run: (fn) => this.#run(fn),
+      openChild: (parent, child) => {
+        if (!this.#agents.has(child)) this.#openAgent(child, parent.childOptions(child), Date.now());
+      },
+      detach: (agent) => {
+        if (this.#agents.get(agent.node) === agent) this.#agents.delete(agent.node);
+      },
+    };
   }
 
-  /** Persists every queued batch in order; acknowledges each to the core. */
+  /**
+   * Persists every queued batch in order and acknowledges each to the core; then every agent
+   * syncs and handles the outputs its now-durable lines release, until nothing new is queued.
+   */
   async #persist() {
-    for (const batch of this.#core.takeBatches()) {
-      try {
-        await this.#backend.apply(batch);
-      } catch (e) {
-        this.#core.fail(batch.id, String(e?.message ?? e));
-        throw coded(e);
+    for (let round = 0; ; round++) {
+      const batches = this.#core.takeBatches();
+      // Done when a round queued nothing and opened no agent (a spawned child's agent syncs
+      // in the next round).
+      if (round > 0 && batches.length === 0 && !this.#opened) break;
+      this.#opened = false;
+      for (const batch of batches) {
+        try {
+          await this.#backend.apply(batch);
+        } catch (e) {
+          this.#core.fail(batch.id, String(e?.message ?? e));
+          throw coded(e);
+        }
+        this.#core.ack(batch.id);
       }
-      this.#core.ack(batch.id);
+      if (this.#agents.size === 0) {
+        if (batches.length === 0) break;
+        continue;
+      }
+      const now = Date.now();
+      for (const a of [...this.#agents.values()]) a.pump(this.#core, now);
     }
     const events = this.#core.drainEvents();
     if (events.length) for (const l of this.#listeners) l(events);
   }
 
-  /**
-   * Runs a mutation of the core (see `weft_core::actors::api`) and resolves with its result
-   * once the store has committed it. Calls are applied one at a time, in call order.
-   */
-  mutate(op, args = {}, { signal } = {}) {
+  /** Runs `fn(core, now, glue)` in the store's queue, then persists what it queued. */
+  #run(fn, signal) {
     const run = async () => {
       if (this.#closed) throw new WeftError('CLOSED', 'the actor store is closed');
       signal?.throwIfAborted();
       let out;
       try {
-        out = this.#core.call(op, Date.now(), args);
+        out = fn(this.#core, Date.now(), this.#glue);
       } catch (e) {
         throw coded(e);
       }
@@ -200,6 +229,86 @@ export class ActorStore {
     const p = this.#queue.then(run, run);
     this.#queue = p.catch(() => {});
     return p;
+  }
+
+  #openAgent(node, options, now) {
+    const { NodeAgent: Raw } = this.#glue;
+    const raw = Raw.open(this.#core, node, { contextTokens: options.contextTokens, recentLines: options.recentLines, interruptGraceMs: options.interruptGraceMs, maxStepsPerTurn: options.maxStepsPerTurn }, now);
+    try {
+      for (const t of options.tools ?? []) {
+        raw.registerTool({ name: t.name, description: t.description, parameters: t.parameters, supportsParallel: t.supportsParallel, mayStartJob: false, safeToCancel: t.safeToCancel });
+      }
+    } catch (e) {
+      // The recovery lines open wrote stay queued (they are true whichever host resumes).
+      raw.free();
+      throw e;
+    }
+    const agent = new NodeAgent(this.#host, raw, options);
+    this.#agents.set(node, agent);
+    this.#opened = true;
+    return agent;
+  }
+
+  /**
+   * Opens the agent of `node` (see `NodeAgent`): its lines are read and a restart's recovery
+   * lines written (an unfinished turn `interrupted`, a started call `uncertain`, a job
+   * `lost`); user lines not yet answered become its tasks. `options`: `{model?, tools?,
+   * contextTokens?, recentLines?, interruptGraceMs?, maxStepsPerTurn?, children?}` (`model`
+   * defaults to the built-in model; `tools` are host tools `{name, description?,
+   * parameters?, supportsParallel?, safeToCancel?, run(args, {signal, node, invocation,
+   * callId, tool, step})}`, task nodes only; `children`: the options of the agents of
+   * children it spawns, or a function of the child's id, by default the same model and
+   * budget without tools). Rejects with AGENT_OPEN when the node has an open agent.
+   */
+  agent(node, options = {}, { signal } = {}) {
+    return this.#run((core, now) => {
+      if (this.#agents.has(node)) throw new WeftError('AGENT_OPEN', `node \`${node}\` already has an open agent (store.agentOf)`);
+      return this.#openAgent(node, options, now);
+    }, signal);
+  }
+
+  /** The open agent of `node`, or null. */
+  agentOf(node) {
+    return this.#agents.get(node) ?? null;
+  }
+
+  /** The open agents, in the order they were opened. */
+  agents() {
+    return [...this.#agents.values()];
+  }
+
+  /**
+   * Opens an agent on every node whose chat holds agent lines and has none open (after a
+   * reload: the agents resume from the store). `options` as for `agent`, or a function of the
+   * node id returning them. Resolves with the agents opened.
+   */
+  resumeAgents(options = {}, { signal } = {}) {
+    return this.#run((core, now) => {
+      const opened = [];
+      for (const node of core.agentNodes()) {
+        if (this.#agents.has(node)) continue;
+        opened.push(this.#openAgent(node, typeof options === 'function' ? options(node) ?? {} : options, now));
+      }
+      return opened;
+    }, signal);
+  }
+
+  /** Resolves once every open agent (children they spawn included) is idle at the same time. */
+  async agentsIdle({ signal } = {}) {
+    for (;;) {
+      const open = this.agents();
+      await Promise.all(open.map((a) => a.idle({ signal }).catch((e) => (a.closed ? null : Promise.reject(e)))));
+      const now = this.agents();
+      if (now.length === open.length && now.every((a) => a.state().phase === 'idle')) return;
+    }
+  }
+
+  /**
+   * Runs a mutation of the core (see `weft_core::actors::api`) and resolves with its result
+   * once the store has committed it. Calls are applied one at a time, in call order.
+   */
+  mutate(op, args = {}, { signal } = {}) {
+    return this.#run((core, now) => core.call(op, now, args), signal);
   }
 
   /** Reads a view (`graph`, `grid`, `tree`, `linear`, `temporal`, `fork`, …). No I/O. */
@@ -227,9 +336,10 @@ export class ActorStore {
     return this.#core.version;
   }
 
-  /** Waits for queued mutations, then releases the store. */
+  /** Waits for queued mutations, detaches the agents (see `NodeAgent.close`), then releases the store. */
   async close() {
     await this.#queue;
+    for (const a of this.agents()) a.close();
     this.#closed = true;
     this.#backend.close();
   }
@@ -255,7 +365,8 @@ for (const v of VIEWS) {
  */
 export async function openActorStore({ backend, name = 'weft-actors', config = {}, title = 'Session' } = {}) {
   const kind = backend ?? (typeof indexedDB === 'undefined' ? 'memory' : 'indexeddb');
-  const { ActorGraph } = await wasm.load();
+  const glue = await wasm.load();
+  const { ActorGraph } = glue;
   const store = kind === 'memory' ? new MemoryBackend() : await IndexedDbBackend.open(name);
   const files = await store.load();
   const address = kind === 'memory' ? 'memory:' : `idb://${name}`;
@@ -266,7 +377,7 @@ export async function openActorStore({ backend, name = 'weft-actors', config = {
     store.close();
     throw coded(e);
   }
-  const s = new ActorStore(core, store, core.report);
+  const s = new ActorStore(core, store, core.report, glue);
   for (const n of core.notes) console.warn(`weft actors: ${n}`);
   await s.sync(); // the init or recovery batch is durable before anything else happens
   return s;

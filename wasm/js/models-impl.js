@@ -186,12 +186,23 @@ function drive(raw, maxErrorBody, { signal, onDelta, fetchImpl, now }) {
   });
 }
 
+/**
+ * The options with a request's system text (an agent on an actor node sends its node's
+ * context as `request.system`): after the configured system text, if any.
+ */
+function withSystem(config, system) {
+  if (typeof system !== 'string' || system === '') return config;
+  const o = JSON.parse(config);
+  o.system = typeof o.system === 'string' && o.system !== '' ? `${o.system}\n\n${system}` : system;
+  return JSON.stringify(o);
+}
+
 /** One model step of `provider` (`config`: the options as JSON text): `{text, calls, usage}`. */
 export async function runModel(config, request, { signal, onDelta } = {}, fetchImpl, now) {
   const g = await glue();
   let raw;
   try {
-    raw = new g.ModelCall(now(), config, jsonText(request?.messages ?? []), jsonText(request?.tools ?? []));
+    raw = new g.ModelCall(now(), withSystem(config, request?.system), jsonText(request?.messages ?? []), jsonText(request?.tools ?? []));
   } catch (err) {
     throw thrown(err);
   }

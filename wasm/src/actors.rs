@@ -5,11 +5,14 @@
 use std::collections::BTreeMap;
 
 use js_sys::{Array, Object, Reflect, Uint8Array};
+use serde_json::{Value, json};
 use wasm_bindgen::prelude::*;
 use weft_core::actors::store::{Snapshot, WriteBatch};
 use weft_core::actors::{
     ActorGraph, ActorsError, HarnessConfig, HeuristicProposer, OpenReport, api,
 };
+use weft_core::agents::{self, AGENT_FIELD, AgentConfig, AgentsError, NodeAgent, ResumeReport};
+use weft_core::tools::{InvocationId, ModelResponse, Settlement, StepId, ToolDecl, ToolsError};
 
 use crate::js::{error, from_js_json, json};
 
@@ -178,4 +181,286 @@ impl ActorGraphJs {
 pub fn actor_config(vars: JsValue) -> Result<JsValue, JsValue> {
     let (c, notes) = config(&vars)?;
     Ok(json(&serde_json::json!({"config": c, "notes": notes})))
+}
+
+/// The nodes whose chat holds agent lines (the agents a reopened store resumes), in id order.
+#[wasm_bindgen(js_class = ActorGraph)]
+impl ActorGraphJs {
+    /// The ids of nodes with at least one line carrying the `agent` field.
+    #[wasm_bindgen(js_name = agentNodes)]
+    pub fn agent_nodes(&self) -> Vec<String> {
+        self.inner
+            .node_ids()
+            .into_iter()
+            .filter(|n| {
+                self.inner.chat(n.as_str()).is_some_and(|lines| {
+                    lines
+                        .iter()
+                        .filter_map(|e| e.ok())
+                        .any(|l| l.extra.contains_key(AGENT_FIELD))
+                })
+            })
+            .map(|n| n.to_string())
+            .collect()
+    }
+}
+
+fn args_json(v: &JsValue, what: &str) -> Result<Value, JsValue> {
+    if v.is_undefined() || v.is_null() {
+        return Ok(json!({}));
+    }
+    from_js_json(v).map_err(|e| {
+        error(&ActorsError::InvalidArgument(format!(
+            "{what} is not JSON-like: {e}"
+        )))
+    })
+}
+
+fn agents_err(e: AgentsError) -> JsValue {
+    error(&e)
+}
+
+/// The agent of one actor node (`weft_core::agents::NodeAgent`). Every call borrows the
+/// store's graph; the JS host (`wasm/js/node-agent.js`) persists the batches the calls queue,
+/// acknowledges them, syncs and polls. Times are Unix-epoch milliseconds.
+#[wasm_bindgen(js_name = NodeAgent)]
+pub struct NodeAgentJs {
+    inner: NodeAgent,
+    report: ResumeReport,
+}
+
+#[wasm_bindgen(js_class = NodeAgent)]
+impl NodeAgentJs {
+    /// Opens the agent of `node`: reads its lines and writes the recovery lines of a restart
+    /// (queued on the graph). `config`: `{contextTokens?, recentLines?, interruptGraceMs?,
+    /// maxStepsPerTurn?}`.
+    pub fn open(
+        graph: &mut ActorGraphJs,
+        node: &str,
+        config: JsValue,
+        now: f64,
+    ) -> Result<NodeAgentJs, JsValue> {
+        let c = args_json(&config, "the agent configuration")?;
+        let mut ac = AgentConfig::default();
+        if let Some(t) = c["contextTokens"].as_u64() {
+            ac.context_tokens = t;
+        }
+        if let Some(n) = c["recentLines"].as_u64() {
+            ac.recent_lines = n as usize;
+        }
+        if let Some(g) = c["interruptGraceMs"].as_u64() {
+            ac.interrupt_grace_ms = g;
+        }
+        if let Some(s) = c["maxStepsPerTurn"].as_u64() {
+            ac.max_steps_per_turn = u32::try_from(s).unwrap_or(u32::MAX);
+        }
+        let (inner, report) =
+            NodeAgent::open(ms(now), &mut graph.inner, node, ac).map_err(agents_err)?;
+        Ok(NodeAgentJs { inner, report })
+    }
+
+    /// What open found and repaired: `{interruptedTurn, modelStepInterrupted, uncertainCalls,
+    /// lostJobs, requeuedMail, pendingTasks}`.
+    #[wasm_bindgen(getter)]
+    pub fn report(&self) -> JsValue {
+        json(&self.report.to_json())
+    }
+
+    /// The node this agent is.
+    #[wasm_bindgen(getter)]
+    pub fn node(&self) -> String {
+        self.inner.node().to_owned()
+    }
+
+    /// Declares a host tool `{name, description?, parameters?, supportsParallel?,
+    /// mayStartJob?}`; returns its handler id. Refused on the discussion surface
+    /// (`CADENCE_VIOLATION`) and for graph tool names (`AGENT_TOOL_RESERVED`).
+    #[wasm_bindgen(js_name = registerTool)]
+    pub fn register_tool(&mut self, decl: JsValue) -> Result<f64, JsValue> {
+        let decl = ToolDecl::from_json(&args_json(&decl, "a tool declaration")?)
+            .map_err(|e| agents_err(e.into()))?;
+        Ok(self.inner.register_tool(decl).map_err(agents_err)?.0 as f64)
+    }
+
+    /// Something changed in the graph: takes new user lines, re-checks waits.
+    pub fn sync(&mut self, graph: &mut ActorGraphJs, now: f64) -> Result<(), JsValue> {
+        self.inner
+            .sync(ms(now), &mut graph.inner)
+            .map_err(agents_err)
+    }
+
+    /// The next output whose lines are durable (`AgentOutput::to_json`), or `undefined`.
+    #[wasm_bindgen(js_name = pollOutput)]
+    pub fn poll_output(&mut self, graph: &ActorGraphJs) -> JsValue {
+        match self.inner.poll_output(&graph.inner) {
+            Some(o) => json(&o.to_json()),
+            None => JsValue::UNDEFINED,
+        }
+    }
+
+    /// The released step's model input `{node, turn, step, system, messages, tools, warnings,
+    /// lines}`, or `undefined`.
+    #[wasm_bindgen(js_name = modelInput)]
+    pub fn model_input(&self, graph: &ActorGraphJs) -> JsValue {
+        match self.inner.model_input(&graph.inner) {
+            Some(m) => json(&m.to_json()),
+            None => JsValue::UNDEFINED,
+        }
+    }
+
+    /// The built-in deterministic model's answer to the released step (`{text}`), or
+    /// `undefined`.
+    #[wasm_bindgen(js_name = builtinAnswer)]
+    pub fn builtin_answer(&self, graph: &ActorGraphJs) -> JsValue {
+        match self.inner.model_input(&graph.inner) {
+            Some(m) => json(&json!({"text": m.builtin_answer().text})),
+            None => JsValue::UNDEFINED,
+        }
+    }
+
+    /// The model answered step `step`: `{text?, calls?: [{id, name, arguments}], usage?}`.
+    #[wasm_bindgen(js_name = onModelResponse)]
+    pub fn on_model_response(
+        &mut self,
+        graph: &mut ActorGraphJs,
+        now: f64,
+        step: f64,
+        response: JsValue,
+    ) -> Result<(), JsValue> {
+        let v = args_json(&response, "a model response")?;
+        let r = ModelResponse::from_json(&v)
+            .map_err(|m| agents_err(ToolsError::InvalidResponse(m).into()))?;
+        self.inner
+            .on_model_response(ms(now), &mut graph.inner, StepId(ms(step)), r)
+            .map_err(agents_err)
+    }
+
+    /// Model step `step` failed with `message`.
+    #[wasm_bindgen(js_name = onModelError)]
+    pub fn on_model_error(
+        &mut self,
+        graph: &mut ActorGraphJs,
+        now: f64,
+        step: f64,
+        message: &str,
+    ) -> Result<(), JsValue> {
+        self.inner
+            .on_model_error(ms(now), &mut graph.inner, StepId(ms(step)), message)
+            .map_err(agents_err)
+    }
+
+    /// A host tool settled: `{value}` (returned), `{error, code?}` (threw) or `{aborted:
+    /// true}`.
+    #[wasm_bindgen(js_name = onCallSettled)]
+    pub fn on_call_settled(
+        &mut self,
+        graph: &mut ActorGraphJs,
+        now: f64,
+        invocation: f64,
+        settlement: JsValue,
+    ) -> Result<(), JsValue> {
+        let v = args_json(&settlement, "a settlement")?;
+        let s = if v["aborted"] == json!(true) {
+            Settlement::Aborted
+        } else if let Some(e) = v.get("error").filter(|e| !e.is_null()) {
+            Settlement::Threw {
+                message: e.as_str().map_or_else(|| e.to_string(), str::to_owned),
+                code: v["code"].as_str().map(str::to_owned),
+            }
+        } else {
+            Settlement::Returned(v.get("value").cloned().unwrap_or(Value::Null))
+        };
+        self.inner
+            .on_call_settled(ms(now), &mut graph.inner, InvocationId(ms(invocation)), s)
+            .map_err(agents_err)
+    }
+
+    /// The result of an observation for this agent (a line; admitted at the next turn start).
+    #[wasm_bindgen(js_name = postObservation)]
+    pub fn post_observation(
+        &mut self,
+        graph: &mut ActorGraphJs,
+        now: f64,
+        source: &str,
+        value: JsValue,
+    ) -> Result<f64, JsValue> {
+        let v = if value.is_undefined() {
+            Value::Null
+        } else {
+            args_json(&value, "an observation value")?
+        };
+        Ok(self
+            .inner
+            .post_observation(ms(now), &mut graph.inner, source, v)
+            .map_err(agents_err)? as f64)
+    }
+
+    /// The application's explicit choice to wake the agent (admits its mail in a turn).
+    pub fn wake(
+        &mut self,
+        graph: &mut ActorGraphJs,
+        now: f64,
+        reason: &str,
+    ) -> Result<(), JsValue> {
+        self.inner
+            .wake(ms(now), &mut graph.inner, reason)
+            .map_err(agents_err)
+    }
+
+    /// Interrupts the running turn (a waiting step included); returns `not_running`, `ended`,
+    /// `stopping` or `already_interrupting`.
+    pub fn interrupt(
+        &mut self,
+        graph: &mut ActorGraphJs,
+        now: f64,
+        reason: &str,
+    ) -> Result<String, JsValue> {
+        Ok(self
+            .inner
+            .interrupt(ms(now), &mut graph.inner, reason)
+            .map_err(agents_err)?
+            .as_str()
+            .to_owned())
+    }
+
+    /// The next deadline (an interrupt's grace period), if any.
+    #[wasm_bindgen(js_name = pollTimeout)]
+    pub fn poll_timeout(&self) -> Option<f64> {
+        self.inner.poll_timeout().map(|t| t as f64)
+    }
+
+    /// Time passed: an interrupt's grace period may have ended.
+    #[wasm_bindgen(js_name = handleTimeout)]
+    pub fn handle_timeout(&mut self, graph: &mut ActorGraphJs, now: f64) -> Result<(), JsValue> {
+        self.inner
+            .handle_timeout(ms(now), &mut graph.inner)
+            .map_err(agents_err)
+    }
+
+    /// `{node, phase, turn, waiting, queuedTasks, pendingMail, openJobs}`.
+    pub fn state(&self) -> JsValue {
+        json(&self.inner.state())
+    }
+
+    /// Outputs held until their lines are durable.
+    #[wasm_bindgen(js_name = heldOutputs)]
+    pub fn held_outputs(&self) -> f64 {
+        self.inner.held_outputs() as f64
+    }
+}
+
+/// A person's utterance typed in `node` where agents run (`weft_core::agents::admit_utterance`):
+/// appended when a model is configured (the agent's spawn tool decides), routed by the
+/// keyword heuristic otherwise.
+#[wasm_bindgen(js_name = admitUtterance)]
+pub fn admit_utterance(
+    graph: &mut ActorGraphJs,
+    now: f64,
+    node: &str,
+    text: &str,
+    model_configured: bool,
+) -> Result<JsValue, JsValue> {
+    let out = agents::admit_utterance(ms(now), &mut graph.inner, node, text, model_configured)
+        .map_err(agents_err)?;
+    Ok(json(&out))
 }

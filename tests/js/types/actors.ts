@@ -1,5 +1,14 @@
 // Typed usage of `weft/actors`: views are typed (ActorViews.GridView, ...).
-import { openActorStore, type ActorViews, type SpawnResult } from 'weft/actors';
+import {
+  builtinModel,
+  openActorStore,
+  type ActorViews,
+  type NodeAgent,
+  type NodeAgentOutput,
+  type NodeAgentState,
+  type NodeModelRequest,
+  type SpawnResult,
+} from 'weft/actors';
 
 export async function graph(): Promise<string[]> {
   const s = await openActorStore({ backend: 'memory', title: 'demo' });
@@ -13,4 +22,37 @@ export async function graph(): Promise<string[]> {
   const audit = s.auditView();
   await s.close();
   return [...grid.tiles.map((t) => `${t.id} ${t.status} ${t.opacity}`), ...tree.nodes.map((n) => `${n.depth}:${n.id}`), ...lines, String(audit.problems)];
+}
+
+// An agent bound to a node: a custom model sees the node's slice; a task child gets host tools.
+export async function agentOnNode(): Promise<string[]> {
+  const s = await openActorStore({ backend: 'memory', config: { ACTOR_WAIT_GRAPH: 'enforce' } });
+  const model = async (request: NodeModelRequest, { signal }: { signal: AbortSignal }) => {
+    signal.throwIfAborted();
+    return request.system.includes(request.node) ? { text: 'ok' } : { calls: [{ name: 'spawn', arguments: { type: 'task', title: 'Work' } }] };
+  };
+  const agent: NodeAgent = await s.agent(s.graph().root, {
+    model,
+    contextTokens: 8000,
+    children: (child: string) => ({
+      model: builtinModel(),
+      tools: [{ name: 'count', parameters: { type: 'object' }, supportsParallel: true, run: async (_args: unknown, { signal, node }) => (signal.aborted ? 0 : node.length) }],
+    }),
+  });
+  const seen: string[] = [];
+  const stop = agent.on('output', (o: NodeAgentOutput) => seen.push(o.output === 'spawned' ? `spawned ${o.child}` : o.output));
+  agent.on('waiting', (o) => seen.push(o.on.join(',')));
+  agent.on('model_delta', (d) => d.type === 'text_delta' && seen.push(d.text));
+  const said = await agent.say('hello');
+  if (said.outcome === 'spawned') seen.push(said.id);
+  await agent.idle();
+  const st: NodeAgentState = agent.state();
+  const status: string = await agent.interrupt('done');
+  const resumed: NodeAgent[] = await s.resumeAgents((node) => ({ model: builtinModel(), contextTokens: node.length * 100 }));
+  await s.agentsIdle();
+  stop();
+  const child = s.agentOf('work');
+  agent.close();
+  await s.close();
+  return [...seen, st.phase, status, String(agent.report.interruptedTurn), String(resumed.length), child?.node ?? 'none'];
 }

@@ -1,0 +1,51 @@
+// Agents on actor nodes through the JS package in Node, on the memory store: the scenarios
+// shared with Chromium (IndexedDB), plus a provider model (a local OpenAI-compatible server)
+// that receives the node's slice, its system text included.
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { createServer } from 'node:http';
+import * as weft from 'weft';
+import { actorAgentScenarios } from '../actor-agent-scenarios.mjs';
+
+const open = (config = {}) => weft.openActorStore({ backend: 'memory', config, title: 'Agents' });
+
+for (const [name, run] of Object.entries(actorAgentScenarios)) {
+  test(`actor agents (Node, memory): ${name}`, { timeout: 30_000 }, () => run({ weft, open }));
+}
+
+test('actor agents (Node): an OpenAI-compatible model is sent the node slice and streams deltas', { timeout: 30_000 }, async () => {
+  const bodies = [];
+  const server = createServer((req, res) => {
+    let body = '';
+    req.on('data', (c) => (body += c));
+    req.on('end', () => {
+      bodies.push(JSON.parse(body));
+      res.writeHead(200, { 'content-type': 'text/event-stream' });
+      const chunk = (delta, finish = null) => `data: ${JSON.stringify({ choices: [{ index: 0, delta, finish_reason: finish }] })}\n\n`;
+      res.end(chunk({ role: 'assistant', content: 'Hel' }) + chunk({ content: 'lo.' }) + chunk({}, 'stop') + 'data: [DONE]\n\n');
+    });
+  });
+  await new Promise((r) => server.listen(0, '127.0.0.1', r));
+  try {
+    const model = weft.openaiModel({ baseUrl: `http://127.0.0.1:${server.address().port}/v1`, model: 'local', apiKey: 'k' });
+    const store = await open();
+    const root = store.graph().root;
+    const agent = await store.agent(root, { model });
+    const deltas = [];
+    agent.on('model_delta', (d) => d.type === 'text_delta' && deltas.push(d.text));
+    await agent.say('say hello');
+    await agent.idle();
+    assert.deepEqual(deltas, ['Hel', 'lo.']);
+    const answer = store.forkView({ node: root }).transcript.filter((l) => l.role === 'assistant').at(-1);
+    assert.equal(answer.text, 'Hello.');
+    assert.equal(bodies.length, 1);
+    const [system, ...rest] = bodies[0].messages;
+    assert.equal(system.role, 'system');
+    assert.ok(system.content.includes(root), 'the system text names the node');
+    assert.deepEqual(rest.at(-1), { role: 'user', content: 'say hello' });
+    assert.ok(bodies[0].tools.some((t) => t.function.name === 'spawn'));
+    await store.close();
+  } finally {
+    server.close();
+  }
+});
