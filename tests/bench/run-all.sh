@@ -16,6 +16,8 @@ echo "== agent scheduling overhead per tool call, native"
 cargo run -q --release -p weft-bench --bin tools 2>/dev/null
 echo "== model streams: decoding tokens/s and first-delta latency, native"
 cargo run -q --release -p weft-bench --bin model_stream 2>/dev/null
+echo "== agents on nodes: turn overhead vs the RAM-only session, resume of 1,000 agent nodes"
+cargo run -q --release -p weft-bench --bin agent_turns 2>/dev/null
 cd tests/js
 echo "== registry throughput, wasm under Node"
 node --expose-gc bench/registry.mjs 2>/dev/null

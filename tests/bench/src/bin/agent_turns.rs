@@ -1,0 +1,617 @@
+//! Agents on actor nodes (issue 11): turn overhead and resume time.
+//!
+//! (a) Turns/s of an agent on a node ([`NodeAgent`] on the coordinator, over the filesystem
+//!     store with its fsync discipline) against the RAM-only session ([`Session`], nothing
+//!     written), both asking the same local streaming model over the same HTTP path (the
+//!     native reqwest client, `ReqwestModel::ask`). A turn is one user line and one streamed
+//!     model answer; the node's turn also makes its lines durable (the user line, the turn
+//!     boundaries and the answer). Reports bytes written, batches and fsyncs per turn (the
+//!     fsyncs are the store's own counter, `FsStore::stats`). Target: ≤ 2× the RAM-only turn.
+//! (b) Resume time of a root with 1,000 agent nodes, each with a few finished agent turns:
+//!     opening the store and the graph, then `NodeAgent::open` for all 1,000. Target: < 1 s.
+//!     (The root is generated through the core over a memory store, then written out file by
+//!     file in the store's format; the files are in the page cache when timed.)
+//!
+//! The model server is a tiny in-process loopback server speaking the OpenAI Chat
+//! Completions stream (HTTP/1.1 keep-alive, chunked: one HTTP chunk per SSE event, each
+//! flushed, 8 text deltas per answer). `--chunk-ms MS` waits between events (0: the model
+//! costs only the loopback round trip, the worst case for the ratio).
+//!
+//! Prints figures; asserts nothing.
+//! `cargo run --release -p weft-bench --bin agent_turns -- [--dir DIR] [--turns N]
+//! [--rounds R] [--nodes N] [--chunk-ms MS]` (defaults: the system temp dir, 40 turns, 5
+//! rounds, 1,000 nodes, 0 ms).
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpListener;
+use weft_bench::disk::raw_fsync_rate;
+use weft_core::actors::store::{ActorStore, MemoryStore, Op, WriteBatch};
+use weft_core::actors::{ActorGraph, HarnessConfig, NewLine, NodeType, SpawnRequest};
+use weft_core::agents::{AgentConfig, AgentOutput, NodeAgent};
+use weft_core::model::{ChatRequest, ModelChoice, ModelConfig, StreamEvent, ToolSpec};
+use weft_core::tools::{ModelResponse, Output, Session, SessionConfig};
+use weft_host::actors::{FsStore, wall_ms};
+use weft_host::model::ReqwestModel;
+
+/// Text deltas per streamed answer.
+const DELTAS: usize = 8;
+
+fn arg(name: &str, default: u64) -> u64 {
+    let args: Vec<String> = std::env::args().collect();
+    args.iter()
+        .position(|a| a == name)
+        .and_then(|i| args.get(i + 1))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+// ----- the model server ---------------------------------------------------------------------
+
+/// The SSE events of one answer (OpenAI Chat Completions stream format).
+fn answer_events() -> Vec<String> {
+    let chunk = |delta: serde_json::Value, finish: serde_json::Value| {
+        format!(
+            "data: {}\n\n",
+            json!({"id": "chatcmpl-bench", "object": "chat.completion.chunk", "model": "bench",
+                   "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]})
+        )
+    };
+    let words = [
+        "Noted:",
+        " the",
+        " docs",
+        " sync",
+        " runs",
+        " after",
+        " the",
+        " release.",
+    ];
+    let mut ev = vec![chunk(
+        json!({"role": "assistant", "content": ""}),
+        json!(null),
+    )];
+    for w in words.iter().take(DELTAS) {
+        ev.push(chunk(json!({"content": w}), json!(null)));
+    }
+    ev.push(chunk(json!({}), json!("stop")));
+    ev.push(format!(
+        "data: {}\n\n",
+        json!({"id": "chatcmpl-bench", "choices": [],
+               "usage": {"prompt_tokens": 50, "completion_tokens": DELTAS}})
+    ));
+    ev.push("data: [DONE]\n\n".into());
+    ev
+}
+
+/// Serves every request on a keep-alive connection with [`answer_events`], one flushed HTTP
+/// chunk per event, `gap` apart.
+async fn serve(gap: Duration) -> String {
+    let l = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let addr = l.local_addr().expect("addr");
+    let events = answer_events();
+    tokio::spawn(async move {
+        loop {
+            let Ok((mut s, _)) = l.accept().await else {
+                return;
+            };
+            let _ = s.set_nodelay(true);
+            let events = events.clone();
+            tokio::spawn(async move {
+                let mut buf: Vec<u8> = Vec::new();
+                let mut tmp = [0u8; 16384];
+                loop {
+                    // One request: the head, then its content-length body.
+                    let end = loop {
+                        if let Some(p) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                            let head = String::from_utf8_lossy(&buf[..p]).to_ascii_lowercase();
+                            let len = head
+                                .lines()
+                                .find_map(|l| l.strip_prefix("content-length:"))
+                                .and_then(|v| v.trim().parse::<usize>().ok())
+                                .unwrap_or(0);
+                            if buf.len() >= p + 4 + len {
+                                break p + 4 + len;
+                            }
+                        }
+                        match s.read(&mut tmp).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => buf.extend_from_slice(&tmp[..n]),
+                        }
+                    };
+                    buf.drain(..end);
+                    let head = "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n\
+                                transfer-encoding: chunked\r\n\r\n";
+                    if s.write_all(head.as_bytes()).await.is_err() {
+                        return;
+                    }
+                    for e in &events {
+                        if !gap.is_zero() {
+                            tokio::time::sleep(gap).await;
+                        }
+                        let c = format!("{:x}\r\n{e}\r\n", e.len());
+                        if s.write_all(c.as_bytes()).await.is_err() || s.flush().await.is_err() {
+                            return;
+                        }
+                    }
+                    if s.write_all(b"0\r\n\r\n").await.is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    format!("http://{addr}/v1")
+}
+
+/// Asks the model; returns the answer and the text deltas seen.
+async fn ask(model: &ReqwestModel, chat: &ChatRequest) -> (ModelResponse, usize) {
+    let mut deltas = 0usize;
+    let mut on = |e: StreamEvent| {
+        if matches!(e, StreamEvent::TextDelta { .. }) {
+            deltas += 1;
+        }
+    };
+    let r = model.ask(chat, &mut on).await.expect("the model answers");
+    (r, deltas)
+}
+
+// ----- the store ----------------------------------------------------------------------------
+
+/// What the turns wrote.
+#[derive(Default, Clone)]
+struct Written {
+    batches: u64,
+    stages: u64,
+    bytes: u64,
+    /// Batches by label (its first word, e.g. `append`), for the breakdown.
+    labels: std::collections::BTreeMap<String, u64>,
+}
+
+fn op_bytes(op: &Op) -> u64 {
+    match op {
+        Op::CreateNode { files, .. } => files.iter().map(|(_, t)| t.len() as u64).sum(),
+        Op::Put { text, .. } | Op::Append { text, .. } => text.len() as u64,
+        _ => 0,
+    }
+}
+
+fn count(w: &mut Written, b: &WriteBatch) {
+    w.batches += 1;
+    let label = b.label.split_whitespace().next().unwrap_or("?").to_owned();
+    *w.labels.entry(label).or_default() += 1;
+    w.stages += b.stages.len() as u64;
+    w.bytes += b.stages.iter().flatten().map(op_bytes).sum::<u64>();
+}
+
+/// Performs and acknowledges every queued batch, counting what they write.
+fn flush<S: ActorStore>(g: &mut ActorGraph, store: &mut S, w: &mut Written) {
+    for b in g.take_batches() {
+        count(w, &b);
+        store.apply(&b).unwrap_or_else(|e| panic!("store: {e}"));
+        g.ack(b.id).expect("ack");
+    }
+}
+
+// ----- one turn -----------------------------------------------------------------------------
+
+/// How a node turn's model step is answered.
+enum Answer<'a> {
+    Model(&'a ReqwestModel),
+    Builtin,
+}
+
+/// One turn of the agent on `node`: a user line, the model's answer, every line durable.
+/// Returns the deltas streamed and the request's tool specs and system text.
+async fn node_turn<S: ActorStore>(
+    g: &mut ActorGraph,
+    store: &mut S,
+    agent: &mut NodeAgent,
+    node: &str,
+    text: &str,
+    answer: &Answer<'_>,
+    w: &mut Written,
+) -> (usize, Vec<ToolSpec>, Option<String>) {
+    g.append(wall_ms(), node, NewLine::user(text))
+        .expect("a user line");
+    let mut deltas = 0;
+    let mut spec = (Vec::new(), None);
+    for _ in 0..64 {
+        flush(g, store, w);
+        agent.sync(wall_ms(), g).expect("sync");
+        flush(g, store, w);
+        let (mut step, mut ended) = (None, false);
+        while let Some(o) = agent.poll_output(g) {
+            match o {
+                AgentOutput::Session(Output::ModelRequest { step: s, .. }) => step = Some(s),
+                AgentOutput::Session(Output::TurnEnded { .. }) => ended = true,
+                _ => {}
+            }
+        }
+        if let Some(step) = step {
+            let input = agent.model_input(g).expect("the released step's input");
+            let chat = input.chat_request();
+            let r = match answer {
+                Answer::Model(m) => {
+                    let (r, d) = ask(m, &chat).await;
+                    deltas += d;
+                    r
+                }
+                Answer::Builtin => input.builtin_answer(),
+            };
+            spec = (chat.tools, chat.system);
+            agent
+                .on_model_response(wall_ms(), g, step, r)
+                .expect("the answer");
+        } else if ended && !g.has_batches() {
+            return (deltas, spec.0, spec.1);
+        }
+    }
+    panic!("the turn of `{node}` did not end");
+}
+
+/// One turn of the RAM-only session: the same request shape, nothing written.
+async fn ram_turn(
+    s: &mut Session<serde_json::Value>,
+    model: &ReqwestModel,
+    text: &str,
+    tools: &[ToolSpec],
+    system: Option<&str>,
+) -> usize {
+    s.submit_task(wall_ms(), json!(text));
+    let mut deltas = 0;
+    loop {
+        let (mut step, mut ended) = (None, false);
+        while let Some(o) = s.poll_output() {
+            match o {
+                Output::ModelRequest { step: st, .. } => step = Some(st),
+                Output::TurnEnded { .. } => ended = true,
+                _ => {}
+            }
+        }
+        if let Some(step) = step {
+            let mut chat = {
+                let req = s.model_request().expect("a model step");
+                ChatRequest::from_session(system, &req)
+            };
+            chat.tools = tools.to_vec();
+            let (r, d) = ask(model, &chat).await;
+            deltas += d;
+            s.on_model_response(wall_ms(), step, r).expect("the answer");
+        } else if ended {
+            return deltas;
+        } else {
+            panic!("the RAM session stalled");
+        }
+    }
+}
+
+fn median(v: &mut [f64]) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+fn line(i: u64) -> String {
+    format!("message {i}: please keep the docs sync on track for the release")
+}
+
+// ----- (a) turns ----------------------------------------------------------------------------
+
+async fn turns(dir: &Path, turns: u64, rounds: u64, model: &ReqwestModel) {
+    let (mut node_ms, mut ram_ms, mut ratios) = (Vec::new(), Vec::new(), Vec::new());
+    let mut mem_ms = Vec::new();
+    let (mut raw_rates, mut fsyncs, mut fs_rounds) = (Vec::new(), 0u64, 0u64);
+    let mut w = Written::default();
+    let mut chat_bytes = 0u64;
+    let (mut node_deltas, mut ram_deltas) = (0usize, 0usize);
+    // Warm the connection pool and both paths once.
+    let warm = {
+        let mut s = Session::new(SessionConfig::new("warm"));
+        ram_turn(&mut s, model, "warm up", &[], None).await
+    };
+    assert_eq!(warm, DELTAS, "the server streams {DELTAS} deltas");
+    for round in 0..rounds {
+        raw_rates.push(raw_fsync_rate(dir, 40, 200).expect("raw fsync probe"));
+        // A fresh root and a fresh session each round: both transcripts grow alike.
+        let root = dir.join(format!("turns-{round}"));
+        let mut store = FsStore::open_writer(&root, Duration::ZERO).expect("lock");
+        let snap = store.load().expect("load");
+        let mut g = ActorGraph::init(
+            HarnessConfig::default(),
+            &store.address(),
+            &snap,
+            wall_ms(),
+            "bench",
+        )
+        .expect("init");
+        let mut scratch = Written::default();
+        flush(&mut g, &mut store, &mut scratch);
+        let (mut agent, _) =
+            NodeAgent::open(wall_ms(), &mut g, "coordinator", AgentConfig::default())
+                .expect("open");
+        flush(&mut g, &mut store, &mut scratch);
+        let chat0 =
+            std::fs::metadata(root.join("nodes/coordinator/chat.jsonl")).map_or(0, |m| m.len());
+        let f0 = store.stats.fsyncs.load(Ordering::Relaxed);
+        let r0 = store.stats.rounds.load(Ordering::Relaxed);
+        let t = Instant::now();
+        let mut tools = Vec::new();
+        let mut system = None;
+        for i in 0..turns {
+            let (d, t, s) = node_turn(
+                &mut g,
+                &mut store,
+                &mut agent,
+                "coordinator",
+                &line(i),
+                &Answer::Model(model),
+                &mut w,
+            )
+            .await;
+            node_deltas += d;
+            (tools, system) = (t, s);
+        }
+        let node_t = t.elapsed().as_secs_f64() * 1000.0 / turns as f64;
+        fsyncs += store.stats.fsyncs.load(Ordering::Relaxed) - f0;
+        fs_rounds += store.stats.rounds.load(Ordering::Relaxed) - r0;
+        chat_bytes += std::fs::metadata(root.join("nodes/coordinator/chat.jsonl"))
+            .map_or(0, |m| m.len())
+            - chat0;
+        drop(store);
+        let _ = std::fs::remove_dir_all(&root);
+
+        // The same agent on a node over the memory store: the core's cost without the disk.
+        let mut mem = MemoryStore::default();
+        let snap = mem.load().expect("memory");
+        let mut g = ActorGraph::init(
+            HarnessConfig::default(),
+            "bench:",
+            &snap,
+            wall_ms(),
+            "bench",
+        )
+        .expect("init");
+        flush(&mut g, &mut mem, &mut scratch);
+        let (mut agent, _) =
+            NodeAgent::open(wall_ms(), &mut g, "coordinator", AgentConfig::default())
+                .expect("open");
+        flush(&mut g, &mut mem, &mut scratch);
+        let t = Instant::now();
+        for i in 0..turns {
+            let answer = Answer::Model(model);
+            node_turn(
+                &mut g,
+                &mut mem,
+                &mut agent,
+                "coordinator",
+                &line(i),
+                &answer,
+                &mut scratch,
+            )
+            .await;
+        }
+        mem_ms.push(t.elapsed().as_secs_f64() * 1000.0 / turns as f64);
+
+        // The RAM-only session: the same model, the same tools and system text in the request.
+        let mut s = Session::new(SessionConfig::new("ram"));
+        let t = Instant::now();
+        for i in 0..turns {
+            ram_deltas += ram_turn(&mut s, model, &line(i), &tools, system.as_deref()).await;
+        }
+        let ram_t = t.elapsed().as_secs_f64() * 1000.0 / turns as f64;
+        node_ms.push(node_t);
+        ram_ms.push(ram_t);
+        ratios.push(node_t / ram_t);
+    }
+    let n = (turns * rounds) as f64;
+    let raw = median(&mut raw_rates);
+    let node = median(&mut node_ms);
+    let ram = median(&mut ram_ms);
+    let ratio = median(&mut ratios);
+    println!(
+        "(a) turns: {turns} turns x {rounds} rounds, one user line + one streamed answer \
+         ({:.0} deltas/answer node, {:.0} RAM)",
+        node_deltas as f64 / n,
+        ram_deltas as f64 / n
+    );
+    println!(
+        "  agent on a node (fs store)   {:>8.1} turns/s  ({node:.3} ms/turn, median of rounds)",
+        1000.0 / node
+    );
+    let mem = median(&mut mem_ms);
+    println!(
+        "  agent on a node (memory)     {:>8.1} turns/s  ({mem:.3} ms/turn: the core's lines and \
+         slices without the disk, {:.2}x RAM)",
+        1000.0 / mem,
+        mem / ram
+    );
+    println!(
+        "  RAM-only session             {:>8.1} turns/s  ({ram:.3} ms/turn)",
+        1000.0 / ram
+    );
+    println!(
+        "  ratio node/RAM               {ratio:>8.2}x      (median of rounds {}; target <= 2x: {})",
+        ratios
+            .iter()
+            .map(|r| format!("{r:.2}"))
+            .collect::<Vec<_>>()
+            .join(" "),
+        if ratio <= 2.0 { "met" } else { "NOT met" }
+    );
+    println!(
+        "  per node turn: {:.2} fsyncs (FsStore::stats) in {:.2} rounds, {:.2} batches, {:.2} stages, \
+         {:.0} bytes written ({:.0} of them chat.jsonl lines)",
+        fsyncs as f64 / n,
+        fs_rounds as f64 / n,
+        w.batches as f64 / n,
+        w.stages as f64 / n,
+        w.bytes as f64 / n,
+        chat_bytes as f64 / n
+    );
+    println!(
+        "  node turn batches by label: {}",
+        w.labels
+            .iter()
+            .map(|(k, v)| format!("{k} {:.2}", *v as f64 / n))
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    println!(
+        "  raw fsync-per-write rate of the disk {raw:.0} writes/s ({:.3} ms each): the node turn's \
+         fsync rounds alone cost ~{:.3} ms",
+        1000.0 / raw,
+        fs_rounds as f64 / n * 1000.0 / raw
+    );
+}
+
+// ----- (b) resume ---------------------------------------------------------------------------
+
+async fn resume(dir: &Path, nodes: u64, rounds: u64) {
+    const TURNS: u64 = 3;
+    // Generate: spawn the nodes in batches, then a few builtin-answered turns on each.
+    let t = Instant::now();
+    let mut mem = MemoryStore::default();
+    let mut w = Written::default();
+    let snap = mem.load().expect("memory");
+    let mut g = ActorGraph::init(
+        HarnessConfig::default(),
+        "bench:",
+        &snap,
+        wall_ms(),
+        "bench",
+    )
+    .unwrap();
+    flush(&mut g, &mut mem, &mut w);
+    let ids: Vec<String> = (0..nodes).map(|i| format!("agent-{i}")).collect();
+    for chunk in ids.chunks(weft_core::actors::MAX_SPAWN_BATCH) {
+        let reqs = chunk
+            .iter()
+            .map(|id| {
+                let mut r = SpawnRequest::new("coordinator", NodeType::Task);
+                r.id = Some(id.clone());
+                r
+            })
+            .collect();
+        g.spawn_batch(wall_ms(), reqs).expect("spawn batch");
+        flush(&mut g, &mut mem, &mut w);
+    }
+    for id in &ids {
+        let (mut a, _) = NodeAgent::open(wall_ms(), &mut g, id, AgentConfig::default()).unwrap();
+        for i in 0..TURNS {
+            node_turn(
+                &mut g,
+                &mut mem,
+                &mut a,
+                id,
+                &line(i),
+                &Answer::Builtin,
+                &mut w,
+            )
+            .await;
+        }
+    }
+    let root = dir.join("resume-root");
+    let mut bytes = 0usize;
+    for (p, b) in &mem.files {
+        let f = root.join(p);
+        std::fs::create_dir_all(f.parent().unwrap()).unwrap();
+        std::fs::write(f, b).unwrap();
+        bytes += b.len();
+    }
+    let lines: usize = ids.iter().map(|id| g.chat(id).map_or(0, <[_]>::len)).sum();
+    println!(
+        "(b) resume: {nodes} agent nodes x {TURNS} finished turns ({lines} chat lines, {} files, \
+         {:.1} MB; generated in {:.1} s)",
+        mem.files.len(),
+        bytes as f64 / 1e6,
+        t.elapsed().as_secs_f64()
+    );
+    drop(g);
+    let (mut open_ms, mut agents_ms, mut total_ms) = (Vec::new(), Vec::new(), Vec::new());
+    let mut written = 0;
+    for _ in 0..rounds {
+        let t = Instant::now();
+        let mut store = FsStore::open_writer(&root, Duration::ZERO).expect("lock");
+        let snap = store.load().expect("load");
+        let (mut g, _) =
+            ActorGraph::open(HarnessConfig::default(), &store.address(), &snap, wall_ms())
+                .expect("open");
+        let mut w = Written::default();
+        flush(&mut g, &mut store, &mut w);
+        let opened = t.elapsed().as_secs_f64() * 1000.0;
+        let mut agents = Vec::with_capacity(ids.len());
+        for id in &ids {
+            let (mut a, report) =
+                NodeAgent::open(wall_ms(), &mut g, id, AgentConfig::default()).expect("agent");
+            assert!(report.interrupted_turn.is_none(), "every turn finished");
+            a.sync(wall_ms(), &mut g).expect("sync");
+            agents.push(a);
+        }
+        flush(&mut g, &mut store, &mut w);
+        let total = t.elapsed().as_secs_f64() * 1000.0;
+        written += w.batches;
+        open_ms.push(opened);
+        agents_ms.push(total - opened);
+        total_ms.push(total);
+        drop(agents);
+        drop(store);
+    }
+    let total = median(&mut total_ms);
+    println!(
+        "  resume (open store + graph, NodeAgent::open + sync x {nodes}) {total:>8.1} ms \
+         (median of {rounds}: {:.1} ms store + graph, {:.1} ms agents; {written} batches written; \
+         target < 1000 ms: {})",
+        median(&mut open_ms),
+        median(&mut agents_ms),
+        if total < 1000.0 { "met" } else { "NOT met" }
+    );
+    let _ = std::fs::remove_dir_all(&root);
+}
+
+#[tokio::main(flavor = "current_thread")]
+async fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let base = args
+        .iter()
+        .position(|a| a == "--dir")
+        .and_then(|i| args.get(i + 1))
+        .map(PathBuf::from)
+        .unwrap_or_else(std::env::temp_dir);
+    let turns_n = arg("--turns", 40);
+    let rounds = arg("--rounds", 5);
+    let nodes = arg("--nodes", 1000);
+    let gap = Duration::from_millis(arg("--chunk-ms", 0));
+    let dir = base.join(format!("weft-agent-turns-bench-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("bench dir");
+    let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    println!(
+        "agent turns benchmark in {} (load average {})",
+        dir.display(),
+        load.split_whitespace()
+            .take(3)
+            .collect::<Vec<_>>()
+            .join(" ")
+    );
+    let url = serve(gap).await;
+    let choice = ModelChoice {
+        model: Some("openai:bench".into()),
+        base_url: Some(url),
+        openai_key: Some("k".into()),
+        ..ModelChoice::default()
+    };
+    let config = ModelConfig::resolve(&choice)
+        .expect("a model config")
+        .expect("configured");
+    let model = ReqwestModel::new(config).expect("client");
+    println!(
+        "model: in-process OpenAI stream server, {DELTAS} text deltas per answer, {} ms between events",
+        gap.as_millis()
+    );
+    turns(&dir, turns_n, rounds, &model).await;
+    resume(&dir, nodes, rounds).await;
+    let _ = std::fs::remove_dir_all(&dir);
+}
