@@ -207,6 +207,10 @@ export class Runtime {
   readMailbox(owner: string): Note[];
   mailboxLength(owner: string): number;
   closeOwner(owner: string): CloseReport;
+  /** closeOwner in slices: unfinished jobs get their outcome and the owner's jobs become
+   * unknown at once; finished jobs' records are released `slice` (default 4096) per
+   * macrotask, so that closing a large owner never blocks the event loop for long. */
+  closeOwnerGradually(owner: string, options?: { slice?: number }): Promise<CloseReport>;
   /** Releases finished job `id` (record, journal, reuse key) before its owner closes; false,
    * changing nothing, while it runs or a wait or observer still follows it. */
   forget(id: number): boolean;
@@ -876,7 +880,136 @@ export class ActorStore {
   onChange(listener: (events: { seq: number; kind: string; node: string | null }[]) => void): () => void;
   /** Persists anything already queued. */
   sync(): Promise<unknown>;
+  /**
+   * Opens the agent of `node`: reads its lines and writes a restart's recovery lines (an
+   * unfinished turn `interrupted`, a started call `uncertain`, a job `lost`). Rejects with
+   * `CADENCE_VIOLATION` (host tools on the discussion surface), `AGENT_TOOL_RESERVED` (a graph
+   * tool's name), `AGENT_OPEN` (the node has an open agent), `UNKNOWN_NODE`.
+   */
+  agent(node: string, options?: NodeAgentOptions, o?: MutationOptions): Promise<NodeAgent>;
+  /** The open agent of `node` (a child spawned by an agent has one), or null. */
+  agentOf(node: string): NodeAgent | null;
+  /** The open agents, in the order they were opened. */
+  agents(): NodeAgent[];
+  /** Opens an agent on every node with agent lines and none open (resume after a reload). */
+  resumeAgents(options?: NodeAgentOptions | ((node: string) => NodeAgentOptions), o?: MutationOptions): Promise<NodeAgent[]>;
+  /** Resolves once every open agent is idle at the same time. */
+  agentsIdle(o?: { signal?: AbortSignal }): Promise<void>;
+  /** Waits for queued mutations, detaches the agents (`NodeAgent.close`), releases the store. */
   close(): Promise<void>;
+}
+
+// ----- agents on actor nodes ----------------------------------------------------------------
+
+/** What a host tool of an agent on a task node receives besides its arguments. */
+export interface NodeToolContext {
+  /** Aborted when the turn is interrupted (and the tool is `safeToCancel`) or the agent closes. */
+  signal: AbortSignal;
+  node: string;
+  invocation: number;
+  callId: string;
+  tool: string;
+  step: number;
+}
+
+/** A host tool of an agent (task nodes only): its declaration and its handler. */
+export interface NodeAgentTool {
+  /** 1-64 characters from [A-Za-z0-9_-]; not a graph tool's name (spawn, resolve, wait_on, set_status, read_mailbox). */
+  name: string;
+  description?: string;
+  parameters?: Record<string, unknown>;
+  supportsParallel?: boolean;
+  safeToCancel?: boolean;
+  /** Its value must be JSON-like (it becomes the result line). */
+  run(args: any, ctx: NodeToolContext): unknown | Promise<unknown>;
+}
+
+export interface NodeAgentOptions {
+  /** `openaiModel(...)`, `anthropicModel(...)`, `builtinModel()` (the default), `scriptedModel(...)` or your own. */
+  model?: Model | ((request: NodeModelRequest, options: { signal: AbortSignal; onDelta?: (delta: ModelStreamEvent) => void }) => ModelResponse | Promise<ModelResponse>);
+  tools?: NodeAgentTool[];
+  /** The context budget of a model request in tokens (default 16000). */
+  contextTokens?: number;
+  /** At most this many recent lines are considered (default 400). */
+  recentLines?: number;
+  /** How long an interrupt waits for started calls (default 1000 ms). */
+  interruptGraceMs?: number;
+  maxStepsPerTurn?: number;
+  /** The options of the agents of children this agent spawns (default: the same model and budget, no tools). */
+  children?: NodeAgentOptions | ((child: string) => NodeAgentOptions);
+}
+
+/** The request of one model step of an agent on a node: the node's slice. */
+export interface NodeModelRequest extends ModelRequest {
+  node: string;
+  /** Instructions and the node's context: its mailbox, children's mailboxes, waits, the git close-out addendum. */
+  system: string;
+  warnings: string[];
+  /** The first and last chat line the slice covers (1-based). */
+  lines: [number, number];
+}
+
+/** What opening an agent found and repaired. */
+export interface AgentResumeReport {
+  interruptedTurn: number | null;
+  modelStepInterrupted: boolean;
+  uncertainCalls: string[];
+  lostJobs: number[];
+  requeuedMail: number;
+  pendingTasks: number;
+}
+
+export interface NodeAgentState {
+  node: string;
+  phase: 'idle' | 'model_step' | 'running_tools' | 'interrupted' | 'waiting';
+  turn: number | null;
+  /** The nodes a held step waits on. */
+  waiting: string[] | null;
+  queuedTasks: number;
+  pendingMail: number;
+  openJobs: number[];
+}
+
+/** A released output of an agent (only once the lines written before it are durable). */
+export type NodeAgentOutput = { node: string } & (
+  | { output: 'turn_started'; turn: number; cause: unknown; admitted: number[] }
+  | { output: 'model_request'; turn: number; step: number }
+  | { output: 'abort_model'; step: number }
+  | { output: 'model_usage'; turn: number; step: number; inputTokens: number; outputTokens: number }
+  | { output: 'start_call'; invocation: number; step: number; handler: number; tool: string; callId: string; arguments: unknown }
+  | { output: 'abort_call'; invocation: number; handler: number }
+  | { output: 'call_finished'; invocation: number; status: string }
+  | { output: 'turn_ended'; turn: number; end: string; [k: string]: unknown }
+  | { output: 'handler_released'; handler: number }
+  | { output: 'waiting'; turn: number; step: number; on: string[] }
+  | { output: 'wait_over'; turn: number; step: number }
+  | { output: 'spawned'; child: string }
+);
+
+/**
+ * The agent of one actor node (`store.agent(node)`): the node is its state. Every turn, answer,
+ * call result, mail and wait is a line of the node's chat; the model is shown the node's slice.
+ */
+export interface NodeAgent {
+  readonly node: string;
+  readonly report: AgentResumeReport;
+  readonly modelConfigured: boolean;
+  readonly closed: boolean;
+  state(): NodeAgentState;
+  /** A person's message (`admitUtterance`); resolves with the operation's result once durable. */
+  say(text: string, o?: MutationOptions): Promise<{ outcome: 'continued'; node: string; line: number } | (SpawnResult & { outcome: 'spawned' })>;
+  interrupt(reason?: string): Promise<'not_running' | 'ended' | 'stopping' | 'already_interrupting'>;
+  wake(reason?: string): Promise<void>;
+  /** An observation result for this agent (task nodes): a mail line admitted at the next turn. */
+  observe(source: string, value: unknown): Promise<number>;
+  pendingRequest(): NodeModelRequest | null;
+  on(event: 'output', listener: (o: NodeAgentOutput) => void): () => void;
+  on(event: 'model_delta', listener: (d: ModelDeltaEvent & { node: string }) => void): () => void;
+  on(event: 'error', listener: (err: unknown) => void): () => void;
+  on<K extends NodeAgentOutput['output']>(event: K, listener: (o: Extract<NodeAgentOutput, { output: K }>) => void): () => void;
+  idle(o?: { signal?: AbortSignal }): Promise<void>;
+  /** Detaches without writing: the next `store.agent(node)` resumes the node as a restart does. */
+  close(): void;
 }
 
 /** Loads the actor-graph module (once); `openActorStore` does it on first use. */

@@ -68,6 +68,8 @@ export class Runtime {
   #listeners = { finished: new Set(), note: new Set(), wake: new Set() };
   #extra = null;
   #pumped = null;
+  // Core calls made through this runtime; a pump drains again only when dispatching made one.
+  #calls = 0;
 
   /**
    * `core` (internal): an object with the JobRegistry interface to drive instead of a fresh
@@ -221,6 +223,27 @@ export class Runtime {
     return this.#call((r, now) => r.closeOwner(now, owner));
   }
 
+  /**
+   * closeOwner in slices: unfinished jobs get their outcome and owned endpoints are terminated
+   * at once, and from then on none of the owner's jobs can be found; the finished jobs'
+   * records are released `slice` at a time, one slice per macrotask, so that closing a large
+   * owner never blocks the event loop for long. Resolves with the same report as closeOwner.
+   */
+  async closeOwnerGradually(owner, { slice = 4096 } = {}) {
+    if (!this.#reg?.beginCloseOwner) return this.closeOwner(owner);
+    const { close, pending, report } = this.#call((r, now) => r.beginCloseOwner(now, owner));
+    let left = pending;
+    while (left > 0 && this.#reg) {
+      await macrotask();
+      if (!this.#reg) break;
+      const { jobs, unreadNotes } = this.#reg.closeOwnerStep(close, slice);
+      for (const l of jobs) report.jobs.push(l);
+      for (const n of unreadNotes) report.unreadNotes.push(n);
+      left = jobs.length + unreadNotes.length === 0 ? 0 : this.#reg.closePending(close);
+    }
+    return report;
+  }
+
   /** Listens for `finished` ({job, outcome}), `note` ({owner, job}) or `wake` ({owner, job}). */
   on(event, listener) {
     const set = this.#listeners[event];
@@ -244,6 +267,7 @@ export class Runtime {
 
   /** @internal the wasm registry, for bindings built on it. */
   get registry() {
+    this.#calls++;
     return this.#reg;
   }
 
@@ -254,6 +278,7 @@ export class Runtime {
 
   /** @internal Runs a core call without carrying out outputs (the caller pumps). */
   _raw(fn) {
+    this.#calls++;
     return fn(this.#reg, this.#now());
   }
 
@@ -281,7 +306,11 @@ export class Runtime {
       for (;;) {
         const outs = this.#reg.drainOutputs();
         if (outs.length === 0) break;
+        const calls = this.#calls;
         for (const o of outs) this.#dispatch(o);
+        // Only a core call can queue outputs. An app's core (onOutput) is also called
+        // directly by its handler, so it is always drained again.
+        if (calls === this.#calls && !this.#extra) break;
       }
     } finally {
       this.#pumping = false;
@@ -293,6 +322,7 @@ export class Runtime {
   #call(fn) {
     // Transport events can still arrive after dispose() (a Worker's exit): nothing to record.
     if (!this.#reg) return undefined;
+    this.#calls++;
     try {
       return fn(this.#reg, this.#now());
     } finally {
@@ -335,6 +365,11 @@ export class Runtime {
   #arm() {
     this.#deadline.set(this.#reg.pollTimeout());
   }
+}
+
+/** Resolves after the current macrotask (setImmediate in Node: no 1 ms timer clamp). */
+function macrotask() {
+  return new Promise((resolve) => (typeof setImmediate === 'function' ? setImmediate(resolve) : setTimeout(resolve, 0)));
 }
 
 function safely(listener, arg) {

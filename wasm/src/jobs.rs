@@ -321,6 +321,46 @@ impl JobRegistry {
         json(&self.inner.close_owner(ms(now), &OwnerId::new(owner)))
     }
 
+    /// Closes the owner but for releasing its jobs' records (every unfinished job gets its
+    /// outcome now; none of its jobs can be found any more). Returns `{close, pending,
+    /// report}`, the report without `jobs`: `closeOwnerStep` releases them in slices.
+    #[wasm_bindgen(js_name = beginCloseOwner)]
+    pub fn begin_close_owner(&mut self, now: f64, owner: &str) -> JsValue {
+        let c = self.inner.begin_close_owner(ms(now), &OwnerId::new(owner));
+        let o = object(&[
+            ("close", (c.close.0 as f64).into()),
+            ("pending", (c.pending as f64).into()),
+        ]);
+        set(&o, "report", json(&c.report));
+        o
+    }
+
+    /// Hands over up to `budget` items of a close begun by `beginCloseOwner`: `{jobs,
+    /// unreadNotes}` (report lines `{job, was, outcome, summary}` and notes), both empty once
+    /// everything is handed over.
+    #[wasm_bindgen(js_name = closeOwnerStep)]
+    pub fn close_owner_step(&mut self, close: f64, budget: f64) -> JsValue {
+        let close = weft_core::jobs::CloseId(close as u64);
+        let s = self.inner.close_owner_step(close, budget.max(1.0) as usize);
+        object(&[
+            ("jobs", json(&s.jobs)),
+            ("unreadNotes", json(&s.unread_notes)),
+        ])
+    }
+
+    /// Records and notes a close begun by `beginCloseOwner` has yet to hand over.
+    #[wasm_bindgen(js_name = closePending)]
+    pub fn close_pending(&self, close: f64) -> f64 {
+        self.inner
+            .close_pending(weft_core::jobs::CloseId(close as u64)) as f64
+    }
+
+    /// Job records held, including those of closed owners not yet released.
+    #[wasm_bindgen(js_name = retainedJobs)]
+    pub fn retained_jobs(&self) -> f64 {
+        self.inner.retained_jobs() as f64
+    }
+
     /// The next deadline (ms), if any.
     #[wasm_bindgen(js_name = pollTimeout)]
     pub fn poll_timeout(&self) -> Option<f64> {
@@ -636,11 +676,7 @@ impl JobRegistry {
                 let (code, outcome) = match end {
                     WaitEnd::Finished(_) => (
                         0,
-                        self.inner
-                            .job(job)
-                            .and_then(|j| j.outcome())
-                            .map(outcome_js)
-                            .unwrap_or(none),
+                        self.inner.held_outcome(job).map(outcome_js).unwrap_or(none),
                     ),
                     WaitEnd::TimedOut => (1, none),
                     WaitEnd::Cancelled => (2, none),

@@ -22,6 +22,8 @@
 mod actors;
 #[cfg(feature = "jobs")]
 mod agent;
+#[cfg(target_arch = "wasm32")]
+mod alloc;
 #[cfg(feature = "frames")]
 mod frames;
 #[cfg(feature = "jobs")]

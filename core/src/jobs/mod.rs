@@ -143,10 +143,61 @@ struct Wait {
 
 #[derive(Debug, Default)]
 struct OwnerState {
+    /// Unique per owner record: a record created after its owner closed gets a new one.
+    gen_: u64,
     jobs: BTreeSet<JobId>,
     endpoints: VecMap<EndpointId, ()>,
     mailbox: VecDeque<Note>,
     reuse: HashMap<String, JobId>,
+}
+
+/// A close of an owner in progress (see [`Registry::begin_close_owner`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct CloseId(pub u64);
+
+/// The first part of closing an owner: everything but the release of its finished jobs.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ClosingOwner {
+    /// Names the close for [`Registry::close_owner_step`].
+    pub close: CloseId,
+    /// The report without its `jobs` and `unread_notes`, which [`Registry::close_owner_step`]
+    /// returns in slices.
+    pub report: CloseReport,
+    /// Jobs and unread notes still to hand over.
+    pub pending: usize,
+}
+
+/// One slice of a close in progress (see [`Registry::close_owner_step`]).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct CloseSlice {
+    /// Report lines of the jobs released, in job id order.
+    pub jobs: Vec<ClosedJob>,
+    /// Unread notes handed back, oldest first.
+    pub unread_notes: Vec<Note>,
+}
+
+impl CloseSlice {
+    /// Nothing was left to hand over.
+    pub fn is_empty(&self) -> bool {
+        self.jobs.is_empty() && self.unread_notes.is_empty()
+    }
+
+    /// Jobs and notes in the slice.
+    pub fn len(&self) -> usize {
+        self.jobs.len() + self.unread_notes.len()
+    }
+}
+
+/// An owner whose jobs are being released in slices. Its jobs are already invisible.
+#[derive(Debug)]
+struct Closing {
+    /// The owner record's generation (its jobs' `gen_`).
+    gen_: u64,
+    jobs: BTreeSet<JobId>,
+    /// What the jobs that were unfinished when the close began were then.
+    was: HashMap<JobId, &'static str>,
+    /// The owner's unread notes, still to hand back.
+    notes: VecDeque<Note>,
 }
 
 /// The job registry. `V` is the payload representation (JSON natively, `JsValue` in wasm).
@@ -165,6 +216,8 @@ pub struct Registry<V> {
     next_wait: u64,
     events_recorded: u64,
     journal_window: Option<usize>,
+    next_gen: u64,
+    closing: Vec<Closing>,
 }
 
 impl<V: Payload> Default for Registry<V> {
@@ -190,6 +243,8 @@ impl<V: Payload> Registry<V> {
             next_wait: 1,
             events_recorded: 0,
             journal_window: None,
+            next_gen: 1,
+            closing: Vec::new(),
         }
     }
 
@@ -219,10 +274,7 @@ impl<V: Payload> Registry<V> {
             self.timers.insert((d, Timer::Hello(id)));
         }
         self.endpoints.insert(id, ep);
-        self.owners
-            .get_or_insert_with(owner, OwnerState::default)
-            .endpoints
-            .insert(id, ());
+        self.owner_state(owner).endpoints.insert(id, ());
         id
     }
 
@@ -290,7 +342,8 @@ impl<V: Payload> Registry<V> {
             );
             return Ok(());
         };
-        if !self.jobs.contains_key(&job) {
+        if self.live_job(job).is_none() {
+            let ep = self.endpoints.get_mut(&endpoint).expect("checked");
             ep.record(
                 now,
                 EndpointEventKind::DisposedRun {
@@ -528,9 +581,8 @@ impl<V: Payload> Registry<V> {
         }
         let id = JobId(self.next_job);
         self.next_job += 1;
-        let owner_state = self
-            .owners
-            .get_or_insert_with(req.owner.clone(), OwnerState::default);
+        let owner_state = self.owner_state(req.owner.clone());
+        let gen_ = owner_state.gen_;
         owner_state.jobs.insert(id);
         if let Some(key) = &req.reuse_key {
             owner_state.reuse.insert(key.clone(), id);
@@ -555,6 +607,7 @@ impl<V: Payload> Registry<V> {
             subs: Vec::new(),
             waits: Vec::new(),
             input_seq: 0,
+            gen_,
         };
         self.jobs.insert(id, job);
         self.record(
@@ -586,7 +639,7 @@ impl<V: Payload> Registry<V> {
         job: JobId,
         reason: &str,
     ) -> Result<CancelStatus, JobsError> {
-        let j = self.jobs.get(&job).ok_or(JobsError::UnknownJob(job))?;
+        let j = self.live_job(job).ok_or(JobsError::UnknownJob(job))?;
         match j.state {
             JobState::Finished(k) => Ok(CancelStatus::AlreadyFinished(k)),
             _ if j.cancel_requested_at.is_some() => Ok(CancelStatus::AlreadyRequested),
@@ -649,7 +702,8 @@ impl<V: Payload> Registry<V> {
         input_id: Option<String>,
         value: V,
     ) -> Result<String, JobsError> {
-        let j = self.jobs.get_mut(&job).ok_or(JobsError::UnknownJob(job))?;
+        self.live_job(job).ok_or(JobsError::UnknownJob(job))?;
+        let j = self.jobs.get_mut(&job).expect("checked");
         j.input_seq += 1;
         let input_id = input_id.unwrap_or_else(|| format!("input-{}", j.input_seq));
         let refuse = match j.state {
@@ -703,12 +757,46 @@ impl<V: Payload> Registry<V> {
 
     /// The job record.
     pub fn job(&self, id: JobId) -> Option<&Job<V>> {
-        self.jobs.get(&id)
+        self.live_job(id)
     }
 
     /// All retained jobs (finished ones stay until their owner closes), in id order.
     pub fn jobs(&self) -> impl Iterator<Item = &Job<V>> {
-        self.jobs.values()
+        self.jobs.values().filter(|j| !self.released(j))
+    }
+
+    /// The outcome of a finished job whose record is still held, even when its owner was
+    /// closed and the record awaits release: hosts turning an [`Output::WaitSettled`] drained
+    /// after a close into a result use it.
+    pub fn held_outcome(&self, id: JobId) -> Option<&Outcome<V>> {
+        self.jobs.get(&id).and_then(|j| j.outcome())
+    }
+
+    /// Job records held, including those of closed owners not yet released (see
+    /// [`Registry::close_owner_step`]).
+    pub fn retained_jobs(&self) -> usize {
+        self.jobs.len()
+    }
+
+    /// A job that is not being released with its closed owner.
+    fn live_job(&self, id: JobId) -> Option<&Job<V>> {
+        self.jobs.get(&id).filter(|j| !self.released(j))
+    }
+
+    /// Whether the job's owner was closed (its record awaits release).
+    fn released(&self, j: &Job<V>) -> bool {
+        !self.closing.is_empty() && self.closing.iter().any(|c| c.gen_ == j.gen_)
+    }
+
+    /// The owner's record, created (with a fresh generation) when it has none.
+    fn owner_state(&mut self, owner: OwnerId) -> &mut OwnerState {
+        let gen_ = self.next_gen;
+        let state = self.owners.get_or_insert_with(owner, OwnerState::default);
+        if state.gen_ == 0 {
+            state.gen_ = gen_;
+            self.next_gen += 1;
+        }
+        state
     }
 
     /// The retained jobs of one owner.
@@ -725,7 +813,7 @@ impl<V: Payload> Registry<V> {
     /// while the job is unfinished or something still refers to it: a pending wait, a
     /// subscription, or its owner's reuse key. Unknown ids give `false`.
     pub fn forget(&mut self, id: JobId) -> bool {
-        let Some(j) = self.jobs.get(&id) else {
+        let Some(j) = self.live_job(id) else {
             return false;
         };
         let reused = j.reuse_key().is_some_and(|k| {
@@ -775,7 +863,8 @@ impl<V: Payload> Registry<V> {
                 "capacity must be at least 1".into(),
             ));
         }
-        let j = self.jobs.get_mut(&job).ok_or(JobsError::UnknownJob(job))?;
+        self.live_job(job).ok_or(JobsError::UnknownJob(job))?;
+        let j = self.jobs.get_mut(&job).expect("checked");
         let id = SubscriptionId(self.next_sub);
         self.next_sub += 1;
         j.subs.push(id);
@@ -839,7 +928,8 @@ impl<V: Payload> Registry<V> {
         job: JobId,
         timeout_ms: Option<Millis>,
     ) -> Result<WaitId, JobsError> {
-        let j = self.jobs.get_mut(&job).ok_or(JobsError::UnknownJob(job))?;
+        self.live_job(job).ok_or(JobsError::UnknownJob(job))?;
+        let j = self.jobs.get_mut(&job).expect("checked");
         let id = WaitId(self.next_wait);
         self.next_wait += 1;
         if let JobState::Finished(k) = j.state {
@@ -906,24 +996,56 @@ impl<V: Payload> Registry<V> {
     /// are cancelled (never started); running jobs become `lost` — their endpoint is
     /// terminated when the owner owns it, otherwise a cancel is sent and the stop is
     /// unconfirmed. Finished jobs keep their outcome. All of the owner's jobs are then removed.
+    /// The work is linear in the owner's jobs; [`Registry::begin_close_owner`] and
+    /// [`Registry::close_owner_step`] do the same in bounded slices.
     pub fn close_owner(&mut self, now: Millis, owner: &OwnerId) -> CloseReport {
+        let ClosingOwner {
+            close, mut report, ..
+        } = self.begin_close_owner(now, owner);
+        let all = self.close_owner_step(close, usize::MAX);
+        report.jobs = all.jobs;
+        report.unread_notes = all.unread_notes;
+        report
+    }
+
+    /// Closes the owner (see [`Registry::close_owner`]) except for releasing its jobs'
+    /// records: every unfinished job gets its outcome now, owned endpoints are terminated, the
+    /// owner's mailbox is handed back, and from now on none of its jobs can be found (they are
+    /// unknown to `job`, `cancel`, `wait`, `observe`, and late replies count as replies for
+    /// disposed runs). The work is linear in the owner's unfinished jobs and endpoints only;
+    /// the records are released by [`Registry::close_owner_step`], a slice at a time.
+    pub fn begin_close_owner(&mut self, now: Millis, owner: &OwnerId) -> ClosingOwner {
         let Some(state) = self.owners.get(owner) else {
-            return CloseReport {
-                owner: owner.clone(),
-                jobs: vec![],
-                endpoints: vec![],
-                unread_notes: vec![],
+            return ClosingOwner {
+                close: CloseId(0),
+                report: CloseReport {
+                    owner: owner.clone(),
+                    jobs: vec![],
+                    endpoints: vec![],
+                    unread_notes: vec![],
+                },
+                pending: 0,
             };
         };
-        let job_ids: Vec<JobId> = state.jobs.iter().copied().collect();
+        let gen_ = state.gen_;
         let owned_endpoints: Vec<EndpointId> = state.endpoints.keys().copied().collect();
-        let was: Vec<(JobId, &'static str)> = job_ids
-            .iter()
-            .map(|id| (*id, self.jobs[id].state.as_str()))
-            .collect();
+        // The unfinished jobs are exactly those queued or running on some endpoint.
+        let mut unfinished: Vec<JobId> = Vec::new();
+        for ep in self.endpoints.values() {
+            for id in ep.queue.iter().chain(ep.running.iter()) {
+                if self.jobs.get(id).is_some_and(|j| j.gen_ == gen_) {
+                    unfinished.push(*id);
+                }
+            }
+        }
+        unfinished.sort_unstable();
+        unfinished.dedup();
+        let mut was = HashMap::with_capacity(unfinished.len());
         // Suppress notes: the report is the owner's notice.
-        for id in &job_ids {
-            self.jobs.get_mut(id).expect("owned").note = false;
+        for id in &unfinished {
+            let j = self.jobs.get_mut(id).expect("owned");
+            was.insert(*id, j.state.as_str());
+            j.note = false;
         }
         let mut terminated = Vec::new();
         for ep in owned_endpoints {
@@ -934,7 +1056,11 @@ impl<V: Payload> Registry<V> {
             }
             // Jobs of other owners on this endpoint were handled by the close above.
         }
-        for id in &job_ids {
+        // Queued jobs first, so that settling a running job does not dispatch one of them.
+        let (queued, running): (Vec<JobId>, Vec<JobId>) = unfinished
+            .iter()
+            .partition(|id| self.jobs[*id].state == JobState::Queued);
+        for id in queued.iter().chain(running.iter()) {
             let j = &self.jobs[id];
             match j.state {
                 JobState::Finished(_) => {}
@@ -970,38 +1096,87 @@ impl<V: Payload> Registry<V> {
                 }
             }
         }
-        let mut jobs = Vec::new();
-        for (id, was) in was {
-            let j = self.jobs.remove(&id).expect("owned");
-            for w in j.waits {
-                self.waits.remove(&w);
+        let state = self.owners.remove(owner).expect("checked");
+        let pending = state.jobs.len() + state.mailbox.len();
+        if pending > 0 {
+            self.closing.push(Closing {
+                gen_,
+                jobs: state.jobs,
+                was,
+                notes: state.mailbox,
+            });
+        }
+        ClosingOwner {
+            close: CloseId(gen_),
+            report: CloseReport {
+                owner: owner.clone(),
+                jobs: vec![],
+                endpoints: terminated,
+                unread_notes: vec![],
+            },
+            pending,
+        }
+    }
+
+    /// Hands over up to `budget` items of a close begun by [`Registry::begin_close_owner`]:
+    /// unread notes first, then job records, released in job id order with their lines of the
+    /// report. Empty once everything is handed over (or for an unknown close).
+    pub fn close_owner_step(&mut self, close: CloseId, budget: usize) -> CloseSlice {
+        let Some(at) = self.closing.iter().position(|c| c.gen_ == close.0) else {
+            return CloseSlice::default();
+        };
+        let c = &mut self.closing[at];
+        let take = budget.min(c.notes.len());
+        let unread_notes: Vec<Note> = c.notes.drain(..take).collect();
+        let budget = budget - take;
+        let mut out = Vec::with_capacity(budget.min(c.jobs.len()));
+        while out.len() < budget {
+            let Some(id) = self.closing[at].jobs.pop_first() else {
+                break;
+            };
+            let Some(j) = self.jobs.remove(&id) else {
+                continue;
+            };
+            for w in &j.waits {
+                self.waits.remove(w);
             }
             // Subscriptions keep their queued deliveries until the observer drains them.
-            if let Some(ep) = self.endpoints.get_mut(&j.endpoint) {
-                ep.queue.retain(|q| *q != id);
-                ep.running.remove(&id);
-            }
             if let Some(d) = j.quiet_deadline {
                 self.timers.remove(&(d, Timer::Quiet(id)));
             }
-            let outcome = match &j.journal[j.finished_at.expect("all finished")].kind {
-                EventKind::Finished { outcome } => outcome,
-                _ => unreachable!(),
+            let outcome = match j.finished_at.map(|i| &j.journal[i].kind) {
+                Some(EventKind::Finished { outcome }) => outcome,
+                _ => unreachable!("closed owners' jobs are finished"),
             };
-            jobs.push(ClosedJob {
+            let kind = outcome.kind();
+            out.push(ClosedJob {
                 job: id,
-                was: was.into(),
-                outcome: outcome.kind(),
+                was: self.closing[at]
+                    .was
+                    .get(&id)
+                    .copied()
+                    .unwrap_or(kind.as_str())
+                    .into(),
+                outcome: kind,
                 summary: outcome.summary(),
             });
         }
-        let state = self.owners.remove(owner).expect("checked");
-        CloseReport {
-            owner: owner.clone(),
-            jobs,
-            endpoints: terminated,
-            unread_notes: state.mailbox.into_iter().collect(),
+        if self.closing[at].jobs.is_empty() && self.closing[at].notes.is_empty() {
+            self.closing.swap_remove(at);
         }
+        CloseSlice {
+            jobs: out,
+            unread_notes,
+        }
+    }
+
+    /// Job records and notes a close begun by [`Registry::begin_close_owner`] has yet to hand
+    /// over.
+    pub fn close_pending(&self, close: CloseId) -> usize {
+        self.closing
+            .iter()
+            .find(|c| c.gen_ == close.0)
+            .map_or(0, |c| c.jobs.len() + c.notes.len())
     }
 
     // ----- time and outputs -----------------------------------------------------------------

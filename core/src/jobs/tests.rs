@@ -82,6 +82,130 @@ fn forget_removes_only_finished_jobs_nothing_refers_to() {
 }
 
 #[test]
+fn closing_a_large_owner_in_slices_gives_every_job_its_outcome_and_releases_the_records() {
+    let mut reg = Registry::default();
+    // Another owner's endpoint, one run at a time: the closed owner's last two jobs are still
+    // running and queued when it closes.
+    let mut spec = EndpointSpec::new("host", "test");
+    spec.hello = Hello::Declared(caps(false, true));
+    spec.max_concurrent = Some(1);
+    let ep = reg.open_endpoint(0, spec);
+    let other = reg
+        .submit(0, Submit::new("other", ep, json!(0)))
+        .unwrap()
+        .job;
+    reg.on_message(0, ep, &json!({"id": 1, "type": "done", "value": 0}))
+        .unwrap();
+    const N: u64 = 1000;
+    let mut ids = Vec::new();
+    for i in 0..N {
+        ids.push(reg.submit(1, Submit::new("big", ep, json!(i))).unwrap().job);
+        if i < N - 2 {
+            let msg = json!({"id": i + 2, "type": "done", "value": i});
+            reg.on_message(1, ep, &msg).unwrap();
+        }
+    }
+    let (running, queued) = (ids[N as usize - 2], ids[N as usize - 1]);
+    assert_eq!(reg.job(running).unwrap().state, JobState::Running);
+    assert_eq!(reg.retained_jobs(), N as usize + 1);
+    reg.drain_outputs().for_each(drop);
+
+    let c = reg.begin_close_owner(2, &OwnerId::new("big"));
+    // Every job and the N - 2 unread notes are handed over in slices.
+    assert_eq!(c.pending, 2 * N as usize - 2);
+    assert!(c.report.jobs.is_empty() && c.report.unread_notes.is_empty());
+    // Both unfinished jobs have their outcome now, and the running one was asked to stop.
+    let finished: Vec<_> = reg
+        .drain_outputs()
+        .filter_map(|o| match o {
+            Output::JobFinished { job, outcome } => Some((job, outcome)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        finished,
+        [
+            (queued, OutcomeKind::Cancelled),
+            (running, OutcomeKind::Lost)
+        ]
+    );
+    // None of the owner's jobs can be found any more; the other owner's can.
+    assert!(ids.iter().all(|id| reg.job(*id).is_none()));
+    assert_eq!(reg.jobs().count(), 1);
+    assert_eq!(
+        reg.cancel(2, ids[0], "x").unwrap_err().code(),
+        "UNKNOWN_JOB"
+    );
+    assert!(reg.wait(2, ids[0], None).is_err() && reg.observe(ids[0], Some(1), 4).is_err());
+    assert!(!reg.forget(ids[0]));
+    // A late reply for a released run is a reply for a disposed run.
+    reg.on_message(3, ep, &json!({"id": N, "type": "done", "value": 1}))
+        .unwrap();
+    let last = reg.endpoint(ep).unwrap().events().last().unwrap();
+    assert!(matches!(last.kind, EndpointEventKind::DisposedRun { job, .. } if job == running));
+    // The owner's name is free at once: a new job of "big" is its own.
+    let fresh = reg.submit(3, Submit::new("big", ep, json!(1))).unwrap().job;
+    assert_eq!(reg.jobs_of(&OwnerId::new("big")).count(), 1);
+
+    let mut lines = Vec::new();
+    let mut notes = Vec::new();
+    let mut slices = 0;
+    loop {
+        let before = reg.retained_jobs();
+        let slice = reg.close_owner_step(c.close, 64);
+        if slice.is_empty() {
+            break;
+        }
+        slices += 1;
+        assert!(slice.len() <= 64);
+        assert_eq!(
+            reg.retained_jobs(),
+            before - slice.jobs.len(),
+            "records shrink by the slice"
+        );
+        lines.extend(slice.jobs);
+        notes.extend(slice.unread_notes);
+        assert_eq!(
+            reg.close_pending(c.close),
+            c.pending - lines.len() - notes.len()
+        );
+    }
+    assert_eq!(slices, (2 * N - 2).div_ceil(64));
+    assert_eq!(
+        notes.len(),
+        N as usize - 2,
+        "every unread note is handed back"
+    );
+    assert!(
+        notes.iter().zip(&ids).all(|(n, id)| n.job == *id),
+        "oldest first"
+    );
+    assert_eq!(
+        lines.iter().map(|l| l.job).collect::<Vec<_>>(),
+        ids,
+        "id order"
+    );
+    let outcome = |id: JobId| lines.iter().find(|l| l.job == id).unwrap();
+    assert_eq!(
+        (outcome(running).was.as_str(), outcome(running).outcome),
+        ("running", OutcomeKind::Lost)
+    );
+    assert_eq!(
+        (outcome(queued).was.as_str(), outcome(queued).outcome),
+        ("queued", OutcomeKind::Cancelled)
+    );
+    assert!(
+        lines[..N as usize - 2]
+            .iter()
+            .all(|l| l.was == "succeeded" && l.outcome == OutcomeKind::Succeeded)
+    );
+    // What is left: the other owner's job and the fresh one.
+    assert_eq!(reg.retained_jobs(), 2);
+    assert!(reg.job(other).is_some() && reg.job(fresh).is_some());
+    assert_eq!(reg.close_pending(c.close), 0);
+}
+
+#[test]
 fn slow_observer_is_told_exactly_what_it_missed() {
     let mut reg = Registry::default();
     let ep = endpoint(&mut reg, "app", caps(false, false));

@@ -282,16 +282,7 @@ impl<V> EventKind<V> {
     /// evidence, termination and the outcome. Progress, partials, input events, protocol
     /// errors and late evidence can repeat without bound; a window keeps the latest of them.
     pub fn is_milestone(&self) -> bool {
-        matches!(
-            self,
-            EventKind::Submitted { .. }
-                | EventKind::Started { .. }
-                | EventKind::CancelRequested { .. }
-                | EventKind::CancelAcknowledged
-                | EventKind::NoAcknowledgement { .. }
-                | EventKind::Terminated { .. }
-                | EventKind::Finished { .. }
-        )
+        is_milestone_name(self.name())
     }
 
     /// The event's stable type name.
@@ -313,6 +304,21 @@ impl<V> EventKind<V> {
             EventKind::LateEvidence { .. } => "late_evidence",
         }
     }
+}
+
+/// Whether the event type named `name` (see [`EventKind::name`]) is a milestone (see
+/// [`EventKind::is_milestone`]): hosts holding events in their JSON form ask this.
+pub fn is_milestone_name(name: &str) -> bool {
+    matches!(
+        name,
+        "submitted"
+            | "started"
+            | "cancel_requested"
+            | "cancel_acknowledged"
+            | "no_acknowledgement"
+            | "terminated"
+            | "outcome"
+    )
 }
 
 /// One journal record: per-job sequence number, time, source, type and payload.
@@ -485,6 +491,8 @@ pub struct Job<V> {
     pub(crate) subs: Vec<SubscriptionId>,
     pub(crate) waits: Vec<WaitId>,
     pub(crate) input_seq: u64,
+    /// The generation of the owner record the job belongs to (see `Registry::begin_close_owner`).
+    pub(crate) gen_: u64,
 }
 
 impl<V: Payload> Job<V> {

@@ -59,3 +59,39 @@ test('forget releases one finished job before its owner closes; a running or fol
   if (running.forget() !== true) throw new Error('the settled job was not forgotten');
   rt.dispose();
 });
+
+test('closeOwnerGradually: outcomes at once, jobs unknown at once, records released in bounded slices', async () => {
+  const rt = createRuntime();
+  let release;
+  const gate = new Promise((r) => (release = r));
+  const ep = rt.openLocal(async (payload) => (payload.wait ? gate : payload.n), { owner: 'host' });
+  const N = 300;
+  const jobs = [];
+  for (let i = 0; i < N; i++) jobs.push(ep.submit({ n: i }, { owner: 'big' }));
+  await Promise.all(jobs.map((j) => j.wait()));
+  const running = ep.submit({ wait: true }, { owner: 'big' });
+  const waited = running.wait();
+  const finished = [];
+  rt.on('finished', (e) => finished.push(e));
+  const held = rt.registry.retainedJobs();
+  if (held !== N + 1) throw new Error(`retained ${held}, expected ${N + 1}`);
+  // The slices run in later macrotasks; between them the event loop turns.
+  let turns = 0;
+  const ticker = setInterval(() => turns++, 0);
+  const closing = rt.closeOwnerGradually('big', { slice: 50 });
+  // Synchronously: the running job has its outcome and no job of the owner can be found.
+  if (finished.length !== 1 || finished[0].job !== running.id || finished[0].outcome !== 'lost') throw new Error(JSON.stringify(finished));
+  if (rt.jobs({ owner: 'big' }).length !== 0 || rt.job(jobs[0].id) !== undefined) throw new Error('closed jobs are still visible');
+  if (rt.registry.retainedJobs() !== N + 1) throw new Error('records released before the slices ran');
+  const report = await closing;
+  clearInterval(ticker);
+  release(0);
+  if ((await waited).outcome !== 'lost') throw new Error('the wait did not end with the outcome');
+  if (rt.registry.retainedJobs() !== 0) throw new Error(`${rt.registry.retainedJobs()} records left`);
+  if (report.jobs.length !== N + 1 || report.jobs.at(-1).was !== 'running' || report.jobs.at(-1).outcome !== 'lost') throw new Error('report lines');
+  if (report.jobs.some((l, i) => l.job !== (i < N ? jobs[i].id : running.id))) throw new Error('report order');
+  if (report.unreadNotes.length !== N) throw new Error(`unread notes ${report.unreadNotes.length}`);
+  // 2N + 1 items (N notes, N + 1 records) in slices of 50: at least that many macrotasks.
+  if (turns < 1) throw new Error('the close never yielded to the event loop');
+  rt.dispose();
+});
