@@ -1151,37 +1151,24 @@ impl NodeAgent {
         args: &Value,
         me: String,
     ) -> Result<Value, ActorsError> {
-        match tool {
-            GraphTool::Spawn => self.spawn_tool(now, graph, inv, args),
-            GraphTool::Resolve => crate::actors::api::call(
-                graph,
-                now,
+        let (op, call) = match tool {
+            GraphTool::Spawn => return self.spawn_tool(now, graph, inv, args),
+            GraphTool::Resolve => (
                 "resolve",
-                &json!({"node": me, "candidates": args["candidates"], "note": args["note"]}),
-                &crate::actors::HeuristicProposer,
+                json!({"node": me, "candidates": args["candidates"], "note": args["note"]}),
             ),
-            GraphTool::WaitOn => crate::actors::api::call(
-                graph,
-                now,
+            GraphTool::WaitOn => (
                 "wait",
-                &json!({"node": me, "on": args["node"], "mode": args["mode"]}),
-                &crate::actors::HeuristicProposer,
+                json!({"node": me, "on": args["node"], "mode": args["mode"]}),
             ),
-            GraphTool::SetStatus => crate::actors::api::call(
-                graph,
-                now,
+            GraphTool::SetStatus => (
                 "status",
-                &json!({"node": me, "status": args["status"], "summary": args["summary"]}),
-                &crate::actors::HeuristicProposer,
+                json!({"node": me, "status": args["status"], "summary": args["summary"]}),
             ),
-            GraphTool::ReadMailbox => crate::actors::api::call(
-                graph,
-                now,
-                "mailbox",
-                &json!({"node": args["node"], "reader": me}),
-                &crate::actors::HeuristicProposer,
-            ),
-        }
+            GraphTool::ReadMailbox => ("mailbox", json!({"node": args["node"], "reader": me})),
+        };
+        // The same operations every host exposes, with the same argument checks and errors.
+        crate::actors::api::call(graph, now, op, &call, &crate::actors::HeuristicProposer)
     }
 
     fn spawn_tool(

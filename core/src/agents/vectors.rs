@@ -88,6 +88,26 @@ impl Run {
         Ok(report.to_json())
     }
 
+    /// The graph and the agent of `node`, borrowed together.
+    fn parts(&mut self, node: &str) -> Result<(&mut ActorGraph, &mut NodeAgent), (String, String)> {
+        let a = self
+            .agents
+            .get_mut(node)
+            .ok_or_else(|| verr(format!("no agent open on `{node}`")))?;
+        Ok((&mut self.g, a))
+    }
+
+    /// The node and invocation of the step's started `call`.
+    fn started_call(&self, step: &Value) -> Result<(String, InvocationId), (String, String)> {
+        let node = s(step, "node")?.to_owned();
+        let call = s(step, "call")?.to_owned();
+        let inv = *self
+            .calls
+            .get(&(node.clone(), call.clone()))
+            .ok_or_else(|| verr(format!("call `{call}` of `{node}` never started")))?;
+        Ok((node, inv))
+    }
+
     /// Applies and acknowledges queued batches and syncs every agent until quiet.
     fn settle(&mut self) -> Result<(), (String, String)> {
         for _ in 0..16 {
@@ -208,12 +228,7 @@ impl Run {
                 Ok(json!({"step": step_id.0}))
             }
             "settle" => {
-                let node = s(step, "node")?.to_owned();
-                let call = s(step, "call")?.to_owned();
-                let inv = *self
-                    .calls
-                    .get(&(node.clone(), call.clone()))
-                    .ok_or_else(|| verr(format!("call `{call}` of `{node}` never started")))?;
+                let (node, inv) = self.started_call(step)?;
                 let settlement = match step.get("error") {
                     Some(e) => Settlement::Threw {
                         message: e.as_str().unwrap_or("failed").to_owned(),
@@ -227,12 +242,7 @@ impl Run {
                 Ok(json!({"invocation": inv.0}))
             }
             "job" => {
-                let node = s(step, "node")?.to_owned();
-                let call = s(step, "call")?.to_owned();
-                let inv = *self
-                    .calls
-                    .get(&(node.clone(), call.clone()))
-                    .ok_or_else(|| verr(format!("call `{call}` of `{node}` never started")))?;
+                let (node, inv) = self.started_call(step)?;
                 let job = JobId(step["job"].as_u64().unwrap_or(1));
                 let a = self.agents.get_mut(&node).expect("call of an agent");
                 a.on_call_job(now, &mut self.g, inv, job).map_err(aerr)?;
@@ -247,11 +257,7 @@ impl Run {
                     "cancelled" => OutcomeKind::Cancelled,
                     _ => OutcomeKind::Lost,
                 };
-                let g = &mut self.g;
-                let a = self
-                    .agents
-                    .get_mut(&node)
-                    .ok_or_else(|| verr(format!("no agent open on `{node}`")))?;
+                let (g, a) = self.parts(&node)?;
                 let note = Note {
                     correlation: format!("job-{job}"),
                     job: JobId(job),
@@ -268,43 +274,27 @@ impl Run {
                 let node = s(step, "node")?.to_owned();
                 let source = s(step, "source")?.to_owned();
                 let value = step["value"].clone();
-                let g = &mut self.g;
-                let a = self
-                    .agents
-                    .get_mut(&node)
-                    .ok_or_else(|| verr(format!("no agent open on `{node}`")))?;
+                let (g, a) = self.parts(&node)?;
                 let seq = a.post_observation(now, g, &source, value).map_err(aerr)?;
                 Ok(json!({"seq": seq}))
             }
             "interrupt" => {
                 let node = s(step, "node")?.to_owned();
                 let reason = step["reason"].as_str().unwrap_or("interrupted").to_owned();
-                let g = &mut self.g;
-                let a = self
-                    .agents
-                    .get_mut(&node)
-                    .ok_or_else(|| verr(format!("no agent open on `{node}`")))?;
+                let (g, a) = self.parts(&node)?;
                 let st = a.interrupt(now, g, &reason).map_err(aerr)?;
                 Ok(json!({"status": st.as_str()}))
             }
             "wake" => {
                 let node = s(step, "node")?.to_owned();
                 let reason = step["reason"].as_str().unwrap_or("wake").to_owned();
-                let g = &mut self.g;
-                let a = self
-                    .agents
-                    .get_mut(&node)
-                    .ok_or_else(|| verr(format!("no agent open on `{node}`")))?;
+                let (g, a) = self.parts(&node)?;
                 a.wake(now, g, &reason).map_err(aerr)?;
                 Ok(Value::Null)
             }
             "jobEvent" => {
                 let node = s(step, "node")?.to_owned();
-                let g = &mut self.g;
-                let a = self
-                    .agents
-                    .get_mut(&node)
-                    .ok_or_else(|| verr(format!("no agent open on `{node}`")))?;
+                let (g, a) = self.parts(&node)?;
                 let kept = a.record_job_event(g, &step["event"]).map_err(aerr)?;
                 Ok(json!({"recorded": kept}))
             }
