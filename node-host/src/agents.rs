@@ -8,8 +8,12 @@
 //!   `ModelInput::chat_request`) that the host runs with its model client ([`run_model`]); its
 //!   answer comes back with [`Runtime::finish`]. With no model configured the built-in model
 //!   answers inside the pump (one text delta).
-//! - `Spawned` opens the child's agent; graph tools are performed by the core; a host tool call
-//!   (none are registered yet; see [`Runtime::set_tools`]) without a handler is settled as thrown.
+//! - `Spawned` opens the child's agent; graph tools are performed by the core. A call of a host
+//!   tool the runtime runs ([`Runtime::set_host_tools`], e.g. the DGP tools in `weft serve`)
+//!   becomes a [`CallJob`] ([`Runtime::take_calls`]) that the host runs on a task with its
+//!   [`HostTools::run`]; the settlement comes back with [`Runtime::settle`]. An `AbortCall`
+//!   (an interrupt) raises the job's abort signal; a call of a tool without a handler is
+//!   settled as thrown (`NO_HANDLER`).
 //! - [`Runtime::interrupt`] drops the running step's abort sender (the HTTP stream is dropped)
 //!   and interrupts the turn.
 //!
@@ -18,16 +22,20 @@
 //! children the agents spawn. Every released output and text delta goes to the runtime's sink
 //! as an [`AgentEvent`] (the desk streams them over SSE; `weft chat` prints them).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
 
 use serde_json::{Value, json};
-use tokio::sync::oneshot;
+use tokio::sync::{oneshot, watch};
 use weft_core::Millis;
 use weft_core::actors::{ActorGraph, ActorsError};
 use weft_core::agents::{AGENT_FIELD, AgentConfig, AgentOutput, AgentsError, NodeAgent};
 use weft_core::model::{ChatRequest, StreamEvent};
 use weft_core::tools::{
-    InterruptStatus, ModelResponse, Output, Settlement, StepId, ToolDecl, TurnEnd, TurnId,
+    InterruptStatus, InvocationId, ModelResponse, Output, Settlement, StepId, ToolDecl, TurnEnd,
+    TurnId,
 };
 
 use crate::model::ReqwestModel;
@@ -97,6 +105,46 @@ pub struct ModelJob {
     pub abort: oneshot::Receiver<()>,
 }
 
+/// One started call of a host tool for the host to run with [`HostTools::run`]; settle it with
+/// [`Runtime::settle`].
+#[derive(Debug)]
+pub struct CallJob {
+    /// The node whose agent called.
+    pub node: String,
+    /// The call's invocation.
+    pub invocation: InvocationId,
+    /// The tool called.
+    pub tool: String,
+    /// Its arguments (already checked against the tool's schema by the core).
+    pub arguments: Value,
+    /// Becomes `true` when the call is aborted (an interrupt); its sender is dropped when the
+    /// runtime forgets the call.
+    pub abort: watch::Receiver<bool>,
+}
+
+/// A boxed, sendable future.
+pub type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send + 'static>>;
+
+/// Runs one host tool call: `(tool, arguments, abort signal)` → its settlement.
+pub type CallHandler =
+    Arc<dyn Fn(String, Value, watch::Receiver<bool>) -> BoxFuture<Settlement<Value>> + Send + Sync>;
+
+/// Host tools a runtime offers to its task nodes' agents, with their handler.
+#[derive(Clone)]
+pub struct HostTools {
+    /// The declarations registered on every task node's agent.
+    pub decls: Vec<ToolDecl>,
+    /// Runs a call of any of them.
+    pub run: CallHandler,
+}
+
+impl std::fmt::Debug for HostTools {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let names: Vec<&str> = self.decls.iter().map(|d| d.name.as_str()).collect();
+        f.debug_struct("HostTools").field("decls", &names).finish()
+    }
+}
+
 /// Where released outputs and deltas go.
 pub type Sink = Box<dyn FnMut(AgentEvent) + Send>;
 
@@ -113,6 +161,12 @@ pub struct Runtime {
     to_open: Vec<String>,
     sink: Sink,
     tools: Option<ToolsFor>,
+    /// Host tools whose calls become [`CallJob`]s.
+    handled: HashSet<String>,
+    /// Started host calls not taken yet.
+    calls: Vec<CallJob>,
+    /// The abort signals of the host calls running, by node and invocation.
+    aborts: HashMap<(String, InvocationId), watch::Sender<bool>>,
     /// How each node's last turn ended.
     ends: HashMap<String, TurnEnd>,
 }
@@ -154,6 +208,9 @@ impl Runtime {
             to_open: Vec::new(),
             sink,
             tools: None,
+            handled: HashSet::new(),
+            calls: Vec::new(),
+            aborts: HashMap::new(),
             ends: HashMap::new(),
         }
     }
@@ -168,6 +225,50 @@ impl Runtime {
     /// core refuses work tools on the discussion surface, and such a refusal is skipped).
     pub fn set_tools(&mut self, tools: ToolsFor) {
         self.tools = Some(tools);
+    }
+
+    /// Declares `tools` on every task node's agent when it opens (see
+    /// [`set_tools`](Self::set_tools)) and turns their calls into [`CallJob`]s the host runs
+    /// with `tools.run` ([`take_calls`](Self::take_calls), [`settle`](Self::settle)).
+    pub fn set_host_tools(&mut self, tools: &HostTools) {
+        self.handled = tools.decls.iter().map(|d| d.name.clone()).collect();
+        let decls = tools.decls.clone();
+        self.set_tools(Box::new(move |_| decls.clone()));
+    }
+
+    /// The host tool calls started since the last take, for the host to run.
+    pub fn take_calls(&mut self) -> Vec<CallJob> {
+        std::mem::take(&mut self.calls)
+    }
+
+    /// The number of host tool calls running on the host.
+    pub fn running_calls(&self) -> usize {
+        self.aborts.len()
+    }
+
+    /// The earliest deadline of any agent (an interrupt's grace period): pump at that time.
+    pub fn next_deadline(&self) -> Option<Millis> {
+        self.agents
+            .values()
+            .filter_map(NodeAgent::poll_timeout)
+            .min()
+    }
+
+    /// The host's handler settled `node`'s call `invocation`; a stale settlement (the agent
+    /// already closed the call) is dropped. Call [`pump`](Self::pump) afterwards.
+    pub fn settle(
+        &mut self,
+        now: Millis,
+        graph: &mut ActorGraph,
+        node: &str,
+        invocation: InvocationId,
+        settlement: Settlement<Value>,
+    ) -> Result<(), AgentsError> {
+        self.aborts.remove(&(node.to_owned(), invocation));
+        let Some(a) = self.agents.get_mut(node) else {
+            return Ok(());
+        };
+        ignore_stale(a.on_call_settled(now, graph, invocation, settlement))
     }
 
     /// Whether a real model answers (otherwise the built-in one).
@@ -296,6 +397,9 @@ impl Runtime {
                 to_open,
                 sink,
                 ends,
+                handled,
+                calls,
+                aborts,
                 ..
             } = self;
             for (n, a) in agents.iter_mut() {
@@ -340,6 +444,27 @@ impl Runtime {
                             if running.get(n).is_some_and(|r| r.0 == step) =>
                         {
                             running.remove(n);
+                        }
+                        AgentOutput::Session(Output::StartCall {
+                            invocation,
+                            tool,
+                            arguments,
+                            ..
+                        }) if handled.contains(&tool) => {
+                            let (tx, rx) = watch::channel(false);
+                            aborts.insert((n.clone(), invocation), tx);
+                            calls.push(CallJob {
+                                node: n.clone(),
+                                invocation,
+                                tool,
+                                arguments,
+                                abort: rx,
+                            });
+                        }
+                        AgentOutput::Session(Output::AbortCall { invocation, .. }) => {
+                            if let Some(tx) = aborts.get(&(n.clone(), invocation)) {
+                                tx.send_replace(true);
+                            }
                         }
                         AgentOutput::Session(Output::StartCall {
                             invocation, tool, ..
@@ -570,5 +695,98 @@ mod tests {
                 .any(|l| l.text == "late")
         );
         assert!(rt.interrupt(3_002, &mut g, "nobody", "x").is_none());
+    }
+
+    #[test]
+    fn a_host_tool_call_is_a_job_on_task_nodes_only_and_an_interrupt_raises_its_abort() {
+        let (mut g, mut store) = graph();
+        let (mut rt, _) = runtime(false);
+        let run: CallHandler = Arc::new(|_, _, _| Box::pin(async { Settlement::Aborted }));
+        let decl = ToolDecl::new(
+            "probe",
+            "A test tool.",
+            json!({"type": "object", "properties": {}}),
+        )
+        .safe_to_cancel(true);
+        rt.set_host_tools(&HostTools {
+            decls: vec![decl],
+            run,
+        });
+        weft_core::actors::api::call(
+            &mut g,
+            2_000,
+            "spawn",
+            &json!({"parent": "coordinator", "type": "task", "id": "work", "title": "Work"}),
+            &weft_core::actors::HeuristicProposer,
+        )
+        .unwrap();
+        flusher(&mut store)(&mut g).unwrap();
+        // The discussion surface is refused the tool (and opens anyway); the task node has it.
+        rt.open(2_000, &mut g, "coordinator").unwrap();
+        rt.open(2_000, &mut g, "work").unwrap();
+        g.append(2_000, "coordinator", NewLine::user("hi")).unwrap();
+        g.append(2_000, "work", NewLine::user("probe it")).unwrap();
+        let jobs = rt.pump(2_000, &mut g, &mut flusher(&mut store)).unwrap();
+        let offered = |n: &str| -> Vec<String> {
+            let j = jobs.iter().find(|j| j.node == n).unwrap();
+            j.chat.tools.iter().map(|t| t.name.clone()).collect()
+        };
+        assert!(!offered("coordinator").contains(&"probe".to_owned()));
+        assert!(offered("work").contains(&"probe".to_owned()));
+        let step = jobs.iter().find(|j| j.node == "work").unwrap().step;
+        rt.finish(
+            2_001,
+            &mut g,
+            "work",
+            step,
+            Ok(ModelResponse::calls(vec![weft_core::tools::ToolCall::new(
+                "c1",
+                "probe",
+                json!({}),
+            )])),
+        )
+        .unwrap();
+        assert!(
+            rt.pump(2_001, &mut g, &mut flusher(&mut store))
+                .unwrap()
+                .is_empty()
+        );
+        let mut calls = rt.take_calls();
+        assert_eq!(calls.len(), 1);
+        assert_eq!(rt.running_calls(), 1);
+        let call = calls.pop().unwrap();
+        assert_eq!((call.node.as_str(), call.tool.as_str()), ("work", "probe"));
+        assert!(!*call.abort.borrow());
+        // An interrupt aborts the running call; its settlement closes the turn.
+        rt.interrupt(2_002, &mut g, "work", "stop")
+            .unwrap()
+            .unwrap();
+        rt.pump(2_002, &mut g, &mut flusher(&mut store)).unwrap();
+        assert!(*call.abort.borrow());
+        rt.settle(2_003, &mut g, "work", call.invocation, Settlement::Aborted)
+            .unwrap();
+        rt.pump(2_003, &mut g, &mut flusher(&mut store)).unwrap();
+        assert_eq!(rt.running_calls(), 0);
+        assert!(matches!(
+            rt.last_end("work"),
+            Some(TurnEnd::Interrupted { .. })
+        ));
+        let results: Vec<String> = g
+            .chat("work")
+            .unwrap()
+            .iter()
+            .filter_map(|e| e.ok())
+            .filter(|l| {
+                l.extra
+                    .get(AGENT_FIELD)
+                    .is_some_and(|a| a["entry"] == "tool_result")
+            })
+            .map(|l| {
+                let a = &l.extra[AGENT_FIELD];
+                format!("{} {}", a["status"], a["evidence"])
+            })
+            .collect();
+        // The core's rule: an acknowledged abort is uncertain, with that evidence.
+        assert_eq!(results, [r#""uncertain" "abort_acknowledged""#]);
     }
 }

@@ -3,7 +3,8 @@
 //! `delta` + `agent` events, lines on disk); a `spawn` tool call opens a child with its own
 //! agent; an enforced wait blocks the parent until the child is done, then resumes; SIGKILL
 //! during a streaming step and a restart record the turn interrupted ("host restarted") and
-//! re-run nothing; the harness fixture root keeps its lineage with agents running.
+//! re-run nothing; the harness fixture root keeps its lineage with agents running; a spawned
+//! task node's agent drives ThreadDesk with the DGP tools (the coordinator never gets them).
 
 mod common;
 mod model_support;
@@ -577,5 +578,155 @@ fn the_harness_fixture_root_keeps_its_lineage_with_agents_running() {
     assert!(
         c.iter()
             .any(|l| l["role"] == "assistant" && l["text"] == "Noted.")
+    );
+}
+
+#[test]
+fn a_task_nodes_agent_drives_threaddesk_with_the_dgp_tools_and_the_coordinator_stays_clean() {
+    let m = ModelServer::start();
+    script(
+        &m,
+        json!([
+            // The coordinator spawns a task node and waits for it (enforced).
+            {"calls": [
+                {"id": "call-1", "name": "spawn", "arguments": {
+                    "type": "task", "title": "Desk triage", "message": "Drive thread-73 once."}},
+                {"id": "call-2", "name": "wait_on", "arguments": {
+                    "node": "desk-triage", "mode": "enforce"}}]},
+            // The task node's agent lists the surfaces, then drives one for one step.
+            {"calls": [{"id": "t-1", "name": "dgp_surfaces", "arguments": {}}]},
+            {"calls": [{"id": "t-2", "name": "dgp_run_surface", "arguments": {
+                "surface_id": "thread-73", "max_steps": 1}}]},
+            // The judge is the agents' model.
+            {"text": "{\"choice\": \"investigate\", \"reason\": \"scripted judge\"}"},
+            {"text": "thread-73 is under investigation."}
+        ]),
+    );
+    let dir = TempDir::new("agents-dgp");
+    let data = dir.0.join("data");
+    let root = data.join("chat");
+    let s = start_env(&data, &m, &[], &[("ACTOR_WAIT_GRAPH", "enforce")]);
+    let (st, _) = post(
+        &s,
+        "/api/actors/nodes/coordinator/messages",
+        json!({"text": "please triage the CI threads"}),
+    );
+    assert_eq!(st, 200);
+    let child = "desk-triage";
+    until("the task node's finished turn", || {
+        lines(&root, child)
+            .iter()
+            .any(|l| l["agent"]["entry"] == "turn_end")
+            .then_some(())
+    });
+    let (_, a) = get(&s, "/api/actors/agents");
+    assert_eq!(a["agents"][child]["phase"], "idle", "{a}");
+    let kid = lines(&root, child);
+    let results: Vec<&Value> = kid
+        .iter()
+        .filter(|l| l["agent"]["entry"] == "tool_result")
+        .collect();
+    let tools: Vec<(&str, &str, &str)> = results
+        .iter()
+        .map(|l| {
+            (
+                l["role"].as_str().unwrap(),
+                l["agent"]["tool"].as_str().unwrap(),
+                l["agent"]["status"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        tools,
+        [
+            ("tool", "dgp_surfaces", "succeeded"),
+            ("tool", "dgp_run_surface", "succeeded")
+        ],
+        "{kid:?}"
+    );
+    assert_eq!(kid.last().unwrap()["agent"]["end"], "completed");
+    let listed = &results[0]["agent"]["value"]["surfaces"];
+    assert!(
+        listed
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|x| x["surface_id"] == "thread-73"),
+        "{listed}"
+    );
+    let run = &results[1]["agent"]["value"];
+    assert_eq!(run["surface_id"], "thread-73");
+    let commits = run["commits"].as_array().unwrap();
+    assert_eq!(commits.len(), 1, "{run}");
+    // ThreadDesk recorded the commit: its receipt is served and the thread moved on.
+    let id = commits[0]["receipt_id"].as_str().unwrap();
+    let auth = format!("Bearer {}", support::AGENT);
+    let r = http(
+        &s.addr,
+        "GET",
+        &format!("/dgp/receipts/{id}"),
+        &[("authorization", &auth)],
+        None,
+    );
+    assert_eq!(r.status, 200);
+    assert_eq!(r.json()["receipt_id"], id);
+    let list = http(
+        &s.addr,
+        "GET",
+        "/dgp/surfaces",
+        &[("authorization", &auth)],
+        None,
+    )
+    .json();
+    let t73 = list["surfaces"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|x| x["surface_id"] == "thread-73")
+        .unwrap()
+        .clone();
+    assert_eq!(t73["state"], "investigating", "{t73}");
+    // The judgment was the agents' model's, recorded with its resolver.
+    let assessed = run["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["event"] == "assessed")
+        .unwrap();
+    let resolver = &assessed["assessment"]["resolver"];
+    assert_eq!(
+        (&resolver["kind"], &resolver["model"]),
+        (&json!("llm"), &json!("test-agent")),
+        "{assessed}"
+    );
+    let reqs = requests(&m);
+    assert_eq!(reqs.len(), 5);
+    let names = |i: usize| -> Vec<String> {
+        reqs[i]["body"]["tools"]
+            .as_array()
+            .map(|ts| {
+                ts.iter()
+                    .map(|t| t["function"]["name"].as_str().unwrap().to_owned())
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    // Cadence: the task node is offered the DGP tools, the coordinator never is, and its
+    // chat holds no tool lines.
+    assert!(
+        names(1).contains(&"dgp_run_surface".to_owned()),
+        "{:?}",
+        names(1)
+    );
+    assert!(
+        !names(0).iter().any(|n| n.starts_with("dgp_")),
+        "{:?}",
+        names(0)
+    );
+    let c = lines(&root, "coordinator");
+    assert!(!c.iter().any(|l| l["role"] == "tool"), "{c:?}");
+    assert_eq!(
+        get(&s, "/api/actors/nodes/coordinator/agent").1["phase"],
+        "waiting"
     );
 }

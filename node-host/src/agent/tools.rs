@@ -10,16 +10,21 @@
 //! run finishes the commit, and its full report arrives in the agent's mailbox as a late
 //! result. The controller never commits a judgment whose effect requires a human: such a run
 //! ends with `human_review_required`, and the tool result says so.
+//!
+//! [`DgpTools::host_tools`] offers the same two tools to the agents of `weft serve`'s task
+//! nodes ([`crate::agents::HostTools`]), bound to the server's own DGP app.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use serde_json::{Value, json};
 use weft_core::frames::controller::tools as decl;
-use weft_core::tools::{HandlerId, ToolDecl, ToolsError};
+use weft_core::tools::{HandlerId, Settlement, ToolDecl, ToolsError};
 
+use super::client::CallError;
 use super::controller::{Controller, RunOptions, StopSignal, SurfaceRun};
 use crate::agent_host::{AgentHost, ToolError, tool_fn};
+use crate::agents::{BoxFuture, CallHandler, HostTools};
 
 pub use weft_core::frames::controller::tools::{MAX_STEPS, RUN_TOOL, SURFACES_TOOL};
 
@@ -89,6 +94,50 @@ impl DgpTools {
         Ok(vec![a, b])
     }
 
+    /// Both tools as host tools of the agents runtime, over the tools `connect` gives. They
+    /// connect on the first call (so a server can offer its own DGP app before it serves);
+    /// a failed connection fails that call with the problem's code and is tried again by the
+    /// next one. An abort raised before the connection is made settles the call `Aborted`.
+    pub fn host_tools(
+        connect: impl Fn() -> BoxFuture<Result<DgpTools, CallError>> + Send + Sync + 'static,
+    ) -> HostTools {
+        let connect = Arc::new(connect);
+        let cell: Arc<tokio::sync::OnceCell<DgpTools>> = Arc::default();
+        let run: CallHandler = Arc::new(move |tool: String, args: Value, abort| {
+            let (cell, connect) = (cell.clone(), connect.clone());
+            Box::pin(async move {
+                let mut stop = StopSignal::new(abort.clone());
+                let tools = tokio::select! {
+                    biased;
+                    _ = stop.raised() => return Settlement::Aborted,
+                    t = cell.get_or_try_init(|| connect()) => t,
+                };
+                let tools = match tools {
+                    Ok(t) => t,
+                    Err(e) => return settlement(Err(failed(&e.to_json()))),
+                };
+                settlement(match tool.as_str() {
+                    decl::SURFACES_TOOL => tokio::select! {
+                        biased;
+                        _ = stop.raised() => Err(ToolError::Aborted),
+                        r = tools.controller.surfaces() => r
+                            .map(|s| json!({"surfaces": s}))
+                            .map_err(|e| failed(&e.to_json())),
+                    },
+                    decl::RUN_TOOL => tools.run(args, StopSignal::new(abort)).await,
+                    other => Err(ToolError::failed(
+                        format!("tool `{other}` is not a DGP tool"),
+                        "NO_HANDLER",
+                    )),
+                })
+            }) as BoxFuture<Settlement<Value>>
+        });
+        HostTools {
+            decls: Self::declarations().to_vec(),
+            run,
+        }
+    }
+
     /// One `dgp_run_surface` call (arguments already checked against the schema).
     pub async fn run(&self, args: Value, mut stop: StopSignal) -> Result<Value, ToolError> {
         let (sid, opts) = decl::run_arguments(&args, self.defaults).ok_or_else(|| {
@@ -124,6 +173,15 @@ impl DgpTools {
             .run_surface(&sid, opts, stop, &mut on_event)
             .await;
         Ok(run.to_json())
+    }
+}
+
+/// A handler's result as the core's settlement.
+fn settlement(r: Result<Value, ToolError>) -> Settlement<Value> {
+    match r {
+        Ok(v) => Settlement::Returned(v),
+        Err(ToolError::Aborted) => Settlement::Aborted,
+        Err(ToolError::Failed { message, code }) => Settlement::Threw { message, code },
     }
 }
 

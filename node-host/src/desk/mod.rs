@@ -24,8 +24,12 @@
 //! ([`crate::agents::Runtime`]) lives beside the graph under the same lock. Every write is
 //! followed by the agents' call order (flush + fsync + ack, sync, poll); released model steps
 //! run on Tokio tasks with the configured model (their answers come back under the lock), the
-//! built-in model answers inline when none is configured. A person's line (`POST …/messages`)
-//! goes through the core's `admit_utterance`, and the node that took it gets its agent.
+//! built-in model answers inline when none is configured. Host tools given with
+//! [`DeskState::with_host_tools`] (`weft serve`: the DGP tools over its own ThreadDesk) are
+//! declared on every task node's agent; their calls run on Tokio tasks the same way (an
+//! interrupt raises the call's abort signal; the settlement comes back under the lock). A
+//! person's line (`POST …/messages`) goes through the core's `admit_utterance`, and the node
+//! that took it gets its agent.
 //!
 //! Every write is answered after the store acknowledged it. Errors are
 //! `application/problem+json` with the core's stable `code`. JSON bodies are read strictly
@@ -63,7 +67,7 @@ use weft_core::actors::{
 };
 
 use crate::actors::{FsStore, Session, flush, wall_ms};
-use crate::agents::{AgentEvent, ModelJob, Runtime};
+use crate::agents::{AgentEvent, CallJob, HostTools, ModelJob, Runtime};
 use crate::serve::auth::Auth;
 use crate::serve::http::{self, Shutdown, ShutdownSignal};
 
@@ -105,24 +109,41 @@ impl Inner {
         flush_store(&mut self.graph, &mut self.store)
     }
 
-    /// Runs the agents' call order until quiet; returns the model steps to run.
-    fn pump_agents(&mut self) -> Vec<ModelJob> {
+    /// Runs the agents' call order until quiet; returns the model steps and host tool calls
+    /// to run.
+    fn pump_agents(&mut self) -> Work {
         let Inner {
             graph,
             store,
             agents,
         } = self;
         let Some(rt) = agents.as_mut() else {
-            return Vec::new();
+            return Work::default();
         };
-        match rt.pump(wall_ms(), graph, &mut |g| flush_store(g, store)) {
+        let models = match rt.pump(wall_ms(), graph, &mut |g| flush_store(g, store)) {
             Ok(jobs) => jobs,
             Err(e) => {
                 eprintln!("weft desk: agents: error[{}]: {e}", e.code());
                 Vec::new()
             }
+        };
+        Work {
+            models,
+            calls: rt.take_calls(),
         }
     }
+}
+
+/// What a pump released for the host to run.
+#[derive(Default)]
+struct Work {
+    models: Vec<ModelJob>,
+    calls: Vec<CallJob>,
+}
+
+/// Resolves once the runtime forgot the call (its abort sender was dropped).
+async fn forgotten(mut abort: watch::Receiver<bool>) {
+    while abort.changed().await.is_ok() {}
 }
 
 /// The model the desk's agents run, and what `GET /api/actors/agents` says about it.
@@ -145,6 +166,8 @@ pub struct DeskState {
     events: broadcast::Sender<AgentEvent>,
     /// The agents' model (`None`: this desk runs no agents).
     model: Option<Arc<AgentModel>>,
+    /// Host tools of the task nodes' agents, with their handler.
+    host_tools: Option<HostTools>,
 }
 
 impl DeskState {
@@ -191,7 +214,16 @@ impl DeskState {
             proposer: None,
             events,
             model: None,
+            host_tools: None,
         })
+    }
+
+    /// Offers `tools` to every task node's agent (call before
+    /// [`start_agents`](Self::start_agents)); the discussion surface never gets them (the core
+    /// refuses work tools there with `CADENCE_VIOLATION`).
+    pub fn with_host_tools(mut self, tools: Option<HostTools>) -> DeskState {
+        self.host_tools = tools;
+        self
     }
 
     /// Runs an agent on the graph's nodes with `model` (the built-in model when none is
@@ -227,9 +259,13 @@ impl DeskState {
         let sink: crate::agents::Sink = Box::new(move |e| {
             let _ = events.send(e);
         });
+        let host_tools = self.host_tools.clone();
         let resumed = self
             .with_inner(move |i| {
                 let mut rt = Runtime::new(Default::default(), builtin, sink);
+                if let Some(t) = &host_tools {
+                    rt.set_host_tools(t);
+                }
                 let resumed = rt
                     .resume_all(wall_ms(), &mut i.graph)
                     .map_err(agents_to_actors)?;
@@ -250,7 +286,7 @@ impl DeskState {
     fn locked<T>(
         &self,
         f: impl FnOnce(&mut Inner) -> Result<T, ActorsError>,
-    ) -> (Result<T, ActorsError>, Vec<ModelJob>) {
+    ) -> (Result<T, ActorsError>, Work) {
         let mut g = self.inner.lock().unwrap_or_else(|p| p.into_inner());
         let out = f(&mut g);
         let flushed = g.flush();
@@ -265,7 +301,7 @@ impl DeskState {
         (out.and_then(|o| flushed.map(|_| o)), jobs)
     }
 
-    /// [`locked`](Self::locked) in the blocking pool; starts the model steps it released.
+    /// [`locked`](Self::locked) in the blocking pool; starts the work it released.
     async fn with_inner<T: Send + 'static>(
         &self,
         f: impl FnOnce(&mut Inner) -> Result<T, ActorsError> + Send + 'static,
@@ -280,11 +316,13 @@ impl DeskState {
 
     /// Runs each released model step on a Tokio task: deltas go to the event streams, the
     /// answer back to the agent (under the lock), which may release the next steps.
-    fn start_jobs(&self, jobs: Vec<ModelJob>) {
+    fn start_jobs(&self, work: Work) {
+        let Work { models, calls } = work;
+        self.start_calls(calls);
         let Some(model) = self.model.clone() else {
             return;
         };
-        for job in jobs {
+        for job in models {
             let state = self.clone();
             let model = model.clone();
             tokio::spawn(async move {
@@ -322,6 +360,52 @@ impl DeskState {
                         eprintln!("weft desk: agents: error[{}]: {e}", e.code());
                     }
                     state.start_jobs(jobs);
+                }
+            });
+        }
+    }
+
+    /// Runs each started host tool call on a Tokio task with the host tools' handler (it sees
+    /// the call's abort signal); the settlement goes back to the agent under the lock, which
+    /// may release the next work. A call the runtime forgot (it was dropped) is dropped too.
+    fn start_calls(&self, calls: Vec<CallJob>) {
+        for call in calls {
+            let state = self.clone();
+            let run = self.host_tools.as_ref().map(|t| t.run.clone());
+            tokio::spawn(async move {
+                let CallJob {
+                    node,
+                    invocation,
+                    tool,
+                    arguments,
+                    abort,
+                } = call;
+                let settlement = match run {
+                    Some(run) => tokio::select! {
+                        s = run(tool, arguments, abort.clone()) => s,
+                        _ = forgotten(abort) => return,
+                    },
+                    None => weft_core::tools::Settlement::Threw {
+                        message: format!("tool `{tool}` has no handler on this host"),
+                        code: Some("NO_HANDLER".into()),
+                    },
+                };
+                let s = state.clone();
+                let done = tokio::task::spawn_blocking(move || {
+                    s.locked(move |i| {
+                        if let Some(rt) = i.agents.as_mut() {
+                            rt.settle(wall_ms(), &mut i.graph, &node, invocation, settlement)
+                                .map_err(agents_to_actors)?;
+                        }
+                        Ok(())
+                    })
+                })
+                .await;
+                if let Ok((r, work)) = done {
+                    if let Err(e) = r {
+                        eprintln!("weft desk: agents: error[{}]: {e}", e.code());
+                    }
+                    state.start_jobs(work);
                 }
             });
         }
@@ -545,14 +629,15 @@ fn check_loopback(addr: SocketAddr) -> Result<(), ActorsError> {
 /// Opens `root` (with the harness variables of the environment) for a server bound to `addr`
 /// and returns the desk's routes to merge into it (what `weft serve --chat-root` does), behind
 /// `access`; with `proposer`, that model proposes spawns on `route`; with `agents`, every node
-/// gets an agent answering with that model ([`DeskState::start_agents`]). Its event streams
-/// end when `closing` fires.
+/// gets an agent answering with that model ([`DeskState::start_agents`]) and every task node's
+/// agent the host `tools`. Its event streams end when `closing` fires.
 pub async fn mount(
     root: &Path,
     addr: SocketAddr,
     access: DeskAccess,
     proposer: Option<crate::model::ReqwestModel>,
     agents: Option<crate::model::HostModel>,
+    tools: Option<HostTools>,
     closing: ShutdownSignal,
 ) -> Result<Router, String> {
     let fail = |e: ActorsError| format!("{}: error[{}]: {e}", root.display(), e.code());
@@ -569,7 +654,11 @@ pub async fn mount(
     .map_err(|e| e.to_string())?
     .map_err(fail)?;
     let state = match agents {
-        Some(m) => state.start_agents(m).await.map_err(fail)?,
+        Some(m) => state
+            .with_host_tools(tools)
+            .start_agents(m)
+            .await
+            .map_err(fail)?,
         None => state,
     };
     Ok(
@@ -914,9 +1003,20 @@ async fn interrupt(
             let Some(rt) = i.agents.as_mut() else {
                 return Ok(None);
             };
-            Ok(rt.interrupt(wall_ms(), &mut i.graph, &node, &reason))
+            let r = rt.interrupt(wall_ms(), &mut i.graph, &node, &reason);
+            Ok(r.map(|r| (r, rt.next_deadline())))
         })
         .await?;
+    // A started call has the grace period to settle; when it ends the agents run again, so a
+    // call that never settled is reported uncertain without waiting for another write.
+    if let Some((_, Some(at))) = &r {
+        let (s, at) = (s.clone(), *at);
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(at.saturating_sub(wall_ms()) + 1)).await;
+            let _ = s.with_inner(|_| Ok(())).await;
+        });
+    }
+    let r = r.map(|(r, _)| r);
     match r {
         Some(Ok(st)) => Ok(ok(json!({"node": id, "status": st.as_str()}))),
         Some(Err(e)) => Ok(agent_problem(&e)),

@@ -8,6 +8,8 @@
 //! read views ([`threaddesk`]), and the actor desk ([`crate::desk`]) over `$CHAT_ROOT`
 //! (`--chat-root`, default `chat` in the data directory) with agents running on its nodes
 //! (the model of `--model`/`--base-url`, or the built-in model; `--no-agents` turns them off).
+//! Every task node's agent also gets the DGP tools (`dgp_surfaces`, `dgp_run_surface`) bound to
+//! this server's own DGP app ([`agent_dgp_tools`]), so a node's agent can drive ThreadDesk.
 
 pub mod auth;
 pub mod dgp;
@@ -310,6 +312,43 @@ async fn boundary(State(addr): State<SocketAddr>, req: Request, next: Next) -> R
     resp
 }
 
+/// Text-service requests the desk agents' DGP controller may make over the server's life.
+pub const AGENT_SERVICE_CALLS: u32 = 32;
+
+/// The DGP tools of the desk's task-node agents, bound to this server's own DGP app: base URL
+/// `http://{addr}` (the bound loopback address), the agent token, decisions judged by `judge`
+/// (the agents' model, when one is configured) or else the deterministic fixtures, service
+/// texts by the fixtures. The controller connects on the first call.
+pub fn agent_dgp_tools(
+    addr: SocketAddr,
+    agent_token: String,
+    judge: Option<crate::model::ReqwestModel>,
+) -> crate::agents::HostTools {
+    use crate::agent::adapters::{DecisionAdapter, FixtureAdapter, FixtureText, ModelAdapter};
+    use crate::agent::controller::{Controller, RunOptions};
+    use crate::agent::tools::DgpTools;
+    let base = format!("http://{addr}");
+    DgpTools::host_tools(move || {
+        let (base, token, judge) = (base.clone(), agent_token.clone(), judge.clone());
+        Box::pin(async move {
+            let adapter: Box<dyn DecisionAdapter> = match judge {
+                Some(model) => Box::new(ModelAdapter { model }),
+                None => Box::new(FixtureAdapter),
+            };
+            let c = Controller::connect(
+                &base,
+                Some(token),
+                false,
+                adapter,
+                Box::new(FixtureText),
+                AGENT_SERVICE_CALLS,
+            )
+            .await?;
+            Ok(DgpTools::new(Arc::new(c), RunOptions::default()))
+        })
+    })
+}
+
 /// Runs `weft serve`.
 pub async fn main(args: ServeArgs) -> ExitCode {
     match run(args).await {
@@ -382,12 +421,28 @@ async fn run(args: ServeArgs) -> Result<(), String> {
             weft_core::model::builtin::HOW_TO_CONFIGURE
         ),
     };
+    let judge = match &agents {
+        Some(crate::model::HostModel::Remote(m)) => Some(m.clone()),
+        _ => None,
+    };
+    let tools = agents
+        .as_ref()
+        .map(|_| agent_dgp_tools(addr, shared.auth.agent_token().to_owned(), judge));
     // The desk serves loopback addresses only: on another address it is mounted only when
     // --chat-root asks for it (and then refused, as before).
     let desk = args.chat_root.is_some() || addr.ip().is_loopback();
     if desk {
         parts.push(
-            crate::desk::mount(&root, addr, access, proposer, agents, shutdown.signal()).await?,
+            crate::desk::mount(
+                &root,
+                addr,
+                access,
+                proposer,
+                agents,
+                tools,
+                shutdown.signal(),
+            )
+            .await?,
         );
     }
     let app = router(shared.clone(), parts);
