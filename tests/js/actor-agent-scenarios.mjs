@@ -1,7 +1,7 @@
 // Agents on actor nodes through the JS package (`store.agent(node, options)`), shared by the
 // Node tests (memory store) and the browser tests (IndexedDB in Chromium): the same
-// semantics on both. Each scenario receives `{weft, open(config?)}` (`open` resolves with a
-// fresh ActorStore) and throws on failure.
+// semantics on both. Each scenario receives `{weft, open(config?), worker(name)}` (`open`
+// resolves with a fresh ActorStore; `worker` names a real Worker script) and throws on failure.
 
 function check(cond, message) {
   if (!cond) throw new Error(`check failed: ${message}`);
@@ -41,6 +41,14 @@ function manualModel() {
   model.pending = pending;
   model.requests = requests;
   return model;
+}
+
+async function until(cond, what, ms = 15_000) {
+  const end = Date.now() + ms;
+  while (!cond()) {
+    if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 5));
+  }
 }
 
 export const actorAgentScenarios = {
@@ -218,6 +226,75 @@ export const actorAgentScenarios = {
     const results = lines(store, 'work').filter((l) => l.agent?.entry === 'tool_result');
     eq(results.map((l) => [l.agent.tool, l.agent.status]).sort(), [['cancellable', 'uncertain'], ['stubborn', 'uncertain']].sort(), 'both calls end uncertain');
     eq(lines(store, 'work').at(-1).agent.end, 'interrupted', 'the turn ended interrupted after the grace period');
+    await store.close();
+  },
+
+  async 'a task agent drives an app with its published tools and a Worker job; the job note is admitted at the next turn'({ weft, open, worker }) {
+    const store = await open();
+    const root = store.graph().root;
+    await store.spawn({ parent: root, id: 'lab', type: 'task', title: 'Lab' });
+    const app = weft.createApp();
+    app.load({
+      controls: [{ name: 'x', type: 'number', min: 0, max: 100, value: 1 }],
+      cells: [{ name: 'y', deps: ['x'], compute: ({ x }) => 2 * x }],
+    });
+    // A real Worker on the app's runtime: the diffusion calculation, small.
+    const ep = app.openWorker(worker('diffusion'));
+    const simulate = weft.jobTool({
+      name: 'simulate',
+      description: 'Runs the diffusion calculation in the background',
+      parameters: { type: 'object', properties: { points: { type: 'number' } } },
+      endpoint: ep,
+      payload: ({ points }) => ({ points, simTime: 0.0005, chunkMs: 2, partialEveryMs: 1e6 }),
+    });
+    let turn2 = null;
+    const model = weft.scriptedModel([
+      { calls: [{ id: 's1', name: 'set', arguments: { name: 'x', value: 21 } }] },
+      { calls: [{ id: 'o1', name: 'observe', arguments: { waitFor: ['y'], select: ['y'] } }] },
+      { calls: [{ id: 'j1', name: 'simulate', arguments: { points: 40 } }] },
+      { text: 'y is 42; the simulation runs.' },
+      (request) => ((turn2 = request), { text: 'The simulation finished.' }),
+    ]);
+    const agent = await store.agent('lab', { model, app, tools: [simulate] });
+    eq(model.requests.length, 0, 'nothing asked yet');
+    await store.message({ node: 'lab', text: 'set x to 21, read y, then simulate' });
+    await agent.idle();
+    eq(model.requests[0].tools.filter((t) => ['report', 'set', 'act', 'observe', 'wait', 'inspect', 'cancel', 'simulate'].includes(t)).length, 8, 'the app tools and the job tool are offered');
+    eq(app.cell('y').value, 42, 'the app took the write');
+    let ls = lines(store, 'lab');
+    const results = ls.filter((l) => l.agent?.entry === 'tool_result');
+    eq(results.map((l) => [l.role, l.agent.tool, l.agent.status]), [['tool', 'set', 'succeeded'], ['tool', 'observe', 'succeeded'], ['tool', 'simulate', 'succeeded']], 'three calls succeeded');
+    eq([results[0].agent.value.accepted, results[1].agent.value.outcome, results[1].agent.value.result], [21, 'settled', { y: 42 }], 'the app answered set and observe');
+    eq([results[2].agent.handedOver, results[2].agent.jobs], [true, [results[2].agent.value.job]], 'the simulate call handed its job over');
+    const jobLine = ls.find((l) => l.agent?.entry === 'job');
+    check(jobLine && jobLine.role === 'progress' && jobLine.agent.callId === 'j1', `the job line: ${JSON.stringify(jobLine)}`);
+    const jobId = jobLine.agent.job;
+    const job = app.runtime.job(jobId);
+    eq([job.info.owner, job.info.origin.toolCall], ['agent:lab', 'j1'], 'the job is the agent\'s, attributed to its call');
+    eq((await job.wait()).outcome, 'succeeded', 'the Worker job succeeded');
+    await until(() => lines(store, 'lab').some((l) => l.agent?.entry === 'mail'), 'the completion note');
+    await store.sync();
+    ls = lines(store, 'lab');
+    const mail = ls.find((l) => l.agent?.entry === 'mail');
+    eq([mail.role, mail.agent.kind, mail.agent.note.job, mail.agent.note.outcome], ['completion', 'job', jobId, 'succeeded'], 'the note is a mail line');
+    eq([agent.state().pendingMail, agent.state().openJobs, agent.state().phase], [1, [], 'idle'], 'the note waits for the next turn; it starts none');
+    eq(model.remaining(), 1, 'the note asked no model');
+    // The next turn admits it.
+    await store.message({ node: 'lab', text: 'how did it go?' });
+    await agent.idle();
+    ls = lines(store, 'lab');
+    const start = ls.filter((l) => l.agent?.entry === 'turn_start').at(-1);
+    eq(start.agent.admitted, [mail.agent.seq], 'the next turn start admits the note');
+    check(start.line > mail.line, 'admitted after it was written');
+    check(turn2.messages.some((m) => m.role === 'mail' && m.note?.job === jobId && m.note.outcome === 'succeeded'), 'the model is shown the note in the next turn');
+    eq(ls.at(-1).agent.end, 'completed', 'the second turn completed');
+    // The job's milestones are in the node's jobs.jsonl in the store.
+    const journal = await store.jobJournal('lab', jobId);
+    const types = journal.map((e) => e.type);
+    eq(types.filter((t) => ['submitted', 'started', 'outcome'].includes(t)), ['submitted', 'started', 'outcome'], `the milestones: ${types}`);
+    check(types.length <= 6, `bounded: milestones and the latest repeating event (${types})`);
+    eq((await store.jobJournal('lab', jobId, { after: journal[0].seq })).length, journal.length - 1, 'read back after a sequence number');
+    app.dispose();
     await store.close();
   },
 

@@ -18,6 +18,8 @@ export {
   NodeAgent,
   NodeAgentOptions,
   NodeAgentTool,
+  appTools,
+  jobTool,
   NodeToolContext,
   NodeModelRequest,
   NodeAgentState,

@@ -5,7 +5,7 @@
 // a message before its lineage is durable).
 import { WeftError } from './error.js';
 import { lazyModule } from './lazy.js';
-import { NodeAgent } from './node-agent.js';
+import { NodeAgent, appTools } from './node-agent.js';
 
 // The actor graph is its own WebAssembly module (weft_actors_bg.wasm), loaded on first use.
 const wasm = lazyModule('actors', new URL('./weft_actors_bg.wasm', import.meta.url), () => import('./weft_actors.js'));
@@ -30,6 +30,9 @@ class MemoryBackend {
   }
   async load() {
     return Object.fromEntries(this.files);
+  }
+  async read(path) {
+    return this.files.get(path);
   }
   async apply(batch) {
     const next = new Map(this.files);
@@ -89,6 +92,9 @@ class IndexedDbBackend {
     const store = tx.objectStore('files');
     const [keys, values] = await Promise.all([req(store.getAllKeys()), req(store.getAll())]);
     return Object.fromEntries(keys.map((k, i) => [k, values[i]]));
+  }
+  read(path) {
+    return req(this.db.transaction('files', 'readonly').objectStore('files').get(path));
   }
   /** The whole batch in one transaction: IndexedDB commits it atomically. */
   apply(batch) {
@@ -233,10 +239,12 @@ export class ActorStore {
 
   #openAgent(node, options, now) {
     const { NodeAgent: Raw } = this.#glue;
+    // An app's published tools come first; the host's own tools follow.
+    if (options.app) options = { ...options, tools: [...appTools(options.app), ...(options.tools ?? [])] };
     const raw = Raw.open(this.#core, node, { contextTokens: options.contextTokens, recentLines: options.recentLines, interruptGraceMs: options.interruptGraceMs, maxStepsPerTurn: options.maxStepsPerTurn }, now);
     try {
       for (const t of options.tools ?? []) {
-        raw.registerTool({ name: t.name, description: t.description, parameters: t.parameters, supportsParallel: t.supportsParallel, mayStartJob: false, safeToCancel: t.safeToCancel });
+        raw.registerTool({ name: t.name, description: t.description, parameters: t.parameters, supportsParallel: t.supportsParallel, mayStartJob: t.mayStartJob === true, safeToCancel: t.safeToCancel });
       }
     } catch (e) {
       // The recovery lines open wrote stay queued (they are true whichever host resumes).
@@ -253,10 +261,13 @@ export class ActorStore {
    * Opens the agent of `node` (see `NodeAgent`): its lines are read and a restart's recovery
    * lines written (an unfinished turn `interrupted`, a started call `uncertain`, a job
    * `lost`); user lines not yet answered become its tasks. `options`: `{model?, tools?,
-   * contextTokens?, recentLines?, interruptGraceMs?, maxStepsPerTurn?, children?}` (`model`
-   * defaults to the built-in model; `tools` are host tools `{name, description?,
-   * parameters?, supportsParallel?, safeToCancel?, run(args, {signal, node, invocation,
-   * callId, tool, step})}`, task nodes only; `children`: the options of the agents of
+   * contextTokens?, recentLines?, interruptGraceMs?, maxStepsPerTurn?, children?, app?,
+   * runtime?}` (`model` defaults to the built-in model; `tools` are host tools `{name,
+   * description?, parameters?, supportsParallel?, safeToCancel?, mayStartJob?, run(args,
+   * {signal, node, invocation, callId, tool, step, submitJob})}` (or `handler` for `run`),
+   * task nodes only; `app`: an ops app whose published tools (`appTools(app)`) the agent
+   * gets; `runtime`: the job runtime of the Worker jobs its tools start with
+   * `ctx.submitJob` (default `app.runtime`); `children`: the options of the agents of
    * children it spawns, or a function of the child's id, by default the same model and
    * budget without tools). Rejects with AGENT_OPEN when the node has an open agent.
    */
@@ -265,6 +276,23 @@ export class ActorStore {
       if (this.#agents.has(node)) throw new WeftError('AGENT_OPEN', `node \`${node}\` already has an open agent (store.agentOf)`);
       return this.#openAgent(node, options, now);
     }, signal);
+  }
+
+  /**
+   * The job journal records the agent of `node` recorded in the store (`nodes/<node>/jobs.jsonl`:
+   * each job's milestones, the latest repeating event before each, `elided` counts), of `job`
+   * after sequence number `after` (default 0): what an observer that reconnects missed.
+   */
+  jobJournal(node, job, { after = 0 } = {}) {
+    const run = async () => {
+      if (this.#closed) throw new WeftError('CLOSED', 'the actor store is closed');
+      const text = (await this.#backend.read(`nodes/${node}/jobs.jsonl`)) ?? '';
+      return this.#glue.journalAfter(text, job, after);
+    };
+    // After the batches queued before it are committed.
+    const p = this.#queue.then(run, run);
+    this.#queue = p.catch(() => {});
+    return p;
   }
 
   /** The open agent of `node`, or null. */

@@ -6,5 +6,5 @@ await loadActors();
 
 export { openActorStore, deleteActorStore, ActorStore, loadActors } from './actors.js';
 export { WeftError } from './error.js';
-export { NodeAgent } from './node-agent.js';
+export { NodeAgent, appTools, jobTool } from './node-agent.js';
 export { builtinModel, openaiModel, anthropicModel, resolveModel } from './models.js';

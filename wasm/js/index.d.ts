@@ -889,6 +889,8 @@ export class ActorStore {
   agent(node: string, options?: NodeAgentOptions, o?: MutationOptions): Promise<NodeAgent>;
   /** The open agent of `node` (a child spawned by an agent has one), or null. */
   agentOf(node: string): NodeAgent | null;
+  /** The journal records of `job` the agent of `node` recorded in `nodes/<node>/jobs.jsonl`, after sequence number `after`. */
+  jobJournal(node: string, job: number, o?: { after?: number }): Promise<Array<JobEvent | { job: number; type: 'elided'; count: number; before: number }>>;
   /** The open agents, in the order they were opened. */
   agents(): NodeAgent[];
   /** Opens an agent on every node with agent lines and none open (resume after a reload). */
@@ -910,6 +912,15 @@ export interface NodeToolContext {
   callId: string;
   tool: string;
   step: number;
+  /** The owner the agent's jobs are submitted with (`agent:<node>`). */
+  owner: string;
+  /**
+   * Starts a background job on `endpoint` (of the agent's `runtime`) for this call; the tool
+   * must declare `mayStartJob`. The job outlives the call and the turn: a `job` line, its
+   * milestones in the node's `jobs.jsonl`, its completion note a `mail` line admitted at the
+   * next turn start.
+   */
+  submitJob<T = unknown>(endpoint: Endpoint, payload: unknown, options?: Omit<SubmitOptions, 'owner' | 'origin'>): Job<T>;
 }
 
 /** A host tool of an agent (task nodes only): its declaration and its handler. */
@@ -920,9 +931,31 @@ export interface NodeAgentTool {
   parameters?: Record<string, unknown>;
   supportsParallel?: boolean;
   safeToCancel?: boolean;
+  /** Whether its calls may start background jobs (`ctx.submitJob`). */
+  mayStartJob?: boolean;
   /** Its value must be JSON-like (it becomes the result line). */
   run(args: any, ctx: NodeToolContext): unknown | Promise<unknown>;
 }
+
+/**
+ * An ops app's published tools (report, set, act, observe, wait, inspect, cancel) as host tools
+ * of a node's agent, with the app's schemas; every call runs through `app.tools.call`.
+ */
+export function appTools(app: App, options?: { by?: string }): NodeAgentTool[];
+
+/**
+ * A host tool whose call starts a job on `endpoint` (`payload(args)`, default the arguments)
+ * and returns `{job, state}` at once.
+ */
+export function jobTool(options: {
+  name: string;
+  description?: string;
+  parameters?: Record<string, unknown>;
+  endpoint: Endpoint;
+  payload?: (args: any) => unknown;
+  options?: Omit<SubmitOptions, 'owner' | 'origin'>;
+  supportsParallel?: boolean;
+}): NodeAgentTool;
 
 export interface NodeAgentOptions {
   /** `openaiModel(...)`, `anthropicModel(...)`, `builtinModel()` (the default), `scriptedModel(...)` or your own. */
@@ -937,6 +970,10 @@ export interface NodeAgentOptions {
   maxStepsPerTurn?: number;
   /** The options of the agents of children this agent spawns (default: the same model and budget, no tools). */
   children?: NodeAgentOptions | ((child: string) => NodeAgentOptions);
+  /** An ops app whose published tools (`appTools(app)`) the agent gets, before `tools`. */
+  app?: App;
+  /** The job runtime of the jobs its tools start (default `app.runtime`); its notes for the agent become mail lines. */
+  runtime?: Runtime;
 }
 
 /** The request of one model step of an agent on a node: the node's slice. */

@@ -25,6 +25,47 @@ function jsonValue(v) {
 export const isBuiltin = (model) => !model || model.provider === 'builtin';
 
 /**
+ * An ops app's published tools (`report`, `set`, `act`, `observe`, `wait`, `inspect`,
+ * `cancel`) as host tools of a node's agent, with the schemas the app declares: each call
+ * runs through `app.tools.call` (by `agent`, attributed to the call id), so every rule (what
+ * a write is, when an observation settles) is the app's. A call's signal ends only its wait
+ * (the operation continues), so the tools are safe to cancel; they run one at a time.
+ * `store.agent(node, {app})` registers them.
+ */
+export function appTools(app, { by = 'agent' } = {}) {
+  return app.tools.list().map((t) => ({
+    name: t.name,
+    description: t.description,
+    parameters: t.inputSchema,
+    supportsParallel: false,
+    safeToCancel: true,
+    run: (args, ctx) => app.tools.call(t.name, args ?? {}, { by, toolCall: ctx.callId, owner: ctx.owner, signal: ctx.signal }),
+  }));
+}
+
+/**
+ * A host tool that starts a background job on a runtime `endpoint` (a Worker's, usually):
+ * `payload(args)` (default: the arguments) is submitted with the agent's owner and the call's
+ * origin; the call returns `{job}` at once, the job outlives the call and the turn, its
+ * milestones are recorded in the node's `jobs.jsonl` and its completion note becomes a
+ * `mail` line admitted at the next turn start. Give the agent the endpoint's `runtime`.
+ */
+export function jobTool({ name, description = '', parameters = { type: 'object' }, endpoint, payload = (args) => args, options, supportsParallel = false }) {
+  if (!endpoint || typeof endpoint.submit !== 'function') throw new WeftError('INVALID_ARGUMENT', '`endpoint` must be a runtime endpoint');
+  return {
+    name,
+    description,
+    parameters,
+    supportsParallel,
+    mayStartJob: true,
+    run: (args, ctx) => {
+      const job = ctx.submitJob(endpoint, payload(args), options);
+      return { job: job.id, state: job.state };
+    },
+  };
+}
+
+/**
  * The agent of one actor node. Create with `store.agent(node, options)`; a child its `spawn`
  * tool creates gets an agent of its own (`store.agentOf(child)`).
  */
@@ -40,6 +81,9 @@ export class NodeAgent {
   #idleWaiters = [];
   #timer = null;
   #closed = false;
+  #runtime;
+  #jobs = new Map();
+  #offNotes = null;
 
   /** @internal Opened by the store (`store.agent`), inside its queue. */
   constructor(host, raw, options) {
@@ -48,6 +92,8 @@ export class NodeAgent {
     this.#options = options;
     this.#model = options.model ?? null;
     for (const t of options.tools ?? []) this.#tools.set(t.name, t);
+    this.#runtime = options.runtime ?? options.app?.runtime ?? null;
+    if (this.#runtime) this.#listenNotes();
     /** The node this agent is. */
     this.node = raw.node;
     /** What opening found and repaired: `{interruptedTurn, modelStepInterrupted, uncertainCalls, lostJobs, requeuedMail, pendingTasks}`. */
@@ -160,6 +206,10 @@ export class NodeAgent {
     this.#modelCall = null;
     for (const c of this.#calls.values()) c.ac.abort(new WeftError('CLOSED', 'the agent was closed'));
     this.#calls.clear();
+    // The jobs continue (their owner is the runtime's to close); the agent stops following them.
+    this.#offNotes?.();
+    for (const j of this.#jobs.values()) j.stop?.();
+    this.#jobs.clear();
     this.#host.detach(this);
     try {
       this.#raw.free();
@@ -278,6 +328,56 @@ export class NodeAgent {
       .catch((err) => this.#emit('error', err));
   }
 
+  // ----- Worker jobs its calls start ------------------------------------------------------
+
+  #submitJob(tool, inv, endpoint, payload, options = {}) {
+    this.#live();
+    const rt = this.#runtime;
+    if (!rt) throw new WeftError('NO_RUNTIME', 'this agent has no job runtime: open it with `runtime` (or `app`)');
+    if (tool.mayStartJob !== true) throw new WeftError('JOB_NOT_DECLARED', `tool \`${tool.name}\` does not declare mayStartJob`);
+    if (!endpoint || typeof endpoint.submit !== 'function') throw new WeftError('INVALID_ARGUMENT', '`endpoint` must be an endpoint of the runtime');
+    const origin = this.#raw.origin(inv);
+    if (origin === undefined) throw new WeftError('CALL_NOT_RUNNING', 'the call is no longer running');
+    const job = endpoint.submit(payload, { ...options, owner: this.#raw.owner, origin });
+    const tracked = { job, seq: 0, stop: null };
+    this.#jobs.set(job.id, tracked);
+    // The hand-over is a line before any of the job's events is recorded (the store's queue
+    // keeps the order; the call's settlement comes after it too).
+    this.#settle((core, now) => this.#raw.onCallJob(core, now, inv, job.id));
+    tracked.stop = job.observe((ev) => this.#settle((core) => this.#record(core, tracked, [ev])));
+    return job;
+  }
+
+  /** Records the job's journal events not yet recorded (milestones, the latest repeating one). */
+  #record(core, tracked, events) {
+    for (const ev of events) {
+      if (ev.type === 'missed' || !(ev.seq > tracked.seq)) continue;
+      this.#raw.recordJobEvent(core, jsonValue(ev));
+      tracked.seq = ev.seq;
+    }
+  }
+
+  /** Completion notes for this agent's owner come from the runtime's mailbox to the node. */
+  #listenNotes() {
+    const rt = this.#runtime;
+    const owner = this.#raw.owner;
+    const take = () =>
+      this.#settle((core, now) => {
+        for (const note of rt.readMailbox(owner)) {
+          const tracked = this.#jobs.get(note.job);
+          if (tracked) {
+            // Everything the journal holds up to the outcome is recorded before the note.
+            this.#record(core, tracked, tracked.job.journal(tracked.seq + 1));
+            tracked.stop?.();
+            this.#jobs.delete(note.job);
+          }
+          this.#raw.deliverNote(core, now, jsonValue(note));
+        }
+      });
+    this.#offNotes = rt.on('note', (e) => e.owner === owner && take());
+    if (rt.mailboxLength(owner) > 0) take();
+  }
+
   #ask(core, o) {
     const input = this.#raw.modelInput(core);
     if (input === undefined) return;
@@ -327,13 +427,24 @@ export class NodeAgent {
         this.#calls.delete(inv);
         this.#raw.onCallSettled(core, now, inv, settlement);
       });
-    if (!tool || typeof tool.run !== 'function') {
+    const run = tool?.run ?? tool?.handler;
+    if (typeof run !== 'function') {
       done({ error: `no handler for tool \`${o.tool}\``, code: 'UNKNOWN_TOOL' });
       return;
     }
-    const ctx = { signal: ac.signal, node: this.node, invocation: inv, callId: o.callId, tool: o.tool, step: o.step };
+    const ctx = {
+      signal: ac.signal,
+      node: this.node,
+      invocation: inv,
+      callId: o.callId,
+      tool: o.tool,
+      step: o.step,
+      owner: this.#raw.owner,
+      /** Starts a background job on `endpoint` for this call (see `jobTool`); returns the runtime's Job. */
+      submitJob: (endpoint, payload, options) => this.#submitJob(tool, inv, endpoint, payload, options),
+    };
     Promise.resolve()
-      .then(() => tool.run(o.arguments, ctx))
+      .then(() => run.call(tool, o.arguments, ctx))
       .then(
         (value) => {
           let v;

@@ -12,6 +12,7 @@ use weft_core::actors::{
     ActorGraph, ActorsError, HarnessConfig, HeuristicProposer, OpenReport, api,
 };
 use weft_core::agents::{self, AGENT_FIELD, AgentConfig, AgentsError, NodeAgent, ResumeReport};
+use weft_core::jobs::{JobId, Note, Origin, OutcomeKind, OwnerId};
 use weft_core::tools::{InvocationId, ModelResponse, Settlement, StepId, ToolDecl, ToolsError};
 
 use crate::js::{error, from_js_json, json};
@@ -375,6 +376,104 @@ impl NodeAgentJs {
             .map_err(agents_err)
     }
 
+    /// The owner id the jobs this agent's calls start are submitted with (their completion
+    /// notes come back to this agent).
+    #[wasm_bindgen(getter)]
+    pub fn owner(&self) -> String {
+        self.inner.owner().0.clone()
+    }
+
+    /// The origin `{thread, turn, toolCall}` to submit a job of running call `invocation`
+    /// with, or `undefined` when the invocation is not running.
+    pub fn origin(&self, invocation: f64) -> JsValue {
+        match self.inner.origin(InvocationId(ms(invocation))) {
+            Some(o) => json(&serde_json::to_value(o).unwrap_or(Value::Null)),
+            None => JsValue::UNDEFINED,
+        }
+    }
+
+    /// Running call `invocation` started background job `job` (submitted with `owner` and
+    /// `origin(invocation)`; its tool declared `mayStartJob`): written as a `job` line.
+    #[wasm_bindgen(js_name = onCallJob)]
+    pub fn on_call_job(
+        &mut self,
+        graph: &mut ActorGraphJs,
+        now: f64,
+        invocation: f64,
+        job: f64,
+    ) -> Result<(), JsValue> {
+        self.inner
+            .on_call_job(
+                ms(now),
+                &mut graph.inner,
+                InvocationId(ms(invocation)),
+                JobId(ms(job)),
+            )
+            .map_err(agents_err)
+    }
+
+    /// Records a journal event (`{job, seq, at, source, type, ...}`) of a job a call of this
+    /// agent started in the node's `jobs.jsonl`: milestones at once, repeating events as the
+    /// job's latest (written before the next milestone). Returns whether the job is this
+    /// agent's.
+    #[wasm_bindgen(js_name = recordJobEvent)]
+    pub fn record_job_event(
+        &mut self,
+        graph: &mut ActorGraphJs,
+        event: JsValue,
+    ) -> Result<bool, JsValue> {
+        let v = args_json(&event, "a job event")?;
+        self.inner
+            .record_job_event(&mut graph.inner, &v)
+            .map_err(agents_err)
+    }
+
+    /// A completion note for this agent (`{correlation, job, owner, origin, outcome, summary,
+    /// at}`, as a job runtime's mailbox hands it over): written as a `mail` line, admitted at
+    /// the next turn start. Returns its mail sequence number.
+    #[wasm_bindgen(js_name = deliverNote)]
+    pub fn deliver_note(
+        &mut self,
+        graph: &mut ActorGraphJs,
+        now: f64,
+        note: JsValue,
+    ) -> Result<f64, JsValue> {
+        let v = args_json(&note, "a completion note")?;
+        let invalid = |what: &str| {
+            error(&ActorsError::InvalidArgument(format!(
+                "a completion note needs {what}"
+            )))
+        };
+        let job = v["job"]
+            .as_u64()
+            .ok_or_else(|| invalid("a numeric `job`"))?;
+        let outcome: OutcomeKind = serde_json::from_value(v["outcome"].clone())
+            .map_err(|_| invalid("an `outcome` (succeeded, failed, cancelled or lost)"))?;
+        let origin: Origin = match v.get("origin").filter(|o| !o.is_null()) {
+            Some(o) => {
+                serde_json::from_value(o.clone()).map_err(|_| invalid("an object `origin`"))?
+            }
+            None => Origin::default(),
+        };
+        let note = Note {
+            correlation: v["correlation"]
+                .as_str()
+                .map_or_else(|| format!("job-{job}"), str::to_owned),
+            job: JobId(job),
+            owner: v["owner"]
+                .as_str()
+                .map_or_else(|| self.inner.owner().clone(), OwnerId::new),
+            origin,
+            outcome,
+            summary: v["summary"].as_str().unwrap_or("").to_owned(),
+            at: v["at"].as_u64().unwrap_or_else(|| ms(now)),
+        };
+        Ok(self
+            .inner
+            .deliver_note(ms(now), &mut graph.inner, &note)
+            .map_err(agents_err)? as f64)
+    }
+
     /// The result of an observation for this agent (a line; admitted at the next turn start).
     #[wasm_bindgen(js_name = postObservation)]
     pub fn post_observation(
@@ -463,4 +562,16 @@ pub fn admit_utterance(
     let out = agents::admit_utterance(ms(now), &mut graph.inner, node, text, model_configured)
         .map_err(agents_err)?;
     Ok(json(&out))
+}
+
+/// The journal records of `job` after sequence number `after` from the text of a node's
+/// `jobs.jsonl` (`weft_core::agents::journal_after`; a torn last line is skipped): what an
+/// observer that reconnects missed.
+#[wasm_bindgen(js_name = journalAfter)]
+pub fn journal_after(text: &str, job: f64, after: f64) -> JsValue {
+    json(&Value::Array(agents::journal_after(
+        text,
+        ms(job),
+        ms(after),
+    )))
 }

@@ -38,8 +38,10 @@ for (const [i, name] of Object.keys(actorAgentScenarios).entries()) {
           names.push(`${db}-${n++}`);
           return weft.openActorStore({ backend: 'indexeddb', name: names.at(-1), config, title: 'Agents' });
         };
+        // Real DOM Workers.
+        const worker = (w) => (w === 'diffusion' ? '/examples/diffusion/worker.js' : `/tests/workers/${w}.js`);
         try {
-          await actorAgentScenarios[name]({ weft, open });
+          await actorAgentScenarios[name]({ weft, open, worker });
           return { ok: true };
         } catch (err) {
           return { ok: false, error: String(err?.stack ?? err) };

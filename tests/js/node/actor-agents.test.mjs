@@ -8,9 +8,12 @@ import * as weft from 'weft';
 import { actorAgentScenarios } from '../actor-agent-scenarios.mjs';
 
 const open = (config = {}) => weft.openActorStore({ backend: 'memory', config, title: 'Agents' });
+// Real worker_threads Workers.
+const worker = (name) =>
+  name === 'diffusion' ? new URL('../../../examples/diffusion/worker.js', import.meta.url) : new URL(`../../workers/${name}.js`, import.meta.url);
 
 for (const [name, run] of Object.entries(actorAgentScenarios)) {
-  test(`actor agents (Node, memory): ${name}`, { timeout: 30_000 }, () => run({ weft, open }));
+  test(`actor agents (Node, memory): ${name}`, { timeout: 30_000 }, () => run({ weft, open, worker }));
 }
 
 test('actor agents (Node): an OpenAI-compatible model is sent the node slice and streams deltas', { timeout: 30_000 }, async () => {

@@ -1,7 +1,12 @@
 // Typed usage of `weft/actors`: views are typed (ActorViews.GridView, ...).
+import { createApp, type Endpoint } from 'weft';
 import {
+  appTools,
   builtinModel,
+  jobTool,
   openActorStore,
+  type NodeAgentTool,
+  type NodeToolContext,
   type ActorViews,
   type NodeAgent,
   type NodeAgentOutput,
@@ -55,4 +60,27 @@ export async function agentOnNode(): Promise<string[]> {
   agent.close();
   await s.close();
   return [...seen, st.phase, status, String(agent.report.interruptedTurn), String(resumed.length), child?.node ?? 'none'];
+}
+
+// A task node's agent drives an app with its published tools and starts Worker jobs.
+export async function agentWithAppAndJobs(): Promise<string[]> {
+  const s = await openActorStore({ backend: 'memory' });
+  await s.spawn({ parent: s.graph().root, id: 'lab', type: 'task', title: 'Lab' });
+  const app = createApp();
+  app.load({ controls: [{ name: 'x', type: 'number', value: 1 }], cells: [{ name: 'y', deps: ['x'], compute: ({ x }: { x: number }) => 2 * x }] });
+  const ep: Endpoint = app.openWorker('worker.js');
+  const tools: NodeAgentTool[] = [
+    ...appTools(app),
+    jobTool({ name: 'simulate', endpoint: ep, payload: (args: { points: number }) => ({ points: args.points }) }),
+    {
+      name: 'simulate_raw',
+      mayStartJob: true,
+      run: (args: unknown, ctx: NodeToolContext) => ({ job: ctx.submitJob(ep, args, { note: true }).id, owner: ctx.owner }),
+    },
+  ];
+  const agent: NodeAgent = await s.agent('lab', { model: builtinModel(), tools, runtime: app.runtime });
+  const journal = await s.jobJournal('lab', 1, { after: 0 });
+  agent.close();
+  await s.close();
+  return [...tools.map((t) => t.name), ...journal.map((e) => e.type)];
 }
