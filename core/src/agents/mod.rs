@@ -605,12 +605,9 @@ impl NodeAgent {
         step: StepId,
         response: crate::tools::ModelResponse,
     ) -> Result<(), AgentsError> {
-        if self.released != Some(step) {
-            return Err(ToolsError::StaleStep(step).into());
-        }
-        self.session.on_model_response(now, step, response)?;
-        self.released = None;
-        self.pump(now, graph)
+        self.answer(now, graph, step, |s| {
+            s.on_model_response(now, step, response)
+        })
     }
 
     /// The model step failed.
@@ -621,10 +618,21 @@ impl NodeAgent {
         step: StepId,
         message: &str,
     ) -> Result<(), AgentsError> {
+        self.answer(now, graph, step, |s| s.on_model_error(now, step, message))
+    }
+
+    /// Reports the released step's answer to the session (refused for any other step).
+    fn answer(
+        &mut self,
+        now: Millis,
+        graph: &mut ActorGraph,
+        step: StepId,
+        report: impl FnOnce(&mut Session<Value>) -> Result<(), ToolsError>,
+    ) -> Result<(), AgentsError> {
         if self.released != Some(step) {
             return Err(ToolsError::StaleStep(step).into());
         }
-        self.session.on_model_error(now, step, message)?;
+        report(&mut self.session)?;
         self.released = None;
         self.pump(now, graph)
     }
