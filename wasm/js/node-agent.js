@@ -429,7 +429,7 @@ export class NodeAgent {
       });
     const run = tool?.run ?? tool?.handler;
     if (typeof run !== 'function') {
-      done({ error: `no handler for tool \`${o.tool}\``, code: 'UNKNOWN_TOOL' });
+      done({ failure: 'unknown_tool', detail: o.tool });
       return;
     }
     const ctx = {
@@ -451,7 +451,7 @@ export class NodeAgent {
           try {
             v = jsonValue(value);
           } catch (err) {
-            return done({ error: `the tool's value is not JSON-like: ${message(err)}`, code: 'INVALID_RESULT' });
+            return done({ failure: 'invalid_result', detail: message(err) });
           }
           done({ value: v });
         },

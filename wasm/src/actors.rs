@@ -13,7 +13,9 @@ use weft_core::actors::{
 };
 use weft_core::agents::{self, AGENT_FIELD, AgentConfig, AgentsError, NodeAgent, ResumeReport};
 use weft_core::jobs::{JobId, Note, Origin, OutcomeKind, OwnerId};
-use weft_core::tools::{InvocationId, ModelResponse, Settlement, StepId, ToolDecl, ToolsError};
+use weft_core::tools::{
+    HandlerFailure, InvocationId, ModelResponse, Settlement, StepId, ToolDecl, ToolsError,
+};
 
 use crate::js::{error, from_js_json, json};
 
@@ -361,8 +363,24 @@ impl NodeAgentJs {
         settlement: JsValue,
     ) -> Result<(), JsValue> {
         let v = args_json(&settlement, "a settlement")?;
+        let detail = || v["detail"].as_str().unwrap_or("").to_owned();
         let s = if v["aborted"] == json!(true) {
             Settlement::Aborted
+        } else if let Some(f) = v["failure"].as_str() {
+            // A failure of the host itself: its code and words are the core's.
+            match f {
+                "unknown_tool" => HandlerFailure::UnknownTool(detail()),
+                "invalid_result" => HandlerFailure::InvalidResult(detail()),
+                "lost" => HandlerFailure::Lost(detail()),
+                other => {
+                    return Err(agents_err(AgentsError::Tools(ToolsError::InvalidArgument(
+                        format!(
+                            "unknown handler failure `{other}` (unknown_tool, invalid_result, lost)"
+                        ),
+                    ))));
+                }
+            }
+            .into()
         } else if let Some(e) = v.get("error").filter(|e| !e.is_null()) {
             Settlement::Threw {
                 message: e.as_str().map_or_else(|| e.to_string(), str::to_owned),
