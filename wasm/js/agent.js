@@ -4,6 +4,7 @@
 
 import { AgentSession, JobRegistry } from './weft_wasm.js';
 import { Deadline, WeftError } from './runtime.js';
+import { Waiters } from './waiters.js';
 
 /** Creates an agent session on `runtime` (whose jobs its tools may start). */
 export function createAgent(runtime, options = {}) {
@@ -47,7 +48,6 @@ export class Agent {
   #s;
   #model;
   #handlers = new Map();
-  #safeHandlers = new Set();
   #controllers = new Map();
   #modelCall = null;
   #transcript = [];
@@ -57,7 +57,7 @@ export class Agent {
   #deadline = new Deadline(() => this.#rt.now(), () => this.#call((s, now) => s.handleTimeout(now)));
   #taskWaiters = new Map();
   #turnTask = new Map();
-  #idleWaiters = [];
+  #idleWaiters = new Waiters();
   #listeners = new Map();
   #unsubscribe = [];
   #closed = false;
@@ -109,7 +109,6 @@ export class Agent {
     const { handler: _ignored, ...decl } = declaration;
     const id = this.#call((s) => s.registerTool(decl));
     this.#handlers.set(id, handler);
-    if (decl.safeToCancel === true) this.#safeHandlers.add(id);
     return id;
   }
 
@@ -246,19 +245,7 @@ export class Agent {
   /** Resolves once the agent is idle (no turn running and none queued). */
   idle({ signal } = {}) {
     if (this.#s.phase === 'idle') return Promise.resolve();
-    if (signal?.aborted) return Promise.reject(new WeftError('WAIT_CANCELLED', 'the wait was cancelled'));
-    return new Promise((resolve, reject) => {
-      const entry = { resolve, reject };
-      this.#idleWaiters.push(entry);
-      signal?.addEventListener(
-        'abort',
-        () => {
-          this.#idleWaiters = this.#idleWaiters.filter((e) => e !== entry);
-          reject(new WeftError('WAIT_CANCELLED', 'the wait was cancelled; the agent continues', { cause: signal.reason }));
-        },
-        { once: true },
-      );
-    });
+    return this.#idleWaiters.wait(signal);
   }
 
   /**
@@ -338,11 +325,7 @@ export class Agent {
       this.#pumping = false;
     }
     this.#arm();
-    if (this.#idleWaiters.length > 0 && this.#s.phase === 'idle') {
-      const waiters = this.#idleWaiters;
-      this.#idleWaiters = [];
-      for (const w of waiters) w.resolve();
-    }
+    if (this.#idleWaiters.size > 0 && this.#s.phase === 'idle') this.#idleWaiters.resolveAll();
   }
 
   #emit(event, o, output = true) {
@@ -402,7 +385,6 @@ export class Agent {
         break;
       case 'handler_released':
         this.#handlers.delete(o.handler);
-        this.#safeHandlers.delete(o.handler);
         break;
     }
     this.#emit(o.output, o);
@@ -469,10 +451,10 @@ export class Agent {
   #start(o) {
     const inv = o.invocation;
     const handler = this.#handlers.get(o.handler);
-    // Only tools declared safe to cancel are ever signalled: the others share a signal that
-    // never aborts.
+    // Only calls the core marks cancellable (tools declared safe to cancel) are ever
+    // signalled: the others share a signal that never aborts.
     let ac = NEVER;
-    if (this.#safe(o.handler)) {
+    if (o.cancellable) {
       ac = new AbortController();
       this.#controllers.set(inv, ac);
     }
@@ -518,10 +500,6 @@ export class Agent {
               : s.settleError(now, inv, String(err?.message ?? err), typeof err?.code === 'string' ? err.code : undefined),
           ),
       );
-  }
-
-  #safe(handler) {
-    return this.#safeHandlers.has(handler);
   }
 
   #settle(fn) {

@@ -74,7 +74,7 @@ export function openController({ token, adapter, textService, fetch: fetchFn = g
   /** A GET's JSON value; a problem or a transport failure throws (the core reads the answer). */
   const getJson = async (link, signal) => {
     const a = await exchange('GET', link, null, {}, signal, glue.dgpRequestTimeoutMs());
-    if (a.failure !== undefined) throw new CallError({ code: 'TRANSPORT_ERROR', detail: a.failure });
+    if (a.failure !== undefined) throw new CallError(JSON.parse(glue.dgpTransportProblem(a.failure)));
     return JSON.parse(asProblem(() => glue.dgpAnswer(a.status, a.text)));
   };
 
@@ -100,10 +100,10 @@ export function openController({ token, adapter, textService, fetch: fetchFn = g
   /** The text service's text, fed to the run. */
   const generate = async (run, out, signal) => {
     try {
-      if (typeof textService !== 'function') throw new CallError({ status: 0, code: 'SERVICE_UNAVAILABLE', detail: 'no text service is configured for input nodes' });
+      if (typeof textService !== 'function') throw new CallError(JSON.parse(glue.dgpNoTextService()));
       const generated = await textService(out.decision, out.evidence, out.frame, { signal });
       const text = typeof generated === 'string' ? generated : generated?.text;
-      if (typeof text !== 'string') throw new CallError({ code: 'TRANSPORT_ERROR', detail: 'the text service answered without `text`' });
+      if (typeof text !== 'string') throw new CallError(JSON.parse(glue.dgpTransportProblem('the text service answered without `text`')));
       const resolver = (typeof generated === 'object' && generated.resolver) || textService.resolver || { kind: 'llm', provider: 'js-text-service' };
       return () => run.handleText(now(), text, JSON.stringify(resolver));
     } catch (err) {

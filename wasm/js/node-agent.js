@@ -6,6 +6,7 @@
 // syncs every agent and only then releases their outputs: a model is never asked, and a tool
 // never started, on the strength of lines a crash could lose.
 import { WeftError } from './error.js';
+import { Waiters } from './waiters.js';
 
 const message = (err) => String(err?.message ?? err);
 
@@ -78,7 +79,7 @@ export class NodeAgent {
   #modelCall = null;
   #calls = new Map();
   #listeners = new Map();
-  #idleWaiters = [];
+  #idleWaiters = new Waiters();
   #timer = null;
   #closed = false;
   #runtime;
@@ -177,19 +178,7 @@ export class NodeAgent {
   /** Resolves once no turn runs or is queued and no model or tool call is pending. */
   idle({ signal } = {}) {
     if (this.#isIdle()) return Promise.resolve();
-    if (signal?.aborted) return Promise.reject(new WeftError('WAIT_CANCELLED', 'the wait was cancelled'));
-    return new Promise((resolve, reject) => {
-      const entry = { resolve, reject };
-      this.#idleWaiters.push(entry);
-      signal?.addEventListener(
-        'abort',
-        () => {
-          this.#idleWaiters = this.#idleWaiters.filter((e) => e !== entry);
-          reject(new WeftError('WAIT_CANCELLED', 'the wait was cancelled; the agent continues', { cause: signal.reason }));
-        },
-        { once: true },
-      );
-    });
+    return this.#idleWaiters.wait(signal);
   }
 
   /**
@@ -214,7 +203,7 @@ export class NodeAgent {
     try {
       this.#raw.free();
     } catch {}
-    for (const w of this.#idleWaiters.splice(0)) w.reject(new WeftError('CLOSED', 'the agent was closed'));
+    this.#idleWaiters.rejectAll(new WeftError('CLOSED', 'the agent was closed'));
   }
 
   /** Whether the agent was closed. */
@@ -259,6 +248,16 @@ export class NodeAgent {
     return c ?? { model: this.#model, contextTokens: this.#options.contextTokens };
   }
 
+  /** @internal Syncs with the graph only (the store calls it before it persists a change). */
+  sync(core, now) {
+    if (this.#closed) return;
+    try {
+      this.#raw.sync(core, now);
+    } catch (err) {
+      this.#emit('error', err);
+    }
+  }
+
   /** @internal Syncs with the graph and handles every output its durable lines release. */
   pump(core, now) {
     if (this.#closed) return;
@@ -271,7 +270,7 @@ export class NodeAgent {
       this.#emit('error', err);
     }
     this.#arm();
-    if (this.#idleWaiters.length && this.#isIdle()) for (const w of this.#idleWaiters.splice(0)) w.resolve();
+    if (this.#idleWaiters.size && this.#isIdle()) this.#idleWaiters.resolveAll();
   }
 
   #handle(core, o) {

@@ -350,7 +350,7 @@ export class App {
         const ac = this.#running.get(o.calc);
         if (ac) {
           this.#running.delete(o.calc);
-          ac.abort(new WeftError(o.reason.toUpperCase(), `calculation ${o.calc} of ${o.cell}: ${o.reason}`));
+          ac.abort(new WeftError(o.code, `calculation ${o.calc} of ${o.cell}: ${o.detail}`));
         }
         break;
       }

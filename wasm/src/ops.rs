@@ -891,8 +891,14 @@ impl OpsApp {
                 put(&o, &key("previous"), &prev);
                 o.into()
             }
-            AppOutput::Abort { calc, cell, reason } => jv(
-                &serde_json::json!({"output": "abort", "calc": calc.to_string(), "cell": cell, "reason": reason}),
+            AppOutput::Abort {
+                calc,
+                cell,
+                reason,
+                code,
+                detail,
+            } => jv(
+                &serde_json::json!({"output": "abort", "calc": calc.to_string(), "cell": cell, "reason": reason, "code": code, "detail": detail}),
             ),
             AppOutput::OpFinished {
                 op,

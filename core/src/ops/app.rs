@@ -307,10 +307,15 @@ pub enum AppOutput<V> {
         previous: Option<Arc<V>>,
     },
     /// Abort this host calculation (fire its AbortSignal): it was superseded, held or disposed.
+    /// `reason` is the event's name (`superseded`, `held`, `owner_disposed`, `ended`), `code`
+    /// the stable code the host's abort error carries (`SUPERSEDED`, `HELD`, `OWNER_DISPOSED`,
+    /// `ENDED`), `detail` the sentence for a human.
     Abort {
         calc: CalcId,
         cell: String,
         reason: &'static str,
+        code: &'static str,
+        detail: String,
     },
     /// An output of the embedded job registry (messages for Worker endpoints, waits, notes).
     Jobs(jobs::Output<V>),
@@ -1298,11 +1303,11 @@ impl<V: OpsValue, R: BorrowMut<Registry<V>>> App<V, R> {
         }
         let was_running = calc.state == CalcState::Running;
         calc.state = CalcState::Ended(end);
-        let reason = match &event {
-            CalcEventKind::Superseded { .. } => "superseded",
-            CalcEventKind::Held { .. } => "held",
-            CalcEventKind::OwnerDisposed { .. } => "owner_disposed",
-            _ => "ended",
+        let (reason, code) = match &event {
+            CalcEventKind::Superseded { .. } => ("superseded", "SUPERSEDED"),
+            CalcEventKind::Held { .. } => ("held", "HELD"),
+            CalcEventKind::OwnerDisposed { .. } => ("owner_disposed", "OWNER_DISPOSED"),
+            _ => ("ended", "ENDED"),
         };
         let detail = match &event {
             CalcEventKind::Superseded { by, .. } => format!("superseded by calculation {by}"),
@@ -1320,6 +1325,8 @@ impl<V: OpsValue, R: BorrowMut<Registry<V>>> App<V, R> {
                 calc: id,
                 cell: cell_name,
                 reason,
+                code,
+                detail: detail.clone(),
             });
         }
         if let Some(job) = job {

@@ -140,7 +140,9 @@ pub fn output_json<V: Payload>(o: &AppOutput<V>) -> Value {
             json!({"output": "compute", "calc": calc.to_json(), "cell": cell, "inputs": inputs.to_json(),
                     "previous": previous.as_ref().map(|p| p.to_json())})
         }
-        AppOutput::Abort { calc, cell, reason } => {
+        AppOutput::Abort {
+            calc, cell, reason, ..
+        } => {
             json!({"output": "abort", "calc": calc.to_json(), "cell": cell, "reason": reason})
         }
         AppOutput::Jobs(j) => j.to_json(),

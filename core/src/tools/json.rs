@@ -253,6 +253,7 @@ impl Serialize for Output {
                 tool,
                 call_id,
                 arguments,
+                cancellable,
             } => {
                 m.serialize_entry("output", "start_call")?;
                 m.serialize_entry("invocation", &invocation.0)?;
@@ -261,6 +262,7 @@ impl Serialize for Output {
                 m.serialize_entry("tool", tool)?;
                 m.serialize_entry("callId", call_id)?;
                 m.serialize_entry("arguments", arguments)?;
+                m.serialize_entry("cancellable", cancellable)?;
             }
             Output::AbortCall {
                 invocation,

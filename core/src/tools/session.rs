@@ -620,6 +620,7 @@ impl<V: Payload> Session<V> {
                 tool: call.name.clone(),
                 call_id: call.id.clone(),
                 arguments: call.arguments.clone(),
+                cancellable: entry.decl.safe_to_cancel,
             });
         }
         debug_assert!(b.running > 0, "a group has at least one call to start");

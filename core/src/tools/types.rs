@@ -420,6 +420,8 @@ pub enum Output {
         output_tokens: u64,
     },
     /// Run the handler bound in the step's snapshot. Report with `Session::on_call_settled`.
+    /// `cancellable`: the tool was declared safe to cancel, so an [`Output::AbortCall`] may
+    /// follow (hosts give only such calls an abort signal; they keep no set of their own).
     StartCall {
         invocation: InvocationId,
         step: StepId,
@@ -427,6 +429,7 @@ pub enum Output {
         tool: String,
         call_id: String,
         arguments: Value,
+        cancellable: bool,
     },
     /// Signal the handler of a tool declared safe to cancel that it should stop.
     AbortCall {

@@ -317,6 +317,20 @@ pub fn dgp_surfaces_link(manifest: &str) -> Result<String, JsValue> {
     weft_core::frames::controller::http::surfaces_link(&v).map_err(|p| problem_error(&p))
 }
 
+/// A transport failure (`TRANSPORT_ERROR`: no usable answer, the outcome is unknown) as the
+/// problem JSON a run is fed and a host throws.
+#[wasm_bindgen(js_name = dgpTransportProblem)]
+pub fn dgp_transport_problem(detail: &str) -> String {
+    text(&Problem::transport(detail).to_json())
+}
+
+/// The problem JSON of a text request made of a host without a text service
+/// (`SERVICE_UNAVAILABLE`).
+#[wasm_bindgen(js_name = dgpNoTextService)]
+pub fn dgp_no_text_service() -> String {
+    text(&Problem::no_text_service().to_json())
+}
+
 /// How long a host waits for one answer (ms).
 #[wasm_bindgen(js_name = dgpRequestTimeoutMs)]
 pub fn dgp_request_timeout_ms() -> f64 {

@@ -17,6 +17,8 @@ pub const UNTRUSTED_LINK: &str = "UNTRUSTED_LINK";
 pub const CLIENT_BUDGET_EXHAUSTED: &str = "CLIENT_BUDGET_EXHAUSTED";
 /// A decision adapter or text service failed without naming a code.
 pub const ADAPTER_ERROR: &str = "ADAPTER_ERROR";
+/// An input node needs text and the host has no text service to ask.
+pub const SERVICE_UNAVAILABLE: &str = "SERVICE_UNAVAILABLE";
 /// How long a host waits for one answer before reporting a transport failure.
 pub const REQUEST_TIMEOUT_MS: u64 = 30_000;
 /// The largest answer a host reads.
@@ -43,6 +45,15 @@ impl Problem {
             status: None,
             code: TRANSPORT_ERROR.into(),
             detail: detail.into(),
+        }
+    }
+
+    /// An input node's text was asked of a host that has no text service (a local refusal).
+    pub fn no_text_service() -> Problem {
+        Problem {
+            status: Some(0),
+            code: SERVICE_UNAVAILABLE.into(),
+            detail: "no text service is configured for input nodes".into(),
         }
     }
 
