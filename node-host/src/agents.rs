@@ -13,7 +13,9 @@
 //!   becomes a [`CallJob`] ([`Runtime::take_calls`]) that the host runs on a task with its
 //!   [`HostTools::run`]; the settlement comes back with [`Runtime::settle`]. An `AbortCall`
 //!   (an interrupt) raises the job's abort signal; a call of a tool without a handler is
-//!   settled as thrown (`NO_HANDLER`).
+//!   settled as thrown (`NO_HANDLER`). A call of a Worker-job tool ([`HostTools::jobs`],
+//!   `weft serve --job-tool`) starts a job instead; the pump carries its journal and its note
+//!   to the agent ([`crate::agent_jobs`]).
 //! - [`Runtime::interrupt`] drops the running step's abort sender (the HTTP stream is dropped)
 //!   and interrupts the turn.
 //!
@@ -136,6 +138,9 @@ pub struct HostTools {
     pub decls: Vec<ToolDecl>,
     /// Runs a call of any of them.
     pub run: CallHandler,
+    /// The job host of the Worker-job tools among them (`weft serve --job-tool`): their calls
+    /// start jobs there instead of running `run` (see [`crate::agent_jobs`]).
+    pub jobs: Option<Arc<crate::agent_jobs::AgentJobs>>,
 }
 
 impl std::fmt::Debug for HostTools {
@@ -169,6 +174,8 @@ pub struct Runtime {
     aborts: HashMap<(String, InvocationId), watch::Sender<bool>>,
     /// How each node's last turn ended.
     ends: HashMap<String, TurnEnd>,
+    /// The job host of the Worker-job tools (see [`HostTools::jobs`]).
+    jobs: Option<Arc<crate::agent_jobs::AgentJobs>>,
 }
 
 impl std::fmt::Debug for Runtime {
@@ -212,6 +219,7 @@ impl Runtime {
             calls: Vec::new(),
             aborts: HashMap::new(),
             ends: HashMap::new(),
+            jobs: None,
         }
     }
 
@@ -232,6 +240,7 @@ impl Runtime {
     /// with `tools.run` ([`take_calls`](Self::take_calls), [`settle`](Self::settle)).
     pub fn set_host_tools(&mut self, tools: &HostTools) {
         self.handled = tools.decls.iter().map(|d| d.name.clone()).collect();
+        self.jobs = tools.jobs.clone();
         let decls = tools.decls.clone();
         self.set_tools(Box::new(move |_| decls.clone()));
     }
@@ -364,6 +373,30 @@ impl Runtime {
         self.running.len()
     }
 
+    /// The model step of `node` running on the host, if any.
+    pub fn running_step(&self, node: &str) -> Option<StepId> {
+        self.running.get(node).map(|r| r.0)
+    }
+
+    /// The nodes that have an open agent, in id order.
+    pub fn nodes(&self) -> impl Iterator<Item = &str> {
+        self.agents.keys().map(String::as_str)
+    }
+
+    /// Syncs every open agent with the graph (and fires due timeouts), writing nothing yet.
+    /// Hosts call it right after a change, before they flush, so that the lines the change
+    /// makes an agent write (a person's line and its `turn_start`) join its batch and become
+    /// durable in one round (the core's group commit); [`pump`](Self::pump) does the rest.
+    pub fn sync_open(&mut self, now: Millis, graph: &mut ActorGraph) -> Result<(), AgentsError> {
+        for a in self.agents.values_mut() {
+            if a.poll_timeout().is_some_and(|t| t <= now) {
+                a.handle_timeout(now, graph)?;
+            }
+            a.sync(now, graph)?;
+        }
+        Ok(())
+    }
+
     /// Runs the call order until quiet: `flush` (apply + fsync + ack every queued batch),
     /// open wanted agents, sync every agent, poll what durable lines allow. Returns the model
     /// steps the host must run.
@@ -381,14 +414,12 @@ impl Runtime {
                     self.open(now, graph, &n)?;
                 }
             }
-            for a in self.agents.values_mut() {
-                if a.poll_timeout().is_some_and(|t| t <= now) {
-                    a.handle_timeout(now, graph)?;
-                }
-                a.sync(now, graph)?;
-            }
+            self.sync_open(now, graph)?;
+            let mut progressed = match &self.jobs {
+                Some(j) => j.carry(now, graph, &mut self.agents)?,
+                None => false,
+            };
             flush(graph)?;
-            let mut progressed = false;
             let Runtime {
                 agents,
                 builtin,
@@ -400,6 +431,7 @@ impl Runtime {
                 handled,
                 calls,
                 aborts,
+                jobs: job_tools,
                 ..
             } = self;
             for (n, a) in agents.iter_mut() {
@@ -444,6 +476,16 @@ impl Runtime {
                             if running.get(n).is_some_and(|r| r.0 == step) =>
                         {
                             running.remove(n);
+                        }
+                        AgentOutput::Session(Output::StartCall {
+                            invocation,
+                            tool,
+                            arguments,
+                            ..
+                        }) if job_tools.as_ref().is_some_and(|j| j.handles(&tool)) => {
+                            let j = job_tools.as_ref().expect("checked");
+                            j.start(now, graph, n, a, invocation, &tool, arguments)?;
+                            progressed = true;
                         }
                         AgentOutput::Session(Output::StartCall {
                             invocation,
@@ -532,6 +574,10 @@ impl Runtime {
     ) -> Option<Result<InterruptStatus, AgentsError>> {
         let a = self.agents.get_mut(node)?;
         self.running.remove(node);
+        if let Some(j) = &self.jobs {
+            // The jobs the node's calls started stop with its turn.
+            j.cancel_node(node, reason);
+        }
         Some(a.interrupt(now, graph, reason))
     }
 
@@ -711,6 +757,7 @@ mod tests {
         rt.set_host_tools(&HostTools {
             decls: vec![decl],
             run,
+            jobs: None,
         });
         weft_core::actors::api::call(
             &mut g,

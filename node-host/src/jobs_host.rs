@@ -493,6 +493,45 @@ impl JobsHost {
     pub fn sender(&self) -> mpsc::UnboundedSender<Inbound> {
         self.tx.clone()
     }
+
+    /// Moves the host's inbound queues out, for a host shared behind a lock: the owner of the
+    /// [`Inbox`] receives without holding the host and applies each event with
+    /// [`JobsHost::apply`]. Afterwards [`JobsHost::step`] must not be used (it would see closed
+    /// queues).
+    pub fn take_inbox(&mut self) -> Inbox {
+        let (_, rx) = mpsc::unbounded_channel();
+        let (_, child_rx) = mpsc::channel(1);
+        Inbox {
+            rx: std::mem::replace(&mut self.rx, rx),
+            child_rx: std::mem::replace(&mut self.child_rx, child_rx),
+        }
+    }
+}
+
+/// The inbound queues of a [`JobsHost`] taken out with [`JobsHost::take_inbox`].
+#[derive(Debug)]
+pub struct Inbox {
+    rx: mpsc::UnboundedReceiver<Inbound>,
+    child_rx: mpsc::Receiver<Inbound>,
+}
+
+impl Inbox {
+    /// The next inbound event (`None` once both queues are closed: the host is gone).
+    pub async fn recv(&mut self) -> Option<Inbound> {
+        tokio::select! {
+            Some(ev) = self.rx.recv() => Some(ev),
+            Some(ev) = self.child_rx.recv() => Some(ev),
+            else => None,
+        }
+    }
+
+    /// An inbound event that is already waiting, if any.
+    pub fn try_recv(&mut self) -> Option<Inbound> {
+        self.rx
+            .try_recv()
+            .ok()
+            .or_else(|| self.child_rx.try_recv().ok())
+    }
 }
 
 impl Drop for JobsHost {

@@ -3,6 +3,7 @@
 
 pub mod actors;
 pub mod agent;
+pub mod agent_jobs;
 pub mod agent_host;
 pub mod agents;
 pub mod chat;

@@ -4,7 +4,10 @@
 //! agent; an enforced wait blocks the parent until the child is done, then resumes; SIGKILL
 //! during a streaming step and a restart record the turn interrupted ("host restarted") and
 //! re-run nothing; the harness fixture root keeps its lineage with agents running; a spawned
-//! task node's agent drives ThreadDesk with the DGP tools (the coordinator never gets them).
+//! task node's agent drives ThreadDesk with the DGP tools (the coordinator never gets them); an
+//! observer that reconnects with `Last-Event-ID` gets the agent lines it missed, once, in order;
+//! a streaming step's text so far is served by `…/agent`; SIGTERM mid-stream exits 0 with the
+//! turn interrupted ("host stopped") and a restart adds no second interruption.
 
 mod common;
 mod model_support;
@@ -729,4 +732,244 @@ fn a_task_nodes_agent_drives_threaddesk_with_the_dgp_tools_and_the_coordinator_s
         get(&s, "/api/actors/nodes/coordinator/agent").1["phase"],
         "waiting"
     );
+}
+
+/// One SSE event: `(name, id, data)`; `id` is `None` when the event carries none.
+type Sse = (String, Option<String>, Value);
+
+/// `/api/actors/events` with `last` as `Last-Event-ID` (or, with `query`, as
+/// `?lastEventId=`): the events read on a thread, and the socket (shut it down to disconnect).
+fn sse_from(addr: &str, last: Option<&str>, query: bool) -> (Receiver<Sse>, TcpStream) {
+    let mut s = TcpStream::connect(addr).unwrap();
+    let (path, header) = match (last, query) {
+        (Some(l), true) => (format!("/api/actors/events?lastEventId={l}"), String::new()),
+        (Some(l), false) => (
+            "/api/actors/events".to_owned(),
+            format!("Last-Event-ID: {l}\r\n"),
+        ),
+        (None, _) => ("/api/actors/events".to_owned(), String::new()),
+    };
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nAccept: text/event-stream\r\nAuthorization: Bearer {HUMAN}\r\n{header}\r\n"
+    )
+    .unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let r = s.try_clone().unwrap();
+    std::thread::spawn(move || {
+        let mut r = BufReader::new(r);
+        let (mut name, mut id) = (String::new(), None);
+        loop {
+            let mut line = String::new();
+            match r.read_line(&mut line) {
+                Ok(0) | Err(_) => return,
+                Ok(_) => {}
+            }
+            let line = line.trim_end();
+            if let Some(n) = line.strip_prefix("event: ") {
+                name = n.to_owned();
+            } else if let Some(i) = line.strip_prefix("id: ") {
+                id = Some(i.to_owned());
+            } else if let Some(d) = line.strip_prefix("data: ")
+                && let Ok(v) = serde_json::from_str::<Value>(d)
+                && tx.send((std::mem::take(&mut name), id.take(), v)).is_err()
+            {
+                return;
+            }
+        }
+    });
+    (rx, s)
+}
+
+/// Events of `rx` until `stop` matches one (at most ~20 s).
+fn collect_ids(rx: &Receiver<Sse>, stop: impl Fn(&Sse) -> bool) -> Vec<Sse> {
+    let mut out = Vec::new();
+    let begun = Instant::now();
+    while begun.elapsed() < Duration::from_secs(20) {
+        if let Ok(e) = rx.recv_timeout(Duration::from_millis(200)) {
+            let done = stop(&e);
+            out.push(e);
+            if done {
+                return out;
+            }
+        }
+    }
+    panic!("the awaited event never came; got {out:?}");
+}
+
+/// The ids of the durable agent-line events among `evs`.
+fn line_ids(evs: &[Sse]) -> Vec<String> {
+    evs.iter()
+        .filter(|(n, _, v)| n == "agent" && v["output"] == "line")
+        .map(|(_, id, _)| id.clone().expect("a durable event has an id"))
+        .collect()
+}
+
+#[test]
+fn an_observer_that_reconnects_with_last_event_id_gets_the_agent_lines_it_missed_once() {
+    let m = ModelServer::start();
+    script(
+        &m,
+        json!([{"text": "A slow answer, streamed in many small pieces.", "chunkSize": 4, "delayMs": 60}]),
+    );
+    let dir = TempDir::new("agents-resume");
+    let s = start(&dir.0.join("data"), &m, &[]);
+    // `whole` stays connected: the truth. `a` disconnects mid-turn and comes back.
+    let (whole, _w) = sse_from(&s.addr, None, false);
+    let (a, a_sock) = sse_from(&s.addr, None, false);
+    for rx in [&whole, &a] {
+        let (n, id, _) = rx.recv_timeout(Duration::from_secs(20)).unwrap();
+        assert_eq!(
+            (n.as_str(), id.as_deref()),
+            ("change", Some("-")),
+            "no line yet"
+        );
+    }
+    let (st, _) = post(
+        &s,
+        "/api/actors/nodes/coordinator/messages",
+        json!({"text": "tell me slowly"}),
+    );
+    assert_eq!(st, 200);
+    let first = collect_ids(&a, |(n, _, v)| n == "agent" && v["output"] == "line");
+    let seen = line_ids(&first);
+    assert_eq!(first.last().unwrap().2["entry"], "turn_start", "{first:?}");
+    a_sock.shutdown(std::net::Shutdown::Both).unwrap();
+    drop(a);
+    // The turn ends while `a` is away.
+    let all = collect_ids(&whole, |(n, _, v)| {
+        n == "agent" && v["output"] == "line" && v["entry"] == "turn_end"
+    });
+    let truth = line_ids(&all);
+    assert!(truth.starts_with(&seen), "{truth:?} {seen:?}");
+    let missed = &truth[seen.len()..];
+    assert!(
+        missed.len() >= 2,
+        "the answer and the turn's end: {truth:?}"
+    );
+    // Back with Last-Event-ID: exactly the missed lines, in order, then the `change` event
+    // carrying the newest id; the replayed data is the line on disk.
+    let last = seen.last().unwrap().clone();
+    let (b, _b) = sse_from(&s.addr, Some(&last), false);
+    let back = collect_ids(&b, |(n, _, _)| n == "change");
+    assert_eq!(line_ids(&back), missed, "{back:?}");
+    assert_eq!(
+        back.last().unwrap().1.as_deref(),
+        truth.last().map(String::as_str)
+    );
+    let root = dir.0.join("data").join("chat");
+    let disk = lines(&root, "coordinator");
+    for (_, id, v) in back.iter().filter(|(n, _, _)| n == "agent") {
+        let seq: usize = id
+            .as_ref()
+            .unwrap()
+            .rsplit_once(':')
+            .unwrap()
+            .1
+            .parse()
+            .unwrap();
+        assert_eq!(v["line"], disk[seq - 1]);
+    }
+    assert_eq!(
+        back.iter()
+            .filter(|(_, _, v)| v["entry"] == "assistant")
+            .map(|(_, _, v)| v["line"]["text"].as_str().unwrap())
+            .collect::<Vec<_>>(),
+        ["A slow answer, streamed in many small pieces."]
+    );
+    // The same with the polyfill's query; an id the server does not know is one `reset`.
+    let (q, _q) = sse_from(&s.addr, Some(&last), true);
+    assert_eq!(
+        line_ids(&collect_ids(&q, |(n, _, _)| n == "change")),
+        missed
+    );
+    let (r, _r) = sse_from(&s.addr, Some("nowhere:7"), false);
+    let reset = collect_ids(&r, |(n, _, _)| n == "change");
+    let names: Vec<&str> = reset.iter().map(|(n, _, _)| n.as_str()).collect();
+    assert_eq!(names, ["reset", "change"]);
+    // After the replay the stream is live: the next turn's lines come once each.
+    script(&m, json!([{"text": "Again."}]));
+    post(
+        &s,
+        "/api/actors/nodes/coordinator/messages",
+        json!({"text": "once more"}),
+    );
+    let next = collect_ids(&b, |(n, _, v)| {
+        n == "agent" && v["output"] == "line" && v["entry"] == "turn_end"
+    });
+    let ids = line_ids(&next);
+    let mut uniq = ids.clone();
+    uniq.dedup();
+    assert_eq!(uniq, ids);
+    assert!(ids.iter().all(|i| !truth.contains(i)), "{ids:?}");
+}
+
+#[cfg(unix)]
+#[test]
+fn a_streaming_steps_text_is_served_and_sigterm_records_the_turn_interrupted() {
+    let m = ModelServer::start();
+    let text = "a long answer that is still streaming";
+    script(&m, json!([{"text": text, "hang": true}]));
+    let dir = TempDir::new("agents-sigterm");
+    let data = dir.0.join("data");
+    let root = data.join("chat");
+    let mut s = start(&data, &m, &[]);
+    let (st, _) = post(
+        &s,
+        "/api/actors/nodes/coordinator/messages",
+        json!({"text": "first question"}),
+    );
+    assert_eq!(st, 200);
+    // Mid-stream (the model server sent every piece and holds the stream open), the node's
+    // agent and the agents list carry the text so far.
+    let a = until("the partial text", || {
+        let (_, a) = get(&s, "/api/actors/nodes/coordinator/agent");
+        (a["streaming"]["text"] == text).then_some(a)
+    });
+    assert_eq!(a["phase"], "model_step");
+    assert_eq!(a["streaming"]["length"], text.encode_utf16().count());
+    assert_eq!(a["streaming"]["truncated"], false);
+    let (_, all) = get(&s, "/api/actors/agents");
+    assert_eq!(all["agents"]["coordinator"]["streaming"]["text"], text);
+    assert!(
+        !lines(&root, "coordinator")
+            .iter()
+            .any(|l| l["role"] == "assistant")
+    );
+
+    // SIGTERM: the step is interrupted through the core and the process ends 0, promptly.
+    let _ = std::process::Command::new("kill")
+        .args(["-TERM", &s.child.id().to_string()])
+        .status();
+    let begun = Instant::now();
+    let status = loop {
+        if let Some(st) = s.child.try_wait().unwrap() {
+            break st;
+        }
+        assert!(
+            begun.elapsed() < Duration::from_secs(15),
+            "weft serve did not stop"
+        );
+        std::thread::sleep(Duration::from_millis(25));
+    };
+    assert!(status.success(), "{status:?}");
+    m_wait_closed(&m, 0);
+    let before = lines(&root, "coordinator");
+    let end = &before.last().unwrap()["agent"];
+    assert_eq!(end["entry"], "turn_end");
+    assert_eq!(end["end"], "interrupted");
+    let reason = end["reason"].as_str().unwrap();
+    assert!(reason.contains("host stopped"), "{end}");
+    assert!(!reason.contains("host restarted"), "{end}");
+
+    // A restart finds nothing to recover: no second interruption.
+    drop(s);
+    let s = start(&data, &m, &[]);
+    assert_eq!(lines(&root, "coordinator"), before);
+    let (_, a) = get(&s, "/api/actors/nodes/coordinator/agent");
+    assert_eq!(
+        (&a["phase"], &a["streaming"]),
+        (&json!("idle"), &Value::Null)
+    );
+    assert_eq!(requests(&m).len(), 1, "nothing was re-run");
 }

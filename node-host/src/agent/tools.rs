@@ -135,6 +135,7 @@ impl DgpTools {
         HostTools {
             decls: Self::declarations().to_vec(),
             run,
+            jobs: None,
         }
     }
 

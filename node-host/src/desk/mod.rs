@@ -12,8 +12,10 @@
 //!   `/api/actors/audit`, `/api/actors/events` (SSE: `change` events carrying the version;
 //!   with agents, also `agent` events — `{"node", ...AgentOutput::to_json()}` for every
 //!   released output — and `delta` events `{"node", "turn", "step", "text"}` of streaming model
-//!   steps), `/api/actors/agents` (`{model, running, agents: {node: state}}`),
-//!   `/api/actors/nodes/{id}/agent` (`404 AGENT_NOT_OPEN` when the node has none).
+//!   steps, with `at`: their offset in the step's text), `/api/actors/agents` (`{model,
+//!   running, agents: {node: state}}`), `/api/actors/nodes/{id}/agent` (`404 AGENT_NOT_OPEN`
+//!   when the node has none; `streaming`: the running step's text so far). The agent lines on
+//!   disk are resumable events with SSE ids, replayed after `Last-Event-ID` ([`events`]).
 //! * Writes (JSON bodies): `POST /api/actors/spawn`, `/api/actors/nodes/{id}/messages`,
 //!   `…/route`, `…/status`, `…/resolve`, `…/archive`, `…/wait`, `POST /api/actors/refs`,
 //!   `/api/actors/narrate`, `/api/actors/bookmarks`, `/api/actors/epochs`,
@@ -29,7 +31,8 @@
 //! declared on every task node's agent; their calls run on Tokio tasks the same way (an
 //! interrupt raises the call's abort signal; the settlement comes back under the lock). A
 //! person's line (`POST …/messages`) goes through the core's `admit_utterance`, and the node
-//! that took it gets its agent.
+//! that took it gets its agent. [`DeskState::stop_agents`] (`weft serve` on SIGTERM / Ctrl-C)
+//! interrupts the running model steps through the core before the server stops.
 //!
 //! Every write is answered after the store acknowledged it. Errors are
 //! `application/problem+json` with the core's stable `code`. JSON bodies are read strictly
@@ -68,6 +71,9 @@ use weft_core::actors::{
 
 use crate::actors::{FsStore, Session, flush, wall_ms};
 use crate::agents::{AgentEvent, CallJob, HostTools, ModelJob, Runtime};
+use events::{Journal, Live};
+
+pub mod events;
 use crate::serve::auth::Auth;
 use crate::serve::http::{self, Shutdown, ShutdownSignal};
 
@@ -88,7 +94,25 @@ struct Inner {
     store: Store,
     /// The agents of the graph's nodes (`None`: this desk runs no agents).
     agents: Option<Runtime>,
+    /// The order of the last durable agent lines (resumable SSE events).
+    journal: Journal,
 }
+
+/// The text a model step streamed so far (one per node, dropped when the step ends).
+struct Partial {
+    turn: u64,
+    step: u64,
+    text: String,
+    /// The text's length in UTF-16 code units (the `at` of the next delta).
+    units: u64,
+    /// Deltas beyond [`MAX_PARTIAL`] bytes were not kept.
+    truncated: bool,
+}
+
+/// The most bytes of a streaming step's text kept for pages that load mid-step.
+pub const MAX_PARTIAL: usize = 256 * 1024;
+
+type Partials = Arc<Mutex<HashMap<String, Partial>>>;
 
 /// Applies (fsyncs) and acknowledges every queued batch.
 fn flush_store(graph: &mut ActorGraph, store: &mut Store) -> Result<(), ActorsError> {
@@ -109,6 +133,17 @@ impl Inner {
         flush_store(&mut self.graph, &mut self.store)
     }
 
+    /// Lets the open agents see a change before it is flushed (see `Runtime::sync_open`).
+    /// An agent's error is logged as in [`pump_agents`](Self::pump_agents): the change itself
+    /// stands.
+    fn sync_agents(&mut self) {
+        if let Some(rt) = self.agents.as_mut()
+            && let Err(e) = rt.sync_open(wall_ms(), &mut self.graph)
+        {
+            eprintln!("weft desk: agents: error[{}]: {e}", e.code());
+        }
+    }
+
     /// Runs the agents' call order until quiet; returns the model steps and host tool calls
     /// to run.
     fn pump_agents(&mut self) -> Work {
@@ -116,6 +151,7 @@ impl Inner {
             graph,
             store,
             agents,
+            ..
         } = self;
         let Some(rt) = agents.as_mut() else {
             return Work::default();
@@ -141,6 +177,30 @@ struct Work {
     calls: Vec<CallJob>,
 }
 
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Drops `node`'s partial text if it is still that of `step`.
+fn forget_partial(partials: &Partials, node: &str, step: u64) {
+    let mut ps = lock(partials);
+    if ps.get(node).is_some_and(|p| p.step == step) {
+        ps.remove(node);
+    }
+}
+
+/// `node`'s streaming step and its text so far (`null` when no step of it is running).
+fn streaming(partials: &Partials, rt: &Runtime, node: &str) -> Value {
+    let ps = lock(partials);
+    match (ps.get(node), rt.running_step(node)) {
+        (Some(p), Some(s)) if s.0 == p.step => json!({
+            "turn": p.turn, "step": p.step, "text": p.text, "length": p.units,
+            "truncated": p.truncated,
+        }),
+        _ => Value::Null,
+    }
+}
+
 /// Resolves once the runtime forgot the call (its abort sender was dropped).
 async fn forgotten(mut abort: watch::Receiver<bool>) {
     while abort.changed().await.is_ok() {}
@@ -162,8 +222,12 @@ pub struct DeskState {
     closing: Option<ShutdownSignal>,
     /// The model that proposes spawns on `route` (`None`: the keyword heuristic).
     proposer: Option<crate::model::ReqwestModel>,
-    /// Agent outputs and model deltas for the event streams.
-    events: broadcast::Sender<AgentEvent>,
+    /// Agent outputs, model deltas and durable agent lines for the event streams.
+    events: broadcast::Sender<Live>,
+    /// The streaming steps' text so far, by node.
+    partials: Partials,
+    /// `weft serve` is stopping: released model steps are not started any more.
+    stopping: Arc<std::sync::atomic::AtomicBool>,
     /// The agents' model (`None`: this desk runs no agents).
     model: Option<Arc<AgentModel>>,
     /// Host tools of the task nodes' agents, with their handler.
@@ -186,6 +250,7 @@ impl DeskState {
                 graph,
                 store: Store::Memory(MemoryStore::default()),
                 agents: None,
+                journal: Journal::default(),
             };
             i.flush()?;
             i
@@ -203,6 +268,7 @@ impl DeskState {
                 graph: s.graph,
                 store: Store::Fs(Box::new(s.store)),
                 agents: None,
+                journal: Journal::default(),
             }
         };
         let (changes, _) = watch::channel(inner.graph.version());
@@ -213,6 +279,8 @@ impl DeskState {
             closing: None,
             proposer: None,
             events,
+            partials: Arc::default(),
+            stopping: Arc::default(),
             model: None,
             host_tools: None,
         })
@@ -257,7 +325,11 @@ impl DeskState {
         self.model = Some(Arc::new(AgentModel { remote, info }));
         let events = self.events.clone();
         let sink: crate::agents::Sink = Box::new(move |e| {
-            let _ = events.send(e);
+            // The built-in model's one delta is the step's whole text.
+            let _ = events.send(match e {
+                e @ AgentEvent::Delta { .. } => Live::Delta { event: e, at: 0 },
+                e => Live::Agent(e),
+            });
         });
         let host_tools = self.host_tools.clone();
         let resumed = self
@@ -269,6 +341,7 @@ impl DeskState {
                 let resumed = rt
                     .resume_all(wall_ms(), &mut i.graph)
                     .map_err(agents_to_actors)?;
+                i.journal = Journal::open(&i.graph, rt.nodes());
                 i.agents = Some(rt);
                 Ok(resumed)
             })
@@ -277,6 +350,16 @@ impl DeskState {
             if report["interruptedTurn"].is_u64() {
                 eprintln!("weft desk: agent {node} resumed: {report}");
             }
+        }
+        if let Some(jobs) = self.host_tools.as_ref().and_then(|t| t.jobs.clone()) {
+            // Worker-job tools: what the jobs do is carried to the agents by a pump.
+            let s = self.clone();
+            tokio::spawn(jobs.drive(Arc::new(move || {
+                let s = s.clone();
+                Box::pin(async move {
+                    let _ = s.with_inner(|_| Ok(())).await;
+                })
+            })));
         }
         Ok(self)
     }
@@ -289,8 +372,24 @@ impl DeskState {
     ) -> (Result<T, ActorsError>, Work) {
         let mut g = self.inner.lock().unwrap_or_else(|p| p.into_inner());
         let out = f(&mut g);
+        g.sync_agents();
         let flushed = g.flush();
         let jobs = g.pump_agents();
+        // The agent lines now on disk go to the event streams (under the lock: in the
+        // journal's order).
+        let Inner {
+            graph,
+            agents,
+            journal,
+            ..
+        } = &mut *g;
+        if let Some(rt) = agents.as_ref() {
+            for n in rt.nodes() {
+                for e in journal.scan(graph, n) {
+                    let _ = self.events.send(Live::Line(e));
+                }
+            }
+        }
         let v = g.graph.version();
         drop(g);
         self.changes.send_if_modified(|old| {
@@ -318,11 +417,19 @@ impl DeskState {
     /// answer back to the agent (under the lock), which may release the next steps.
     fn start_jobs(&self, work: Work) {
         let Work { models, calls } = work;
-        self.start_calls(calls);
+        let stopping = self.stopping.load(std::sync::atomic::Ordering::SeqCst);
+        if !stopping {
+            self.start_calls(calls);
+        }
         let Some(model) = self.model.clone() else {
             return;
         };
         for job in models {
+            if stopping {
+                // The host is stopping: the step is not asked (a restart records it
+                // interrupted).
+                continue;
+            }
             let state = self.clone();
             let model = model.clone();
             tokio::spawn(async move {
@@ -331,22 +438,57 @@ impl DeskState {
                 };
                 let (node, turn, step) = (job.node.clone(), job.turn.0, job.step);
                 let events = state.events.clone();
-                let n = node.clone();
-                let result = crate::agents::run_model(remote, job, move |text| {
-                    let _ = events.send(AgentEvent::Delta {
-                        node: n.clone(),
+                let partials = state.partials.clone();
+                lock(&partials).insert(
+                    node.clone(),
+                    Partial {
                         turn,
                         step: step.0,
-                        text: text.to_owned(),
+                        text: String::new(),
+                        units: 0,
+                        truncated: false,
+                    },
+                );
+                let n = node.clone();
+                let result = crate::agents::run_model(remote, job, move |text| {
+                    let at = {
+                        let mut ps = lock(&partials);
+                        match ps.get_mut(&n).filter(|p| p.step == step.0) {
+                            Some(p) => {
+                                let at = p.units;
+                                p.units += text.encode_utf16().count() as u64;
+                                if p.text.len() + text.len() <= MAX_PARTIAL {
+                                    p.text.push_str(text);
+                                } else {
+                                    p.truncated = true;
+                                }
+                                at
+                            }
+                            None => 0,
+                        }
+                    };
+                    let _ = events.send(Live::Delta {
+                        event: AgentEvent::Delta {
+                            node: n.clone(),
+                            turn,
+                            step: step.0,
+                            text: text.to_owned(),
+                        },
+                        at,
                     });
                 })
                 .await;
                 let Some(result) = result else {
-                    return; // interrupted: the agent already knows
+                    // Interrupted: the agent already knows.
+                    forget_partial(&state.partials, &node, step.0);
+                    return;
                 };
                 let s = state.clone();
+                let partials = state.partials.clone();
                 let done = tokio::task::spawn_blocking(move || {
                     s.locked(move |i| {
+                        // The text goes under the lock the answer's line lands under.
+                        forget_partial(&partials, &node, step.0);
                         if let Some(rt) = i.agents.as_mut() {
                             rt.finish(wall_ms(), &mut i.graph, &node, step, result)
                                 .map_err(agents_to_actors)?;
@@ -416,6 +558,46 @@ impl DeskState {
     pub fn with_model_proposer(mut self, model: Option<crate::model::ReqwestModel>) -> DeskState {
         self.proposer = model;
         self
+    }
+
+    /// The host is stopping: interrupts every running model step through the core (its turn
+    /// ends `interrupted` with `reason`, and that line is made durable), and starts no model
+    /// step or host call any more. Gives up after `within` (a store that cannot finish: the
+    /// restart rules cover what is left); `false` then.
+    pub async fn stop_agents(&self, reason: &str, within: Duration) -> bool {
+        self.stopping
+            .store(true, std::sync::atomic::Ordering::SeqCst);
+        if self.model.is_none() {
+            return true;
+        }
+        let (reason, said) = (reason.to_owned(), reason.to_owned());
+        let stop = self.with_inner(move |i| {
+            let n = match i.agents.as_mut() {
+                Some(rt) => {
+                    let n = rt.running();
+                    rt.interrupt_all(wall_ms(), &mut i.graph, &reason)
+                        .map_err(agents_to_actors)?;
+                    n
+                }
+                None => 0,
+            };
+            // Acknowledged before the answer (the lock's flush).
+            i.flush()?;
+            Ok(n)
+        });
+        match tokio::time::timeout(within, stop).await {
+            Ok(Ok(n)) => {
+                if n > 0 {
+                    eprintln!("weft desk: {n} running agent step(s) interrupted: {said}");
+                }
+                true
+            }
+            Ok(Err(e)) => {
+                eprintln!("weft desk: agents: stopping: error[{}]: {e}", e.code());
+                true
+            }
+            Err(_) => false,
+        }
     }
 
     /// Ends every event stream once `signal` fires (server shutdown).
@@ -630,7 +812,8 @@ fn check_loopback(addr: SocketAddr) -> Result<(), ActorsError> {
 /// and returns the desk's routes to merge into it (what `weft serve --chat-root` does), behind
 /// `access`; with `proposer`, that model proposes spawns on `route`; with `agents`, every node
 /// gets an agent answering with that model ([`DeskState::start_agents`]) and every task node's
-/// agent the host `tools`. Its event streams end when `closing` fires.
+/// agent the host `tools`. Its event streams end when `closing` fires. The state is returned
+/// too, for [`DeskState::stop_agents`] when the server stops.
 pub async fn mount(
     root: &Path,
     addr: SocketAddr,
@@ -639,7 +822,7 @@ pub async fn mount(
     agents: Option<crate::model::HostModel>,
     tools: Option<HostTools>,
     closing: ShutdownSignal,
-) -> Result<Router, String> {
+) -> Result<(Router, DeskState), String> {
     let fail = |e: ActorsError| format!("{}: error[{}]: {e}", root.display(), e.code());
     check_loopback(addr).map_err(fail)?;
     let (config, notes) = crate::actors::config_from_env().map_err(fail)?;
@@ -661,11 +844,14 @@ pub async fn mount(
             .map_err(fail)?,
         None => state,
     };
-    Ok(
-        router(state.with_model_proposer(proposer).closing_on(closing)).layer(
-            axum::middleware::from_fn_with_state(Arc::new(access), self::access),
-        ),
-    )
+    let state = state.with_model_proposer(proposer).closing_on(closing);
+    Ok((
+        router(state.clone()).layer(axum::middleware::from_fn_with_state(
+            Arc::new(access),
+            self::access,
+        )),
+        state,
+    ))
 }
 
 /// Opens `root` and serves the desk alone on `listen` until SIGINT (Ctrl-C) or SIGTERM, with
@@ -831,18 +1017,56 @@ async fn audit(State(s): State<DeskState>) -> Reply {
     read(s, "audit", HashMap::new(), None).await
 }
 
-async fn events(State(s): State<DeskState>) -> impl IntoResponse {
+/// `GET /api/actors/events`: the live stream (see [`events`] for the resumable agent lines).
+/// A client that sends `Last-Event-ID` (header, or `?lastEventId=` for polyfills) first gets
+/// the durable agent lines after that id (at most [`events::REPLAY_MAX`]) or one `reset` event
+/// when the gap is larger; then a `change` event whose id is the newest line's; then live
+/// events.
+async fn events(
+    State(s): State<DeskState>,
+    h: HeaderMap,
+    Query(q): Query<HashMap<String, String>>,
+) -> Reply {
+    let last = h
+        .get("last-event-id")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned)
+        .or_else(|| q.get("lastEventId").cloned())
+        .filter(|v| !v.is_empty());
     let rx = s.changes.subscribe();
-    let agents = s.events.subscribe();
-    let first = *rx.borrow();
+    // Subscribed before the replay is read: a line is either replayed or received live.
+    let live = s.events.subscribe();
+    let replay = s
+        .with_inner(move |i| Ok(i.journal.after(&i.graph, last.as_deref())))
+        .await?;
+    let mut pending: std::collections::VecDeque<Event> = replay
+        .events
+        .iter()
+        .map(|e| {
+            Event::default()
+                .event("agent")
+                .id(e.id.clone())
+                .data(e.data.to_string())
+        })
+        .collect();
+    if replay.reset {
+        pending.push_back(reset_event(
+            "the events after Last-Event-ID are not kept: re-fetch",
+        ));
+    }
+    pending.push_back(
+        Event::default()
+            .event("change")
+            .id(replay.newest.clone())
+            .data(json!({"version": *rx.borrow()}).to_string()),
+    );
     let closing = s.closing.clone();
+    let next = replay.next;
     let stream = futures_util::stream::unfold(
-        (rx, agents, Some(first), closing),
-        |(mut rx, mut agents, pending, mut closing)| async move {
-            let ev = match pending {
-                Some(v) => Event::default()
-                    .event("change")
-                    .data(json!({"version": v}).to_string()),
+        (rx, live, pending, closing),
+        move |(mut rx, mut live, mut pending, mut closing)| async move {
+            let ev = match pending.pop_front() {
+                Some(e) => e,
                 None => loop {
                     let closed = async {
                         match closing.as_mut() {
@@ -858,20 +1082,43 @@ async fn events(State(s): State<DeskState>) -> impl IntoResponse {
                                 .event("change")
                                 .data(json!({"version": v}).to_string());
                         }
-                        e = agents.recv() => match e {
-                            Ok(e) => break Event::default().event(e.name()).data(e.to_json().to_string()),
-                            // A slow reader missed agent events: the graph views say the rest.
-                            Err(broadcast::error::RecvError::Lagged(_)) => continue,
+                        e = live.recv() => match e {
+                            Ok(Live::Agent(e)) => {
+                                break Event::default().event(e.name()).data(e.to_json().to_string())
+                            }
+                            Ok(Live::Delta { event, at }) => {
+                                let mut d = event.to_json();
+                                d["at"] = json!(at);
+                                break Event::default().event(event.name()).data(d.to_string());
+                            }
+                            // Replayed already.
+                            Ok(Live::Line(l)) if l.cursor < next => continue,
+                            Ok(Live::Line(l)) => {
+                                break Event::default().event("agent").id(l.id).data(l.data.to_string())
+                            }
+                            // A slow reader missed events: it re-fetches.
+                            Err(broadcast::error::RecvError::Lagged(_)) => {
+                                break reset_event("this stream fell behind: re-fetch");
+                            }
                             Err(broadcast::error::RecvError::Closed) => return None,
                         },
                         _ = closed => return None,
                     }
                 },
             };
-            Some((Ok::<Event, Infallible>(ev), (rx, agents, None, closing)))
+            Some((Ok::<Event, Infallible>(ev), (rx, live, pending, closing)))
         },
     );
-    Sse::new(stream).keep_alive(KeepAlive::new().interval(Duration::from_secs(15)))
+    Ok(Sse::new(stream)
+        .keep_alive(KeepAlive::new().interval(Duration::from_secs(15)))
+        .into_response())
+}
+
+/// `event: reset`: the client missed durable events and re-fetches the state.
+fn reset_event(reason: &str) -> Event {
+    Event::default()
+        .event("reset")
+        .data(json!({"reason": reason}).to_string())
 }
 
 async fn spawn(State(s): State<DeskState>, h: HeaderMap, b: Bytes) -> Reply {
@@ -949,8 +1196,19 @@ async fn message(
 /// `GET /api/actors/agents`: the agents' model and every open agent's state.
 async fn agents(State(s): State<DeskState>) -> Reply {
     let info = s.model.as_ref().map(|m| m.info.clone());
+    let partials = s.partials.clone();
     let states = s
-        .with_inner(|i| Ok(i.agents.as_ref().map_or(json!({}), Runtime::states)))
+        .with_inner(move |i| {
+            Ok(i.agents.as_ref().map_or(json!({}), |rt| {
+                let mut st = rt.states();
+                if let Some(o) = st.as_object_mut() {
+                    for (n, v) in o.iter_mut() {
+                        v["streaming"] = streaming(&partials, rt, n);
+                    }
+                }
+                st
+            }))
+        })
         .await?;
     Ok(ok(json!({
         "model": info.unwrap_or(json!({"configured": false, "provider": null, "name": null,
@@ -960,15 +1218,22 @@ async fn agents(State(s): State<DeskState>) -> Reply {
     })))
 }
 
-/// `GET /api/actors/nodes/{id}/agent`: the node's agent state (`404 AGENT_NOT_OPEN` if none).
+/// `GET /api/actors/nodes/{id}/agent`: the node's agent state (`404 AGENT_NOT_OPEN` if none),
+/// with `streaming`: the running model step's `{turn, step, text, length, truncated}` so far
+/// (`length` in UTF-16 units: the `at` of the next `delta`), `null` when none runs.
 async fn node_agent(State(s): State<DeskState>, UrlPath(id): UrlPath<String>) -> Reply {
     let node = id.clone();
+    let partials = s.partials.clone();
     let st = s
         .with_inner(move |i| {
             if i.graph.node(&node).is_none() {
                 return Err(ActorsError::UnknownNode(node));
             }
-            Ok(i.agents.as_ref().and_then(|rt| rt.state(&node)))
+            Ok(i.agents.as_ref().and_then(|rt| {
+                let mut v = rt.state(&node)?;
+                v["streaming"] = streaming(&partials, rt, &node);
+                Some(v)
+            }))
         })
         .await?;
     match st {

@@ -9,7 +9,8 @@
 //! (`--chat-root`, default `chat` in the data directory) with agents running on its nodes
 //! (the model of `--model`/`--base-url`, or the built-in model; `--no-agents` turns them off).
 //! Every task node's agent also gets the DGP tools (`dgp_surfaces`, `dgp_run_surface`) bound to
-//! this server's own DGP app ([`agent_dgp_tools`]), so a node's agent can drive ThreadDesk.
+//! this server's own DGP app ([`agent_dgp_tools`]), so a node's agent can drive ThreadDesk,
+//! and the Worker-job tools of `--job-tool NAME=PATH.mjs` ([`crate::agent_jobs`]).
 
 pub mod auth;
 pub mod dgp;
@@ -65,6 +66,15 @@ pub struct ServeArgs {
     /// the server says so and the heuristic decides).
     #[arg(long, default_value = "heuristic")]
     pub desk_proposer: String,
+    /// A Worker-job tool for the task nodes' agents (repeatable): `NAME=PATH.mjs`, a DOM-style
+    /// worker script (as `weft run` takes it). A call of NAME starts a job running the script;
+    /// its journal goes to the node's `jobs.jsonl`, its completion note arrives as mail.
+    #[arg(long = "job-tool", value_name = "NAME=PATH.mjs",
+        value_parser = crate::agent_jobs::parse_job_tool)]
+    pub job_tool: Vec<crate::agent_jobs::JobToolSpec>,
+    /// The Node executable that runs the job tools' worker scripts.
+    #[arg(long = "job-node", env = "WEFT_NODE", default_value = "node")]
+    pub job_node: String,
     #[command(flatten)]
     pub model: crate::model::ModelFlags,
     #[command(flatten)]
@@ -425,25 +435,27 @@ async fn run(args: ServeArgs) -> Result<(), String> {
         Some(crate::model::HostModel::Remote(m)) => Some(m.clone()),
         _ => None,
     };
-    let tools = agents
-        .as_ref()
-        .map(|_| agent_dgp_tools(addr, shared.auth.agent_token().to_owned(), judge));
+    let tools = agents.as_ref().map(|_| {
+        let dgp = agent_dgp_tools(addr, shared.auth.agent_token().to_owned(), judge);
+        crate::agent_jobs::with_job_tools(dgp, &args.job_tool, &args.job_node)
+    });
     // The desk serves loopback addresses only: on another address it is mounted only when
     // --chat-root asks for it (and then refused, as before).
     let desk = args.chat_root.is_some() || addr.ip().is_loopback();
+    let mut desk_state = None;
     if desk {
-        parts.push(
-            crate::desk::mount(
-                &root,
-                addr,
-                access,
-                proposer,
-                agents,
-                tools,
-                shutdown.signal(),
-            )
-            .await?,
-        );
+        let (routes, state) = crate::desk::mount(
+            &root,
+            addr,
+            access,
+            proposer,
+            agents,
+            tools,
+            shutdown.signal(),
+        )
+        .await?;
+        parts.push(routes);
+        desk_state = Some(state);
     }
     let app = router(shared.clone(), parts);
     println!("weft serve: ThreadDesk (DGP 0.1) on http://{addr}/");
@@ -485,6 +497,15 @@ async fn run(args: ServeArgs) -> Result<(), String> {
     let limits = args.limits.limits();
     let server = tokio::spawn(http::serve(listener, app, limits, shutdown.signal()));
     let signal = stop.await;
+    // The running agent steps end `interrupted` ("host stopped") on disk before the process
+    // goes; a store that cannot finish within a few seconds is left to the restart rules.
+    let mut stuck = false;
+    if let Some(d) = desk_state.take() {
+        stuck = !d.stop_agents("host stopped", STOP_AGENTS_WITHIN).await;
+        if stuck {
+            eprintln!("weft serve: the agents' store did not finish in time; stopping anyway");
+        }
+    }
     eprintln!("weft serve: {signal}: draining connections");
     shutdown.start();
     let dropped = server.await.map_err(|e| e.to_string())?;
@@ -497,8 +518,15 @@ async fn run(args: ServeArgs) -> Result<(), String> {
     // queued durable and close the database.
     store.close();
     eprintln!("weft serve: stopped");
+    if stuck {
+        // A blocking task still waits on the store: do not wait for it on the way out.
+        std::process::exit(0);
+    }
     Ok(())
 }
+
+/// How long a stopping `weft serve` waits for the agents' interruption lines to be durable.
+const STOP_AGENTS_WITHIN: std::time::Duration = std::time::Duration::from_secs(3);
 
 /// `IntoResponse` for results of handlers.
 pub struct Reply(pub Result<Response, FramesError>);

@@ -4,7 +4,9 @@
 // before the final line), the model's `spawn` tool call makes a child that appears in the
 // tree, the enforced wait on it (`wait_on`) shows as "waiting" (also after a page reload
 // mid-turn) and the turn resumes by itself once the child's agent calls `set_status` done;
-// Stop interrupts a turn. Without a model the desk says so and the built-in model answers; against a server
+// a page reloaded while a step streams shows the text streamed so far in the live bubble and
+// keeps appending the deltas (exactly: no piece doubled or lost); Stop interrupts a turn.
+// Without a model the desk says so and the built-in model answers; against a server
 // without the agents API (404) the page works as before and routes messages itself.
 // Saves tests/artifacts/actors-desk-agents-waiting.png (mid-turn) and actors-desk-agents.png.
 import { after, before, test } from 'node:test';
@@ -189,12 +191,42 @@ test('a live agent streams, spawns a child, waits on it (across a reload) and re
   await page.click('[data-testid=view-grid]');
   await page.waitForSelector('[data-testid=grid] .tile[data-node="report-draft"][data-status="done"] [data-testid=agent-badge][data-phase=idle]');
 
-  // Stop: a turn whose model never finishes is interrupted from the desk.
-  models.script([{ text: 'Thinking about it', hang: true }]);
+  // A reload while the step streams: the bubble comes back with the text streamed before the
+  // reload and keeps growing. Then Stop: a turn whose model never finishes is interrupted.
+  const slow = 'Thinking about it, slowly and with care, one piece at a time.';
+  models.script([{ text: slow, chunkSize: 4, delayMs: 150, hang: true }]);
   await page.fill('#coord-input', 'One more thing.');
   await page.press('#coord-input', 'Enter');
   await page.waitForSelector(`${coordBadge}[data-phase=running]`, { timeout: 20_000 });
-  await page.waitForSelector('#coord-lines [data-testid=live-bubble]', { timeout: 20_000 });
+  const bubbleText = () => document.querySelector('#coord-lines [data-testid=live-bubble] bdi')?.textContent ?? '';
+  const seen = await (
+    await page.waitForFunction(
+      (full) => {
+        const t = document.querySelector('#coord-lines [data-testid=live-bubble] bdi')?.textContent ?? '';
+        return t.length >= 8 && t.length < full.length / 2 && full.startsWith(t) ? t : null;
+      },
+      slow,
+      { timeout: 20_000, polling: 20 },
+    )
+  ).jsonValue();
+  await page.reload();
+  await page.waitForSelector('[data-testid=token-form]:not(.is-hidden)');
+  await page.fill('#token', HUMAN);
+  await page.click('[data-testid=token-form] button[type=submit]');
+  const restored = await (
+    await page.waitForFunction(
+      (want) => {
+        const t = document.querySelector('#coord-lines [data-testid=live-bubble] bdi')?.textContent ?? '';
+        return t.length >= want.length ? t : null;
+      },
+      seen,
+      { timeout: 20_000, polling: 20 },
+    )
+  ).jsonValue();
+  assert.ok(restored.startsWith(seen) && slow.startsWith(restored), `${JSON.stringify(seen)} → ${JSON.stringify(restored)}`);
+  // The deltas after the reload join the restored text exactly.
+  await page.waitForFunction((full) => document.querySelector('#coord-lines [data-testid=live-bubble] bdi')?.textContent === full, slow, { timeout: 20_000 });
+  assert.equal(await page.evaluate(bubbleText), slow);
   await page.click('[data-testid=coord-agent] [data-testid=agent-stop]');
   await page.waitForSelector(`${coordBadge}[data-phase=idle]`, { timeout: 20_000 });
   await page.waitForSelector('#coord-lines li.agent-turn_end.turn-not-completed');

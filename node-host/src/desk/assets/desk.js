@@ -14,6 +14,10 @@
 // agent lines drawn by kind (turn boundaries subtle, calls and results in a task's fork panel,
 // routing markers one line), and a banner when no model is configured. With agents on, a
 // person's message goes to `POST …/messages` (the node's agent takes it); otherwise `…/route`.
+// A page loaded mid-step restores the bubble from the agent state's `streaming` text and joins
+// the deltas by their offset (`at`). The stream is resumable: the page keeps the last SSE id
+// (durable agent lines carry one) and sends it as `Last-Event-ID` when it reconnects; the
+// server replays the lines missed meanwhile, or sends `reset` and the page fetches everything.
 
 const $ = (id) => document.getElementById(id);
 const API = '/api/actors';
@@ -40,6 +44,8 @@ const agents = {
   states: {},
   // node → {turn, step, text}: the model step streaming now (one per node, bounded).
   live: new Map(),
+  // node → the last step whose bubble ended (a late `streaming` state does not bring it back).
+  ended: new Map(),
 };
 
 let token = '';
@@ -252,8 +258,26 @@ async function loadAgents() {
     agents.api = true;
     agents.model = data.model || null;
     agents.states = data.agents;
+    for (const [node, st] of Object.entries(data.agents)) restoreLive(node, st?.streaming);
   }
   renderBanner();
+}
+
+// A step that streamed before this page loaded: its text so far becomes the live bubble
+// (unless the page already has more of it, or the step ended meanwhile).
+function restoreLive(node, s) {
+  if (!s || typeof s.text !== 'string' || typeof s.step !== 'number') return;
+  if ((agents.ended.get(node) ?? -1) >= s.step) return;
+  const l = agents.live.get(node);
+  if (l && l.step === s.step && l.text.length >= s.text.length) return;
+  agents.live.set(node, { turn: s.turn, step: s.step, text: s.text });
+}
+
+function endLive(node) {
+  const l = agents.live.get(node);
+  if (!l) return;
+  agents.ended.set(node, Math.max(l.step, agents.ended.get(node) ?? -1));
+  agents.live.delete(node);
 }
 
 // The live bubble of `node`'s streaming step, or null.
@@ -272,7 +296,7 @@ function liveItem(node) {
 // Draws `lines` of `node` into `list`, with the live bubble last unless its step has landed.
 function renderLines(list, node, lines, work = false) {
   const l = agents.live.get(node);
-  if (l && lines.some((x) => x.agent?.entry === 'assistant' && x.agent.step === l.step)) agents.live.delete(node);
+  if (l && lines.some((x) => x.agent?.entry === 'assistant' && x.agent.step === l.step && x.agent.turn === l.turn)) endLive(node);
   list.dataset.node = node || '';
   const items = lines.map((x) => lineItem(x, work));
   const bubble = liveItem(node);
@@ -283,12 +307,16 @@ function renderLines(list, node, lines, work = false) {
 // A `delta` event: grows the bubble in place wherever the node's transcript is shown.
 function onDelta(d) {
   if (!d || typeof d.node !== 'string' || typeof d.text !== 'string') return;
+  if ((agents.ended.get(d.node) ?? -1) >= d.step) return;
   let l = agents.live.get(d.node);
   if (!l || l.step !== d.step) {
     l = { turn: d.turn, step: d.step, text: '' };
     agents.live.set(d.node, l);
   }
-  l.text += d.text;
+  // `at` is where the delta starts in the step's text: a restored text may hold it already.
+  const at = typeof d.at === 'number' ? d.at : l.text.length;
+  if (at + d.text.length <= l.text.length) return;
+  l.text += at <= l.text.length ? d.text.slice(l.text.length - at) : d.text;
   for (const list of document.querySelectorAll('ol.lines[data-node]')) {
     if (list.dataset.node !== d.node) continue;
     const old = list.querySelector(':scope > [data-testid=live-bubble]');
@@ -303,7 +331,7 @@ function onDelta(d) {
 function onAgentEvent(e) {
   if (!e || typeof e.node !== 'string') return;
   const l = agents.live.get(e.node);
-  if (l && (e.output === 'turn_ended' || e.output === 'abort_model' || (e.output === 'model_request' && e.step !== l.step))) agents.live.delete(e.node);
+  if (l && (e.output === 'turn_ended' || e.output === 'abort_model' || (e.output === 'model_request' && e.step !== l.step))) endLive(e.node);
   if (agents.api === false) agents.api = null; // a server that sends agent events has them
   scheduleRefresh();
 }
@@ -679,10 +707,13 @@ $('scrub-live').addEventListener('click', () => {
 
 closeFork();
 let stream = null;
+// The id of the last event that carried one (sent back as `Last-Event-ID` on reconnects).
+let lastEventId = null;
 
-// One server-sent event block → {event, data}.
+// One server-sent event block → {event, data, id}.
 function parseEvent(block) {
   let event = 'message';
+  let id = null;
   const data = [];
   for (const line of block.split('\n')) {
     if (line.startsWith(':')) continue;
@@ -691,8 +722,9 @@ function parseEvent(block) {
     const value = i < 0 ? '' : line.slice(i + 1).replace(/^ /, '');
     if (field === 'event') event = value;
     else if (field === 'data') data.push(value);
+    else if (field === 'id') id = value;
   }
-  return { event, data: data.join('\n') };
+  return { event, data: data.join('\n'), id };
 }
 
 function json(text) {
@@ -703,13 +735,16 @@ function json(text) {
   }
 }
 // Server-sent events over fetch (an EventSource cannot send the token); reconnects after the
-// stream ends unless the token was refused.
+// stream ends unless the token was refused, with the last id as `Last-Event-ID` (as an
+// EventSource would).
 async function connect() {
   stream?.abort();
   const ctl = new AbortController();
   stream = ctl;
   try {
-    const res = await fetch(`${API}/events`, { headers: withToken({ accept: 'text/event-stream' }), signal: ctl.signal });
+    const headers = withToken({ accept: 'text/event-stream' });
+    if (lastEventId) headers['last-event-id'] = lastEventId;
+    const res = await fetch(`${API}/events`, { headers, signal: ctl.signal });
     if (!res.ok) {
       $('live').classList.add('off');
       const p = await res.json().catch(() => null);
@@ -723,9 +758,10 @@ async function connect() {
         if (done) break;
         buf += value.replace(/\r\n/g, '\n');
         for (let i = buf.indexOf('\n\n'); i >= 0; i = buf.indexOf('\n\n')) {
-          const { event, data } = parseEvent(buf.slice(0, i));
+          const { event, data, id } = parseEvent(buf.slice(0, i));
           buf = buf.slice(i + 2);
-          if (event === 'change') scheduleRefresh();
+          if (id !== null) lastEventId = id;
+          if (event === 'change' || event === 'reset') scheduleRefresh();
           else if (event === 'delta') onDelta(json(data));
           else if (event === 'agent') onAgentEvent(json(data));
         }

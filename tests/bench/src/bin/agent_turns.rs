@@ -221,7 +221,8 @@ async fn node_turn<S: ActorStore>(
     let mut deltas = 0;
     let mut spec = (Vec::new(), None);
     for _ in 0..64 {
-        flush(g, store, w);
+        // The host's order (`Runtime::sync_open`, then flush): the agent sees the change before
+        // it is flushed, so the person's line and the agent's `turn_start` share one round.
         agent.sync(wall_ms(), g).expect("sync");
         flush(g, store, w);
         let (mut step, mut ended) = (None, false);
