@@ -1,6 +1,7 @@
 // The actor graph for JS: the wasm core decides, this module persists. A store is IndexedDB
 // (browsers; every batch is one `readwrite` transaction with strict durability, so it lands
-// whole or not at all) or memory (anywhere). Every mutating method resolves only after the
+// whole or not at all), a `$CHAT_ROOT` directory (Node: `actors-fs.js`, the native store's
+// layout, locking and durability) or memory (anywhere). Every mutating method resolves only after the
 // store has committed the batch and the core has been told (so a spawned node never accepts
 // a message before its lineage is durable).
 import { WeftError } from './error.js';
@@ -154,6 +155,16 @@ class IndexedDbBackend {
   }
 }
 
+// The filesystem backend's loader, installed by the Node entries (`node.js`,
+// `entry-actors-node.js`): this module never names `actors-fs.js`, so a browser bundle never
+// pulls `node:fs`.
+let loadFsBackend = null;
+
+/** @internal Installs the loader of the `fs` backend (`() => import('./actors-fs.js')`). */
+export function setFsBackend(load) {
+  loadFsBackend = load;
+}
+
 const MUTATIONS = ['spawn', 'message', 'route', 'status', 'resolve', 'ref', 'narrate', 'wait', 'relate', 'archive', 'reset', 'bookmark', 'epoch', 'export'];
 const VIEWS = ['graph', 'linear', 'grid', 'tree', 'temporal', 'fork', 'metathread', 'audit', 'index', 'lineage', 'waits', 'model', 'mailbox'];
 
@@ -193,6 +204,12 @@ export class ActorStore {
    */
   async #persist() {
     for (let round = 0; ; round++) {
+      // The agents see the change before it is persisted, so a person's line and the agent's
+      // `turn_start` join one batch (the core's group commit) and land in one transaction.
+      if (this.#agents.size) {
+        const now = Date.now();
+        for (const a of [...this.#agents.values()]) a.sync(this.#core, now);
+      }
       const batches = this.#core.takeBatches();
       // Done when a round queued nothing and opened no agent (a spawned child's agent syncs
       // in the next round).
@@ -369,7 +386,7 @@ export class ActorStore {
     await this.#queue;
     for (const a of this.agents()) a.close();
     this.#closed = true;
-    this.#backend.close();
+    await this.#backend.close();
   }
 }
 
@@ -386,28 +403,48 @@ for (const v of VIEWS) {
 }
 
 /**
- * Opens (or creates) an actor store. `backend`: `"indexeddb"` (default where available) or
- * `"memory"`; `name`: the IndexedDB database; `config`: harness variables
- * (`{ACTOR_WAIT_GRAPH: "enforce"}`); `title`: the session title for a new graph. Opening
- * recovers what an interrupted writer left, before anything else happens.
+ * Opens (or creates) an actor store. `backend`: `"indexeddb"` (default where available),
+ * `"fs"` (Node: the `$CHAT_ROOT` directory `root`, the default when `root` is given) or
+ * `"memory"` (the default elsewhere); `name`: the IndexedDB database; `root`: the directory
+ * (created if needed; one writer at a time, native `weft` included: STORE_LOCKED after
+ * `lockTimeoutMs`, default 0); `config`: harness variables (`{ACTOR_WAIT_GRAPH: "enforce"}`);
+ * `title`: the session title for a new graph. Opening recovers what an interrupted writer
+ * left, before anything else happens.
  */
-export async function openActorStore({ backend, name = 'weft-actors', config = {}, title = 'Session' } = {}) {
-  const kind = backend ?? (typeof indexedDB === 'undefined' ? 'memory' : 'indexeddb');
+export async function openActorStore({ backend, name = 'weft-actors', root, lockTimeoutMs = 0, config = {}, title = 'Session' } = {}) {
+  const kind = backend ?? (root !== undefined ? 'fs' : typeof indexedDB === 'undefined' ? 'memory' : 'indexeddb');
+  if (kind !== 'memory' && kind !== 'indexeddb' && kind !== 'fs') throw new WeftError('INVALID_ARGUMENT', `unknown actor store backend ${JSON.stringify(kind)} (indexeddb, fs or memory)`);
+  if (kind === 'fs' && (typeof root !== 'string' || root === '')) throw new WeftError('INVALID_ARGUMENT', 'the "fs" backend needs `root`, the $CHAT_ROOT directory');
+  if (kind !== 'fs' && root !== undefined) throw new WeftError('INVALID_ARGUMENT', `\`root\` is for the "fs" backend, not "${kind}"`);
+  if (kind === 'fs' && !loadFsBackend) throw new WeftError('INVALID_ARGUMENT', 'the "fs" backend runs in Node only; use "indexeddb" or "memory" here');
   const glue = await wasm.load();
   const { ActorGraph } = glue;
-  const store = kind === 'memory' ? new MemoryBackend() : await IndexedDbBackend.open(name);
-  const files = await store.load();
-  const address = kind === 'memory' ? 'memory:' : `idb://${name}`;
+  let store;
+  let address;
+  if (kind === 'fs') {
+    const { FsBackend } = await loadFsBackend();
+    store = await FsBackend.open(root, { lockTimeoutMs });
+    address = store.address;
+  } else {
+    store = kind === 'memory' ? new MemoryBackend() : await IndexedDbBackend.open(name);
+    address = kind === 'memory' ? 'memory:' : `idb://${name}`;
+  }
   let core;
   try {
+    const files = await store.load();
     core = Object.keys(files).length ? ActorGraph.open(config, address, files, Date.now()) : ActorGraph.init(config, address, Date.now(), title);
   } catch (e) {
-    store.close();
+    await store.close();
     throw coded(e);
   }
   const s = new ActorStore(core, store, core.report, glue);
   for (const n of core.notes) console.warn(`weft actors: ${n}`);
-  await s.sync(); // the init or recovery batch is durable before anything else happens
+  try {
+    await s.sync(); // the init or recovery batch is durable before anything else happens
+  } catch (e) {
+    await s.close(); // releases the store (a root's writer lock) the caller never gets
+    throw e;
+  }
   return s;
 }
 

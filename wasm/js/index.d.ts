@@ -1052,7 +1052,23 @@ export interface NodeAgent {
 /** Loads the actor-graph module (once); `openActorStore` does it on first use. */
 export function loadActors(): Promise<void>;
 
-/** Opens (or creates) an actor store: IndexedDB in browsers (default there), memory anywhere. */
-export function openActorStore(options?: { backend?: 'indexeddb' | 'memory'; name?: string; config?: ActorConfig; title?: string }): Promise<ActorStore>;
+/**
+ * Opens (or creates) an actor store: IndexedDB in browsers (default there), a `$CHAT_ROOT`
+ * directory in Node (`backend: 'fs'`, the default when `root` is given: the native store's
+ * layout, so `weft actors` reads and writes the same root; one writer at a time, native or JS,
+ * else STORE_LOCKED after `lockTimeoutMs`, default 0; a symbolic link inside the root is
+ * SYMLINK_REFUSED), memory anywhere (the default elsewhere).
+ */
+export function openActorStore(options?: {
+  backend?: 'indexeddb' | 'memory' | 'fs';
+  /** The IndexedDB database (`indexeddb`). */
+  name?: string;
+  /** The `$CHAT_ROOT` directory (`fs`, Node only), created if needed. */
+  root?: string;
+  /** How long `fs` waits for another writer of `root` to release it (ms). */
+  lockTimeoutMs?: number;
+  config?: ActorConfig;
+  title?: string;
+}): Promise<ActorStore>;
 /** Deletes an IndexedDB actor store. */
 export function deleteActorStore(name?: string): Promise<void>;

@@ -7,6 +7,7 @@ import { Worker } from 'node:worker_threads';
 import { initSync } from './weft_wasm.js';
 import './node-reader.js';
 import { setWorkerFactory } from './runtime.js';
+import { setFsBackend } from './actors.js';
 
 // Node 20 ships V8 11.3, whose inlining of JS→wasm calls into optimized code intermittently
 // aborts the process ("Fatal error ... unreachable code" in the deoptimizer) under sustained
@@ -20,6 +21,9 @@ const wasm = initSync({ module: readFileSync(new URL('./weft_wasm_bg.wasm', impo
 export function wasmMemoryBytes() {
   return wasm.memory.buffer.byteLength;
 }
+
+// `openActorStore({ root })`: a `$CHAT_ROOT` directory (loaded on first use; browsers never name it).
+setFsBackend(() => import('./actors-fs.js'));
 
 const shim = new URL('./worker-shim.mjs', import.meta.url);
 

@@ -84,3 +84,13 @@ export async function agentWithAppAndJobs(): Promise<string[]> {
   await s.close();
   return [...tools.map((t) => t.name), ...journal.map((e) => e.type)];
 }
+
+// Node: a `$CHAT_ROOT` directory (the native store's layout), resumed from its files.
+export async function chatRoot(root: string): Promise<number> {
+  const s = await openActorStore({ backend: 'fs', root, lockTimeoutMs: 1000, config: { ACTOR_WAIT_GRAPH: 'warn' } });
+  const resumed: NodeAgent[] = await s.resumeAgents({ model: builtinModel() });
+  await s.close();
+  const again = await openActorStore({ root });
+  await again.close();
+  return resumed.length;
+}
