@@ -1,6 +1,7 @@
 // The lab as an application: a weft app with the diffusion graph, its evolution on a DOM
 // Worker, and the published agent tools — which this module wraps only to record each call for
-// the page (the agent console) and to remember the inputs requested through them.
+// the page (the agent console) and to remember the inputs requested through them. The page's
+// node agent (agent.js) calls the same wrapped tools.
 import { createApp } from 'weft';
 import { labSpec } from './graph.js';
 
@@ -63,6 +64,8 @@ export function createLab() {
 
   return {
     app,
+    /** The Worker endpoint the evolution runs on (the agent's `simulate` jobs use it too). */
+    worker,
     tools,
     calls,
     requested,

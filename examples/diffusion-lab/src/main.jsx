@@ -1,14 +1,32 @@
 // The diffusion lab page: the published controls (requested vs effective), the cells with
 // their states and progress, the profile plot, and every operation with its timeline — the
-// same application an agent drives through the published tools (window.lab.tools).
+// same application an agent drives through the published tools (window.lab.tools), and the
+// Agent panel: a node agent whose tools are those published tools and a Worker job.
 import { For, Show, createMemo, createSignal, onCleanup } from 'solid-js';
 import { render } from 'solid-js/web';
 import { createLab } from './lab.js';
+import { openLabAgent } from './agent.js';
+import { AgentPanel } from './AgentPanel.jsx';
 import { analytic, WIDTH } from './graph.js';
 import './style.css';
 
 const lab = createLab();
 window.lab = lab;
+
+// The node agent of the lab (IndexedDB; see agent.js), opened beside the page.
+const [labAgent, setLabAgent] = createSignal(null);
+const [labAgentError, setLabAgentError] = createSignal(null);
+openLabAgent(lab).then(
+  (ctl) => {
+    window.labAgent = ctl;
+    setLabAgent(ctl);
+    window.labAgentReady = true;
+  },
+  (err) => {
+    console.warn('lab agent:', err);
+    setLabAgentError(`${err.code ?? 'ERROR'}: ${err.message}`);
+  },
+);
 
 function useTick() {
   const [tick, setTick] = createSignal(0, { equals: false });
@@ -240,7 +258,8 @@ function App() {
       <h1>weft diffusion lab</h1>
       <p class="dim">
         1-D heat equation on a Worker. People move the controls here; agents use the published tools (<code>window.lab.tools</code>):
-        report, set, act, observe, wait, inspect, cancel.
+        report, set, act, observe, wait, inspect, cancel. The Agent panel is a node agent with those tools and a Worker job; name
+        its model in the address (<code>?model=openai:NAME&amp;baseUrl=…</code>).
       </p>
       <div class="grid">
         <section>
@@ -277,6 +296,10 @@ function App() {
               L2 {fmt(snapshot().cells.errors.value.l2)} · max {fmt(snapshot().cells.errors.value.max)} at t = {fmt(snapshot().cells.errors.value.t)}
             </Show>
           </div>
+          <h2>Agent</h2>
+          <Show when={labAgent()} fallback={<p class="dim">{labAgentError() ?? 'opening the agent…'}</p>}>
+            <AgentPanel ctl={labAgent()} />
+          </Show>
         </section>
         <section>
           <h2>Profile</h2>

@@ -1,7 +1,8 @@
 // The diffusion lab (examples/diffusion-lab, built with Vite against the built `weft` package)
 // in headless Chromium: an agent drives it through the published tools (set + observe) while a
 // person changes a control in the page mid-run; the tool result and the page both say the
-// request was superseded. Screenshot: tests/artifacts/diffusion-lab.png.
+// request was superseded; with no model named in the address, the Agent panel says so and the
+// built-in model answers. Screenshot: tests/artifacts/diffusion-lab.png.
 import assert from 'node:assert/strict';
 import { existsSync, mkdirSync } from 'node:fs';
 import { join } from 'node:path';
@@ -96,5 +97,15 @@ test('lab: published tools settle a request, and a UI change mid-run supersedes 
   // Stopping is a published action (a button here): the evolution holds.
   await page.locator('[data-action="stop"]').click();
   await page.locator('[data-cell="evolution"][data-state="held"]').waitFor();
+
+  // No model in the page's address: the Agent panel says so, and the built-in model answers
+  // (it calls no tools).
+  await page.waitForFunction(() => window.labAgentReady === true);
+  assert.match(await page.locator('[data-model-banner]').innerText(), /No model is configured.*calls no tools/s);
+  await page.locator('[data-agent-input]').fill('hello lab');
+  await page.locator('[data-agent-input]').press('Enter');
+  await page.locator('[data-agent-panel] li[data-entry="turn_end"]').waitFor();
+  assert.match(await page.locator('[data-agent-panel] li[data-role="assistant"]').innerText(), /MODEL_NOT_CONFIGURED/);
+  assert.equal(await page.locator('[data-agent-call]').count(), 0);
   assert.deepEqual(pageErrors, []);
 });
