@@ -674,9 +674,16 @@ impl JobRegistry {
             Output::Terminate { endpoint } => out_job(3, endpoint.0 as f64, 0, &none),
             Output::WaitSettled { wait, job, end } => {
                 let (code, outcome) = match end {
-                    WaitEnd::Finished(_) => (
+                    // The record may be released already (closing an owner releases its
+                    // jobs in the same call): the wait then settles with the outcome's kind.
+                    WaitEnd::Finished(kind) => (
                         0,
-                        self.inner.held_outcome(job).map(outcome_js).unwrap_or(none),
+                        self.inner
+                            .held_outcome(job)
+                            .map(outcome_js)
+                            .unwrap_or_else(|| {
+                                mk_outcome(kind_code(kind), &none, None, None, false, 0, 0.0, None)
+                            }),
                     ),
                     WaitEnd::TimedOut => (1, none),
                     WaitEnd::Cancelled => (2, none),
