@@ -3,8 +3,8 @@
 
 pub mod actors;
 pub mod agent;
-pub mod agent_jobs;
 pub mod agent_host;
+pub mod agent_jobs;
 pub mod agents;
 pub mod chat;
 pub mod desk;

@@ -156,6 +156,7 @@ impl Write {
 
 /// A result plus the writes the host must make durable before releasing it.
 #[derive(Debug)]
+#[must_use = "make `writes` durable before releasing `value`"]
 pub struct Done<T> {
     pub value: T,
     pub writes: Vec<Write>,

@@ -1182,6 +1182,7 @@ impl<V: Payload> Registry<V> {
     // ----- time and outputs -----------------------------------------------------------------
 
     /// The earliest time at which [`Registry::handle_timeout`] has something to do.
+    #[must_use]
     pub fn poll_timeout(&self) -> Option<Millis> {
         self.timers.first().map(|(t, _)| *t)
     }
@@ -1235,11 +1236,13 @@ impl<V: Payload> Registry<V> {
     }
 
     /// The next output for the host.
+    #[must_use]
     pub fn poll_output(&mut self) -> Option<Output<V>> {
         self.outputs.pop_front()
     }
 
     /// All pending outputs, in order.
+    #[must_use]
     pub fn drain_outputs(&mut self) -> std::collections::vec_deque::Drain<'_, Output<V>> {
         self.outputs.drain(..)
     }

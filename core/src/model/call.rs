@@ -225,6 +225,7 @@ impl ModelCall {
     }
 
     /// The next deadline: a retry, or the end of the model's allowed silence.
+    #[must_use]
     pub fn poll_timeout(&self) -> Option<Millis> {
         self.deadline
     }

@@ -1979,6 +1979,7 @@ impl<V: OpsValue, R: BorrowMut<Registry<V>>> App<V, R> {
     // ----- time ---------------------------------------------------------------------------------
 
     /// The earliest time at which [`App::handle_timeout`] has something to do.
+    #[must_use]
     pub fn poll_timeout(&self) -> Option<Millis> {
         let own = self.op_timers.first_key().map(|(t, _)| *t);
         match (own, reg_ref(&self.registry).poll_timeout()) {
@@ -2003,11 +2004,13 @@ impl<V: OpsValue, R: BorrowMut<Registry<V>>> App<V, R> {
     }
 
     /// The next output for the host.
+    #[must_use]
     pub fn poll_output(&mut self) -> Option<AppOutput<V>> {
         self.outputs.pop_front()
     }
 
     /// All pending outputs, in order.
+    #[must_use]
     pub fn drain_outputs(&mut self) -> std::collections::vec_deque::Drain<'_, AppOutput<V>> {
         self.outputs.drain(..)
     }

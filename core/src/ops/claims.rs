@@ -342,11 +342,13 @@ impl<D: Clone + PartialEq + std::fmt::Debug> Claims<D> {
     }
 
     /// The next output for the host.
+    #[must_use]
     pub fn poll_output(&mut self) -> Option<ClaimOutput<D>> {
         self.outputs.pop_front()
     }
 
     /// All pending outputs.
+    #[must_use]
     pub fn drain_outputs(&mut self) -> std::collections::vec_deque::Drain<'_, ClaimOutput<D>> {
         self.outputs.drain(..)
     }

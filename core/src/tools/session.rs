@@ -1008,6 +1008,7 @@ impl<V: Payload> Session<V> {
     // ----- time and outputs -----------------------------------------------------------------
 
     /// The earliest time at which [`Session::handle_timeout`] has something to do.
+    #[must_use]
     pub fn poll_timeout(&self) -> Option<Millis> {
         match self.phase {
             Phase::Interrupted { deadline, .. } => Some(deadline),
@@ -1025,11 +1026,13 @@ impl<V: Payload> Session<V> {
     }
 
     /// The next output for the host.
+    #[must_use]
     pub fn poll_output(&mut self) -> Option<Output> {
         self.outputs.pop_front()
     }
 
     /// All pending outputs, in order.
+    #[must_use]
     pub fn drain_outputs(&mut self) -> std::collections::vec_deque::Drain<'_, Output> {
         self.outputs.drain(..)
     }

@@ -557,6 +557,7 @@ impl Run {
     }
 
     /// The next thing to do, or `None` until an input arrives. Drain it after every input.
+    #[must_use]
     pub fn poll_output(&mut self) -> Option<Output> {
         if matches!(self.state, State::Start) {
             self.begin_step();
@@ -565,6 +566,7 @@ impl Run {
     }
 
     /// When [`Run::handle_timeout`] is due (a commit retry's backoff), if a timer is armed.
+    #[must_use]
     pub fn poll_timeout(&self) -> Option<u64> {
         match &self.state {
             State::Backoff { until, .. } => Some(*until),
