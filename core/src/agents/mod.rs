@@ -830,6 +830,7 @@ impl NodeAgent {
     }
 
     /// The next deadline (an interrupt's grace period), if any.
+    #[must_use]
     pub fn poll_timeout(&self) -> Option<Millis> {
         self.session.poll_timeout()
     }
@@ -845,6 +846,7 @@ impl NodeAgent {
     }
 
     /// The next output whose lines are durable, oldest first.
+    #[must_use]
     pub fn poll_output(&mut self, graph: &ActorGraph) -> Option<AgentOutput> {
         match self.queue.front() {
             Some((b, _)) if *b <= graph.acked() => self.queue.pop_front().map(|(_, o)| o),
