@@ -1,8 +1,10 @@
 //! A root of 10,000 nodes, generated on disk (not spawned one by one): it opens, and a spawn, a
 //! message and a status change through the CLI's lazy writer ([`Session::writer_lazy`]) each
-//! open the same number of files as on a root of 10 nodes (counted by the store's walls). A
-//! lazy command writes exactly what a full open would have written, and a root that needs
-//! recovery falls back to the full open, which recovers.
+//! open the same number of files as on a root of 10 nodes (counted by the store's walls) and
+//! read as many bytes, apart from the records that grow with the root (`graph.json`, the
+//! parent's `meta.json`): logs are read from their ends. A lazy command writes exactly what a
+//! full open would have written, and a root that needs recovery falls back to the full open,
+//! which recovers.
 
 mod common;
 
@@ -79,29 +81,38 @@ fn lazy(root: &Path, targets: &[&str], spawns: bool) -> Session {
     s
 }
 
-/// Files opened by a spawn, a message and a status change, one writer each (as the CLI runs
-/// them).
-fn costs(root: &Path, tag: &str) -> [u64; 3] {
-    let mut s = lazy(root, &["coordinator"], true);
-    let mut r = SpawnRequest::new("coordinator", NodeType::Task);
-    r.id = Some(format!("new-{tag}"));
-    s.graph.spawn(NOW, r).unwrap();
-    s.flush().unwrap();
-    let spawn = s.store.opens();
-    drop(s);
+/// Files opened and bytes read by a spawn, a message and a status change, one writer each (as
+/// the CLI runs them), after one spawn that finds the logs rewritten by [`generate`] (and reads
+/// them whole once).
+fn costs(root: &Path, tag: &str) -> [(u64, u64); 3] {
+    let spawn_one = |id: String| {
+        let mut s = lazy(root, &["coordinator"], true);
+        let mut r = SpawnRequest::new("coordinator", NodeType::Task);
+        r.id = Some(id);
+        s.graph.spawn(NOW, r).unwrap();
+        s.flush().unwrap();
+        (s.store.opens(), s.store.bytes_read())
+    };
+    spawn_one(format!("warm-{tag}"));
+    let spawn = spawn_one(format!("new-{tag}"));
     let child = format!("new-{tag}");
     let mut s = lazy(root, &[&child], false);
-    s.graph.append(NOW, &child, NewLine::user("hello")).unwrap();
+    let line = s.graph.append(NOW, &child, NewLine::user("hello")).unwrap();
+    assert_eq!(line, 2, "the child's addendum, then this line");
     s.flush().unwrap();
-    let message = s.store.opens();
+    let message = (s.store.opens(), s.store.bytes_read());
     drop(s);
     let mut s = lazy(root, &["gen-00003"], false);
     s.graph
         .set_status(NOW, "gen-00003", Status::Done, Some("ok".into()), None)
         .unwrap();
     s.flush().unwrap();
-    let status = s.store.opens();
+    let status = (s.store.opens(), s.store.bytes_read());
     [spawn, message, status]
+}
+
+fn size(root: &Path, rel: &str) -> u64 {
+    std::fs::metadata(root.join(rel)).unwrap().len()
 }
 
 #[test]
@@ -110,21 +121,44 @@ fn a_spawn_a_message_and_a_status_change_open_as_many_files_at_10_as_at_10000_no
     let big = generate("scale-10k", 10_000);
     let at_10 = costs(&small, "a");
     let at_10k = costs(&big, "a");
-    assert_eq!(at_10, at_10k, "files opened (spawn, message, status)");
-    for c in at_10 {
+    let opens = |c: &[(u64, u64); 3]| c.map(|(o, _)| o);
+    assert_eq!(
+        opens(&at_10),
+        opens(&at_10k),
+        "files opened (spawn, message, status)"
+    );
+    for c in opens(&at_10) {
         assert!(c <= 30, "a command opened {c} files: {at_10:?}");
     }
-    // The big root holds the three changes (read without weft: a full open of 10,000 nodes
+    // Bytes: what grows with the root is graph.json (every command) and the coordinator's
+    // meta.json (the spawn); the logs (1.9 MB of metathread, 1.2 MB of coordinator chat at
+    // 10,000 nodes) are read from a kept mark and their last lines — within a few stride
+    // lengths of what the small root reads.
+    let grown = |rel: &str| size(&big, rel) - size(&small, rel);
+    let graph = grown("graph.json");
+    let coord = grown("nodes/coordinator/meta.json");
+    let logs = size(&big, "orchestrator/meta.jsonl") + size(&big, "nodes/coordinator/chat.jsonl");
+    let slack = 64 * 1024;
+    assert!(logs > 20 * slack, "the big root's logs are big: {logs}");
+    for (i, extra) in [graph + coord, graph, graph].into_iter().enumerate() {
+        let (small_b, big_b) = (at_10[i].1, at_10k[i].1);
+        assert!(
+            big_b <= small_b + extra + slack,
+            "command {i} read {big_b} bytes at 10,000 nodes, {small_b} at 10 \
+             (graph.json grew {graph}, the coordinator's meta.json {coord})"
+        );
+    }
+    // The big root holds the four changes (read without weft: a full open of 10,000 nodes
     // is not what this test pays for); the small one opens whole, in full, without a
     // diagnostic.
     let graph: Value =
         serde_json::from_slice(&std::fs::read(big.join("graph.json")).unwrap()).unwrap();
-    assert_eq!(graph["nodes"].as_object().unwrap().len(), 10_002);
+    assert_eq!(graph["nodes"].as_object().unwrap().len(), 10_003);
     assert_eq!(graph["nodes"]["new-a"]["spawnedBy"], "coordinator");
     let coord: Value =
         serde_json::from_slice(&std::fs::read(big.join("nodes/coordinator/meta.json")).unwrap())
             .unwrap();
-    assert_eq!(coord["spawned"].as_array().unwrap().len(), 10_001);
+    assert_eq!(coord["spawned"].as_array().unwrap().len(), 10_002);
     let chat = std::fs::read_to_string(big.join("nodes/new-a/chat.jsonl")).unwrap();
     assert_eq!(chat.lines().count(), 2);
     let done: Value =
@@ -137,7 +171,7 @@ fn a_spawn_a_message_and_a_status_change_open_as_many_files_at_10_as_at_10000_no
         "{:?}",
         s.report.diagnostics
     );
-    assert_eq!(s.graph.node_ids().len(), 12);
+    assert_eq!(s.graph.node_ids().len(), 13);
     assert_eq!(s.graph.chat("new-a").unwrap().len(), 2);
     assert_eq!(s.graph.node("gen-00003").unwrap().status, Status::Done);
     assert!(lineage_problems(&read_disk(&small)).is_empty());
@@ -290,5 +324,113 @@ fn spawn_count_spawns_a_wave_in_one_batch() {
     run_json(&[
         "actors", "message", r, "--node", "w-2", "--text", "hi", "--json",
     ]);
+    let _ = std::fs::remove_dir_all(&root);
+}
+
+/// With marks kept from an earlier command (the logs are read from them, not whole), what a
+/// full open would recover or report still sends the command to the full open: a node whose
+/// spawn record is missing (the sums of digests disagree) and a torn last metathread line.
+#[test]
+fn kept_marks_still_see_a_missing_spawn_record_and_a_torn_tail() {
+    let root = generate("scale-marks", 5);
+    let mut s = lazy(&root, &["coordinator"], true);
+    let mut r = SpawnRequest::new("coordinator", NodeType::Task);
+    r.id = Some("warm".into());
+    s.graph.spawn(NOW, r).unwrap();
+    s.flush().unwrap();
+    drop(s);
+    assert!(root.join(weft_host::actors::fs_store::MARKS_FILE).is_file());
+    // Another tool adds a node to nodes/, graph.json and the parent, without a record.
+    let dir = root.join("nodes/foreign");
+    std::fs::create_dir(&dir).unwrap();
+    let meta = std::fs::read_to_string(root.join("nodes/gen-00001/meta.json")).unwrap();
+    std::fs::write(dir.join("meta.json"), meta.replace("gen-00001", "foreign")).unwrap();
+    std::fs::copy(
+        root.join("nodes/gen-00001/chat.jsonl"),
+        dir.join("chat.jsonl"),
+    )
+    .unwrap();
+    let gp = root.join("graph.json");
+    let mut graph: Value = serde_json::from_slice(&std::fs::read(&gp).unwrap()).unwrap();
+    graph["nodes"]["foreign"] = graph["nodes"]["gen-00001"].clone();
+    std::fs::write(&gp, serde_json::to_string_pretty(&graph).unwrap() + "\n").unwrap();
+    let cp = root.join("nodes/coordinator/meta.json");
+    let mut coord: Value = serde_json::from_slice(&std::fs::read(&cp).unwrap()).unwrap();
+    coord["spawned"]
+        .as_array_mut()
+        .unwrap()
+        .push(json!("foreign"));
+    std::fs::write(&cp, serde_json::to_string_pretty(&coord).unwrap() + "\n").unwrap();
+    let s = Session::writer_lazy(
+        &root,
+        config(),
+        Duration::from_secs(5),
+        &["gen-00001"],
+        false,
+    )
+    .unwrap();
+    let why = s.report.lazy_fallback.clone().expect("falls back");
+    assert!(
+        why.contains("`foreign` has no metathread spawn record"),
+        "{why}"
+    );
+    drop(s);
+    // Recovered (the full open wrote the record); lazy again, from the marks.
+    let s = lazy(&root, &["gen-00001"], false);
+    drop(s);
+    let mp = root.join("orchestrator/meta.jsonl");
+    let mut f = std::fs::OpenOptions::new().append(true).open(&mp).unwrap();
+    std::io::Write::write_all(&mut f, b"{\"kind\":\"narr").unwrap();
+    drop(f);
+    let s = Session::writer_lazy(
+        &root,
+        config(),
+        Duration::from_secs(5),
+        &["gen-00001"],
+        false,
+    )
+    .unwrap();
+    let why = s.report.lazy_fallback.clone().expect("falls back");
+    assert!(why.contains("torn"), "{why}");
+    assert!(
+        s.report.diagnostics.iter().any(|d| d.code == "TORN_LINE"),
+        "{:?}",
+        s.report.diagnostics
+    );
+    drop(s);
+    // Line numbers from a kept mark: messages, then status changes (which read the chat's
+    // last line from before its mark) name the lines a full count gives.
+    for (i, text) in ["one", "two", "three"].into_iter().enumerate() {
+        let mut s = lazy(&root, &["gen-00001"], false);
+        let n = s
+            .graph
+            .append(NOW, "gen-00001", NewLine::user(text))
+            .unwrap();
+        s.flush().unwrap();
+        assert_eq!(n, 2 + i as u64);
+    }
+    let chat = std::fs::read_to_string(root.join("nodes/gen-00001/chat.jsonl")).unwrap();
+    assert_eq!(chat.lines().count(), 4);
+    // `gen-00002`'s first status change leaves a mark at the end of its chat; the second reads
+    // the last line from before that mark.
+    for st in [Status::Running, Status::Done] {
+        let mut s = lazy(&root, &["gen-00002"], false);
+        let mb = s
+            .graph
+            .set_status(NOW, "gen-00002", st, None, None)
+            .unwrap();
+        s.flush().unwrap();
+        assert_eq!(mb.through_line, 1);
+    }
+    let marks =
+        std::fs::read_to_string(root.join(weft_host::actors::fs_store::MARKS_FILE)).unwrap();
+    assert!(marks.contains("nodes/gen-00002/chat.jsonl"), "{marks}");
+    let log = std::fs::read_to_string(&mp).unwrap();
+    let last: Value = serde_json::from_str(log.lines().last().unwrap()).unwrap();
+    assert_eq!(
+        (last["kind"].as_str(), last["line"].as_u64()),
+        (Some("ref"), Some(1))
+    );
+    assert!(lineage_problems(&read_disk(&root)).is_empty());
     let _ = std::fs::remove_dir_all(&root);
 }

@@ -11,7 +11,7 @@ use serde::de::DeserializeOwned;
 use serde_json::{Map, Value, json};
 
 use super::model::{ChatLine, GitCloseout, GraphIndex, Mailbox, Node, NodeType, Role};
-use super::store::{BatchId, Op, Snapshot};
+use super::store::{BatchId, LogTail, Op, Snapshot};
 use super::time::{format_rfc3339, parse_timestamp};
 use super::{
     ActorGraph, ActorsError, BOOKMARKS, Broken, Diagnostic, Entry, GRAPH, HarnessConfig,
@@ -47,6 +47,17 @@ struct Log<T> {
 }
 
 fn parse_log<T: DeserializeOwned>(file: &str, bytes: &[u8], diags: &mut Vec<Diagnostic>) -> Log<T> {
+    parse_log_from(file, bytes, 0, diags)
+}
+
+/// [`parse_log`] of a log's tail: `bytes` start after line `base` (diagnostics name the lines
+/// of the whole file; `complete_len` is relative to `bytes`).
+fn parse_log_from<T: DeserializeOwned>(
+    file: &str,
+    bytes: &[u8],
+    base: u64,
+    diags: &mut Vec<Diagnostic>,
+) -> Log<T> {
     let mut log = Log {
         entries: Vec::new(),
         complete_len: 0,
@@ -70,7 +81,7 @@ fn parse_log<T: DeserializeOwned>(file: &str, bytes: &[u8], diags: &mut Vec<Diag
             offset = next;
             continue;
         }
-        let line_no = log.entries.len() as u64 + 1;
+        let line_no = base + log.entries.len() as u64 + 1;
         let parsed = std::str::from_utf8(seg)
             .map_err(|e| e.to_string())
             // The byte parser (after the UTF-8 check): the one serde_json reader the core uses,
@@ -157,6 +168,7 @@ impl Tails {
 /// cannot be used (reported in `diags`).
 fn read_nodes(
     snap: &Snapshot,
+    log_tails: &BTreeMap<String, LogTail>,
     ids: BTreeSet<String>,
     diags: &mut Vec<Diagnostic>,
     tails: &mut Tails,
@@ -221,13 +233,18 @@ fn read_nodes(
             }
         };
         let cpath = chat_path(id.as_str());
-        let chat = match snap.files.get(&cpath) {
-            Some(b) => {
+        let (chat, chat_base) = match (snap.files.get(&cpath), log_tails.get(&cpath)) {
+            (Some(b), _) => {
                 let log = parse_log::<ChatLine>(&cpath, b, diags);
                 tails.note(&cpath, &log);
-                log.entries
+                (log.entries, 0)
             }
-            None => Vec::new(),
+            (None, Some(t)) => {
+                let log = parse_log_from::<ChatLine>(&cpath, &t.bytes, t.lines_before, diags);
+                tails.note(&cpath, &log);
+                (log.entries, t.lines_before)
+            }
+            (None, None) => (Vec::new(), 0),
         };
         let mut chain = BTreeMap::new();
         let prefix = format!("nodes/{id}/summaries/");
@@ -251,6 +268,7 @@ fn read_nodes(
             NodeState {
                 meta,
                 chat,
+                chat_base,
                 mailbox: latest,
                 chain,
             },
@@ -301,7 +319,7 @@ impl ActorGraph {
                 ids.insert(id.to_owned());
             }
         }
-        let (nodes, broken) = read_nodes(snap, ids, &mut diags, &mut tails);
+        let (nodes, broken) = read_nodes(snap, &BTreeMap::new(), ids, &mut diags, &mut tails);
         if nodes.is_empty() && broken.is_empty() && graph.is_none() && !graph_corrupt {
             return Err(ActorsError::NotInitialized);
         }
@@ -804,6 +822,253 @@ impl ActorGraph {
     }
 }
 
+/// The chat lines a lazy open parses from the end of each node's `chat.jsonl`: the last one
+/// (whether the log ends torn, unterminated or corrupt). The commands that open lazily append
+/// and name the next line; none reads earlier lines.
+pub const LAZY_TAIL_LINES: usize = 1;
+
+/// What [`ActorGraph::open_lazy`] asks the host to read.
+#[derive(Debug)]
+pub struct LazyRead<'a> {
+    /// The nodes whose `meta.json` and `summaries/*.json` go into
+    /// [`LazySnapshot::snap`] and whose `chat.jsonl` goes into [`LazySnapshot::tails`] (or,
+    /// whole, into `snap`).
+    pub nodes: &'a [String],
+    /// How many of the last chat lines the tail must hold (see
+    /// [`tail_start`](super::tail_start)).
+    pub tail_lines: usize,
+    /// The whole metathread is needed (into [`LazySnapshot::snap`], `meta_mark` cleared): what
+    /// the mark summarises does not agree with `graph.json`, and the open must see why.
+    pub metathread: bool,
+}
+
+/// What a lazy open learnt of a log's first `len` bytes (whole lines). A host may keep it and
+/// hand it back ([`LazySnapshot::meta_mark`], [`super::LogTail`]) so that the next lazy open
+/// reads only what follows, after checking that those bytes are still what they were.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
+pub struct LogMark {
+    /// The bytes summarised, ending at a line boundary.
+    pub len: u64,
+    /// Their lines, as open numbers them.
+    pub lines: u64,
+    /// The metathread: the sum of the digests of its spawn records (child, parent, type,
+    /// whether a task's close-out is other than `per-node`).
+    #[serde(default)]
+    pub spawns: u64,
+    /// The metathread: the sum of the digests of its resolution records (node).
+    #[serde(default)]
+    pub resolutions: u64,
+}
+
+/// What a host hands [`ActorGraph::open_lazy`]: whole files in `snap`, and the ends of logs
+/// in `tails` (by path). A log given whole in `snap` is read whole.
+#[derive(Clone, Debug, Default)]
+pub struct LazySnapshot {
+    /// `graph.json`, the metathread and the `nodes/` listing (the head), then the records of
+    /// the nodes read.
+    pub snap: Snapshot,
+    /// Log tails, by path (`nodes/<id>/chat.jsonl`).
+    pub tails: BTreeMap<String, LogTail>,
+    /// When set, `snap` holds only the metathread's bytes after `len`, and this summarises the
+    /// bytes before (a mark an earlier lazy open returned, see
+    /// [`ActorGraph::lazy_marks`]).
+    pub meta_mark: Option<LogMark>,
+}
+
+/// A string field of a metathread record, or `None` when it holds anything else.
+struct MaybeStr<'a>(Option<std::borrow::Cow<'a, str>>);
+
+impl<'de> serde::Deserialize<'de> for MaybeStr<'de> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> serde::de::Visitor<'de> for V {
+            type Value = MaybeStr<'de>;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("any JSON value")
+            }
+            fn visit_borrowed_str<E>(self, v: &'de str) -> Result<Self::Value, E> {
+                Ok(MaybeStr(Some(v.into())))
+            }
+            fn visit_str<E>(self, v: &str) -> Result<Self::Value, E> {
+                Ok(MaybeStr(Some(v.to_owned().into())))
+            }
+            fn visit_string<E>(self, v: String) -> Result<Self::Value, E> {
+                Ok(MaybeStr(Some(v.into())))
+            }
+            fn visit_bool<E>(self, _: bool) -> Result<Self::Value, E> {
+                Ok(MaybeStr(None))
+            }
+            fn visit_i64<E>(self, _: i64) -> Result<Self::Value, E> {
+                Ok(MaybeStr(None))
+            }
+            fn visit_u64<E>(self, _: u64) -> Result<Self::Value, E> {
+                Ok(MaybeStr(None))
+            }
+            fn visit_f64<E>(self, _: f64) -> Result<Self::Value, E> {
+                Ok(MaybeStr(None))
+            }
+            fn visit_unit<E>(self) -> Result<Self::Value, E> {
+                Ok(MaybeStr(None))
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(
+                self,
+                mut a: A,
+            ) -> Result<Self::Value, A::Error> {
+                while a.next_element::<serde::de::IgnoredAny>()?.is_some() {}
+                Ok(MaybeStr(None))
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut a: A,
+            ) -> Result<Self::Value, A::Error> {
+                while a
+                    .next_entry::<serde::de::IgnoredAny, serde::de::IgnoredAny>()?
+                    .is_some()
+                {}
+                Ok(MaybeStr(None))
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+/// The fields of a metathread record a lazy open consults; a line parses as one exactly when
+/// it parses as the JSON object open reads (duplicate keys: the last wins).
+#[derive(Default)]
+struct MetaRec<'a> {
+    kind: Option<std::borrow::Cow<'a, str>>,
+    child: Option<std::borrow::Cow<'a, str>>,
+    parent: Option<std::borrow::Cow<'a, str>>,
+    closeout: Option<std::borrow::Cow<'a, str>>,
+    node: Option<std::borrow::Cow<'a, str>>,
+    node_type: Option<std::borrow::Cow<'a, str>>,
+}
+
+impl<'de> serde::Deserialize<'de> for MetaRec<'de> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> serde::de::Visitor<'de> for V {
+            type Value = MetaRec<'de>;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a JSON object")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut a: A,
+            ) -> Result<Self::Value, A::Error> {
+                let mut r = MetaRec::default();
+                while let Some(k) = a.next_key::<MaybeStr<'de>>()? {
+                    let slot = match k.0.as_deref() {
+                        Some("kind") => &mut r.kind,
+                        Some("child") => &mut r.child,
+                        Some("parent") => &mut r.parent,
+                        Some("gitCloseout") => &mut r.closeout,
+                        Some("node") => &mut r.node,
+                        Some("type") => &mut r.node_type,
+                        _ => {
+                            a.next_value::<serde::de::IgnoredAny>()?;
+                            continue;
+                        }
+                    };
+                    *slot = a.next_value::<MaybeStr<'de>>()?.0;
+                }
+                Ok(r)
+            }
+        }
+        d.deserialize_map(V)
+    }
+}
+
+/// A digest of a record's fields (FNV-1a, then a 64-bit finaliser): summed over the records
+/// of a log, so that a summary extends by the lines appended after it.
+fn digest(parts: &[&str]) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for p in parts {
+        // 0xff never occurs in UTF-8: the fields cannot run into each other.
+        for b in p.bytes().chain([0xff]) {
+            h ^= u64::from(b);
+            h = h.wrapping_mul(0x0100_0000_01b3);
+        }
+    }
+    h ^= h >> 30;
+    h = h.wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    h ^= h >> 27;
+    h = h.wrapping_mul(0x94d0_49bb_1331_11eb);
+    h ^ (h >> 31)
+}
+
+/// The digest of a spawn record, and of the `graph.json` entry it must match.
+fn spawn_digest(child: &str, parent: &str, node_type: &str, closeout_ok: bool) -> u64 {
+    digest(&[
+        "spawn",
+        child,
+        parent,
+        node_type,
+        if closeout_ok { "1" } else { "0" },
+    ])
+}
+
+/// The digest of a resolution record, and of the disambiguation entry it must match.
+fn resolution_digest(node: &str) -> u64 {
+    digest(&["resolution", node])
+}
+
+/// What a lazy open learns from the metathread (or from the bytes after a mark).
+struct MetaScan<'a> {
+    /// The summary of everything up to the end of the bytes scanned.
+    mark: LogMark,
+    /// Per child of a spawn record scanned: the parent and close-out it names (the last
+    /// record wins).
+    recorded: BTreeMap<std::borrow::Cow<'a, str>, (std::borrow::Cow<'a, str>, Option<GitCloseout>)>,
+    /// The nodes a resolution record scanned names.
+    resolved: BTreeSet<std::borrow::Cow<'a, str>>,
+}
+
+/// Scans metathread bytes (after `base`, or the whole log) for [`ActorGraph::open_lazy`]
+/// without keeping its records: `None` when a line is torn, unterminated or corrupt (what
+/// open would report), as [`parse_log`] decides.
+fn scan_metathread(bytes: &[u8], base: Option<LogMark>) -> Option<MetaScan<'_>> {
+    let mut scan = MetaScan {
+        mark: base.unwrap_or_default(),
+        recorded: BTreeMap::new(),
+        resolved: BTreeSet::new(),
+    };
+    scan.mark.len += bytes.len() as u64;
+    let mut rest = bytes;
+    while !rest.is_empty() {
+        let i = memchr::memchr(b'\n', rest)?;
+        let (seg, next) = (&rest[..i], &rest[i + 1..]);
+        rest = next;
+        if seg.iter().all(u8::is_ascii_whitespace) {
+            continue;
+        }
+        std::str::from_utf8(seg).ok()?;
+        let r: MetaRec<'_> = serde_json::from_slice(seg).ok()?;
+        scan.mark.lines += 1;
+        match r.kind.as_deref() {
+            Some("spawn") => {
+                if let (Some(c), Some(p)) = (r.child, r.parent) {
+                    let close = r.closeout.as_deref().map(GitCloseout::parse);
+                    let t = r.node_type.as_deref().unwrap_or("");
+                    let ok = t != NodeType::Task.as_str()
+                        || matches!(&close, Some(c) if *c != GitCloseout::PerNode && !matches!(c, GitCloseout::Other(_)));
+                    scan.mark.spawns = scan.mark.spawns.wrapping_add(spawn_digest(&c, &p, t, ok));
+                    scan.recorded.insert(c, (p, close));
+                }
+            }
+            Some("resolution") => {
+                if let Some(n) = r.node {
+                    scan.mark.resolutions =
+                        scan.mark.resolutions.wrapping_add(resolution_digest(&n));
+                    scan.resolved.insert(n);
+                }
+            }
+            _ => {}
+        }
+    }
+    Some(scan)
+}
+
 /// What [`ActorGraph::open_lazy`] decided.
 #[derive(Debug)]
 pub enum LazyOpen {
@@ -846,13 +1111,15 @@ impl ActorGraph {
     pub fn open_lazy<E>(
         config: HarnessConfig,
         root_address: &str,
-        head: Snapshot,
+        head: LazySnapshot,
         targets: &[&str],
         spawns: bool,
-        mut read: impl FnMut(&[String], &mut Snapshot) -> Result<(), E>,
+        mut read: impl FnMut(&LazyRead<'_>, &mut LazySnapshot) -> Result<(), E>,
     ) -> Result<LazyOpen, E> {
-        let mut snap = head;
+        let mut head = head;
+        let meta_bytes = head.snap.files.remove(METATHREAD);
         let full = |why: String| Ok(LazyOpen::Full(why));
+        let snap = &head.snap;
         let Some(gb) = snap.files.get(GRAPH) else {
             return full("graph.json is missing".into());
         };
@@ -878,37 +1145,10 @@ impl ActorGraph {
             return full("graph.json does not list its root".into());
         }
         let mut diags = Vec::new();
-        let meta_log = match snap.files.get(METATHREAD) {
-            Some(b) => parse_log::<Map<String, Value>>(METATHREAD, b, &mut diags),
-            None => Log {
-                entries: Vec::new(),
-                complete_len: 0,
-                torn: None,
-                missing_newline: false,
-            },
-        };
-        if !diags.is_empty() || meta_log.torn.is_some() || meta_log.missing_newline {
-            return full("the metathread has a torn or corrupt line".into());
-        }
-        // What the metathread says: each child's parent and close-out; resolved nodes.
-        let mut recorded: BTreeMap<&str, (&str, Option<GitCloseout>)> = BTreeMap::new();
-        let mut resolved: BTreeSet<&str> = BTreeSet::new();
-        for m in meta_log.entries.iter().filter_map(Entry::ok) {
-            let s = |k: &str| m.get(k).and_then(Value::as_str);
-            match s("kind") {
-                Some("spawn") => {
-                    if let (Some(c), Some(p)) = (s("child"), s("parent")) {
-                        recorded.insert(c, (p, s("gitCloseout").map(GitCloseout::parse)));
-                    }
-                }
-                Some("resolution") => {
-                    if let Some(n) = s("node") {
-                        resolved.insert(n);
-                    }
-                }
-                _ => {}
-            }
-        }
+        // What graph.json asks of the metathread: a spawn record per child naming its parent
+        // (and, for a task, a close-out the wave rule cannot change), a resolution record per
+        // disambiguation — as sums of digests, compared with the metathread's.
+        let (mut want_spawns, mut want_resolutions) = (0u64, 0u64);
         for (id, e) in &index.nodes {
             let by = e.spawned_by.as_ref().map(NodeId::as_str);
             if *id == root.as_str() {
@@ -920,13 +1160,54 @@ impl ActorGraph {
             let Some(p) = by.filter(|p| index.nodes.contains_key(*p)) else {
                 return full(format!("graph.json gives `{id}` no parent it lists"));
             };
-            if recorded.get(id.as_str()).map(|r| r.0) != Some(p) {
-                return full(format!(
-                    "`{id}` has no metathread spawn record naming `{p}` (a spawn may be half-finished)"
-                ));
+            let d = spawn_digest(id, p, e.node_type.as_str(), true);
+            want_spawns = want_spawns.wrapping_add(d);
+            if e.node_type == NodeType::Disambiguation {
+                want_resolutions = want_resolutions.wrapping_add(resolution_digest(id));
             }
-            if e.node_type == NodeType::Disambiguation && !resolved.contains(id.as_str()) {
-                return full(format!("disambiguation `{id}` has no resolution record"));
+        }
+        let torn = || full("the metathread has a torn or corrupt line".into());
+        let Some(first) =
+            scan_metathread(meta_bytes.as_deref().unwrap_or_default(), head.meta_mark)
+        else {
+            return torn();
+        };
+        // Equal sums: every child has exactly one record, naming its parent, and every
+        // disambiguation one resolution; no task's record leaves the wave rule a node to move.
+        let agrees = first.mark.spawns == want_spawns && first.mark.resolutions == want_resolutions;
+        let mut whole = None;
+        if !agrees && head.meta_mark.is_some() {
+            let ask = LazyRead {
+                nodes: &[],
+                tail_lines: LAZY_TAIL_LINES,
+                metathread: true,
+            };
+            head.meta_mark = None;
+            read(&ask, &mut head)?;
+            whole = head.snap.files.remove(METATHREAD);
+        }
+        let rescan = match &whole {
+            Some(b) => match scan_metathread(b, None) {
+                Some(s) => Some(s),
+                None => return torn(),
+            },
+            None => None,
+        };
+        let scan = rescan.as_ref().unwrap_or(&first);
+        if !agrees {
+            // The records as the whole metathread has them: why the sums differ.
+            for (id, e) in &index.nodes {
+                let Some(p) = e.spawned_by.as_ref().map(NodeId::as_str) else {
+                    continue;
+                };
+                if scan.recorded.get(id.as_str()).map(|r| r.0.as_ref()) != Some(p) {
+                    return full(format!(
+                        "`{id}` has no metathread spawn record naming `{p}` (a spawn may be half-finished)"
+                    ));
+                }
+                if e.node_type == NodeType::Disambiguation && !scan.resolved.contains(id.as_str()) {
+                    return full(format!("disambiguation `{id}` has no resolution record"));
+                }
             }
         }
         let mut want: BTreeSet<String> = targets
@@ -940,9 +1221,9 @@ impl ActorGraph {
             .filter(|(_, e)| e.node_type == NodeType::Task);
         let wave_needs_tasks = spawns
             && (config.git_closeout == super::CloseoutDefault::PerNode
-                || tasks.clone().any(|(id, _)| {
+                || !agrees && tasks.clone().any(|(id, _)| {
                     !matches!(
-                        recorded.get(id.as_str()),
+                        scan.recorded.get(id.as_str()),
                         Some((_, Some(c))) if *c != GitCloseout::PerNode && !matches!(c, GitCloseout::Other(_))
                     )
                 }));
@@ -951,20 +1232,25 @@ impl ActorGraph {
         }
         let missing: Vec<String> = want
             .iter()
-            .filter(|id| !snap.files.contains_key(&super::meta_path(id)))
+            .filter(|id| !head.snap.files.contains_key(&super::meta_path(id)))
             .cloned()
             .collect();
         if !missing.is_empty() {
-            read(&missing, &mut snap)?;
+            let ask = LazyRead {
+                nodes: &missing,
+                tail_lines: LAZY_TAIL_LINES,
+                metathread: false,
+            };
+            read(&ask, &mut head)?;
         }
         if let Some(id) = want
             .iter()
-            .find(|id| !snap.files.contains_key(&super::meta_path(id)))
+            .find(|id| !head.snap.files.contains_key(&super::meta_path(id)))
         {
             return full(format!("nodes/{id}/meta.json is missing"));
         }
         let mut tails = Tails::default();
-        let (nodes, broken) = read_nodes(&snap, want, &mut diags, &mut tails);
+        let (nodes, broken) = read_nodes(&head.snap, &head.tails, want, &mut diags, &mut tails);
         if let Some(d) = diags.first() {
             return full(format!("{} needs a full open ({})", d.file, d.code));
         }
@@ -998,15 +1284,10 @@ impl ActorGraph {
             if children != m.spawned.len() {
                 return full(format!("`{id}`.spawned and graph.json disagree"));
             }
-            if let Some(by) = &m.routing_paused_by {
-                let pending = index.nodes.get(by.as_str()).is_some_and(|d| {
-                    d.node_type == NodeType::Disambiguation
-                        && d.spawned_by.as_ref() == Some(id)
-                        && !resolved.contains(by.as_str())
-                });
-                if !pending {
-                    return full(format!("`{id}` has a stale pause"));
-                }
+            if m.routing_paused_by.is_some() {
+                // Every disambiguation has its resolution record (checked above): the pause
+                // is stale, which open reports.
+                return full(format!("`{id}` has a stale pause"));
             }
             if m.status == super::Status::AwaitingUser && !m.awaiting_user {
                 return full(format!("`{id}`: status and awaitingUser disagree"));
@@ -1021,7 +1302,28 @@ impl ActorGraph {
         let mut g = ActorGraph::empty(config, root_address, root);
         g.graph_version = index.version;
         g.graph_extra = index.extra.clone();
+        let mut marks = BTreeMap::new();
+        marks.insert(METATHREAD.to_owned(), scan.mark);
+        for (path, t) in &head.tails {
+            let st = path
+                .strip_prefix("nodes/")
+                .and_then(|r| r.strip_suffix("/chat.jsonl"))
+                .and_then(|id| nodes.get(id));
+            if let Some(st) = st {
+                let len = t.offset + t.bytes.len() as u64;
+                let lines = st.lines();
+                marks.insert(
+                    path.clone(),
+                    LogMark {
+                        len,
+                        lines,
+                        ..LogMark::default()
+                    },
+                );
+            }
+        }
         g.lazy = Some(super::Lazy {
+            marks,
             related: index
                 .related
                 .iter()
@@ -1032,7 +1334,7 @@ impl ActorGraph {
         });
         g.index = index.nodes;
         g.nodes = nodes;
-        g.meta = meta_log.entries;
+        g.meta_base = scan.mark.lines;
         Ok(LazyOpen::Ready(Box::new(g)))
     }
 }

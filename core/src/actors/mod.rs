@@ -42,7 +42,7 @@ use thiserror::Error;
 
 pub use config::{AgenticUi, CloseoutDefault, HarnessConfig, NodeStoreMode, WaitGraphMode};
 pub use id::{MAX_NODE_ID_BYTES, NodeId, slugify};
-pub use load::{LazyOpen, OpenReport};
+pub use load::{LAZY_TAIL_LINES, LazyOpen, LazyRead, LazySnapshot, LogMark, OpenReport};
 pub use model::{
     ChatLine, Edge, GitCloseout, GraphEntry, GraphIndex, Mailbox, Node, NodeType, Related,
     RelatedKind, Role, Status, WaitMode, WaitOn,
@@ -52,7 +52,9 @@ pub use ops::{
     Trigger,
 };
 pub use proposer::{HeuristicProposer, Proposal, ProposalContext, SpawnProposer};
-pub use store::{ActorStore, BatchId, MemoryStore, Op, Snapshot, WriteBatch};
+pub use store::{
+    ActorStore, BatchId, LogTail, MemoryStore, Op, Snapshot, WriteBatch, count_lines, tail_start,
+};
 pub use views::{AuditEntry, AuditReport, Scope, WaitCheck};
 
 use crate::Millis;
@@ -252,7 +254,10 @@ impl<T> Entry<T> {
 #[derive(Clone, Debug)]
 pub(crate) struct NodeState {
     pub meta: Node,
+    /// The chat lines held: all of them, or (opened lazily) the last ones, after `chat_base`.
     pub chat: Vec<Entry<ChatLine>>,
+    /// Lines before `chat[0]` that were not read (0 unless opened lazily from a tail).
+    pub chat_base: u64,
     pub mailbox: Option<Mailbox>,
     /// Compaction chain versions present (None = present but unreadable).
     pub chain: BTreeMap<u64, Option<Mailbox>>,
@@ -260,7 +265,21 @@ pub(crate) struct NodeState {
 
 impl NodeState {
     fn lines(&self) -> u64 {
-        self.chat.len() as u64
+        self.chat_base + self.chat.len() as u64
+    }
+
+    /// The chat line numbered `n` (from 1), when it is held.
+    pub(crate) fn line(&self, n: u64) -> Option<&Entry<ChatLine>> {
+        let i = n.checked_sub(self.chat_base + 1)?;
+        self.chat.get(usize::try_from(i).ok()?)
+    }
+
+    /// The number of the last readable line held.
+    pub(crate) fn last_ok_line(&self) -> Option<u64> {
+        self.chat
+            .iter()
+            .rposition(|e| e.ok().is_some())
+            .map(|i| self.chat_base + i as u64 + 1)
     }
 }
 
@@ -285,6 +304,8 @@ pub struct ActorGraph {
     nodes: BTreeMap<NodeId, NodeState>,
     broken: BTreeMap<String, Broken>,
     meta: Vec<Entry<Map<String, Value>>>,
+    /// Metathread lines before `meta[0]` that were not kept (0 unless opened lazily).
+    meta_base: u64,
     bookmarks: Vec<Entry<Map<String, Value>>>,
     epochs: BTreeMap<u64, Option<Value>>,
     outbox: Vec<WriteBatch>,
@@ -307,6 +328,8 @@ pub(crate) struct Lazy {
     pub unloaded: std::collections::BTreeSet<String>,
     /// `graph.json`'s related edges from those nodes, kept as loaded.
     pub related: Vec<Edge>,
+    /// What the open learnt of the logs it read, for the host to hand back next time.
+    pub marks: BTreeMap<String, LogMark>,
 }
 
 /// A change to the graph, for live views: `{"seq", "kind", "node"}`.
@@ -373,6 +396,51 @@ pub(crate) const INDEX: &str = "orchestrator/index.json";
 pub(crate) const BOOKMARKS: &str = "timeline/bookmarks.jsonl";
 pub(crate) const THREAD: &str = "thread.jsonl";
 
+/// The one path a batch only appends to, in a single stage and without gates: such batches
+/// are the lines of one log (a person's message, then the agent's `turn_start`, say).
+fn sole_log(b: &WriteBatch) -> Option<&str> {
+    let [stage] = b.stages.as_slice() else {
+        return None;
+    };
+    if !b.gates.is_empty() {
+        return None;
+    }
+    let mut path = None;
+    for op in stage {
+        match op {
+            Op::Append { path: p, .. } if path.is_none_or(|q| q == p) => path = Some(p.as_str()),
+            _ => return None,
+        }
+    }
+    path
+}
+
+/// Group commit: a batch that only appends to the log the previous queued batch only appended
+/// to joins it, so the store makes both durable in one round (one write, one fsync). Nothing a
+/// crash can expose changes: the lines land in the same order in the same file, as if one call
+/// had written them, and acknowledging the joined batch acknowledges both (acks are
+/// cumulative). Batches that create, gate or touch other files keep their own stages.
+fn coalesces(last: &WriteBatch, next: &WriteBatch) -> bool {
+    matches!((sole_log(last), sole_log(next)), (Some(a), Some(b)) if a == b)
+}
+
+impl WriteBatch {
+    /// Takes `next` (see [`coalesces`]) into this batch: its lines after this batch's, its id.
+    fn absorb(&mut self, next: WriteBatch) {
+        let mut text = String::new();
+        for op in next.stages.into_iter().flatten() {
+            if let Op::Append { text: t, .. } = op {
+                text.push_str(&t);
+            }
+        }
+        if let Some(Op::Append { text: mine, .. }) = self.stages[0].last_mut() {
+            mine.push_str(&text);
+        }
+        self.id = next.id;
+        self.label = format!("{}; {}", self.label, next.label);
+    }
+}
+
 /// Whether an op obliges the batch's metathread records to wait for it in a stage of their
 /// own: it writes lines a record can name (a chat log, including a new node's) or the
 /// metathread itself (recovery cuts a torn tail or terminates its last line before appending).
@@ -411,6 +479,7 @@ impl ActorGraph {
             nodes: BTreeMap::new(),
             broken: BTreeMap::new(),
             meta: Vec::new(),
+            meta_base: 0,
             bookmarks: Vec::new(),
             epochs: BTreeMap::new(),
             outbox: Vec::new(),
@@ -608,12 +677,16 @@ impl ActorGraph {
         for g in &tx.gates {
             self.gates.insert(g.clone(), id);
         }
-        self.outbox.push(WriteBatch {
+        let batch = WriteBatch {
             id,
             label: tx.label,
             stages,
             gates: tx.gates.iter().map(|g| g.to_string()).collect(),
-        });
+        };
+        match self.outbox.last_mut() {
+            Some(last) if coalesces(last, &batch) => last.absorb(batch),
+            _ => self.outbox.push(batch),
+        }
         id
     }
 
@@ -666,6 +739,15 @@ impl ActorGraph {
     /// Whether the graph was opened lazily (it holds only the nodes the host loaded).
     pub fn is_lazy(&self) -> bool {
         self.lazy.is_some()
+    }
+
+    /// What a lazy open learnt of the logs it read, by path (the metathread and the chats of
+    /// the nodes read), as they were when it opened: a host may keep these and hand them back
+    /// to the next lazy open ([`LazySnapshot::meta_mark`], [`LogTail`]) so that it reads only
+    /// the bytes after them. Empty for a graph opened in full.
+    pub fn lazy_marks(&self) -> &BTreeMap<String, LogMark> {
+        static NONE: BTreeMap<String, LogMark> = BTreeMap::new();
+        self.lazy.as_ref().map_or(&NONE, |l| &l.marks)
     }
 
     pub(crate) fn check_store(&self) -> Result<(), ActorsError> {
@@ -730,11 +812,12 @@ impl ActorGraph {
         // loaded nodes, kept as loaded for the nodes a lazy open did not read.
         let mut by_node: BTreeMap<String, Vec<Edge>> = BTreeMap::new();
         if let Some(l) = &self.lazy {
-            for id in &l.unloaded {
-                if let Some(e) = self.index.get(id) {
-                    nodes.insert(id.clone(), e.clone());
-                }
-            }
+            // A lazy graph's index lists exactly the nodes read and not read (a node whose
+            // record is broken opens in full): start from it (one clone, no lookups) and put
+            // back what the records of the nodes read say.
+            let mut all = self.index.clone();
+            all.extend(std::mem::take(&mut nodes));
+            nodes = all;
             for e in &l.related {
                 by_node
                     .entry(e.from.to_string())
@@ -775,10 +858,11 @@ impl ActorGraph {
 
     pub(crate) fn put_graph(&mut self) -> Op {
         let g = self.graph_index();
-        self.index = g.nodes.clone();
+        let text = pretty(&g);
+        self.index = g.nodes;
         Op::Put {
             path: GRAPH.to_owned(),
-            text: pretty(&g),
+            text,
         }
     }
 
@@ -808,7 +892,7 @@ impl ActorGraph {
         let text = line(&fields);
         self.meta.push(Entry::Ok(fields));
         (
-            self.meta.len() as u64,
+            self.meta_base + self.meta.len() as u64,
             Op::Append {
                 path: METATHREAD.to_owned(),
                 text,

@@ -256,6 +256,7 @@ impl ActorGraph {
             NodeState {
                 meta,
                 chat: vec![Entry::Ok(addendum)],
+                chat_base: 0,
                 mailbox: None,
                 chain: Default::default(),
             },
@@ -517,6 +518,7 @@ impl ActorGraph {
             NodeState {
                 meta,
                 chat: chat.into_iter().map(Entry::Ok).collect(),
+                chat_base: 0,
                 mailbox: None,
                 chain: Default::default(),
             },
@@ -1023,11 +1025,7 @@ impl ActorGraph {
         };
         st.mailbox = Some(mb.clone());
         st.chain.insert(version, Some(mb.clone()));
-        let last_line = st
-            .chat
-            .iter()
-            .rposition(|e| e.ok().is_some())
-            .map(|i| i as u64 + 1);
+        let last_line = st.last_ok_line();
         let mut tx = Tx::new(format!("status {id} {status}"));
         tx.op(self.put_meta(&id));
         tx.op(Op::Put {
@@ -1197,7 +1195,7 @@ impl ActorGraph {
                 ("note", json!(note2)),
             ]);
             let mut records = vec![g.push_meta("resolution", now, rec).1];
-            if let Some(l) = g.state(&d2).chat.iter().rposition(|e| e.ok().is_some()) {
+            if let Some(l) = g.state(&d2).last_ok_line() {
                 let summary = if note2.is_empty() {
                     "boundary resolved".to_owned()
                 } else {
@@ -1205,7 +1203,7 @@ impl ActorGraph {
                 };
                 let rec = obj(vec![
                     ("node", json!(d2)),
-                    ("line", json!(l + 1)),
+                    ("line", json!(l)),
                     ("summary", json!(summary)),
                 ]);
                 records.push(g.push_meta("ref", now, rec).1);
@@ -1252,8 +1250,12 @@ impl ActorGraph {
                 st.lines()
             )));
         }
-        if let Entry::Corrupt { .. } = st.chat[line as usize - 1] {
-            return Err(bad("that line is unreadable on disk".into()));
+        match st.line(line) {
+            Some(Entry::Corrupt { .. }) => {
+                return Err(bad("that line is unreadable on disk".into()));
+            }
+            Some(Entry::Ok(_)) => {}
+            None => return Err(ActorsError::NotLoaded(format!("{id} line {line}"))),
         }
         let (n, op) = self.push_meta(
             "ref",

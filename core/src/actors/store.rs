@@ -140,6 +140,68 @@ impl Snapshot {
     }
 }
 
+/// The end of a JSONL log, as a host reads it for a lazy open
+/// ([`super::ActorGraph::open_lazy`]): the bytes from a line boundary to the end of the file,
+/// and how many lines come before them. The core parses only these bytes.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct LogTail {
+    /// Where `bytes` start in the file.
+    pub offset: u64,
+    /// The lines before `bytes`, as [`count_lines`] counts them.
+    pub lines_before: u64,
+    /// The log from the start of a line to its end (a torn last line included).
+    pub bytes: Vec<u8>,
+}
+
+fn is_blank(seg: &[u8]) -> bool {
+    seg.iter().all(u8::is_ascii_whitespace)
+}
+
+/// The lines of log bytes as open numbers them: newline-terminated segments that are not
+/// blank (a blank line has no number). A segment after the last newline is not counted: pass
+/// bytes that end at a line boundary (hosts count the bytes before a [`LogTail`]).
+pub fn count_lines(bytes: &[u8]) -> u64 {
+    let mut n = 0;
+    let mut start = 0;
+    for i in memchr::memchr_iter(b'\n', bytes) {
+        n += u64::from(!is_blank(&bytes[start..i]));
+        start = i + 1;
+    }
+    n
+}
+
+/// Where the last `keep` lines of a log start in `bytes` (a segment after the last newline
+/// counts as a line: it is the torn or unterminated line a lazy open must see). `bytes` is the
+/// end of a log read by a host; the result is an offset at a line boundary, or `None` when
+/// `bytes` does not reach back `keep` lines past a newline and starts mid-file (the host then
+/// reads further back). `at_start`: `bytes` begins at the start of the file.
+pub fn tail_start(bytes: &[u8], keep: usize, at_start: bool) -> Option<usize> {
+    let keep = keep.max(1);
+    let mut found = 0;
+    // The end of the segment looked at (its newline, or the end of `bytes`).
+    let mut end = bytes.len();
+    loop {
+        let nl = bytes[..end].iter().rposition(|b| *b == b'\n');
+        let blank = is_blank(&bytes[nl.map_or(0, |i| i + 1)..end]);
+        if !blank && found == keep {
+            // The kept lines are whole and follow this segment's newline.
+            return Some(end + 1);
+        }
+        match nl {
+            Some(i) => {
+                found += usize::from(!blank);
+                end = i;
+            }
+            None if at_start => return Some(0),
+            // A blank piece before the kept lines (`end` is a newline): where it started in
+            // the file does not matter.
+            None if found == keep => return Some(end + 1),
+            // A line that may start before `bytes`.
+            None => return None,
+        }
+    }
+}
+
 /// Which files a store must include in a [`Snapshot`]: the graph index, the metathread and its
 /// index, timeline bookmarks, epoch views, and per node `meta.json`, `chat.jsonl` and
 /// `summaries/*.json`. (`thread.jsonl` is an export and is never read back.)
@@ -247,5 +309,52 @@ impl ActorStore for MemoryStore {
             self.apply_op(op)?;
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tail_tests {
+    use super::{count_lines, tail_start};
+
+    /// Lines a whole log holds, as open numbers them (blank lines have no number; a segment
+    /// after the last newline is a line).
+    fn numbered(b: &[u8]) -> u64 {
+        b.split(|c| *c == b'\n')
+            .filter(|s| !s.iter().all(u8::is_ascii_whitespace))
+            .count() as u64
+    }
+
+    #[test]
+    fn a_tail_starts_at_a_line_and_the_lines_before_it_are_counted_as_open_counts_them() {
+        let logs: [&[u8]; 6] = [
+            b"",
+            b"{\"a\":1}\n",
+            b"{\"a\":1}\n\n  \n{\"b\":2}\n{\"c\":3}\n",
+            b"{\"a\":1}\n{\"b\":2}\n{\"torn\":",
+            b"\n\n{\"a\":1}\n   \n",
+            b"{\"a\":1}\n{\"b\":2}\n{\"c\":3}\n{\"d\":4}\n",
+        ];
+        for log in logs {
+            for keep in 1..4 {
+                let at = tail_start(log, keep, true).expect("a whole log has its tail");
+                assert!(at == 0 || log[at - 1] == b'\n', "{log:?} {keep}: {at}");
+                let tail = &log[at..];
+                assert!(numbered(tail) <= keep as u64, "{log:?} {keep}: {tail:?}");
+                assert!(numbered(tail) == keep as u64 || at == 0, "{log:?} {keep}");
+                assert_eq!(count_lines(&log[..at]) + numbered(tail), numbered(log));
+                // From any later window of the same bytes: the same start, or "read more".
+                for from in 1..log.len() {
+                    match tail_start(&log[from..], keep, false) {
+                        Some(a) => {
+                            let t = from + a;
+                            assert!(log[t - 1] == b'\n', "{log:?} {keep} from {from}: {t}");
+                            assert_eq!(numbered(&log[t..]), numbered(tail));
+                            assert_eq!(count_lines(&log[..t]) + numbered(&log[t..]), numbered(log));
+                        }
+                        None => assert!(from >= at, "{log:?} {keep} from {from}"),
+                    }
+                }
+            }
+        }
     }
 }

@@ -143,6 +143,78 @@ fn a_spawn_is_one_batch_and_gates_both_nodes_until_acknowledged() {
 }
 
 #[test]
+fn lines_for_one_log_queued_back_to_back_share_one_batch() {
+    let mut w = World::new();
+    let task = w.spawn("coordinator", NodeType::Task, "docs sync");
+    let first = w.g.issued() + 1;
+    {
+        let now = w.tick();
+        w.g.append(now, "coordinator", NewLine::user("one"))
+            .unwrap();
+    }
+    {
+        let now = w.tick();
+        w.g.append(now, "coordinator", NewLine::user("two"))
+            .unwrap();
+    }
+    let last = w.g.issued();
+    assert_eq!(last, first + 1, "each call still issues its own id");
+    // A line for another log, then one more for the first: three batches in all, in order.
+    {
+        let now = w.tick();
+        w.g.append(now, task.as_str(), NewLine::user("elsewhere"))
+            .unwrap();
+    }
+    {
+        let now = w.tick();
+        w.g.append(now, "coordinator", NewLine::user("three"))
+            .unwrap();
+    }
+    let batches = w.g.take_batches();
+    assert_eq!(batches.len(), 3);
+    let b = &batches[0];
+    assert_eq!(b.id, last, "the joined batch carries the later id");
+    let [stage] = b.stages.as_slice() else {
+        panic!("one stage: {:?}", b.stages)
+    };
+    let [Op::Append { path, text }] = stage.as_slice() else {
+        panic!("one append: {stage:?}")
+    };
+    assert_eq!(path, "nodes/coordinator/chat.jsonl");
+    assert_eq!(text.lines().count(), 2, "both lines, in one write");
+    assert!(text.find("\"one\"").unwrap() < text.find("\"two\"").unwrap());
+    // Acknowledging the joined batch acknowledges both calls (acks are cumulative).
+    w.store.apply(b).unwrap();
+    w.g.ack(b.id).unwrap();
+    assert_eq!(w.g.acked(), last);
+    for b in &batches[1..] {
+        w.store.apply(b).unwrap();
+        w.g.ack(b.id).unwrap();
+    }
+    w.reopen();
+    let texts: Vec<String> = w
+        .file("nodes/coordinator/chat.jsonl")
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|v| v["role"] == "user")
+        .map(|v| v["text"].as_str().unwrap_or_default().to_owned())
+        .collect();
+    assert_eq!(texts, ["one", "two", "three"]);
+    // A spawn (stages, gates) is never joined with the lines queued before it.
+    {
+        let now = w.tick();
+        w.g.append(now, "coordinator", NewLine::user("four"))
+            .unwrap();
+    }
+    let now = w.tick();
+    w.g.spawn(now, SpawnRequest::new("coordinator", NodeType::Task))
+        .unwrap();
+    let batches = w.g.take_batches();
+    assert_eq!(batches.len(), 2);
+    assert!(batches[1].gates.contains(&"coordinator".to_owned()));
+}
+
+#[test]
 fn a_failed_batch_stops_all_writes_until_reopen() {
     let mut w = World::new();
     let now = w.tick();
@@ -1279,16 +1351,20 @@ fn lazy_open(
     spawns: bool,
 ) -> (Result<LazyOpen, ActorsError>, Vec<String>) {
     let full = w.store.load().unwrap();
-    let mut head = Snapshot {
-        files: full
-            .files
-            .iter()
-            .filter(|(p, _)| *p == GRAPH || *p == METATHREAD)
-            .map(|(p, b)| (p.clone(), b.clone()))
-            .collect(),
-        dirs: full.dirs.clone(),
+    let mut head = LazySnapshot {
+        snap: Snapshot {
+            files: full
+                .files
+                .iter()
+                .filter(|(p, _)| *p == GRAPH || *p == METATHREAD)
+                .map(|(p, b)| (p.clone(), b.clone()))
+                .collect(),
+            dirs: full.dirs.clone(),
+        },
+        tails: Default::default(),
+        meta_mark: None,
     };
-    head.dirs.sort();
+    head.snap.dirs.sort();
     let mut asked = Vec::new();
     let out = ActorGraph::open_lazy(
         w.config.clone(),
@@ -1296,15 +1372,26 @@ fn lazy_open(
         head,
         targets,
         spawns,
-        |ids, snap| {
-            for id in ids {
+        |ask, head| {
+            for id in ask.nodes {
                 asked.push(id.clone());
                 let prefix = format!("nodes/{id}/");
                 for (p, b) in full.files.range(prefix.clone()..) {
                     if !p.starts_with(&prefix) {
                         break;
                     }
-                    snap.files.insert(p.clone(), b.clone());
+                    if p.ends_with("/chat.jsonl") {
+                        // The end of the log only, as the filesystem store reads it.
+                        let at = tail_start(b, ask.tail_lines, true).unwrap();
+                        let tail = LogTail {
+                            offset: at as u64,
+                            lines_before: count_lines(&b[..at]),
+                            bytes: b[at..].to_vec(),
+                        };
+                        head.tails.insert(p.clone(), tail);
+                    } else {
+                        head.snap.files.insert(p.clone(), b.clone());
+                    }
                 }
             }
             Ok::<(), ActorsError>(())

@@ -271,7 +271,7 @@ impl ActorGraph {
             .enumerate()
             .filter_map(|(i, e)| {
                 e.ok().map(
-                    |l| json!({"line": start + i + 1, "role": l.role, "text": l.text, "at": l.at}),
+                    |l| json!({"line": st.chat_base + (start + i) as u64 + 1, "role": l.role, "text": l.text, "at": l.at}),
                 )
             })
             .collect();

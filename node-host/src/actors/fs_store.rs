@@ -53,7 +53,9 @@ use std::time::{Duration, Instant};
 use weft_core::actors::store::{
     ActorStore, Op, Snapshot, WriteBatch, check_path, is_snapshot_path,
 };
-use weft_core::actors::{ActorsError, NodeId};
+use weft_core::actors::{
+    ActorsError, LazyRead, LazySnapshot, LogMark, LogTail, NodeId, count_lines, tail_start,
+};
 
 #[cfg(feature = "failpoints")]
 use super::failpoint::Failpoint;
@@ -77,6 +79,18 @@ const NODE_TMP_PREFIX: &str = ".tmp-";
 /// A node directory under construction whose name carries the manifest of its files (see
 /// [`PendingNode`]).
 const NODE_NEW_PREFIX: &str = ".new,";
+/// The marks a lazy open returned ([`weft_core::actors::ActorGraph::lazy_marks`]), kept at the
+/// root beside the lock (readers of the layout ignore it) so that the next lazy open reads
+/// only what the logs gained since. A cache: written without fsync, checked before use,
+/// rebuilt when wrong or missing.
+pub const MARKS_FILE: &str = ".weft-marks.json";
+/// The bytes before a mark's end that must still be what they were for the mark to be used.
+const MARK_CHECK_BYTES: u64 = 256;
+/// A mark is rewritten once its log has grown this much past it (so a command reads at most
+/// about this much of a log beyond its last lines).
+const MARK_STRIDE: u64 = 16 * 1024;
+/// The most logs [`MARKS_FILE`] remembers.
+const MARKS_KEPT: usize = 1024;
 /// The path (relative to the root, under [`STAGING_DIR`]) where the store builds node `id` of
 /// batch `batch` before renaming it into `nodes/`, or `None` when it builds it under a plain
 /// temporary name (see the module documentation). Tests use it to lay out what a power loss
@@ -212,6 +226,12 @@ pub struct FsStore {
     /// refusal, after which puts create a temporary and rename it over the record).
     exchange: bool,
     pub stats: FsStats,
+    /// Bytes read from records and logs (see [`FsStore::bytes_read`]).
+    bytes_read: u64,
+    /// [`MARKS_FILE`] as a lazy open read it, and per log read since: its length and the
+    /// digest of the [`MARK_CHECK_BYTES`] before it, and whether its kept mark was refused.
+    marks: BTreeMap<String, KeptMark>,
+    seen: BTreeMap<String, (u64, u64, bool)>,
     /// Durability steps counted for crash injection (the `failpoints` feature; empty without).
     crash: Steps,
 }
@@ -363,6 +383,9 @@ impl FsStore {
             readers,
             cache: BTreeMap::new(),
             stats: FsStats::default(),
+            bytes_read: 0,
+            marks: BTreeMap::new(),
+            seen: BTreeMap::new(),
             crash: Steps::default(),
         }
     }
@@ -481,6 +504,12 @@ impl FsStore {
     /// a command costs in the number of nodes (tests and benchmarks assert it).
     pub fn opens(&self) -> u64 {
         self.dir.opens()
+    }
+
+    /// How many bytes of records and logs this store has read: what a command costs in the
+    /// size of the root (tests and benchmarks assert it, beside [`opens`](Self::opens)).
+    pub fn bytes_read(&self) -> u64 {
+        self.bytes_read
     }
 
     /// The directory `rel` (`""`: the root), reached one component at a time from the root's
@@ -1047,17 +1076,20 @@ impl FsStore {
             return Ok(None);
         };
         let mut bytes = d.read(name).map_err(|e| io("read", rel, e))?;
+        let mut n = bytes.as_ref().map_or(0, Vec::len);
         if self.lock.is_none() && rel.ends_with(".jsonl") {
             for _ in 0..3 {
                 match &bytes {
                     Some(b) if !b.is_empty() && !b.ends_with(b"\n") => {
                         std::thread::sleep(Duration::from_millis(2));
                         bytes = d.read(name).map_err(|e| io("read", rel, e))?;
+                        n += bytes.as_ref().map_or(0, Vec::len);
                     }
                     _ => break,
                 }
             }
         }
+        self.bytes_read += n as u64;
         Ok(bytes)
     }
 
@@ -1065,11 +1097,26 @@ impl FsStore {
     /// is elsewhere for a staged node). Records are opened by name, never found by listing: a
     /// listing taken while the writer replaces a record may miss it.
     fn read_node(&mut self, snap: &mut Snapshot, id: &str, dir: &str) -> Result<bool, ActorsError> {
+        self.read_node_with(snap, id, dir, true)
+    }
+
+    fn read_node_with(
+        &mut self,
+        snap: &mut Snapshot,
+        id: &str,
+        dir: &str,
+        chat: bool,
+    ) -> Result<bool, ActorsError> {
         if self.dir_at(dir, None)?.is_none() {
             return Ok(false);
         }
         snap.dirs.push(format!("nodes/{id}"));
-        for name in ["meta.json", "chat.jsonl"] {
+        let names: &[&str] = if chat {
+            &["meta.json", "chat.jsonl"]
+        } else {
+            &["meta.json"]
+        };
+        for name in names.iter().copied() {
             if let Some(b) = self.read_file(&join(dir, name))? {
                 snap.files.insert(format!("nodes/{id}/{name}"), b);
             }
@@ -1185,6 +1232,7 @@ impl FsStore {
                 if is_snapshot_path(&frel)
                     && let Some(b) = d.read(name).map_err(|e| io("read", &join(&rel, name), e))?
                 {
+                    self.bytes_read += b.len() as u64;
                     snap.files.insert(frel, b);
                 }
             }
@@ -1235,7 +1283,7 @@ impl FsStore {
     /// metathread, `graph.json` and, in `dirs`, the listing of `nodes/` — no node record. A
     /// link among them is refused (`SYMLINK_REFUSED`). Writers only (a writer's open has moved
     /// whole staged nodes into place, so pending work shows in what this reads).
-    pub fn load_head(&mut self) -> Result<Snapshot, ActorsError> {
+    pub fn load_head(&mut self) -> Result<LazySnapshot, ActorsError> {
         if self.lock.is_none() {
             return Err(ActorsError::InvalidArgument(
                 "a lazy open needs the writer's lock".into(),
@@ -1247,10 +1295,15 @@ impl FsStore {
                 return Err(ActorsError::SymlinkRefused(name));
             }
         }
-        for rel in [METATHREAD_FILE, GRAPH_FILE] {
-            if let Some(b) = self.read_file(rel)? {
-                snap.files.insert(rel.into(), b);
-            }
+        self.marks = self.read_marks();
+        let mark = self.marks.get(METATHREAD_FILE).copied();
+        let mut meta_mark = None;
+        if let Some(r) = self.read_log(METATHREAD_FILE, mark, None)? {
+            meta_mark = r.mark;
+            snap.files.insert(METATHREAD_FILE.into(), r.bytes);
+        }
+        if let Some(b) = self.read_file(GRAPH_FILE)? {
+            snap.files.insert(GRAPH_FILE.into(), b);
         }
         if let Some(d) = self.dir_at("nodes", None)? {
             for (name, kind) in d.list().map_err(|e| io("list", "nodes", e))? {
@@ -1264,25 +1317,201 @@ impl FsStore {
             }
         }
         snap.dirs.sort();
-        Ok(snap)
+        Ok(LazySnapshot {
+            snap,
+            tails: BTreeMap::new(),
+            meta_mark,
+        })
     }
 
-    /// Adds the files of nodes `ids` (`meta.json`, `chat.jsonl`, `summaries/*.json`) to `snap`:
-    /// what a lazy open asks for.
+    /// Adds what a lazy open asks for to `head`: the records of nodes `ask.nodes` (`meta.json`,
+    /// `summaries/*.json`) to its snapshot, and the ends of their `chat.jsonl` (holding the
+    /// last `ask.tail_lines` lines) to its tails.
     pub fn read_nodes_into(
         &mut self,
-        ids: &[String],
-        snap: &mut Snapshot,
+        ask: &LazyRead<'_>,
+        head: &mut LazySnapshot,
     ) -> Result<(), ActorsError> {
-        for id in ids {
+        if ask.metathread {
+            head.meta_mark = None;
+            head.snap.files.remove(METATHREAD_FILE);
+            if let Some(r) = self.read_log(METATHREAD_FILE, None, None)? {
+                head.snap.files.insert(METATHREAD_FILE.into(), r.bytes);
+            }
+        }
+        for id in ask.nodes {
             if NodeId::parse(id).is_err() {
                 continue;
             }
-            self.read_node(snap, id, &format!("nodes/{id}"))?;
+            if !self.read_node_records(&mut head.snap, id)? {
+                continue;
+            }
+            let chat = format!("nodes/{id}/chat.jsonl");
+            let mark = self.marks.get(&chat).copied();
+            if let Some(r) = self.read_log(&chat, mark, Some(ask.tail_lines))? {
+                head.tails.insert(chat, r.tail);
+            }
         }
-        snap.dirs.sort();
-        snap.dirs.dedup();
+        head.snap.dirs.sort();
+        head.snap.dirs.dedup();
         Ok(())
+    }
+
+    /// [`read_node`](Self::read_node) without `chat.jsonl`.
+    fn read_node_records(&mut self, snap: &mut Snapshot, id: &str) -> Result<bool, ActorsError> {
+        self.read_node_with(snap, id, &format!("nodes/{id}"), false)
+    }
+
+    /// [`MARKS_FILE`], or nothing when it is missing or unreadable (it is a cache).
+    fn read_marks(&mut self) -> BTreeMap<String, KeptMark> {
+        match self.read_file(MARKS_FILE) {
+            Ok(Some(b)) => serde_json::from_slice::<MarksFile>(&b)
+                .ok()
+                .filter(|m| m.v == 1)
+                .map(|m| m.logs)
+                .unwrap_or_default(),
+            _ => BTreeMap::new(),
+        }
+    }
+
+    /// Reads log `rel` from the end of what `mark` summarises (when the bytes before it are
+    /// still what they were; else from the start), and with `tail` also back to the start of
+    /// its last `tail` lines: the bytes after the mark (`bytes`, with the mark used) or the
+    /// log's tail (`tail`). `None` when there is no such file.
+    fn read_log(
+        &mut self,
+        rel: &str,
+        mark: Option<KeptMark>,
+        tail: Option<usize>,
+    ) -> Result<Option<ReadLog>, ActorsError> {
+        use std::os::unix::fs::FileExt;
+        let (parent, name) = split(rel);
+        let Some(d) = self.dir_at(parent, None)? else {
+            return Ok(None);
+        };
+        let f = match d.open(name, Mode::Read) {
+            Ok(f) => f,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(io("open", rel, e)),
+        };
+        let size = f.metadata().map_err(|e| io("stat", rel, e))?.len();
+        let read = |from: u64, to: u64, n: &mut u64| -> Result<Vec<u8>, ActorsError> {
+            let mut buf = vec![0u8; (to - from) as usize];
+            f.read_exact_at(&mut buf, from)
+                .map_err(|e| io("read", rel, e))?;
+            *n += buf.len() as u64;
+            Ok(buf)
+        };
+        let mut n = 0;
+        let mut mark = mark.filter(|m| m.mark.len <= size && m.mark.len > 0);
+        let mut refused = false;
+        let mut window = 4096u64;
+        let out = loop {
+            // What to read: from before the mark's check bytes (or the start), and at least
+            // the last `window` bytes for a tail.
+            let from_mark = mark.map(|m| m.mark.len - m.mark.len.min(MARK_CHECK_BYTES));
+            let lo = match (from_mark, tail) {
+                (None, _) => 0,
+                (Some(m), None) => m,
+                (Some(m), Some(_)) => m.min(size.saturating_sub(window)),
+            };
+            let buf = read(lo, size, &mut n)?;
+            if let (Some(m), Some(c)) = (mark, from_mark) {
+                let at = (c - lo) as usize;
+                let end = (m.mark.len - lo) as usize;
+                if check_digest(&buf[at..end]) != m.check {
+                    mark = None;
+                    refused = true;
+                    continue;
+                }
+            }
+            let end = |buf: &[u8]| {
+                check_digest(&buf[buf.len() - buf.len().min(MARK_CHECK_BYTES as usize)..])
+            };
+            if buf.len() as u64 >= MARK_CHECK_BYTES.min(size) {
+                self.seen.insert(rel.to_owned(), (size, end(&buf), refused));
+            }
+            let Some(keep) = tail else {
+                let m = mark.map(|m| m.mark);
+                let skip = m.map_or(0, |m| (m.len - lo) as usize);
+                break ReadLog {
+                    mark: m,
+                    bytes: buf[skip..].to_vec(),
+                    tail: LogTail::default(),
+                };
+            };
+            let Some(at) = tail_start(&buf, keep, lo == 0) else {
+                window *= 4;
+                continue;
+            };
+            let t = lo + at as u64;
+            let lines_before = match mark {
+                None => count_lines(&buf[..at]),
+                Some(m) if t >= m.mark.len => {
+                    m.mark.lines + count_lines(&buf[(m.mark.len - lo) as usize..at])
+                }
+                Some(m) => m
+                    .mark
+                    .lines
+                    .saturating_sub(count_lines(&buf[at..(m.mark.len - lo) as usize])),
+            };
+            break ReadLog {
+                mark: mark.map(|m| m.mark),
+                bytes: Vec::new(),
+                tail: LogTail {
+                    offset: t,
+                    lines_before,
+                    bytes: buf[at..].to_vec(),
+                },
+            };
+        };
+        self.bytes_read += n;
+        Ok(Some(out))
+    }
+
+    /// Keeps the marks a lazy open returned in [`MARKS_FILE`] (without fsync: a cache)
+    /// when one is new, was refused, or lies [`MARK_STRIDE`] past the kept one. Errors are
+    /// ignored: the next open reads more, nothing else.
+    pub fn keep_marks(&mut self, marks: &BTreeMap<String, LogMark>) {
+        let mut changed = false;
+        for (path, m) in marks {
+            let Some(&(size, check, refused)) = self.seen.get(path) else {
+                continue;
+            };
+            if m.len != size {
+                continue;
+            }
+            let stale = match self.marks.get(path) {
+                None => true,
+                Some(k) => refused || m.len >= k.mark.len + MARK_STRIDE || m.len < k.mark.len,
+            };
+            if stale && m.len > 0 {
+                self.marks
+                    .insert(path.clone(), KeptMark { mark: *m, check });
+                changed = true;
+            }
+        }
+        if !changed {
+            return;
+        }
+        while self.marks.len() > MARKS_KEPT {
+            self.marks.pop_first();
+        }
+        let file = MarksFile {
+            v: 1,
+            logs: std::mem::take(&mut self.marks),
+        };
+        let text = serde_json::to_string(&file).expect("marks serialize");
+        self.marks = file.logs;
+        let _ = self.write_marks(&text);
+    }
+
+    fn write_marks(&mut self, text: &str) -> Result<(), ActorsError> {
+        let tmp = format!("{MARKS_FILE}{TMP_SUFFIX}");
+        Self::write_new(&self.dir, &tmp, text)?;
+        self.dir
+            .rename(&tmp, &self.dir, MARKS_FILE)
+            .map_err(|e| io("rename", MARKS_FILE, e))
     }
 
     fn apply_batch(&mut self, batch: &WriteBatch) -> Result<(), ActorsError> {
@@ -1306,6 +1535,38 @@ impl FsStore {
         self.stats.batches.fetch_add(1, Ordering::Relaxed);
         Ok(())
     }
+}
+
+/// A mark kept in [`MARKS_FILE`], with the digest of the bytes before its end.
+#[derive(Clone, Copy, Debug, serde::Serialize, serde::Deserialize)]
+struct KeptMark {
+    #[serde(flatten)]
+    mark: LogMark,
+    check: u64,
+}
+
+#[derive(serde::Serialize, serde::Deserialize)]
+struct MarksFile {
+    v: u32,
+    logs: BTreeMap<String, KeptMark>,
+}
+
+/// What [`FsStore::read_log`] read.
+struct ReadLog {
+    /// The mark the bytes follow (`None`: they are the whole log).
+    mark: Option<LogMark>,
+    bytes: Vec<u8>,
+    tail: LogTail,
+}
+
+/// The digest a kept mark checks the bytes before its end with (FNV-1a, 64 bits).
+fn check_digest(bytes: &[u8]) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in bytes {
+        h ^= u64::from(*b);
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    h
 }
 
 #[cfg(test)]

@@ -98,7 +98,7 @@ impl Session {
             head,
             targets,
             spawns,
-            |ids, snap| store.read_nodes_into(ids, snap),
+            |ask, head| store.read_nodes_into(ask, head),
         )?;
         match opened {
             LazyOpen::Ready(graph) => Ok(Session {
@@ -153,8 +153,13 @@ impl Session {
         })
     }
 
-    /// Performs the queued batches.
+    /// Performs the queued batches. After a lazy open's first batches, keeps the marks it
+    /// returned (`FsStore::keep_marks`), so a command that is refused writes nothing.
     pub fn flush(&mut self) -> Result<usize, ActorsError> {
-        flush(&mut self.graph, &mut self.store)
+        let n = flush(&mut self.graph, &mut self.store)?;
+        if n > 0 && self.graph.is_lazy() {
+            self.store.keep_marks(self.graph.lazy_marks());
+        }
+        Ok(n)
     }
 }

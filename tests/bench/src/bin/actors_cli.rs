@@ -1,8 +1,8 @@
 //! Actor CLI benchmark: `weft actors spawn` through the CLI (one process per command, as users
 //! and scripts call it) on roots of 10, 1,000 and 10,000 existing nodes, with the files one
-//! spawn opens (counted by the store's walls, in-process through the same lazy writer the CLI
-//! uses, beside the full open it replaces), next to the disk's raw append+fsync rate measured
-//! in the same run. Prints figures; asserts nothing.
+//! spawn opens and the bytes it reads (counted by the store, in-process through the same lazy
+//! writer the CLI uses, beside the full open it replaces), next to the disk's raw append+fsync
+//! rate measured in the same run. Prints figures; asserts nothing.
 //!
 //! `cargo build --release -p weft-host --bin weft && cargo run --release -p weft-bench --bin
 //! actors_cli -- [--weft target/release/weft] [--dir DIR] [--spawns N] [--sizes 10,1000,10000]`
@@ -104,8 +104,9 @@ fn generate(bin: &Path, root: &Path, n: usize) {
     );
 }
 
-/// Files one spawn opens: through the CLI's lazy writer, and through the full open.
-fn opens(root: &Path, tag: &str) -> (u64, u64) {
+/// Files opened and bytes read by one spawn: through the CLI's lazy writer (after one lazy
+/// spawn that finds the generated logs and reads them whole once), and through the full open.
+fn opens(root: &Path, tag: &str) -> ((u64, u64), (u64, u64)) {
     let wait = Duration::from_secs(5);
     let spawn = |mut s: Session, id: String| {
         let mut r = SpawnRequest::new("coordinator", NodeType::Task);
@@ -114,16 +115,20 @@ fn opens(root: &Path, tag: &str) -> (u64, u64) {
             .spawn(weft_host::actors::wall_ms(), r)
             .expect("spawn");
         s.flush().expect("flush");
-        s.store.opens()
+        (s.store.opens(), s.store.bytes_read())
     };
-    let s = Session::writer_lazy(root, HarnessConfig::default(), wait, &["coordinator"], true)
-        .expect("lazy writer");
-    assert!(
-        s.report.lazy_fallback.is_none(),
-        "{:?}",
-        s.report.lazy_fallback
-    );
-    let lazy = spawn(s, format!("probe-lazy-{tag}"));
+    let lazy_writer = || {
+        let s = Session::writer_lazy(root, HarnessConfig::default(), wait, &["coordinator"], true)
+            .expect("lazy writer");
+        assert!(
+            s.report.lazy_fallback.is_none(),
+            "{:?}",
+            s.report.lazy_fallback
+        );
+        s
+    };
+    spawn(lazy_writer(), format!("probe-warm-{tag}"));
+    let lazy = spawn(lazy_writer(), format!("probe-lazy-{tag}"));
     let s = Session::writer(root, HarnessConfig::default(), wait).expect("writer");
     let full = spawn(s, format!("probe-full-{tag}"));
     (lazy, full)
@@ -150,8 +155,15 @@ fn main() {
         bin.display()
     );
     println!(
-        "{:>8}  {:>12}  {:>10}  {:>12}  {:>12}  {:>14}",
-        "nodes", "CLI spawns/s", "ms/spawn", "opens lazy", "opens full", "raw fsyncs/s"
+        "{:>8}  {:>12}  {:>10}  {:>10}  {:>11}  {:>10}  {:>11}  {:>14}",
+        "nodes",
+        "CLI spawns/s",
+        "ms/spawn",
+        "opens lazy",
+        "bytes lazy",
+        "opens full",
+        "bytes full",
+        "raw fsyncs/s"
     );
     for &n in &sizes {
         let root = dir.join(format!("root-{n}"));
@@ -173,12 +185,14 @@ fn main() {
             t += start.elapsed().as_secs_f64();
         }
         println!(
-            "{:>8}  {:>12.1}  {:>10.2}  {:>12}  {:>12}  {:>14.0}",
+            "{:>8}  {:>12.1}  {:>10.2}  {:>10}  {:>11}  {:>10}  {:>11}  {:>14.0}",
             n,
             spawns as f64 / t,
             1000.0 * t / spawns as f64,
-            lazy,
-            full,
+            lazy.0,
+            lazy.1,
+            full.0,
+            full.1,
             raw_n as f64 / raw_t
         );
         let _ = std::fs::remove_dir_all(&root);
