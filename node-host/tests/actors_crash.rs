@@ -336,7 +336,8 @@ fn every_power_loss_cut_of_a_resolution_recovers_with_records_naming_their_marke
         }
     }
     eprintln!("power-loss sweep: {cuts} cuts of a {sizes:?} resolution batch recovered");
-    assert!(cuts > 30, "{cuts} cuts");
+    // 20 for today's [1, 1, 3, 1] batch (a stage's appends to one log are one op).
+    assert!(cuts >= 16, "{cuts} cuts");
     let _ = std::fs::remove_dir_all(&base);
 }
 

@@ -396,6 +396,26 @@ pub(crate) const INDEX: &str = "orchestrator/index.json";
 pub(crate) const BOOKMARKS: &str = "timeline/bookmarks.jsonl";
 pub(crate) const THREAD: &str = "thread.jsonl";
 
+/// A stage's appends to one log as one op: one write and one fsync per log per stage (an
+/// agent's answer and its `turn_end` are one write). The ops of a stage have no order among
+/// themselves except per path, and that order is kept.
+fn join_appends(stage: Vec<Op>) -> Vec<Op> {
+    let mut out: Vec<Op> = Vec::with_capacity(stage.len());
+    for op in stage {
+        if let Op::Append { path, text } = &op
+            && let Some(Op::Append { text: prev, .. }) = out
+                .iter_mut()
+                .rev()
+                .find(|o| o.paths().iter().any(|p| p == path))
+        {
+            prev.push_str(text);
+            continue;
+        }
+        out.push(op);
+    }
+    out
+}
+
 /// The one path a batch only appends to, in a single stage and without gates: such batches
 /// are the lines of one log (a person's message, then the agent's `turn_start`, say).
 fn sole_log(b: &WriteBatch) -> Option<&str> {
@@ -671,6 +691,7 @@ impl ActorGraph {
                 _ => stages.push(tx.records),
             }
         }
+        let stages: Vec<Vec<Op>> = stages.into_iter().map(join_appends).collect();
         if !tx.gates.is_empty() {
             self.gate_labels.insert(id, tx.label.clone());
         }
