@@ -4,7 +4,8 @@
 // the turn boundaries), the text of the step streaming now, the agent's state and a Stop
 // button. The agent's tools are the lab's published tools, so its calls move the same
 // controls and cells the page shows.
-import { For, Show, createEffect, createSignal, onCleanup } from 'solid-js';
+import { For, Show, createEffect, createSignal } from 'solid-js';
+import { useFrameTick } from './tick.js';
 
 const PHASES = { idle: 'idle', model_step: 'running', running_tools: 'running', waiting: 'waiting', interrupted: 'stopping' };
 
@@ -13,19 +14,6 @@ const short = (v, n = 160) => {
   return s.length > n ? `${s.slice(0, n - 1)}…` : s;
 };
 
-function useAgentTick(ctl) {
-  const [tick, setTick] = createSignal(0, { equals: false });
-  let frame = 0;
-  const off = ctl.onChange(() => {
-    if (frame) return;
-    frame = requestAnimationFrame(() => {
-      frame = 0;
-      setTick(0);
-    });
-  });
-  onCleanup(off);
-  return tick;
-}
 
 function Line(props) {
   const l = () => props.line;
@@ -90,7 +78,7 @@ function Line(props) {
 /** The panel for `ctl` (from `openLabAgent`). */
 export function AgentPanel(props) {
   const ctl = props.ctl;
-  const tick = useAgentTick(ctl);
+  const tick = useFrameTick(ctl);
   const lines = () => {
     tick();
     // The person's messages and the agent's records (not the node's setup lines).

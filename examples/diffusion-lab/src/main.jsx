@@ -2,7 +2,8 @@
 // their states and progress, the profile plot, and every operation with its timeline — the
 // same application an agent drives through the published tools (window.lab.tools), and the
 // Agent panel: a node agent whose tools are those published tools and a Worker job.
-import { For, Show, createMemo, createSignal, onCleanup } from 'solid-js';
+import { For, Show, createMemo, createSignal } from 'solid-js';
+import { useFrameTick } from './tick.js';
 import { render } from 'solid-js/web';
 import { createLab } from './lab.js';
 import { openLabAgent } from './agent.js';
@@ -28,19 +29,6 @@ openLabAgent(lab).then(
   },
 );
 
-function useTick() {
-  const [tick, setTick] = createSignal(0, { equals: false });
-  let frame = 0;
-  const off = lab.onChange(() => {
-    if (frame) return;
-    frame = requestAnimationFrame(() => {
-      frame = 0;
-      setTick(0);
-    });
-  });
-  onCleanup(off);
-  return tick;
-}
 
 const fmt = (v) => (typeof v === 'number' ? String(Number(v.toPrecision(4))) : String(v));
 
@@ -220,7 +208,7 @@ function OperationCard(props) {
 }
 
 function App() {
-  const tick = useTick();
+  const tick = useFrameTick(lab);
   const snapshot = () => {
     tick();
     return lab.app.snapshot();
