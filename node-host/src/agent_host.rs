@@ -385,10 +385,7 @@ impl AgentHost {
         let Some(f) = self.handlers.get(&handler).cloned() else {
             let _ = tx.send(Event::Settled(
                 invocation,
-                Settlement::Threw {
-                    message: format!("no handler bound to {handler}"),
-                    code: Some("NO_HANDLER".into()),
-                },
+                Settlement::from(HandlerFailure::UnknownTool(tool.to_owned())),
             ));
             return;
         };

@@ -40,7 +40,7 @@ use weft_core::jobs::{
     Delivery, EndpointId, EndpointSpec, EndpointState, Hello, JobId, Output, Registry,
     RegistryConfig, Submit, SubscriptionId,
 };
-use weft_core::tools::{InvocationId, Settlement, ToolDecl};
+use weft_core::tools::{HandlerFailure, InvocationId, Settlement, ToolDecl};
 
 use crate::agents::{BoxFuture, HostTools};
 use crate::jobs_host::{Inbox, JobsHost, sleep_until};
@@ -265,9 +265,10 @@ impl AgentJobs {
             ));
         };
         let State { host, tools, jobs } = s;
-        let (script, ep) = tools
-            .get_mut(tool)
-            .ok_or_else(|| (format!("`{tool}` is not a job tool"), "NO_HANDLER".into()))?;
+        let (script, ep) = tools.get_mut(tool).ok_or_else(|| {
+            let f = HandlerFailure::UnknownTool(tool.to_owned());
+            (f.to_string(), f.code().to_owned())
+        })?;
         let open = ep.is_some_and(|e| {
             host.registry
                 .endpoint(e)

@@ -13,7 +13,8 @@
 //!   becomes a [`CallJob`] ([`Runtime::take_calls`]) that the host runs on a task with its
 //!   [`HostTools::run`]; the settlement comes back with [`Runtime::settle`]. An `AbortCall`
 //!   (an interrupt) raises the job's abort signal; a call of a tool without a handler is
-//!   settled as thrown (`NO_HANDLER`). A call of a Worker-job tool ([`HostTools::jobs`],
+//!   settled as thrown with the core's `HandlerFailure::UnknownTool` (`UNKNOWN_TOOL`). A call
+//!   of a Worker-job tool ([`HostTools::jobs`],
 //!   `weft serve --job-tool`) starts a job instead; the pump carries its journal and its note
 //!   to the agent ([`crate::agent_jobs`]).
 //! - [`Runtime::interrupt`] drops the running step's abort sender (the HTTP stream is dropped)
@@ -36,8 +37,8 @@ use weft_core::actors::{ActorGraph, ActorsError};
 use weft_core::agents::{AGENT_FIELD, AgentConfig, AgentOutput, AgentsError, NodeAgent};
 use weft_core::model::{ChatRequest, StreamEvent};
 use weft_core::tools::{
-    InterruptStatus, InvocationId, ModelResponse, Output, Settlement, StepId, ToolDecl, TurnEnd,
-    TurnId,
+    HandlerFailure, InterruptStatus, InvocationId, ModelResponse, Output, Settlement, StepId,
+    ToolDecl, TurnEnd, TurnId,
 };
 
 use crate::model::ReqwestModel;
@@ -516,10 +517,7 @@ impl Runtime {
                                 now,
                                 graph,
                                 invocation,
-                                Settlement::Threw {
-                                    message: format!("tool `{tool}` has no handler on this host"),
-                                    code: Some("NO_HANDLER".into()),
-                                },
+                                Settlement::from(HandlerFailure::UnknownTool(tool)),
                             )?;
                             progressed = true;
                         }

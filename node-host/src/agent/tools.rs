@@ -125,10 +125,10 @@ impl DgpTools {
                             .map_err(|e| failed(&e.to_json())),
                     },
                     decl::RUN_TOOL => tools.run(args, StopSignal::new(abort)).await,
-                    other => Err(ToolError::failed(
-                        format!("tool `{other}` is not a DGP tool"),
-                        "NO_HANDLER",
-                    )),
+                    other => {
+                        let f = weft_core::tools::HandlerFailure::UnknownTool(other.to_owned());
+                        Err(ToolError::failed(f.to_string(), f.code()))
+                    }
                 })
             }) as BoxFuture<Settlement<Value>>
         });

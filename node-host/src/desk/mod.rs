@@ -413,6 +413,14 @@ impl DeskState {
         out
     }
 
+    /// Hands a finished model step or host call back to the agents ([`with_inner`](Self::with_inner):
+    /// under the lock, then starts what it released); an agent's error is logged, as in a pump.
+    async fn report(&self, f: impl FnOnce(&mut Inner) -> Result<(), ActorsError> + Send + 'static) {
+        if let Err(e) = self.with_inner(f).await {
+            eprintln!("weft desk: agents: error[{}]: {e}", e.code());
+        }
+    }
+
     /// Runs each released model step on a Tokio task: deltas go to the event streams, the
     /// answer back to the agent (under the lock), which may release the next steps.
     fn start_jobs(&self, work: Work) {
@@ -483,10 +491,9 @@ impl DeskState {
                     forget_partial(&state.partials, &node, step.0);
                     return;
                 };
-                let s = state.clone();
                 let partials = state.partials.clone();
-                let done = tokio::task::spawn_blocking(move || {
-                    s.locked(move |i| {
+                state
+                    .report(move |i| {
                         // The text goes under the lock the answer's line lands under.
                         forget_partial(&partials, &node, step.0);
                         if let Some(rt) = i.agents.as_mut() {
@@ -495,14 +502,7 @@ impl DeskState {
                         }
                         Ok(())
                     })
-                })
-                .await;
-                if let Ok((r, jobs)) = done {
-                    if let Err(e) = r {
-                        eprintln!("weft desk: agents: error[{}]: {e}", e.code());
-                    }
-                    state.start_jobs(jobs);
-                }
+                    .await;
             });
         }
     }
@@ -527,28 +527,17 @@ impl DeskState {
                         s = run(tool, arguments, abort.clone()) => s,
                         _ = forgotten(abort) => return,
                     },
-                    None => weft_core::tools::Settlement::Threw {
-                        message: format!("tool `{tool}` has no handler on this host"),
-                        code: Some("NO_HANDLER".into()),
-                    },
+                    None => weft_core::tools::HandlerFailure::UnknownTool(tool).into(),
                 };
-                let s = state.clone();
-                let done = tokio::task::spawn_blocking(move || {
-                    s.locked(move |i| {
+                state
+                    .report(move |i| {
                         if let Some(rt) = i.agents.as_mut() {
                             rt.settle(wall_ms(), &mut i.graph, &node, invocation, settlement)
                                 .map_err(agents_to_actors)?;
                         }
                         Ok(())
                     })
-                })
-                .await;
-                if let Ok((r, work)) = done {
-                    if let Err(e) = r {
-                        eprintln!("weft desk: agents: error[{}]: {e}", e.code());
-                    }
-                    state.start_jobs(work);
-                }
+                    .await;
             });
         }
     }
