@@ -43,6 +43,13 @@ pub struct EngineConfig {
     /// snapshot of a long thread can take tens of KB): past it, the oldest frames leave memory
     /// with theirs.
     pub max_cached_snapshots: usize,
+    /// This engine's instance number when several engines serve one store (e.g. PostgreSQL).
+    /// It must never be used twice over a store's life (`n` starts at 0 in every process): the
+    /// host draws 64 random bits per process. Set: ids are `sha256(seed ‖ instance ‖ n)`,
+    /// no `reserved` id block is written, unknown `meta` keys are ignored and entries are
+    /// ordered by `(created_at, seq, id)`. `None` (one engine per store, SQLite): ids come
+    /// from the persisted `reserved` block, exactly as before.
+    pub instance: Option<u64>,
 }
 
 impl Default for EngineConfig {
@@ -60,6 +67,7 @@ impl Default for EngineConfig {
             expired_retention_ms: 15 * 60 * 1000,
             max_cached_records: 65_536,
             max_cached_snapshots: 256,
+            instance: None,
         }
     }
 }
@@ -160,6 +168,49 @@ impl Write {
 pub struct Done<T> {
     pub value: T,
     pub writes: Vec<Write>,
+}
+
+/// A commit decided by [`Engine::prepare_commit`] and not yet applied.
+#[must_use = "persist `writes`, then pass it to `Engine::apply_commit`"]
+pub struct Prepared<S> {
+    /// The receipt to answer with: the new one, or the replayed one.
+    pub receipt: Arc<Receipt>,
+    /// An idempotent replay: the receipt of the earlier commit with this key and body; nothing
+    /// to write (`writes` is empty) and nothing changes.
+    pub replay: Option<Arc<Receipt>>,
+    /// The surface the commit changes (empty for a replay).
+    pub surface_id: String,
+    /// The surface revision the commit was decided against (0 for a replay).
+    pub base_revision: u64,
+    /// The surface revision the commit creates (0 for a replay).
+    pub revision: u64,
+    /// The records to persist, in order: exactly the writes of [`Engine::commit`] before its
+    /// retention deletions (receipt, entries, log items, blobs, surface, idempotency record;
+    /// the id block when `instance` is `None`).
+    pub writes: Vec<Write>,
+    now: UnixMillis,
+    change: Option<Box<Change<S>>>,
+}
+
+/// The in-memory side of a prepared commit.
+struct Change<S> {
+    surface: SurfaceEntry<S>,
+    idem: IdempotencyRecord,
+    entries: Vec<Entry>,
+    /// `(log, index, item)`.
+    items: Vec<(String, u64, Arc<Evidence>)>,
+    blobs: Vec<(String, BlobMeta)>,
+}
+
+/// What [`Engine::refresh`] did with a record.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Refreshed {
+    /// Memory took the record.
+    Changed,
+    /// Memory holds it already (or something newer), or it is of a kind refresh does not hold.
+    Unchanged,
+    /// A log item past the end of its log: refresh the items before it first.
+    Gap,
 }
 
 /// What the engine publishes about one surface at one state/policy revision: a frame without
@@ -364,6 +415,8 @@ pub struct Engine<A: App> {
     receipts: HashMap<String, Arc<Receipt>>,
     idempotency: HashMap<(String, String), IdempotencyRecord>,
     entries: Vec<Entry>,
+    /// One past the highest `Entry.seq` held.
+    next_seq: u64,
     blobs: HashMap<String, BlobMeta>,
     persisted_snapshots: HashSet<String>,
     /// Per surface, per log name: the items, oldest first (index = position).
@@ -437,6 +490,7 @@ impl<A: App> Engine<A> {
             receipts: HashMap::new(),
             idempotency: HashMap::new(),
             entries: Vec::new(),
+            next_seq: 0,
             blobs: HashMap::new(),
             persisted_snapshots: HashSet::new(),
             logs: HashMap::new(),
@@ -469,6 +523,7 @@ impl<A: App> Engine<A> {
                         }
                         "reserved" => e.reserved = n,
                         "policy_revision" => e.policy_revision = n,
+                        _ if e.config.instance.is_some() => {}
                         _ => return Err(corrupt(kind, &key, "unknown meta key")),
                     }
                 }
@@ -563,8 +618,14 @@ impl<A: App> Engine<A> {
             );
         }
         e.queue.make_contiguous().sort_by_key(|(t, _, _)| *t);
-        e.entries.sort_by_key(|x| x.seq);
-        e.next_id = e.reserved;
+        if e.config.instance.is_some() {
+            e.entries.sort_by(entry_order);
+            e.next_id = 0;
+        } else {
+            e.entries.sort_by_key(|x| x.seq);
+            e.next_id = e.reserved;
+        }
+        e.next_seq = e.entries.iter().map(|x| x.seq + 1).max().unwrap_or(0);
         if !seeded {
             writes.push(Write::json(RecordKind::Meta, "seed", &e.seed));
             writes.push(Write::json(
@@ -612,6 +673,15 @@ impl<A: App> Engine<A> {
     }
 
     fn alloc_id(&mut self, prefix: &str, writes: &mut Vec<Write>) -> String {
+        if let Some(instance) = self.config.instance {
+            let n = self.next_id;
+            self.next_id += 1;
+            let mut material = [0u8; 24];
+            material[..8].copy_from_slice(&self.seed.to_be_bytes());
+            material[8..16].copy_from_slice(&instance.to_be_bytes());
+            material[16..].copy_from_slice(&n.to_be_bytes());
+            return format!("{prefix}-{}", &sha256_hex(&material)[..32]);
+        }
         if self.next_id >= self.reserved {
             self.reserved = self.next_id + ID_BLOCK;
             writes.push(Write::json(RecordKind::Meta, "reserved", &self.reserved));
@@ -1275,7 +1345,8 @@ impl<A: App> Engine<A> {
     /// Guards and applies a committed assessment, in the order of §7.2: idempotent replay,
     /// binding and ownership, speculative/abstained rejection, expiry, read set (state and
     /// policy revisions), current availability, answer validation, human authority and
-    /// budget, then the atomic apply and its receipt.
+    /// budget, then the atomic apply and its receipt: [`Engine::prepare_commit`] followed by
+    /// [`Engine::apply_commit`].
     pub fn commit(
         &mut self,
         now: UnixMillis,
@@ -1283,6 +1354,42 @@ impl<A: App> Engine<A> {
         idempotency_key: Option<&str>,
         body: Value,
     ) -> Result<Done<Arc<Receipt>>, FramesError> {
+        let mut prepared = self.prepare_commit(now, principal, idempotency_key, body)?;
+        let mut writes = std::mem::take(&mut prepared.writes);
+        let done = self.apply_commit(prepared);
+        writes.extend(done.writes);
+        Ok(Done {
+            value: done.value,
+            writes,
+        })
+    }
+
+    /// [`Engine::prepare_commit`] with a raw body: size limit and strict JSON first.
+    pub fn prepare_commit_bytes(
+        &mut self,
+        now: UnixMillis,
+        principal: &Principal,
+        idempotency_key: Option<&str>,
+        body: &[u8],
+    ) -> Result<Prepared<A::State>, FramesError> {
+        self.check_size(body)?;
+        self.prepare_commit(now, principal, idempotency_key, parse_strict(body)?)
+    }
+
+    /// Decides a commit without applying it: every check of [`Engine::commit`] and every
+    /// computation (the new surface state, receipt, entries, log items, blobs, idempotency
+    /// record and their writes) on copies. Its only mutations are burning ids and caching the
+    /// current snapshot of the surface. Nothing is visible until [`Engine::apply_commit`]; a
+    /// host that decides in a shared database (PostgreSQL) writes [`Prepared::writes`] in its
+    /// transaction and applies after COMMIT, or drops the `Prepared` on failure. With
+    /// `instance: None` a `Prepared` must be applied (its writes may hold the id block).
+    pub fn prepare_commit(
+        &mut self,
+        now: UnixMillis,
+        principal: &Principal,
+        idempotency_key: Option<&str>,
+        body: Value,
+    ) -> Result<Prepared<A::State>, FramesError> {
         let fp = fingerprint(&body);
         let req: CommitRequest = typed("commit", body)?;
         validate::check_commit_request(&req)?;
@@ -1307,9 +1414,15 @@ impl<A: App> Engine<A> {
                 )));
             }
             let r = self.receipt(&old.receipt_id)?;
-            return Ok(Done {
-                value: r,
+            return Ok(Prepared {
+                replay: Some(r.clone()),
+                receipt: r,
+                surface_id: String::new(),
+                base_revision: 0,
+                revision: 0,
                 writes: vec![],
+                now,
+                change: None,
             });
         }
         // 3. The frame and assessment, their binding and ownership.
@@ -1438,7 +1551,9 @@ impl<A: App> Engine<A> {
             }
             validate::check_evidence(ev).map_err(FramesError::InvalidMessage)?;
         }
+        // Nothing below can fail: ids are burnt only for a commit that is decided.
         let service_calls = s.service_calls + applied.service_call as u32;
+        let base_revision = s.revision;
         let revision = s.revision + 1;
         let receipt_id = self.alloc_id("r", &mut writes);
         let receipt = Receipt {
@@ -1456,6 +1571,7 @@ impl<A: App> Engine<A> {
             next_frame_href: format!("/dgp/surfaces/{}/frame", path_segment(&surface_id)),
             extensions: None,
         };
+        let mut entries = Vec::with_capacity(applied.entries.len());
         for (view, body) in applied.entries {
             let id = self.alloc_id("e", &mut writes);
             let entry = Entry {
@@ -1463,28 +1579,25 @@ impl<A: App> Engine<A> {
                 id: id.clone(),
                 surface: surface_id.clone(),
                 created_at: rfc3339(now),
-                seq: self.entries.last().map_or(0, |e| e.seq + 1),
+                seq: self.next_seq + entries.len() as u64,
                 body,
             };
             writes.push(Write::json(RecordKind::Entry, id, &entry));
-            self.entries.push(entry);
+            entries.push(entry);
         }
+        let mut items: Vec<(String, u64, Arc<Evidence>)> = Vec::new();
         for (log, mut ev) in applied.appended {
-            let items = self
-                .logs
-                .entry(surface_id.clone())
-                .or_default()
-                .entry(log.clone())
-                .or_default();
-            let index = items.len() as u64;
+            let index = self.log_len(&surface_id, &log)
+                + items.iter().filter(|(l, _, _)| *l == log).count() as u64;
             ev.evidence_id = format!("{log}-{index}");
             writes.push(Write::json(
                 RecordKind::LogItem,
-                serde_json::to_string(&(&surface_id, &log, index)).expect("keys serialize"),
+                Self::log_key(&surface_id, &log, index),
                 &ev,
             ));
-            items.push(Arc::new(ev));
+            items.push((log, index, Arc::new(ev)));
         }
+        let mut blobs = Vec::with_capacity(applied.blobs.len());
         for blob in applied.blobs {
             let key = blob_key(&surface_id, &blob.sha256);
             let meta = BlobMeta {
@@ -1497,17 +1610,16 @@ impl<A: App> Engine<A> {
                 key: key.clone(),
                 value: blob.bytes,
             });
-            self.blobs.insert(key, meta);
+            blobs.push((key, meta));
         }
-        let entry = SurfaceEntry {
+        let surface = SurfaceEntry {
             revision,
             service_calls,
             state,
             snapshot: None,
             templates: vec![],
         };
-        writes.push(surface_write(&surface_id, &entry));
-        self.surfaces.insert(surface_id, entry);
+        writes.push(surface_write(&surface_id, &surface));
         let idem = IdempotencyRecord {
             principal: principal.id.clone(),
             key: key.to_owned(),
@@ -1521,21 +1633,305 @@ impl<A: App> Engine<A> {
         ));
         writes.push(Write::json(
             RecordKind::Idempotency,
-            serde_json::to_string(&[&idem.principal, &idem.key]).expect("strings serialize"),
+            Self::idempotency_key(&idem.principal, &idem.key),
             &idem,
         ));
+        Ok(Prepared {
+            replay: None,
+            receipt: Arc::new(receipt),
+            surface_id,
+            base_revision,
+            revision,
+            writes,
+            now,
+            change: Some(Box::new(Change {
+                surface,
+                idem,
+                entries,
+                items,
+                blobs,
+            })),
+        })
+    }
+
+    /// Applies a [`Prepared`] commit to memory (after the host made its writes durable, or
+    /// COMMITted them). Returns the receipt and only the writes of the retention run that
+    /// follows (deletions; `Prepared::writes` are not repeated). Each part is taken like a
+    /// [`Engine::refresh`] of its record, so applying after the memory already moved on (a
+    /// later commit refreshed from another instance) never goes back: the surface is replaced
+    /// only by a newer revision, log items only at the end of their log, the rest only when
+    /// absent. A replay applies nothing.
+    pub fn apply_commit(&mut self, prepared: Prepared<A::State>) -> Done<Arc<Receipt>> {
+        let Prepared {
+            receipt,
+            surface_id,
+            now,
+            change,
+            ..
+        } = prepared;
+        let Some(change) = change else {
+            return Done {
+                value: receipt,
+                writes: vec![],
+            };
+        };
+        let Change {
+            surface,
+            idem,
+            entries,
+            items,
+            blobs,
+        } = *change;
+        let local = self.config.instance.is_none();
+        for entry in entries {
+            self.insert_entry(entry, !local);
+        }
+        for (log, index, ev) in items {
+            self.append_item(&surface_id, &log, index, ev);
+        }
+        for (key, meta) in blobs {
+            self.blobs.insert(key, meta);
+        }
+        self.absorb_surface(&surface_id, surface);
         self.idempotency
-            .insert((idem.principal.clone(), idem.key.clone()), idem);
+            .entry((idem.principal.clone(), idem.key.clone()))
+            .or_insert(idem);
+        self.absorb_receipt(receipt.clone());
+        let mut writes = Vec::new();
+        self.sweep_some(now, SWEEP_PER_CALL, &mut writes);
+        Done {
+            value: receipt,
+            writes,
+        }
+    }
+
+    /// The record keys of a frame's read set, in the order a host locks them: the surface rows
+    /// (`(Surface, id)`, sorted) then the policy (`(Meta, "policy_revision")`). Empty when the
+    /// frame is not in memory (admit it first; a commit naming no known frame is refused).
+    pub fn scopes(&self, frame_id: &str) -> Vec<(RecordKind, String)> {
+        let Some(f) = self.frames.get(frame_id) else {
+            return vec![];
+        };
+        let policy = self.policy_resource();
+        let prefix = format!("{}:", self.app.resource_kind());
+        let mut out: Vec<(RecordKind, String)> = f
+            .snapshot
+            .read_set
+            .iter()
+            .filter(|rv| rv.resource_id != policy)
+            .filter_map(|rv| rv.resource_id.strip_prefix(&prefix))
+            .map(|sid| (RecordKind::Surface, sid.to_owned()))
+            .collect();
+        out.sort();
+        out.dedup();
+        if f.snapshot
+            .read_set
+            .iter()
+            .any(|rv| rv.resource_id == policy)
+        {
+            out.push((RecordKind::Meta, "policy_revision".to_owned()));
+        }
+        out
+    }
+
+    /// Takes a record another engine wrote to the shared store into memory ([`Engine::admit`]
+    /// generalised). A surface is replaced when the stored revision is newer (its cached
+    /// snapshot and templates go); the policy revision likewise (every surface's caches go);
+    /// idempotency records, receipts, entries and blob metadata are added when absent; a log
+    /// item is appended when its index is the log's length (the surface's caches go), so feed
+    /// a log's items in index order (`Gap` otherwise). Frames and assessments come in through
+    /// [`Engine::needs`]/[`Engine::admit`]; snapshots are admitted; blobs are not held.
+    /// Refresh a commit's log items, entries, receipt and idempotency record before its
+    /// surface row, so a frame is never built from a revision without its log.
+    pub fn refresh(
+        &mut self,
+        kind: RecordKind,
+        key: &str,
+        value: &[u8],
+    ) -> Result<Refreshed, FramesError> {
+        use Refreshed::{Changed, Unchanged};
+        if value.is_empty() {
+            return Ok(Unchanged);
+        }
+        let changed = |b: bool| if b { Changed } else { Unchanged };
+        Ok(match kind {
+            RecordKind::Meta => {
+                if key != "policy_revision" {
+                    return Ok(Unchanged);
+                }
+                let n: u64 = record(kind, key, value)?;
+                if n <= self.policy_revision {
+                    return Ok(Unchanged);
+                }
+                self.policy_revision = n;
+                for s in self.surfaces.values_mut() {
+                    s.snapshot = None;
+                    s.templates.clear();
+                }
+                Changed
+            }
+            RecordKind::Surface => {
+                let r: SurfaceRecord<A::State> = record(kind, key, value)?;
+                let entry = SurfaceEntry {
+                    revision: r.revision,
+                    service_calls: r.service_calls,
+                    state: r.state,
+                    snapshot: None,
+                    templates: vec![],
+                };
+                changed(self.absorb_surface(key, entry))
+            }
+            RecordKind::Receipt => {
+                let r: Receipt = record(kind, key, value)?;
+                changed(self.absorb_receipt(Arc::new(r)))
+            }
+            RecordKind::Idempotency => {
+                let r: IdempotencyRecord = record(kind, key, value)?;
+                let k = (r.principal.clone(), r.key.clone());
+                changed(match self.idempotency.entry(k) {
+                    std::collections::hash_map::Entry::Occupied(_) => false,
+                    std::collections::hash_map::Entry::Vacant(v) => {
+                        v.insert(r);
+                        true
+                    }
+                })
+            }
+            RecordKind::Entry => {
+                let r: Entry = record(kind, key, value)?;
+                changed(self.insert_entry(r, true))
+            }
+            RecordKind::LogItem => {
+                let (surface, log, index): (String, String, u64) =
+                    serde_json::from_str(key).map_err(|err| corrupt(kind, key, err))?;
+                let ev: Evidence = record(kind, key, value)?;
+                self.append_item(&surface, &log, index, Arc::new(ev))
+            }
+            RecordKind::BlobMeta => {
+                let r: BlobMeta = record(kind, key, value)?;
+                changed(self.blobs.insert(key.to_owned(), r.clone()).as_ref() != Some(&r))
+            }
+            RecordKind::Snapshot => {
+                let held = self.snapshots.contains_key(key);
+                self.admit(0, kind, key, value)?;
+                changed(!held)
+            }
+            RecordKind::Frame | RecordKind::Assessment | RecordKind::Blob => Unchanged,
+        })
+    }
+
+    /// The number of items of a surface's log held in memory (the index the next one takes).
+    pub fn log_len(&self, surface_id: &str, log: &str) -> u64 {
+        self.logs
+            .get(surface_id)
+            .and_then(|l| l.get(log))
+            .map_or(0, |items| items.len() as u64)
+    }
+
+    /// The logs of a surface held in memory and their lengths, by log name.
+    pub fn log_lens(&self, surface_id: &str) -> Vec<(String, u64)> {
+        self.logs.get(surface_id).map_or_else(Vec::new, |l| {
+            l.iter()
+                .map(|(name, items)| (name.clone(), items.len() as u64))
+                .collect()
+        })
+    }
+
+    /// The record key of a log item (`["surface","log",index]`).
+    pub fn log_key(surface_id: &str, log: &str, index: u64) -> String {
+        serde_json::to_string(&(surface_id, log, index)).expect("keys serialize")
+    }
+
+    /// The half-open key range `[start, end)` (byte order) holding every log item of a surface.
+    pub fn log_key_range(surface_id: &str) -> (String, String) {
+        let start = format!(
+            "[{},",
+            serde_json::to_string(surface_id).expect("strings serialize")
+        );
+        let end = format!("{}-", &start[..start.len() - 1]);
+        (start, end)
+    }
+
+    /// The record key of the idempotency record of `(principal, key)`.
+    pub fn idempotency_key(principal_id: &str, key: &str) -> String {
+        serde_json::to_string(&[principal_id, key]).expect("strings serialize")
+    }
+
+    /// The receipt id an idempotency key held in memory names (`needs(Receipt, id)` tells
+    /// whether the receipt itself must be refreshed).
+    pub fn idempotent_receipt(&self, principal_id: &str, key: &str) -> Option<&str> {
+        self.idempotency
+            .get(&(principal_id.to_owned(), key.to_owned()))
+            .map(|r| r.receipt_id.as_str())
+    }
+
+    /// Replaces a surface unless memory holds the same or a newer revision.
+    fn absorb_surface(&mut self, surface_id: &str, entry: SurfaceEntry<A::State>) -> bool {
+        match self.surfaces.get(surface_id) {
+            Some(s) if s.revision >= entry.revision => false,
+            _ => {
+                self.surfaces.insert(surface_id.to_owned(), entry);
+                true
+            }
+        }
+    }
+
+    fn absorb_receipt(&mut self, receipt: Arc<Receipt>) -> bool {
+        if self.receipts.contains_key(&receipt.receipt_id) {
+            return false;
+        }
         self.receipt_frames.insert(receipt.frame_id.clone());
         self.receipt_assessments
             .insert(receipt.assessment_id.clone());
-        let receipt = Arc::new(receipt);
-        self.receipts.insert(receipt_id, receipt.clone());
-        self.sweep_some(now, SWEEP_PER_CALL, &mut writes);
-        Ok(Done {
-            value: receipt,
-            writes,
-        })
+        self.receipts.insert(receipt.receipt_id.clone(), receipt);
+        true
+    }
+
+    /// Adds an entry in order (`seq` with one instance, `(created_at, seq, id)` with several);
+    /// `check`: unless it is held already.
+    fn insert_entry(&mut self, entry: Entry, check: bool) -> bool {
+        let at = if self.config.instance.is_some() {
+            match self.entries.binary_search_by(|x| entry_order(x, &entry)) {
+                Ok(_) => return false,
+                Err(at) => at,
+            }
+        } else {
+            if check && self.entries.iter().rev().any(|x| x.id == entry.id) {
+                return false;
+            }
+            self.entries.partition_point(|x| x.seq <= entry.seq)
+        };
+        self.next_seq = self.next_seq.max(entry.seq + 1);
+        self.entries.insert(at, entry);
+        true
+    }
+
+    /// Appends a log item at `index` if that is the log's length.
+    fn append_item(
+        &mut self,
+        surface_id: &str,
+        log: &str,
+        index: u64,
+        ev: Arc<Evidence>,
+    ) -> Refreshed {
+        let items = self
+            .logs
+            .entry(surface_id.to_owned())
+            .or_default()
+            .entry(log.to_owned())
+            .or_default();
+        let len = items.len() as u64;
+        if index < len {
+            return Refreshed::Unchanged;
+        }
+        if index > len {
+            return Refreshed::Gap;
+        }
+        items.push(ev);
+        if let Some(s) = self.surfaces.get_mut(surface_id) {
+            s.snapshot = None;
+            s.templates.clear();
+        }
+        Refreshed::Changed
     }
 
     fn resource_revision(&self, resource_id: &str) -> Option<u64> {
@@ -1689,17 +2085,19 @@ impl<A: App> Engine<A> {
         .collect()
     }
 
-    /// Whether a frame, assessment or snapshot is not in memory (and may be in the store).
+    /// Whether a frame, assessment, snapshot or receipt is not in memory (and may be in the store).
     pub fn needs(&self, kind: RecordKind, key: &str) -> bool {
         match kind {
             RecordKind::Frame => !self.frames.contains_key(key),
             RecordKind::Assessment => !self.assessments.contains_key(key),
             RecordKind::Snapshot => !self.snapshots.contains_key(key),
+            RecordKind::Receipt => !self.receipts.contains_key(key),
             _ => false,
         }
     }
 
-    /// Takes a stored frame, assessment or snapshot back into memory. Returns a record that must
+    /// Takes a stored frame, assessment, snapshot or receipt (one written by another instance)
+    /// back into memory. Returns a record that must
     /// be admitted first (a frame's snapshot), after which admit this one again. Records past
     /// their retention are not taken back (they are about to be deleted).
     pub fn admit(
@@ -1747,6 +2145,10 @@ impl<A: App> Engine<A> {
                 self.persisted_snapshots.insert(key.to_owned());
                 self.snapshots.insert(key.to_owned(), Arc::new(snap));
             }
+            RecordKind::Receipt => {
+                let r: Receipt = record(kind, key, value)?;
+                self.absorb_receipt(Arc::new(r));
+            }
             _ => {}
         }
         Ok(None)
@@ -1777,6 +2179,11 @@ impl<A: App> Engine<A> {
             .map(|(key, _)| Write::delete(kind, key.clone()))
             .collect()
     }
+}
+
+/// The order of entries across instances: no global counter, equal `seq`s are harmless.
+fn entry_order(a: &Entry, b: &Entry) -> std::cmp::Ordering {
+    (&a.created_at, a.seq, &a.id).cmp(&(&b.created_at, b.seq, &b.id))
 }
 
 fn surface_write<S: Serialize + Clone>(id: &str, e: &SurfaceEntry<S>) -> Write {

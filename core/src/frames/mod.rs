@@ -35,11 +35,13 @@ pub mod validate;
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_multi;
 
 pub use app::{App, Applied, ApplyCtx, Principal, Role, Summary, SurfaceCtx};
 pub use engine::{
-    BlobMeta, Done, Engine, EngineConfig, EngineStats, Entry, LogWindow, RecordKind, Snapshot,
-    Write,
+    BlobMeta, Done, Engine, EngineConfig, EngineStats, Entry, LogWindow, Prepared, RecordKind,
+    Refreshed, Snapshot, Write,
 };
 pub use error::FramesError;
 pub use scripted::ScriptedApp;
