@@ -26,6 +26,7 @@ use weft_core::actors::proposer::{
     DecidedProposer, ProposalContext, parse_proposal, proposal_request,
 };
 
+use super::failpoint::Failpoint;
 use super::{Session, config_from_env, wall_ms};
 
 /// Arguments of `weft actors`.
@@ -366,6 +367,14 @@ fn spawn_json(o: &SpawnOutcome, s: &Session) -> Value {
 
 /// Runs `weft actors …`.
 pub async fn main(args: ActorsArgs) -> ExitCode {
+    main_with(args, None).await
+}
+
+/// [`main`] with the writer's store armed with `failpoint` (the process aborts at that
+/// durability step). For the crash tests only: the `weft-failpoints` binary of
+/// `tests/failpoints` calls it; the shipped `weft` runs [`main`], which arms nothing.
+#[doc(hidden)]
+pub async fn main_with(args: ActorsArgs, failpoint: Option<Failpoint>) -> ExitCode {
     let json = args.command.common().json;
     let (config, notes) = match config_from_env() {
         Ok(c) => c,
@@ -401,6 +410,7 @@ pub async fn main(args: ActorsArgs) -> ExitCode {
             &listen,
             Duration::from_millis(c.lock_timeout_ms),
             proposer,
+            failpoint,
         )
         .await
         {
@@ -408,7 +418,7 @@ pub async fn main(args: ActorsArgs) -> ExitCode {
             Err(e) => fail(&e, json),
         };
     }
-    match tokio::task::spawn_blocking(move || run(args.command, config)).await {
+    match tokio::task::spawn_blocking(move || run(args.command, config, failpoint)).await {
         Ok(Ok((v, human))) => {
             if json {
                 println!("{}", serde_json::to_string_pretty(&v).expect("serializes"));
@@ -471,9 +481,13 @@ fn propose_with_model(
     )?)))
 }
 
-fn writer(c: &Common, config: HarnessConfig) -> Result<Session, ActorsError> {
+fn writer(
+    c: &Common,
+    config: HarnessConfig,
+    failpoint: Option<Failpoint>,
+) -> Result<Session, ActorsError> {
     let s = Session::writer(&c.root, config, Duration::from_millis(c.lock_timeout_ms))?;
-    armed(s)
+    armed(s, failpoint)
 }
 
 /// The writer of a one-shot command that touches only `targets` (a lazy open: see
@@ -483,6 +497,7 @@ fn lazy_writer(
     config: HarnessConfig,
     targets: &[&str],
     spawns: bool,
+    failpoint: Option<Failpoint>,
 ) -> Result<Session, ActorsError> {
     let s = Session::writer_lazy(
         &c.root,
@@ -491,11 +506,11 @@ fn lazy_writer(
         targets,
         spawns,
     )?;
-    armed(s)
+    armed(s, failpoint)
 }
 
-fn armed(mut s: Session) -> Result<Session, ActorsError> {
-    super::failpoint::arm_from_env(&mut s.store);
+fn armed(mut s: Session, failpoint: Option<Failpoint>) -> Result<Session, ActorsError> {
+    s.store.set_failpoint(failpoint);
     report_diagnostics(&s);
     for r in &s.report.repairs {
         eprintln!("weft actors: recovered: {r}");
@@ -536,7 +551,11 @@ fn tree_text(v: &Value) -> String {
     out.trim_end().to_owned()
 }
 
-fn run(cmd: ActorsCommand, config: HarnessConfig) -> Result<(Value, String), ActorsError> {
+fn run(
+    cmd: ActorsCommand,
+    config: HarnessConfig,
+    fp: Option<Failpoint>,
+) -> Result<(Value, String), ActorsError> {
     let now = wall_ms();
     match cmd {
         ActorsCommand::Init { c, title } => {
@@ -582,7 +601,7 @@ fn run(cmd: ActorsCommand, config: HarnessConfig) -> Result<(Value, String), Act
             }
             let mut targets = vec![r.parent.as_str()];
             targets.extend(r.wait_on.iter().map(|(n, _)| n.as_str()));
-            let mut s = lazy_writer(&c, config, &targets, true)?;
+            let mut s = lazy_writer(&c, config, &targets, true, fp)?;
             if count != 1 {
                 let reqs = (1..=count)
                     .map(|i| {
@@ -627,7 +646,7 @@ fn run(cmd: ActorsCommand, config: HarnessConfig) -> Result<(Value, String), Act
             };
             let mut targets = vec![node.as_str()];
             targets.extend(from.as_deref());
-            let mut s = lazy_writer(&c, config, &targets, false)?;
+            let mut s = lazy_writer(&c, config, &targets, false, fp)?;
             let line = s.graph.append(
                 now,
                 &node,
@@ -652,7 +671,7 @@ fn run(cmd: ActorsCommand, config: HarnessConfig) -> Result<(Value, String), Act
             model,
         } => {
             let model = route_model(&proposer, &model)?;
-            let mut s = writer(&c, config)?;
+            let mut s = writer(&c, config, fp)?;
             let decided = match &model {
                 Some(m) => propose_with_model(m, &s, &node, &text)?,
                 None => None,
@@ -697,7 +716,7 @@ fn run(cmd: ActorsCommand, config: HarnessConfig) -> Result<(Value, String), Act
             if let Some(st) = set {
                 let node =
                     node.ok_or_else(|| ActorsError::InvalidArgument("--set needs --node".into()))?;
-                let mut s = lazy_writer(&c, config, &[node.as_str()], false)?;
+                let mut s = lazy_writer(&c, config, &[node.as_str()], false, fp)?;
                 let mb =
                     s.graph
                         .set_status(now, &node, Status::parse(&st), summary, awaiting_user)?;
@@ -798,7 +817,7 @@ fn run(cmd: ActorsCommand, config: HarnessConfig) -> Result<(Value, String), Act
             Ok((v, h))
         }
         ActorsCommand::Export { c } => {
-            let mut s = writer(&c, config)?;
+            let mut s = writer(&c, config, fp)?;
             let n = s.graph.export(now)?;
             s.flush()?;
             let p = c.root.join("thread.jsonl");
@@ -828,7 +847,7 @@ fn run(cmd: ActorsCommand, config: HarnessConfig) -> Result<(Value, String), Act
                     topic: String::new(),
                 });
             }
-            let mut s = writer(&c, config)?;
+            let mut s = writer(&c, config, fp)?;
             let r = s.graph.resolve(now, &node, cands, &note)?;
             s.flush()?;
             let v =
@@ -844,7 +863,7 @@ fn run(cmd: ActorsCommand, config: HarnessConfig) -> Result<(Value, String), Act
             line,
             summary,
         } => {
-            let mut s = writer(&c, config)?;
+            let mut s = writer(&c, config, fp)?;
             let n = s.graph.add_ref(now, &node, line, &summary)?;
             s.flush()?;
             Ok((
@@ -853,14 +872,14 @@ fn run(cmd: ActorsCommand, config: HarnessConfig) -> Result<(Value, String), Act
             ))
         }
         ActorsCommand::Narrate { c, text } => {
-            let mut s = writer(&c, config)?;
+            let mut s = writer(&c, config, fp)?;
             let n = s.graph.narrate(now, &text)?;
             s.flush()?;
             Ok((json!({"metaLine": n}), format!("metathread line {n}")))
         }
         ActorsCommand::Wait { c, node, on, mode } => {
             let mode = parse_mode(&mode)?;
-            let mut s = writer(&c, config)?;
+            let mut s = writer(&c, config, fp)?;
             s.graph.set_wait(now, &node, &on, mode)?;
             s.flush()?;
             let v = serde_json::to_value(s.graph.wait_checks(&node)?).expect("serializes");
@@ -870,7 +889,7 @@ fn run(cmd: ActorsCommand, config: HarnessConfig) -> Result<(Value, String), Act
             ))
         }
         ActorsCommand::Relate { c, from, to, kind } => {
-            let mut s = writer(&c, config)?;
+            let mut s = writer(&c, config, fp)?;
             s.graph.relate(now, &from, &to, RelatedKind::parse(&kind))?;
             s.flush()?;
             Ok((
@@ -885,7 +904,7 @@ fn run(cmd: ActorsCommand, config: HarnessConfig) -> Result<(Value, String), Act
             keywords,
         } => {
             let scope = Scope::parse(&scope)?;
-            let mut s = writer(&c, config)?;
+            let mut s = writer(&c, config, fp)?;
             let n = s.graph.bookmark(now, &scope, keywords, &text, None)?;
             s.flush()?;
             Ok((
@@ -894,7 +913,7 @@ fn run(cmd: ActorsCommand, config: HarnessConfig) -> Result<(Value, String), Act
             ))
         }
         ActorsCommand::Epoch { c, reason, nodes } => {
-            let mut s = writer(&c, config)?;
+            let mut s = writer(&c, config, fp)?;
             let n = s
                 .graph
                 .reframe_epoch(now, &reason, (!nodes.is_empty()).then_some(nodes))?;
@@ -902,7 +921,7 @@ fn run(cmd: ActorsCommand, config: HarnessConfig) -> Result<(Value, String), Act
             Ok((json!({"epoch": n}), format!("views/epoch-{n}.json")))
         }
         ActorsCommand::Archive { c, node, restore } => {
-            let mut s = writer(&c, config)?;
+            let mut s = writer(&c, config, fp)?;
             s.graph.archive(now, &node, !restore)?;
             s.flush()?;
             Ok((
@@ -913,7 +932,7 @@ fn run(cmd: ActorsCommand, config: HarnessConfig) -> Result<(Value, String), Act
         ActorsCommand::Reset { c, before } => {
             let t = parse_timestamp(&before)
                 .ok_or_else(|| ActorsError::InvalidArgument(format!("--before {before:?}")))?;
-            let mut s = writer(&c, config)?;
+            let mut s = writer(&c, config, fp)?;
             let ids = s.graph.reset(now, t, None)?;
             s.flush()?;
             Ok((
@@ -922,7 +941,7 @@ fn run(cmd: ActorsCommand, config: HarnessConfig) -> Result<(Value, String), Act
             ))
         }
         ActorsCommand::Recover { c } => {
-            let s = writer(&c, config)?;
+            let s = writer(&c, config, fp)?;
             let v = json!({"report": s.report, "violations": s.graph.lineage_violations(), "nodes": s.graph.node_ids().len()});
             let h = format!(
                 "{} nodes; {} diagnostics; {} repairs; lineage {}",

@@ -57,9 +57,7 @@ use weft_core::actors::{
     ActorsError, LazyRead, LazySnapshot, LogMark, LogTail, NodeId, count_lines, tail_start,
 };
 
-#[cfg(feature = "failpoints")]
-use super::failpoint::Failpoint;
-use super::failpoint::Steps;
+use super::failpoint::{Failpoint, Steps};
 use super::walls::{Dir, Kind, Mode, is_symlink_error};
 
 /// The lock file a writer holds.
@@ -232,7 +230,7 @@ pub struct FsStore {
     /// digest of the [`MARK_CHECK_BYTES`] before it, and whether its kept mark was refused.
     marks: BTreeMap<String, KeptMark>,
     seen: BTreeMap<String, (u64, u64, bool)>,
-    /// Durability steps counted for crash injection (the `failpoints` feature; empty without).
+    /// Durability steps counted for crash injection (inert unless armed: `set_failpoint`).
     crash: Steps,
 }
 
@@ -478,8 +476,10 @@ impl FsStore {
         Ok(())
     }
 
-    /// Arms a crash failpoint (the crash tests; `failpoints` feature only).
-    #[cfg(feature = "failpoints")]
+    /// Arms (`None`: disarms) a crash failpoint: the process aborts at the durability step it
+    /// names. For the crash tests only (the `weft-failpoints` binary of `tests/failpoints`);
+    /// nothing in weft-host arms it.
+    #[doc(hidden)]
     pub fn set_failpoint(&mut self, f: Option<Failpoint>) {
         self.crash.arm(f);
     }

@@ -69,6 +69,7 @@ use weft_core::actors::{
     NodeStoreMode, api, proposer,
 };
 
+use crate::actors::failpoint::Failpoint;
 use crate::actors::{FsStore, Session, flush, wall_ms};
 use crate::agents::{AgentEvent, CallJob, HostTools, ModelJob, Runtime};
 use events::{Journal, Live};
@@ -243,6 +244,16 @@ impl DeskState {
         config: HarnessConfig,
         wait: Duration,
     ) -> Result<DeskState, ActorsError> {
+        DeskState::open_armed(root, config, wait, None)
+    }
+
+    /// [`open`](Self::open) with the store armed with `failpoint` (the crash tests only).
+    fn open_armed(
+        root: &Path,
+        config: HarnessConfig,
+        wait: Duration,
+        failpoint: Option<Failpoint>,
+    ) -> Result<DeskState, ActorsError> {
         let inner = if config.node_store == NodeStoreMode::Off {
             let graph =
                 ActorGraph::init(config, "memory:", &Default::default(), wall_ms(), "Desk")?;
@@ -259,8 +270,8 @@ impl DeskState {
                 Err(ActorsError::NotInitialized) => Session::init(root, config, "Desk", wait)?,
                 other => other?,
             };
-            // Crash injection (`failpoints` builds only): a long-lived writer aborted at a step.
-            crate::actors::failpoint::arm_from_env(&mut s.store);
+            // Crash injection (the crash tests only): a long-lived writer aborted at a step.
+            s.store.set_failpoint(failpoint);
             for d in &s.report.diagnostics {
                 eprintln!("weft desk: {} {}: {}", d.code, d.file, d.message);
             }
@@ -845,13 +856,15 @@ pub async fn mount(
 
 /// Opens `root` and serves the desk alone on `listen` until SIGINT (Ctrl-C) or SIGTERM, with
 /// the connection limits of `weft serve`'s defaults. No tokens: loopback only. Prints the URL.
-/// With `proposer`, that model proposes spawns on `route`.
+/// With `proposer`, that model proposes spawns on `route`; `failpoint` arms the store for the
+/// crash tests (`None` in the shipped `weft`).
 pub async fn serve_root(
     root: &Path,
     config: HarnessConfig,
     listen: &str,
     wait: Duration,
     proposer: Option<crate::model::ReqwestModel>,
+    failpoint: Option<Failpoint>,
 ) -> Result<(), ActorsError> {
     let stop = http::stop_signal();
     let listener = tokio::net::TcpListener::bind(listen)
@@ -863,7 +876,7 @@ pub async fn serve_root(
     check_loopback(addr)?;
     let state = {
         let root = root.to_owned();
-        tokio::task::spawn_blocking(move || DeskState::open(&root, config, wait))
+        tokio::task::spawn_blocking(move || DeskState::open_armed(&root, config, wait, failpoint))
             .await
             .map_err(|e| ActorsError::StoreIo(e.to_string()))??
             .with_model_proposer(proposer)

@@ -3,18 +3,59 @@
 //! appends); and what a power loss can leave of a resolution (any subset of a stage whose
 //! fsyncs were in flight). After reopening, no acknowledged spawn is lost and no spawn is
 //! half-recorded: the files themselves (read here without weft) satisfy every lineage invariant.
+//!
+//! Every command runs `weft-failpoints actors …` (this crate's binary): without
+//! `WEFT_ACTORS_CRASH_AT` it is `weft actors …` exactly (the same `actors::cli`, nothing armed).
 
-mod common;
+// The on-disk lineage checker the actor-host tests use too (it names no binary).
+#[path = "../../../node-host/tests/common/disk.rs"]
+mod disk;
 
 use std::collections::BTreeMap;
-use std::process::Stdio;
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::*;
+use disk::*;
 use serde_json::Value;
 use weft_core::actors::store::{ActorStore, Op, WriteBatch};
 use weft_core::actors::{ActorGraph, Candidate, HarnessConfig, NodeType, SpawnRequest};
 use weft_host::actors::FsStore;
+
+/// `weft-failpoints` without the harness variables of the caller's environment.
+fn weft_failpoints() -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_weft-failpoints"));
+    for k in [
+        "ACTOR_AGENTIC_UI",
+        "ACTOR_GRAPH_EPOCHS",
+        "ACTOR_WAIT_GRAPH",
+        "ACTOR_NODE_STORE",
+        "GIT_CLOSEOUT",
+        "PROJECT_INBOX",
+        "PROJECT_INBOX_CHAPTERS",
+        "WEFT_ACTORS_CRASH_AT",
+        "WEFT_ACTORS_CRASH_TEAR",
+    ] {
+        c.env_remove(k);
+    }
+    c
+}
+
+/// Runs `weft-failpoints` (no failpoint) and expects success; returns stdout as JSON.
+fn run_json(args: &[&str]) -> Value {
+    let out = weft_failpoints()
+        .args(args)
+        .output()
+        .expect("weft-failpoints runs");
+    assert!(
+        out.status.success(),
+        "weft {args:?} failed ({:?}):\n{}\n{}",
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("weft {args:?}: stdout is not JSON ({e})"))
+}
 
 /// xorshift64*: a deterministic random source (seed from `WEFT_CRASH_SEED` to replay a run).
 struct Rng(u64);
@@ -92,7 +133,7 @@ fn sigkill_at_random_points_during_200_spawns_loses_no_lineage() {
             "task"
         };
         let id = format!("n{i}");
-        let mut child = weft()
+        let mut child = weft_failpoints()
             .args([
                 "actors", "spawn", &r, "--parent", &parent, "--type", kind, "--id", &id, "--json",
             ])
