@@ -27,7 +27,10 @@ use tokio::process::Command;
 use tokio::sync::{mpsc, oneshot, watch};
 use weft_core::Millis;
 use weft_core::jobs::wire::{Capabilities, WireRequest};
-use weft_core::jobs::{EndpointId, EndpointSpec, Hello, JobId, Output, Registry, WaitEnd, WaitId};
+use weft_core::jobs::{
+    EndpointId, EndpointSpec, Hello, JobId, Output, Registry, RemoteSpec, SubscriptionId, WaitEnd,
+    WaitId,
+};
 
 /// The worker shim: runs DOM-style worker scripts with JSON lines on stdio.
 pub const WORKER_SHIM: &str = include_str!("../../wasm/js/worker-shim.mjs");
@@ -59,6 +62,14 @@ pub enum Inbound {
     Stderr(EndpointId, String),
     /// The transport ended.
     Closed(EndpointId, String),
+    /// A remote endpoint's socket (of this generation) opened.
+    SocketOpen(EndpointId, u64),
+    /// One text frame of a remote endpoint's socket, decoded.
+    SocketFrame(EndpointId, u64, Value),
+    /// A frame of a remote endpoint's socket that is not JSON text.
+    SocketUndecodable(EndpointId, u64, String),
+    /// A remote endpoint's socket closed, or its connect failed.
+    SocketClosed(EndpointId, u64, String),
 }
 
 /// An in-process job body: `payload` and a context to report progress and observe cancels.
@@ -127,6 +138,12 @@ enum Transport {
         f: LocalFn,
         runs: HashMap<u64, watch::Sender<bool>>,
     },
+    /// A remote endpoint: its current socket, if any (the registry's link decides when to
+    /// connect, what to write and when to close).
+    Remote {
+        socket: Option<Socket>,
+        generations: u64,
+    },
 }
 
 /// The host: a registry, its transports, a clock and the waiters of `wait`.
@@ -136,7 +153,8 @@ pub struct JobsHost {
     transports: HashMap<EndpointId, Transport>,
     tx: mpsc::UnboundedSender<Inbound>,
     rx: mpsc::UnboundedReceiver<Inbound>,
-    /// Child-process transports: lines, stderr and closures, bounded.
+    /// Child-process and socket transports: lines, frames, stderr and closures, bounded (a
+    /// transport that delivers faster than the host applies waits).
     child_tx: mpsc::Sender<Inbound>,
     child_rx: mpsc::Receiver<Inbound>,
     waiters: HashMap<WaitId, oneshot::Sender<WaitEnd>>,
@@ -146,6 +164,10 @@ pub struct JobsHost {
     /// [`JobsHost::take_notices`] (an agent host carries them to its sessions).
     pub keep_notices: bool,
     notices: Vec<Output<Value>>,
+    /// When set, the subscriptions of `observed` outputs are kept for
+    /// [`JobsHost::take_observed`] (the remote endpoint forwards every run's journal).
+    pub keep_observed: bool,
+    observed: Vec<SubscriptionId>,
 }
 
 impl Default for JobsHost {
@@ -171,6 +193,8 @@ impl JobsHost {
             stderr_tail: HashMap::new(),
             keep_notices: false,
             notices: Vec::new(),
+            keep_observed: false,
+            observed: Vec::new(),
         }
     }
 
@@ -324,6 +348,36 @@ impl JobsHost {
         id
     }
 
+    /// Opens an endpoint on a remote job host (`weft serve`'s `/api/jobs/remote`, protocol
+    /// `weft-remote/1`): the registry's link frames, sequences, resumes and times it; this host
+    /// opens, writes and closes its WebSocket (tokio-tungstenite). Refused with
+    /// `INVALID_ARGUMENT` for a URL that is not `wss://` (or `ws://` to loopback).
+    pub fn open_remote(
+        &mut self,
+        spec: EndpointSpec,
+        remote: RemoteSpec,
+    ) -> Result<EndpointId, weft_core::jobs::JobsError> {
+        let now = self.now();
+        let id = self.registry.open_remote(now, spec, remote)?;
+        self.transports.insert(
+            id,
+            Transport::Remote {
+                socket: None,
+                generations: 0,
+            },
+        );
+        self.pump();
+        Ok(id)
+    }
+
+    /// How many child-process endpoints are still open (their process not yet reaped).
+    pub fn open_children(&self) -> usize {
+        self.transports
+            .values()
+            .filter(|t| matches!(t, Transport::Child { .. }))
+            .count()
+    }
+
     /// The OS process id of a child endpoint.
     pub fn pid(&self, ep: EndpointId) -> Option<u32> {
         match self.transports.get(&ep) {
@@ -392,6 +446,28 @@ impl JobsHost {
                 let _ = self.registry.on_endpoint_closed(now, *ep, &reason);
                 self.transports.remove(ep);
             }
+            Some(Inbound::SocketOpen(ep, g)) if self.current_socket(*ep, *g) => {
+                let _ = self.registry.on_socket_open(now, *ep);
+            }
+            Some(Inbound::SocketFrame(ep, g, v)) if self.current_socket(*ep, *g) => {
+                let _ = self.registry.on_socket_frame(now, *ep, v);
+            }
+            Some(Inbound::SocketUndecodable(ep, g, detail)) if self.current_socket(*ep, *g) => {
+                let _ = self.registry.on_undecodable(now, *ep, detail);
+            }
+            Some(Inbound::SocketClosed(ep, g, reason)) if self.current_socket(*ep, *g) => {
+                if let Some(Transport::Remote { socket, .. }) = self.transports.get_mut(ep) {
+                    *socket = None;
+                }
+                let _ = self.registry.on_socket_closed(now, *ep, reason);
+            }
+            // An earlier socket's events: that socket was closed or replaced.
+            Some(
+                Inbound::SocketOpen(..)
+                | Inbound::SocketFrame(..)
+                | Inbound::SocketUndecodable(..)
+                | Inbound::SocketClosed(..),
+            ) => {}
             None => {}
         }
         self.registry.handle_timeout(now);
@@ -415,14 +491,19 @@ impl JobsHost {
                             let _ = c.send(true);
                         }
                     }
-                    None => {}
+                    // A remote endpoint's link closes its socket itself (`CloseSocket`).
+                    Some(Transport::Remote { .. }) | None => {}
                 },
                 Output::WaitSettled { wait, end, .. } => {
                     if let Some(w) = self.waiters.remove(&wait) {
                         let _ = w.send(end);
                     }
                 }
-                Output::Observed { .. } => {}
+                Output::Observed { subscription } => {
+                    if self.keep_observed && !self.observed.contains(&subscription) {
+                        self.observed.push(subscription);
+                    }
+                }
                 notice @ (Output::JobFinished { .. }
                 | Output::NoteQueued { .. }
                 | Output::Wake { .. }) => {
@@ -430,8 +511,55 @@ impl JobsHost {
                         self.notices.push(notice);
                     }
                 }
+                Output::Connect { endpoint, url } => {
+                    if let Some(Transport::Remote {
+                        socket,
+                        generations,
+                    }) = self.transports.get_mut(&endpoint)
+                    {
+                        // One socket per endpoint: a previous one is dropped (its events are
+                        // stale from now on).
+                        if let Some(old) = socket.take() {
+                            old.task.abort();
+                        }
+                        *generations += 1;
+                        *socket = Some(spawn_socket(
+                            endpoint,
+                            *generations,
+                            url,
+                            self.child_tx.clone(),
+                        ));
+                    }
+                }
+                Output::SendFrame { endpoint, frame } => {
+                    if let Some(Transport::Remote {
+                        socket: Some(s), ..
+                    }) = self.transports.get(&endpoint)
+                    {
+                        let _ = s.out.send(SocketOut::Text(frame.to_string()));
+                    }
+                }
+                Output::CloseSocket {
+                    endpoint,
+                    code,
+                    reason,
+                } => {
+                    // No report is expected: the socket is forgotten now and its end ignored.
+                    if let Some(Transport::Remote { socket, .. }) =
+                        self.transports.get_mut(&endpoint)
+                        && let Some(s) = socket.take()
+                    {
+                        let _ = s.out.send(SocketOut::Close(code, reason));
+                    }
+                }
             }
         }
+    }
+
+    /// Whether generation `g` is `ep`'s current socket.
+    fn current_socket(&self, ep: EndpointId, g: u64) -> bool {
+        matches!(self.transports.get(&ep),
+            Some(Transport::Remote { socket: Some(s), .. }) if s.generation == g)
     }
 
     fn send(&mut self, endpoint: EndpointId, request: WireRequest<Value>) {
@@ -479,7 +607,8 @@ impl JobsHost {
                 }
                 WireRequest::Input { .. } => {}
             },
-            None => {}
+            // A remote endpoint's requests travel in frames (`SendFrame`).
+            Some(Transport::Remote { .. }) | None => {}
         }
     }
 
@@ -487,6 +616,12 @@ impl JobsHost {
     /// [`JobsHost::keep_notices`]).
     pub fn take_notices(&mut self) -> Vec<Output<Value>> {
         std::mem::take(&mut self.notices)
+    }
+
+    /// Takes the subscriptions that have deliveries waiting, in the order they were first
+    /// observed (see [`JobsHost::keep_observed`]).
+    pub fn take_observed(&mut self) -> Vec<SubscriptionId> {
+        std::mem::take(&mut self.observed)
     }
 
     /// A sender for injecting inbound events (used by tests and in-process bodies).
@@ -539,12 +674,139 @@ impl Drop for JobsHost {
     /// worker started, outlives its host.
     fn drop(&mut self) {
         for t in self.transports.values() {
-            if let Transport::Child { pid, .. } = t {
-                kill_group(*pid);
+            match t {
+                Transport::Child { pid, .. } => kill_group(*pid),
+                Transport::Remote {
+                    socket: Some(s), ..
+                } => s.task.abort(),
+                _ => {}
             }
         }
     }
 }
+
+/// What the host writes on a remote endpoint's socket.
+enum SocketOut {
+    /// One text frame.
+    Text(String),
+    /// A close frame; the socket ends after it.
+    Close(u16, String),
+}
+
+/// The live socket of a remote endpoint: `generation` tells its events from an earlier
+/// socket's (which are ignored once a newer one exists).
+struct Socket {
+    generation: u64,
+    out: mpsc::UnboundedSender<SocketOut>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+/// Longest WebSocket message a remote endpoint's socket accepts (the core's frame limit is
+/// lower: this only bounds what is buffered before the core sees it).
+const MAX_SOCKET_MESSAGE: usize = 2 << 20;
+
+/// Opens a socket to `url` and carries it: frames in as [`Inbound::SocketFrame`], `out` onto
+/// the socket, the end as [`Inbound::SocketClosed`] (also when the connect fails).
+fn spawn_socket(
+    endpoint: EndpointId,
+    generation: u64,
+    url: String,
+    tx: mpsc::Sender<Inbound>,
+) -> Socket {
+    use futures_util::{SinkExt, StreamExt};
+    use tokio_tungstenite::tungstenite::Message;
+    use tokio_tungstenite::tungstenite::protocol::{
+        CloseFrame, WebSocketConfig, frame::coding::CloseCode,
+    };
+    let (out, mut rx) = mpsc::unbounded_channel::<SocketOut>();
+    let task = tokio::spawn(async move {
+        let config = WebSocketConfig::default()
+            .max_message_size(Some(MAX_SOCKET_MESSAGE))
+            .max_frame_size(Some(MAX_SOCKET_MESSAGE));
+        let connect =
+            tokio_tungstenite::connect_async_with_config(url.as_str(), Some(config), true);
+        let mut ws = match tokio::time::timeout(CONNECT_WITHIN, connect).await {
+            Ok(Ok((ws, _))) => ws,
+            Ok(Err(e)) => {
+                let _ = tx
+                    .send(Inbound::SocketClosed(
+                        endpoint,
+                        generation,
+                        format!("could not connect to {url}: {e}"),
+                    ))
+                    .await;
+                return;
+            }
+            Err(_) => {
+                let _ = tx
+                    .send(Inbound::SocketClosed(
+                        endpoint,
+                        generation,
+                        format!(
+                            "could not connect to {url} within {} ms",
+                            CONNECT_WITHIN.as_millis()
+                        ),
+                    ))
+                    .await;
+                return;
+            }
+        };
+        let _ = tx.send(Inbound::SocketOpen(endpoint, generation)).await;
+        let reason = loop {
+            tokio::select! {
+                o = rx.recv() => match o {
+                    Some(SocketOut::Text(t)) => {
+                        if let Err(e) = ws.send(Message::text(t)).await {
+                            break format!("the socket failed while writing: {e}");
+                        }
+                    }
+                    Some(SocketOut::Close(code, reason)) => {
+                        let _ = ws.send(Message::Close(Some(CloseFrame { code: CloseCode::from(code), reason: reason.clone().into() }))).await;
+                        let _ = tokio::time::timeout(Duration::from_millis(500), async {
+                            while let Some(Ok(m)) = ws.next().await {
+                                if m.is_close() { break; }
+                            }
+                        }).await;
+                        break format!("closed by this host ({code} {reason})");
+                    }
+                    None => break "closed by this host".to_owned(),
+                },
+                m = ws.next() => match m {
+                    Some(Ok(Message::Text(t))) => {
+                        let ev = match serde_json::from_str::<Value>(t.as_str()) {
+                            Ok(v) => Inbound::SocketFrame(endpoint, generation, v),
+                            Err(e) => Inbound::SocketUndecodable(endpoint, generation, format!("not JSON ({e}): {}", truncate(t.as_str(), 120))),
+                        };
+                        let _ = tx.send(ev).await;
+                    }
+                    Some(Ok(Message::Binary(b))) => {
+                        let _ = tx.send(Inbound::SocketUndecodable(endpoint, generation, format!("a binary frame of {} bytes (frames are JSON text)", b.len()))).await;
+                    }
+                    Some(Ok(Message::Close(c))) => {
+                        break match c {
+                            Some(c) => format!("closed by the server ({} {})", u16::from(c.code), c.reason.as_str()),
+                            None => "closed by the server".to_owned(),
+                        };
+                    }
+                    Some(Ok(_)) => {}
+                    Some(Err(e)) => break format!("the connection failed: {e}"),
+                    None => break "the connection ended".to_owned(),
+                },
+            }
+        };
+        let _ = tx
+            .send(Inbound::SocketClosed(endpoint, generation, reason))
+            .await;
+    });
+    Socket {
+        generation,
+        out,
+        task,
+    }
+}
+
+/// How long a remote endpoint's connect (TCP and the WebSocket handshake) may take.
+const CONNECT_WITHIN: Duration = Duration::from_secs(10);
 
 /// What [`read_line`] found.
 enum Line {

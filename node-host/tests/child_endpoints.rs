@@ -213,6 +213,7 @@ async fn a_job_outlives_its_turn_and_is_cancelled_later() {
         thread: Some("th".into()),
         turn: Some("turn-1".into()),
         tool_call: Some("call-7".into()),
+        ..Origin::default()
     };
     let job = host.registry.submit(now, req).unwrap().job;
     host.pump();
@@ -265,7 +266,7 @@ async fn a_crashing_process_makes_its_job_lost_with_evidence() {
     let mut host = JobsHost::new();
     let ep = open(&mut host, "crash", Hello::Await { timeout_ms: 5000 }, 500);
     let job = submit(&mut host, ep, json!({}));
-    let Outcome::Lost { reason } = finished(&mut host, job).await else {
+    let Outcome::Lost { reason, .. } = finished(&mut host, job).await else {
         panic!("expected lost")
     };
     assert!(reason.contains("exited with status 1"), "{reason}");

@@ -57,6 +57,9 @@ pub enum EndpointState {
     Starting,
     /// Dispatching runs.
     Ready,
+    /// A remote endpoint whose connection dropped at `since`: nothing is dispatched until it
+    /// resumes; its running jobs keep running on the remote host until the window expires.
+    Suspended { since: Millis },
     /// Gone; the reason says why.
     Closed { reason: String },
 }
@@ -94,6 +97,30 @@ pub enum EndpointEventKind {
     Closed {
         reason: String,
         terminated: bool,
+    },
+    /// A remote endpoint's socket opened (attempt 1 is the first connect).
+    Connected {
+        attempt: u32,
+    },
+    /// A remote endpoint's connection dropped.
+    Disconnected {
+        reason: String,
+    },
+    /// A remote endpoint resumed its session `after_ms` after the disconnect, replaying
+    /// `replayed_out` of its own frames.
+    Resumed {
+        after_ms: Millis,
+        replayed_out: usize,
+    },
+    /// The remote host refused the hello or resume with this code.
+    ResumeRefused {
+        code: String,
+        message: String,
+    },
+    /// The remote host refused one of this endpoint's frames.
+    RemoteError {
+        code: String,
+        detail: String,
     },
 }
 
@@ -136,6 +163,23 @@ impl EndpointEvent {
                 "closed",
                 json!({"reason": reason, "terminated": terminated}),
             ),
+            EndpointEventKind::Connected { attempt } => ("connected", json!({"attempt": attempt})),
+            EndpointEventKind::Disconnected { reason } => {
+                ("disconnected", json!({"reason": reason}))
+            }
+            EndpointEventKind::Resumed {
+                after_ms,
+                replayed_out,
+            } => (
+                "resumed",
+                json!({"afterMs": after_ms, "replayedOut": replayed_out}),
+            ),
+            EndpointEventKind::ResumeRefused { code, message } => {
+                ("resume_refused", json!({"code": code, "message": message}))
+            }
+            EndpointEventKind::RemoteError { code, detail } => {
+                ("remote_error", json!({"code": code, "detail": detail}))
+            }
         };
         o["type"] = json!(t);
         if let (Value::Object(m), Value::Object(x)) = (&mut o, extra) {
@@ -172,6 +216,8 @@ pub struct Endpoint {
     recorded: u64,
     dropped: u64,
     protocol_errors: usize,
+    /// Job records of the registry that run (or ran) here.
+    pub(crate) jobs: usize,
 }
 
 impl Endpoint {
@@ -206,6 +252,7 @@ impl Endpoint {
             recorded: 0,
             dropped: 0,
             protocol_errors: 0,
+            jobs: 0,
         };
         ep.record(now, EndpointEventKind::Opened { label: spec.label });
         (ep, deadline)
@@ -243,6 +290,7 @@ impl Endpoint {
         let state = match &self.state {
             EndpointState::Starting => json!("starting"),
             EndpointState::Ready => json!("ready"),
+            EndpointState::Suspended { since } => json!({"suspended": since}),
             EndpointState::Closed { reason } => json!({"closed": reason}),
         };
         json!({

@@ -12,6 +12,7 @@
 //! dies makes its running jobs `lost`: their effects are unknown.
 
 mod endpoint;
+pub mod remote;
 mod types;
 pub mod wire;
 
@@ -22,6 +23,7 @@ use thiserror::Error;
 pub use endpoint::{
     Endpoint, EndpointEvent, EndpointEventKind, EndpointSpec, EndpointState, Hello,
 };
+pub use remote::{RemoteInfo, RemoteSpec, RemoteTarget};
 pub use types::*;
 pub use wire::Capabilities;
 use wire::{Reply, WireRequest};
@@ -52,6 +54,8 @@ pub enum JobsError {
     UnknownSubscription(SubscriptionId),
     #[error("invalid argument: {0}")]
     InvalidArgument(String),
+    #[error("{0} is a remote endpoint whose connection is down; retry once it resumes")]
+    RemoteDisconnected(EndpointId),
 }
 
 impl JobsError {
@@ -67,6 +71,7 @@ impl JobsError {
             JobsError::UnknownWait(_) => "UNKNOWN_WAIT",
             JobsError::UnknownSubscription(_) => "UNKNOWN_SUBSCRIPTION",
             JobsError::InvalidArgument(_) => "INVALID_ARGUMENT",
+            JobsError::RemoteDisconnected(_) => "REMOTE_DISCONNECTED",
         }
     }
 }
@@ -125,6 +130,8 @@ enum Timer {
     Wait(WaitId),
     Quiet(JobId),
     Hello(EndpointId),
+    /// A remote link's single next deadline (heartbeat, liveness, backoff, window).
+    Remote(EndpointId),
 }
 
 #[derive(Debug)]
@@ -218,7 +225,20 @@ pub struct Registry<V> {
     journal_window: Option<usize>,
     next_gen: u64,
     closing: Vec<Closing>,
+    /// The links of remote endpoints (see [`Registry::open_remote`]).
+    links: VecMap<EndpointId, remote::client::RemoteLink>,
+    /// Retired endpoints, oldest first (see [`RETIRED_ENDPOINTS`]).
+    retired: VecDeque<EndpointId>,
 }
+
+/// Retired endpoints a registry keeps. An endpoint is retired once it is closed, its owner
+/// was closed ([`Registry::close_owner`]) and no job record refers to it any more (the owner's
+/// jobs were released, other owners' runs on it forgotten or closed): nothing can use it
+/// again, it is kept only to be read ([`Registry::endpoint`]). The newest
+/// `RETIRED_ENDPOINTS` are kept; older ones are forgotten (unknown from then on), so a
+/// long-running host that opens and closes endpoints (one per remote session, one per
+/// worker) holds a bounded number of their records.
+pub const RETIRED_ENDPOINTS: usize = 64;
 
 impl<V: Payload> Default for Registry<V> {
     fn default() -> Self {
@@ -245,7 +265,43 @@ impl<V: Payload> Registry<V> {
             journal_window: None,
             next_gen: 1,
             closing: Vec::new(),
+            links: VecMap::new(),
+            retired: VecDeque::new(),
         }
+    }
+
+    /// Retires `id` when it is closed, owned by no open owner and referred to by no job
+    /// record; forgets the oldest retired endpoints beyond [`RETIRED_ENDPOINTS`].
+    fn retire_if_unused(&mut self, id: EndpointId) {
+        let Some(ep) = self.endpoints.get(&id) else {
+            return;
+        };
+        let owned = self
+            .owners
+            .get(&ep.owner)
+            .is_some_and(|o| o.endpoints.contains_key(&id));
+        if ep.jobs > 0
+            || owned
+            || !matches!(ep.state, EndpointState::Closed { .. })
+            || self.retired.contains(&id)
+        {
+            return;
+        }
+        self.retired.push_back(id);
+        while self.retired.len() > RETIRED_ENDPOINTS {
+            let old = self.retired.pop_front().expect("over the bound");
+            // Closed: no timer of its own is armed, its link (if remote) is closed.
+            self.endpoints.remove(&old);
+            self.links.remove(&old);
+        }
+    }
+
+    /// A job record was removed: its endpoint may retire.
+    fn job_released(&mut self, endpoint: EndpointId) {
+        if let Some(ep) = self.endpoints.get_mut(&endpoint) {
+            ep.jobs = ep.jobs.saturating_sub(1);
+        }
+        self.retire_if_unused(endpoint);
     }
 
     /// Bounds what each job's journal keeps: with `Some(n)`, a job keeps its milestones
@@ -286,6 +342,7 @@ impl<V: Payload> Registry<V> {
         endpoint: EndpointId,
         msg: &V,
     ) -> Result<(), JobsError> {
+        let remote = self.links.contains_key(&endpoint);
         let ep = self
             .endpoints
             .get_mut(&endpoint)
@@ -320,10 +377,16 @@ impl<V: Payload> Registry<V> {
             // A hello.
             if let Reply::Hello {
                 protocol,
-                capabilities,
+                mut capabilities,
             } = reply
             {
+                // A remote host settles every cancel (worker ack, its own quiet period, or
+                // lost): the client never measures quiet across the socket.
+                capabilities.cancel_ack |= remote;
                 let became_ready = ep.on_hello(now, protocol, capabilities);
+                if remote {
+                    self.remote_hello_seen(endpoint);
+                }
                 if became_ready {
                     self.timers.retain(|(_, t)| *t != Timer::Hello(endpoint));
                     self.pump(endpoint, now);
@@ -453,7 +516,7 @@ impl<V: Payload> Registry<V> {
         endpoint: EndpointId,
         reason: &str,
     ) -> Result<(), JobsError> {
-        self.close_endpoint_inner(now, endpoint, reason, false)
+        self.close_endpoint_inner(now, endpoint, reason, false, LostEvidence::TransportClosed)
     }
 
     /// Terminates the endpoint on the caller's behalf: emits [`Output::Terminate`]; running
@@ -464,7 +527,7 @@ impl<V: Payload> Registry<V> {
         endpoint: EndpointId,
         reason: &str,
     ) -> Result<(), JobsError> {
-        self.close_endpoint_inner(now, endpoint, reason, true)
+        self.close_endpoint_inner(now, endpoint, reason, true, LostEvidence::Terminated)
     }
 
     fn close_endpoint_inner(
@@ -473,14 +536,32 @@ impl<V: Payload> Registry<V> {
         endpoint: EndpointId,
         reason: &str,
         terminate: bool,
+        evidence: LostEvidence,
+    ) -> Result<(), JobsError> {
+        self.close_endpoint_with(now, endpoint, reason, terminate, evidence, &|_| None)
+    }
+
+    /// Closes the endpoint; `extra(job)` may add to a running job's lost reason.
+    fn close_endpoint_with(
+        &mut self,
+        now: Millis,
+        endpoint: EndpointId,
+        reason: &str,
+        terminate: bool,
+        evidence: LostEvidence,
+        extra: &dyn Fn(JobId) -> Option<String>,
     ) -> Result<(), JobsError> {
         let ep = self
             .endpoints
-            .get_mut(&endpoint)
+            .get(&endpoint)
             .ok_or(JobsError::UnknownEndpoint(endpoint))?;
         if matches!(ep.state, EndpointState::Closed { .. }) {
             return Ok(());
         }
+        // A remote endpoint closes its socket instead of terminating a process.
+        let remote = self.remote_close(now, endpoint, reason, terminate);
+        let terminate_output = terminate && !remote;
+        let ep = self.endpoints.get_mut(&endpoint).expect("checked");
         ep.state = EndpointState::Closed {
             reason: reason.into(),
         };
@@ -494,7 +575,7 @@ impl<V: Payload> Registry<V> {
         let running: Vec<JobId> = std::mem::take(&mut ep.running).into_iter().collect();
         let queued: Vec<JobId> = std::mem::take(&mut ep.queue).into_iter().collect();
         self.timers.retain(|(_, t)| *t != Timer::Hello(endpoint));
-        if terminate {
+        if terminate_output {
             self.outputs.push_back(Output::Terminate { endpoint });
         }
         let source = if terminate {
@@ -511,14 +592,11 @@ impl<V: Payload> Registry<V> {
                     reason: reason.into(),
                 },
             );
-            self.finish(
-                job,
-                now,
-                source,
-                Outcome::Lost {
-                    reason: reason.into(),
-                },
-            );
+            let reason = match extra(job) {
+                Some(x) => format!("{reason}; {x}"),
+                None => reason.into(),
+            };
+            self.finish(job, now, source, Outcome::Lost { reason, evidence });
         }
         for job in queued {
             self.finish(
@@ -598,6 +676,7 @@ impl<V: Payload> Registry<V> {
             cancel_requested_at: None,
             note: req.note,
             wake: req.wake,
+            remote: None,
             journal: Vec::with_capacity(4),
             recorded: 0,
             dropped: 0,
@@ -610,6 +689,9 @@ impl<V: Payload> Registry<V> {
             gen_,
         };
         self.jobs.insert(id, job);
+        if let Some(ep) = self.endpoints.get_mut(&req.endpoint) {
+            ep.jobs += 1;
+        }
         self.record(
             id,
             now,
@@ -680,10 +762,11 @@ impl<V: Payload> Registry<V> {
                         reason: reason.into(),
                     },
                 );
-                self.outputs.push_back(Output::Send {
-                    endpoint,
-                    request: WireRequest::Cancel { id: wire_id },
-                });
+                self.send(endpoint, job, WireRequest::Cancel { id: wire_id });
+                if self.remote_down(endpoint) {
+                    self.remote_cancel_pending(endpoint, job, now);
+                    return Ok(CancelStatus::RequestedWhileDisconnected);
+                }
                 if !ack {
                     let quiet = self.endpoints[&endpoint].quiet_ms;
                     self.set_quiet(job, Some(now + quiet));
@@ -720,6 +803,14 @@ impl<V: Payload> Registry<V> {
             JobState::Running if !j.capabilities.unwrap_or_default().input => {
                 Some(JobsError::InputUnsupported(job))
             }
+            JobState::Running
+                if matches!(
+                    self.endpoints.get(&j.endpoint).map(|e| &e.state),
+                    Some(EndpointState::Suspended { .. })
+                ) =>
+            {
+                Some(JobsError::RemoteDisconnected(j.endpoint))
+            }
             JobState::Running => None,
         };
         if let Some(err) = refuse {
@@ -744,14 +835,15 @@ impl<V: Payload> Registry<V> {
                 input_id: input_id.clone(),
             },
         );
-        self.outputs.push_back(Output::Send {
+        self.send(
             endpoint,
-            request: WireRequest::Input {
+            job,
+            WireRequest::Input {
                 id: wire_id,
                 input_id: input_id.clone(),
                 value,
             },
-        });
+        );
         Ok(input_id)
     }
 
@@ -839,6 +931,7 @@ impl<V: Payload> Registry<V> {
                 self.owners.remove(&j.owner);
             }
         }
+        self.job_released(j.endpoint);
         true
     }
 
@@ -1050,8 +1143,13 @@ impl<V: Payload> Registry<V> {
         let mut terminated = Vec::new();
         for ep in owned_endpoints {
             if !matches!(self.endpoints[&ep].state, EndpointState::Closed { .. }) {
-                let _ =
-                    self.close_endpoint_inner(now, ep, "owner closed: endpoint terminated", true);
+                let _ = self.close_endpoint_inner(
+                    now,
+                    ep,
+                    "owner closed: endpoint terminated",
+                    true,
+                    LostEvidence::OwnerClosed,
+                );
                 terminated.push(ep);
             }
             // Jobs of other owners on this endpoint were handled by the close above.
@@ -1079,10 +1177,7 @@ impl<V: Payload> Registry<V> {
                                 reason: "owner closed".into(),
                             },
                         );
-                        self.outputs.push_back(Output::Send {
-                            endpoint,
-                            request: WireRequest::Cancel { id: wire_id },
-                        });
+                        self.send(endpoint, *id, WireRequest::Cancel { id: wire_id });
                     }
                     self.finish(
                         *id,
@@ -1091,12 +1186,16 @@ impl<V: Payload> Registry<V> {
                         Outcome::Lost {
                             reason: "owner closed while the run was active; cancel sent, stop not confirmed"
                                 .into(),
+                            evidence: LostEvidence::OwnerClosed,
                         },
                     );
                 }
             }
         }
         let state = self.owners.remove(owner).expect("checked");
+        for (ep, ()) in state.endpoints.iter() {
+            self.retire_if_unused(*ep);
+        }
         let pending = state.jobs.len() + state.mailbox.len();
         if pending > 0 {
             self.closing.push(Closing {
@@ -1137,6 +1236,7 @@ impl<V: Payload> Registry<V> {
             let Some(j) = self.jobs.remove(&id) else {
                 continue;
             };
+            self.job_released(j.endpoint);
             for w in &j.waits {
                 self.waits.remove(w);
             }
@@ -1231,6 +1331,7 @@ impl<V: Payload> Registry<V> {
                         self.pump(ep, now);
                     }
                 }
+                Timer::Remote(ep) => self.remote_timer(now, ep, at),
             }
         }
     }
@@ -1281,14 +1382,24 @@ impl<V: Payload> Registry<V> {
                     capabilities,
                 },
             );
-            self.outputs.push_back(Output::Send {
+            self.send(
                 endpoint,
-                request: WireRequest::Run {
+                job,
+                WireRequest::Run {
                     id: wire_id,
                     payload,
                 },
-            });
+            );
         }
+    }
+
+    /// Puts a request on the endpoint's transport: through its remote link when it has one.
+    fn send(&mut self, endpoint: EndpointId, job: JobId, request: WireRequest<V>) {
+        if self.links.contains_key(&endpoint) {
+            self.remote_send(endpoint, job, request);
+            return;
+        }
+        self.outputs.push_back(Output::Send { endpoint, request });
     }
 
     fn set_quiet(&mut self, job: JobId, deadline: Option<Millis>) {

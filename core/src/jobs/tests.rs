@@ -532,3 +532,66 @@ fn a_journal_window_keeps_milestones_and_the_latest_events_in_bounded_memory() {
     );
     assert!(e.dropped_events() > 9_000);
 }
+
+#[test]
+fn closed_endpoints_of_closed_owners_are_forgotten_beyond_a_bounded_window() {
+    let mut reg: Registry<Value> = Registry::default();
+    // A closed endpoint of an owner still open is kept (its owner may read it).
+    let kept = endpoint(&mut reg, "keeper", caps(false, false));
+    reg.on_endpoint_closed(0, kept, "crash").unwrap();
+    // Another owner's finished job on a session's endpoint keeps that endpoint known.
+    let mut shared = None;
+    let mut other_job = None;
+    for i in 0..1_000u64 {
+        let owner = format!("remote:s-{i}");
+        let ep = endpoint(&mut reg, &owner, caps(false, true));
+        let job = reg
+            .submit(i, Submit::new(owner.as_str(), ep, json!(i)))
+            .unwrap()
+            .job;
+        if i == 0 {
+            shared = Some(ep);
+            other_job = Some(
+                reg.submit(i, Submit::new("keeper", ep, json!(i)))
+                    .unwrap()
+                    .job,
+            );
+        }
+        if i % 2 == 0 {
+            reg.terminate_endpoint(i, ep, "session ended").unwrap();
+        } else {
+            reg.on_endpoint_closed(i, ep, "worker died").unwrap();
+        }
+        let report = reg.close_owner(i, &OwnerId::new(owner.as_str()));
+        assert_eq!(report.jobs.len(), 1);
+        assert!(reg.job(job).is_none());
+        assert!(
+            reg.endpoints().count() <= RETIRED_ENDPOINTS + 2,
+            "cycle {i}: {} endpoint records",
+            reg.endpoints().count()
+        );
+        // The newest retired endpoint can still be read.
+        assert!(matches!(
+            reg.endpoint(ep).unwrap().state,
+            EndpointState::Closed { .. }
+        ));
+    }
+    assert_eq!(reg.endpoints().count(), RETIRED_ENDPOINTS + 2);
+    assert!(reg.endpoint(kept).is_some(), "its owner is open");
+    let (shared, other_job) = (shared.unwrap(), other_job.unwrap());
+    assert!(reg.endpoint(shared).is_some(), "a job record refers to it");
+    assert!(
+        reg.endpoint(EndpointId(3)).is_none(),
+        "an old retired one is forgotten"
+    );
+    // Once that job is forgotten, the shared endpoint retires too (and the oldest goes).
+    assert!(reg.job(other_job).unwrap().is_finished());
+    assert!(reg.forget(other_job));
+    assert_eq!(reg.endpoints().count(), RETIRED_ENDPOINTS + 1);
+    assert!(reg.endpoint(shared).is_some(), "the newest retired one");
+    // A forgotten endpoint is unknown.
+    assert!(matches!(
+        reg.submit(2_000, Submit::new("x", EndpointId(3), json!(0))),
+        Err(JobsError::UnknownEndpoint(_))
+    ));
+}

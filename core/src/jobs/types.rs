@@ -59,6 +59,9 @@ pub struct Origin {
     pub turn: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub tool_call: Option<String>,
+    /// On a remote job host: the client's job id of the run (both journals name both ids).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub remote_job: Option<JobId>,
 }
 
 /// Where a journal event was observed.
@@ -105,6 +108,47 @@ impl CancelEvidence {
     }
 }
 
+/// Why a `lost` outcome is lost: what evidence the registry had that the run's fate is unknown.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum LostEvidence {
+    /// The transport closed on its own (the worker crashed or exited, the process died).
+    TransportClosed,
+    /// The caller terminated the endpoint.
+    Terminated,
+    /// The job's owner (or the endpoint's) was closed while the run was active.
+    OwnerClosed,
+    /// A remote job host's connection dropped and was not resumed within its window.
+    RemoteDisconnected,
+    /// The remote job host reported the run lost on its side (its worker died).
+    RemoteLost,
+}
+
+impl LostEvidence {
+    /// Stable name: `transport_closed`, `terminated`, `owner_closed`, `remote_disconnected`,
+    /// `remote_lost`.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            LostEvidence::TransportClosed => "transport_closed",
+            LostEvidence::Terminated => "terminated",
+            LostEvidence::OwnerClosed => "owner_closed",
+            LostEvidence::RemoteDisconnected => "remote_disconnected",
+            LostEvidence::RemoteLost => "remote_lost",
+        }
+    }
+
+    /// The evidence named `name` (see [`LostEvidence::as_str`]).
+    pub fn from_name(name: &str) -> Option<Self> {
+        Some(match name {
+            "transport_closed" => LostEvidence::TransportClosed,
+            "terminated" => LostEvidence::Terminated,
+            "owner_closed" => LostEvidence::OwnerClosed,
+            "remote_disconnected" => LostEvidence::RemoteDisconnected,
+            "remote_lost" => LostEvidence::RemoteLost,
+            _ => return None,
+        })
+    }
+}
+
 /// The one accepted terminal outcome of a job.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Outcome<V> {
@@ -119,7 +163,11 @@ pub enum Outcome<V> {
     /// The execution stopped after a cancel, with this evidence.
     Cancelled { evidence: CancelEvidence },
     /// The transport died or was terminated: whether the work ran, and what it did, is unknown.
-    Lost { reason: String },
+    /// `evidence` says which transport fact made it so.
+    Lost {
+        reason: String,
+        evidence: LostEvidence,
+    },
 }
 
 /// The kind of a terminal outcome.
@@ -182,7 +230,7 @@ impl<V: Payload> Outcome<V> {
             } => format!(
                 "cancelled; no acknowledgement available, the run was quiet for {quiet_ms} ms"
             ),
-            Outcome::Lost { reason } => format!("lost ({reason}); effects unknown"),
+            Outcome::Lost { reason, .. } => format!("lost ({reason}); effects unknown"),
         }
     }
 
@@ -204,7 +252,9 @@ impl<V: Payload> Outcome<V> {
                 }
                 o
             }
-            Outcome::Lost { reason } => json!({"outcome": "lost", "reason": reason}),
+            Outcome::Lost { reason, evidence } => {
+                json!({"outcome": "lost", "reason": reason, "evidence": evidence.as_str()})
+            }
         }
     }
 }
@@ -274,6 +324,17 @@ pub enum EventKind<V> {
     LateEvidence {
         reply: Reply<V>,
     },
+    /// A remote job host accepted the run: its own job id in its session (the second identity).
+    RemoteAccepted {
+        session: String,
+        remote_job: JobId,
+    },
+    /// The remote host's bounded replay buffer dropped this many progress and partial reports
+    /// of the run while the connection was down (an honest gap, never silent).
+    RemoteMissed {
+        progress: u64,
+        partial: u64,
+    },
 }
 
 impl<V> EventKind<V> {
@@ -302,6 +363,8 @@ impl<V> EventKind<V> {
             EventKind::ProtocolError { .. } => "protocol_error",
             EventKind::Finished { .. } => "outcome",
             EventKind::LateEvidence { .. } => "late_evidence",
+            EventKind::RemoteAccepted { .. } => "remote_accepted",
+            EventKind::RemoteMissed { .. } => "remote_missed",
         }
     }
 }
@@ -318,6 +381,7 @@ pub fn is_milestone_name(name: &str) -> bool {
             | "no_acknowledgement"
             | "terminated"
             | "outcome"
+            | "remote_accepted"
     )
 }
 
@@ -395,6 +459,17 @@ impl<V: Payload> JobEvent<V> {
             EventKind::LateEvidence { reply } => {
                 m.insert("reply".into(), reply_to_json(reply));
             }
+            EventKind::RemoteAccepted {
+                session,
+                remote_job,
+            } => {
+                m.insert("session".into(), json!(session));
+                m.insert("remoteJob".into(), json!(remote_job.0));
+            }
+            EventKind::RemoteMissed { progress, partial } => {
+                m.insert("progress".into(), json!(progress));
+                m.insert("partial".into(), json!(partial));
+            }
         }
         o
     }
@@ -459,6 +534,14 @@ impl JobState {
     }
 }
 
+/// A run's identity on a remote job host: its session and the host's own job id.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RemoteIdentity {
+    pub session: String,
+    pub job: JobId,
+}
+
 /// A job as the registry keeps it. Its journal is complete unless the registry keeps a journal
 /// window (see [`crate::jobs::Registry::set_journal_window`]): then its milestones and its
 /// most recent other events are kept, and what was dropped is counted.
@@ -479,6 +562,8 @@ pub struct Job<V> {
     pub note: bool,
     /// Ask the host to wake the owning agent when finished.
     pub wake: bool,
+    /// On a remote endpoint: the run's identity on the remote job host, once accepted.
+    pub remote: Option<RemoteIdentity>,
     pub(crate) journal: Vec<JobEvent<V>>,
     /// Events recorded for this job (the last sequence number).
     pub(crate) recorded: u64,
@@ -544,7 +629,7 @@ impl<V: Payload> Job<V> {
 
     /// A JSON summary (without the journal).
     pub fn to_json(&self) -> Value {
-        json!({
+        let mut o = json!({
             "job": self.id.0,
             "owner": self.owner.0,
             "origin": self.origin,
@@ -555,7 +640,11 @@ impl<V: Payload> Job<V> {
             "cancelRequested": self.cancel_requested_at.is_some(),
             "outcome": self.outcome().map(|o| o.to_json()),
             "events": self.recorded,
-        })
+        });
+        if let Some(r) = &self.remote {
+            o["remote"] = json!(r);
+        }
+        o
     }
 }
 
@@ -645,6 +734,17 @@ pub enum Output<V> {
     NoteQueued { owner: OwnerId, job: JobId },
     /// The job asked to wake its owner on completion.
     Wake { owner: OwnerId, job: JobId },
+    /// Open a WebSocket to `url` for this remote endpoint; report the result with
+    /// `Registry::on_socket_open` or `Registry::on_socket_closed` (a failed connect too).
+    Connect { endpoint: EndpointId, url: String },
+    /// Write this frame (one JSON text message) on the endpoint's open socket.
+    SendFrame { endpoint: EndpointId, frame: Value },
+    /// Close the endpoint's socket with this close code and reason (no report expected).
+    CloseSocket {
+        endpoint: EndpointId,
+        code: u16,
+        reason: String,
+    },
 }
 
 impl<V: Payload> Output<V> {
@@ -676,6 +776,19 @@ impl<V: Payload> Output<V> {
             Output::Wake { owner, job } => {
                 json!({"output": "wake", "owner": owner.0, "job": job.0})
             }
+            Output::Connect { endpoint, url } => {
+                json!({"output": "connect", "endpoint": endpoint.0, "url": url})
+            }
+            Output::SendFrame { endpoint, frame } => {
+                json!({"output": "frame", "endpoint": endpoint.0, "frame": frame})
+            }
+            Output::CloseSocket {
+                endpoint,
+                code,
+                reason,
+            } => {
+                json!({"output": "close_socket", "endpoint": endpoint.0, "code": code, "reason": reason})
+            }
         }
     }
 }
@@ -691,6 +804,9 @@ pub enum CancelStatus {
     AlreadyRequested,
     /// The job had already finished; nothing changed.
     AlreadyFinished(OutcomeKind),
+    /// The job runs on a remote host whose connection is down: the cancel is recorded and
+    /// delivered on resumption, or answered by the resumption window's expiry (`lost`).
+    RequestedWhileDisconnected,
 }
 
 impl CancelStatus {
@@ -701,6 +817,7 @@ impl CancelStatus {
             CancelStatus::Requested { .. } => "requested",
             CancelStatus::AlreadyRequested => "already_requested",
             CancelStatus::AlreadyFinished(_) => "already_finished",
+            CancelStatus::RequestedWhileDisconnected => "requested_while_disconnected",
         }
     }
 }

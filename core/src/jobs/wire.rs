@@ -168,6 +168,12 @@ pub enum Violation {
         expected: String,
         found: String,
     },
+    /// A remote frame's `t` names no frame of `weft-remote/1` (or none allowed here).
+    UnknownFrame { t: String },
+    /// A remote content frame skipped sequence numbers.
+    SeqGap { expected: u64, found: u64 },
+    /// A remote frame other than hello/resume before the session was authenticated.
+    NotAuthenticated,
 }
 
 impl Violation {
@@ -193,6 +199,11 @@ impl Violation {
                 expected,
                 found,
             } => format!("`{kind}`.{field} is a {found}, expected {expected}"),
+            Violation::UnknownFrame { t } => format!("unknown or misplaced frame `{t}`"),
+            Violation::SeqGap { expected, found } => {
+                format!("frame seq {found} skips ahead of the expected {expected}")
+            }
+            Violation::NotAuthenticated => "no hello or resume yet: authenticate first".into(),
         }
     }
 }

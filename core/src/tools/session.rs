@@ -713,12 +713,14 @@ impl<V: Payload> Session<V> {
                 thread: Some(self.config.id.clone()),
                 turn: turn.map(|t| t.to_string()),
                 tool_call: Some(calls[i].id.clone()),
+                ..Origin::default()
             });
         }
         self.detached.get(&inv).map(|d| Origin {
             thread: Some(self.config.id.clone()),
             turn: Some(d.turn.to_string()),
             tool_call: Some(d.call_id.clone()),
+            ..Origin::default()
         })
     }
 

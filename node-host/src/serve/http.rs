@@ -245,7 +245,11 @@ async fn connection(
         .timer(TokioTimer::new())
         .header_read_timeout(limits.header_read_timeout)
         .keep_alive(true);
-    let conn = builder.serve_connection(TokioIo::new(io), TowerToHyperService::new(app));
+    // Upgrades (the remote job endpoint's WebSocket) leave this loop: the upgraded socket is
+    // the route's from then on, with its own cap and liveness, and this slot is freed.
+    let conn = builder
+        .serve_connection(TokioIo::new(io), TowerToHyperService::new(app))
+        .with_upgrades();
     tokio::pin!(conn);
     let mut draining = shutdown.has_fired();
     if draining {
