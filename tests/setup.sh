@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs what the tests need, skipping whatever is already there: the wasm32 target,
-# wasm-bindgen-cli 0.2.130, Debian's Chromium + ChromeDriver, Python's jsonschema, and the npm
-# packages of tests/js.
+# wasm-bindgen-cli 0.2.130, Debian's Chromium + ChromeDriver, Debian's PostgreSQL, Python's
+# jsonschema, and the npm packages of tests/js.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -22,6 +22,14 @@ if [ ! -x /usr/bin/chromium ] || [ ! -x /usr/bin/chromedriver ]; then
   echo "setup: installing chromium and chromium-driver"
   $SUDO apt-get update -qq
   $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver
+fi
+
+# The PostgreSQL tests (node-host/tests/dgp_postgres.rs, and dgp_http with
+# WEFT_TEST_STORE=postgres) run a throwaway cluster of Debian's postgresql (initdb, postgres).
+if ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 && [ -z "${WEFT_PG_BIN:-}" ]; then
+  echo "setup: installing postgresql"
+  $SUDO apt-get update -qq
+  $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql
 fi
 
 # Python's jsonschema validates DGP records in the node-host tests and runs the shared smoke check.

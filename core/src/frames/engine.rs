@@ -1394,9 +1394,9 @@ impl<A: App> Engine<A> {
         let req: CommitRequest = typed("commit", body)?;
         validate::check_commit_request(&req)?;
         features::require(req.required_features.as_deref().unwrap_or_default())?;
-        let key = match idempotency_key {
-            Some(k) if !k.is_empty() && k.chars().count() <= 200 => k,
-            _ => {
+        let key = match Self::usable_idempotency_key(idempotency_key) {
+            Some(k) => k,
+            None => {
                 return Err(FramesError::IdempotencyKeyRequired(
                     "commits need an Idempotency-Key of 1..200 characters".into(),
                 ));
@@ -1849,6 +1849,12 @@ impl<A: App> Engine<A> {
         );
         let end = format!("{}-", &start[..start.len() - 1]);
         (start, end)
+    }
+
+    /// `key` when a commit may use it (1..200 characters), else `None` (the commit is refused
+    /// `IDEMPOTENCY_KEY_REQUIRED`). Hosts that lock on the key first ask here.
+    pub fn usable_idempotency_key(key: Option<&str>) -> Option<&str> {
+        key.filter(|k| !k.is_empty() && k.chars().count() <= 200)
     }
 
     /// The record key of the idempotency record of `(principal, key)`.

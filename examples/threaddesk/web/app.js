@@ -149,7 +149,7 @@ async function submit(card, frame, decision, answer) {
     $('receipt').textContent = JSON.stringify({ pending_commit: commit, idempotency_key: key }, null, 2);
     const receipt = await api('/dgp/commits', { body: commit, key });
     $('receipt').textContent = JSON.stringify(receipt, null, 2);
-    await refresh();
+    await refreshTo(frame.surface_id, receipt.state_revision);
   } catch (e) {
     const text = explain(e);
     if ($('receipt').textContent.includes(key)) {
@@ -209,7 +209,7 @@ function decisionView(card, frame, d) {
 async function threadCard(surface) {
   const disclosure = $('disclosure').value;
   const frame = await api(`${surface.frame_href}?disclosure=${encodeURIComponent(disclosure)}&horizon=2`);
-  const card = el('article', { cls: 'card', attrs: { 'data-surface': surface.surface_id, 'data-frame': frame.frame_id } });
+  const card = el('article', { cls: 'card', attrs: { 'data-surface': surface.surface_id, 'data-frame': frame.frame_id, 'data-revision': String(surface.revision ?? -1) } });
   const rev = frame.read_set.map((r) => `${r.resource_id}@${r.revision}`).join(', ');
   card.append(
     el('h2', { text: surface.title }),
@@ -231,22 +231,166 @@ async function threadCard(surface) {
   return card;
 }
 
-async function refresh() {
+// Every re-render runs in turn, so a live update and the page's own refresh never interleave.
+let queue = Promise.resolve();
+function serial(task) {
+  const p = queue.then(task);
+  queue = p.catch(() => {});
+  return p;
+}
+
+const ready = () => document.body.setAttribute('data-ready', String(Date.now()));
+const cardOf = (id) => Array.from($('threads').children).find((c) => c.dataset.surface === id);
+const shownRevision = (id) => Number(cardOf(id)?.dataset.revision ?? -1);
+
+async function refreshBulletin() {
+  const { entries } = await api('/dgp/bulletin');
+  $('bulletin').replaceChildren(...entries.map((e) => el('li', { text: e.text, attrs: { 'data-entry': e.id, dir: 'auto' } })));
+}
+
+async function refreshAll() {
+  wanted.clear();
   for (const u of objectUrls) URL.revokeObjectURL(u);
   objectUrls = [];
   const { surfaces } = await api('/dgp/surfaces');
   const cards = [];
   for (const s of surfaces) cards.push(await threadCard(s));
   $('threads').replaceChildren(...cards);
-  const { entries } = await api('/dgp/bulletin');
-  $('bulletin').replaceChildren(...entries.map((e) => el('li', { text: e.text, attrs: { 'data-entry': e.id, dir: 'auto' } })));
-  document.body.setAttribute('data-ready', String(Date.now()));
+  await refreshBulletin();
+  ready();
+}
+
+/** Re-reads one thread's frame (and the bulletin) in place; the other cards stay as they are. */
+async function refreshSurface(id) {
+  const { surfaces } = await api('/dgp/surfaces');
+  const s = surfaces.find((x) => x.surface_id === id);
+  const old = cardOf(id);
+  if (!s || !old || surfaces.length !== $('threads').children.length) return refreshAll();
+  const card = await threadCard(s);
+  const gone = new Set(Array.from(old.querySelectorAll('img'), (i) => i.src).filter((u) => u.startsWith('blob:')));
+  for (const u of gone) URL.revokeObjectURL(u);
+  objectUrls = objectUrls.filter((u) => !gone.has(u));
+  old.replaceWith(card);
+  await refreshBulletin();
+  ready();
+}
+
+const refresh = () => serial(refreshAll);
+/** After this page's own commit: re-reads the thread unless a live update already showed `revision`. */
+const refreshTo = (id, revision) => serial(() => (typeof revision !== 'number' ? refreshAll() : shownRevision(id) < revision ? refreshSurface(id) : undefined));
+
+// Live updates. Threads the server announced newer than their card, with the revision announced;
+// `'*'` asks for everything (a policy change, a `reset`, a reconnect after missed events).
+const wanted = new Map();
+const RETRY_MS = 2000;
+let stream = null;
+
+function catchUp() {
+  return serial(async () => {
+    try {
+      if (wanted.has('*')) return await refreshAll();
+      for (const [id, revision] of Array.from(wanted)) {
+        wanted.delete(id);
+        if (shownRevision(id) < revision) await refreshSurface(id);
+      }
+    } catch (e) {
+      showAlert(explain(e));
+    }
+  });
+}
+
+function onLive(event, data) {
+  if (event === 'surface' && typeof data?.surface === 'string' && typeof data.revision === 'number') {
+    if (!cardOf(data.surface)) wanted.set('*', 0);
+    else if (shownRevision(data.surface) < data.revision) wanted.set(data.surface, Math.max(data.revision, wanted.get(data.surface) ?? 0));
+    else return;
+  } else if (event === 'policy' || event === 'reset') {
+    wanted.set('*', 0);
+  } else {
+    return;
+  }
+  catchUp();
+}
+
+function setLive(state) {
+  const l = $('live');
+  l.dataset.state = state;
+  l.textContent = { live: 'live', reconnecting: 'reconnecting…', off: 'not live' }[state];
+}
+
+// One server-sent event block → {event, data}.
+function parseEvent(block) {
+  let event = 'message';
+  const data = [];
+  for (const line of block.split('\n')) {
+    if (line.startsWith(':')) continue;
+    const i = line.indexOf(':');
+    const field = i < 0 ? line : line.slice(0, i);
+    const value = i < 0 ? '' : line.slice(i + 1).replace(/^ /, '');
+    if (field === 'event') event = value;
+    else if (field === 'data') data.push(value);
+  }
+  try {
+    return { event, data: JSON.parse(data.join('\n')) };
+  } catch {
+    return { event, data: null };
+  }
+}
+
+/**
+ * Opens `/threaddesk/events`: server-sent events read over fetch, because an EventSource cannot
+ * send the bearer token (and the token stays out of URLs). Resolves once the stream is open or
+ * has failed; a dropped stream reconnects every RETRY_MS and then re-reads everything (the events
+ * missed meanwhile are not replayed). A refused token ends it.
+ */
+function listen() {
+  stream?.abort();
+  const ctl = new AbortController();
+  stream = ctl;
+  return new Promise((opened) => {
+    const run = async (again) => {
+      try {
+        const r = await fetch('/threaddesk/events', { headers: { Authorization: `Bearer ${$('token').value}`, Accept: 'text/event-stream' }, signal: ctl.signal });
+        if (r.status === 401 || r.status === 403) {
+          setLive('off');
+          return;
+        }
+        if (r.ok) {
+          setLive('live');
+          if (again) onLive('reset');
+          opened();
+          const reader = r.body.pipeThrough(new TextDecoderStream()).getReader();
+          let buf = '';
+          for (;;) {
+            const { value, done } = await reader.read();
+            if (done) break;
+            buf += value.replace(/\r\n?/g, '\n');
+            for (let i = buf.indexOf('\n\n'); i >= 0; i = buf.indexOf('\n\n')) {
+              const { event, data } = parseEvent(buf.slice(0, i));
+              buf = buf.slice(i + 2);
+              onLive(event, data);
+            }
+          }
+        }
+      } catch {
+        // A network error or an abort: handled below.
+      } finally {
+        opened();
+      }
+      if (ctl.signal.aborted || stream !== ctl) return;
+      setLive('reconnecting');
+      setTimeout(() => stream === ctl && run(true), RETRY_MS);
+    };
+    run(false);
+  });
 }
 
 $('connect').addEventListener('submit', async (ev) => {
   ev.preventDefault();
   showAlert('');
   try {
+    // The stream opens first, so nothing committed after the page's read goes unannounced.
+    await listen();
     await refresh();
   } catch (e) {
     showAlert(explain(e));

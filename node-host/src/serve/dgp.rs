@@ -7,6 +7,12 @@
 //! engine sits behind one mutex, so commits are serialized; freshness is still per resource, so
 //! unrelated surfaces do not invalidate each other.
 //!
+//! On PostgreSQL (several instances on one database) the engine is a cache and the database
+//! decides: a commit is one transaction under row locks on its read set ([`Dgp::commit`]),
+//! memory changes after COMMIT, frame reads refresh a surface another instance moved, and a
+//! `LISTEN` task refreshes every other instance's commits. Live changes of every instance go
+//! to `GET /threaddesk/events` ([`Dgp::subscribe`]).
+//!
 //! Start-up loads surfaces, receipts, idempotency records, logs and entries; frames,
 //! assessments and snapshots are read back on demand (`Engine::needs` / `Engine::admit`), so
 //! opening does not replay every frame. A background task runs the engine's retention every
@@ -24,8 +30,12 @@ use axum::http::{HeaderMap, HeaderValue, header};
 use axum::response::Response;
 use axum::routing::{get, post};
 use serde::Serialize;
-use weft_core::frames::{App, Done, Engine, EngineConfig, FramesError, RecordKind, Write};
+use weft_core::frames::types::Receipt;
+use weft_core::frames::{
+    App, Done, Engine, EngineConfig, FramesError, Principal, RecordKind, Refreshed, Write,
+};
 
+use super::pg::{self, PgStore, Pooled};
 use super::store::{Put, Store};
 use super::{Reply, Shared, json_response, now_ms};
 
@@ -48,7 +58,16 @@ pub struct Dgp<A: App> {
     engine: Mutex<Engine<A>>,
     store: Arc<Store>,
     limit: usize,
+    /// Live changes for `GET /threaddesk/events`: `(event, JSON data)`, this instance's and
+    /// (on PostgreSQL) every other instance's. `None` once the server stops.
+    changes: Mutex<Option<tokio::sync::broadcast::Sender<Change>>>,
 }
+
+/// A live change: the SSE event name and its JSON data.
+pub type Change = (&'static str, String);
+
+/// Live changes buffered per subscriber before it must re-fetch (`event: reset`).
+const CHANGES_BUFFER: usize = 256;
 
 fn puts(writes: Vec<Write>) -> Vec<Put> {
     writes
@@ -73,16 +92,20 @@ where
     /// Opens the engine over the store's records (seeding a new store) and starts retention.
     pub async fn open(
         app: A,
-        config: EngineConfig,
+        mut config: EngineConfig,
         store: Arc<Store>,
     ) -> Result<Arc<Self>, String> {
+        // Several instances on one database: ids carry this process's instance number.
+        if let Some(pg) = store.postgres() {
+            config.instance = Some(pg.instance);
+        }
         let kinds: Vec<&str> = RecordKind::ALL
             .iter()
             .filter(|k| !ON_DEMAND.contains(k))
             .map(|k| k.as_str())
             .collect();
         let mut records = Vec::new();
-        for (kind, key, value) in store.load_kinds(NS, &kinds)? {
+        for (kind, key, value) in store.load_kinds(NS, &kinds).await? {
             let k = RecordKind::parse(&kind)
                 .ok_or_else(|| format!("unknown record kind `{kind}` in the store"))?;
             records.push((k, key, value));
@@ -97,9 +120,382 @@ where
             engine: Mutex::new(engine),
             store,
             limit,
+            changes: Mutex::new(Some(tokio::sync::broadcast::channel(CHANGES_BUFFER).0)),
         });
         tokio::spawn(retention(Arc::downgrade(&dgp)));
+        if dgp.store.postgres().is_some() {
+            tokio::spawn(listen(Arc::downgrade(&dgp)));
+        }
         Ok(dgp)
+    }
+
+    /// Live changes from now on (`None` once the server stops).
+    pub fn subscribe(&self) -> Option<tokio::sync::broadcast::Receiver<Change>> {
+        self.changes
+            .lock()
+            .expect("changes lock")
+            .as_ref()
+            .map(|t| t.subscribe())
+    }
+
+    /// Ends every live stream (the server is stopping).
+    pub fn close_changes(&self) {
+        self.changes.lock().expect("changes lock").take();
+    }
+
+    fn publish(&self, event: &'static str, data: serde_json::Value) {
+        if let Some(t) = self.changes.lock().expect("changes lock").as_ref() {
+            let _ = t.send((event, data.to_string()));
+        }
+    }
+
+    fn publish_commit(&self, surface: &str, revision: u64, receipt_id: &str) {
+        self.publish(
+            "surface",
+            serde_json::json!({"surface": surface, "revision": revision, "receipt_id": receipt_id}),
+        );
+    }
+
+    /// `POST /dgp/commits`. SQLite: the engine decides in memory ([`Dgp::on_body`]).
+    /// PostgreSQL: the database decides ([`Dgp::commit_pg`]). Either way the change is
+    /// published to live streams (SQLite: a replay publishes its receipt again).
+    pub async fn commit(
+        &self,
+        principal: &Principal,
+        key: Option<&str>,
+        body: &[u8],
+    ) -> Result<Arc<Receipt>, FramesError> {
+        match self.store.postgres() {
+            None => {
+                let r = self
+                    .on_body(body, |e, now| e.commit_bytes(now, principal, key, body))
+                    .await?;
+                let surface = r
+                    .next_frame_href
+                    .strip_prefix("/dgp/surfaces/")
+                    .and_then(|s| s.strip_suffix("/frame"))
+                    .and_then(super::decoded_path);
+                if let Some(s) = surface {
+                    self.publish_commit(&s, r.state_revision, &r.receipt_id);
+                }
+                Ok(r)
+            }
+            Some(pg) => self.commit_pg(pg, principal, key, body).await,
+        }
+    }
+
+    /// A commit on PostgreSQL: one READ COMMITTED transaction that locks the idempotency key
+    /// (advisory transaction lock), then the read set's rows in the engine's order (surfaces
+    /// `FOR UPDATE`, the policy `FOR SHARE`), refreshes memory from them, decides
+    /// (`prepare_commit`), writes the records and the notice, and COMMITs; memory changes
+    /// (`apply_commit`) only after COMMIT. A failed COMMIT leaves nothing to undo.
+    async fn commit_pg(
+        &self,
+        pg: &Arc<PgStore>,
+        principal: &Principal,
+        key: Option<&str>,
+        body: &[u8],
+    ) -> Result<Arc<Receipt>, FramesError> {
+        if let Some(e) = self.store.failure() {
+            return Err(storage(e));
+        }
+        let names = Engine::<A>::named_records(body);
+        self.prefetch(names.clone()).await?;
+        let mut c = pg.pool().get().await.map_err(storage)?;
+        c.client
+            .batch_execute("BEGIN")
+            .await
+            .map_err(|e| storage(pg::err(e)))?;
+        // Until COMMIT or ROLLBACK, a dropped request (the client went away) must not hand an
+        // open transaction back to the pool: a poisoned connection is closed instead, and
+        // PostgreSQL rolls it back.
+        c.poisoned = true;
+        let prepared = match self
+            .decide_pg(pg, &mut c, principal, key, body, &names)
+            .await
+        {
+            Ok(p) => p,
+            Err(e) => {
+                c.poisoned = c.client.batch_execute("ROLLBACK").await.is_err();
+                return Err(e);
+            }
+        };
+        c.poisoned = false;
+        drop(c);
+        let change = prepared
+            .replay
+            .is_none()
+            .then(|| (prepared.surface_id.clone(), prepared.revision));
+        let done = {
+            let mut engine = self.engine.lock().expect("engine lock");
+            engine.apply_commit(prepared)
+        };
+        if !done.writes.is_empty() {
+            self.store.background(puts(done.writes));
+        }
+        if let Some((surface, revision)) = change {
+            self.publish_commit(&surface, revision, &done.value.receipt_id);
+        }
+        Ok(done.value)
+    }
+
+    /// The transaction of [`Dgp::commit_pg`] up to and including COMMIT (the caller rolls
+    /// back on an error).
+    async fn decide_pg(
+        &self,
+        pg: &Arc<PgStore>,
+        c: &mut Pooled,
+        principal: &Principal,
+        key: Option<&str>,
+        body: &[u8],
+        names: &[(RecordKind, String)],
+    ) -> Result<weft_core::frames::Prepared<A::State>, FramesError> {
+        let db = |e: tokio_postgres::Error| storage(pg::err(e));
+        // 1. The idempotency key: one decision per key across instances.
+        if let Some(k) = Engine::<A>::usable_idempotency_key(key) {
+            let lock = format!("weft-idem:{}:{k}", principal.id);
+            c.client
+                .execute(
+                    "SELECT pg_advisory_xact_lock(hashtextextended($1, 0))",
+                    &[&lock],
+                )
+                .await
+                .map_err(db)?;
+            let ik = Engine::<A>::idempotency_key(&principal.id, k);
+            if let Some(v) = get_in(c, RecordKind::Idempotency, &ik).await? {
+                let rid = {
+                    let mut e = self.engine.lock().expect("engine lock");
+                    e.refresh(RecordKind::Idempotency, &ik, &v)?;
+                    e.idempotent_receipt(&principal.id, k)
+                        .filter(|rid| e.needs(RecordKind::Receipt, rid))
+                        .map(str::to_owned)
+                };
+                if let Some(rid) = rid
+                    && let Some(v) = get_in(c, RecordKind::Receipt, &rid).await?
+                {
+                    let mut e = self.engine.lock().expect("engine lock");
+                    e.refresh(RecordKind::Receipt, &rid, &v)?;
+                }
+            }
+        }
+        // 2. The read set's rows, locked in the engine's order.
+        let frame = names
+            .iter()
+            .find(|(k, _)| *k == RecordKind::Frame)
+            .map(|(_, id)| id.clone())
+            .unwrap_or_default();
+        let scopes = self.engine.lock().expect("engine lock").scopes(&frame);
+        let mut rows = Vec::new();
+        for (kind, key) in &scopes {
+            let sql = if *kind == RecordKind::Surface {
+                LOCK_SURFACE
+            } else {
+                LOCK_POLICY
+            };
+            let st = c.stmt(sql).await.map_err(storage)?;
+            let row = c
+                .client
+                .query_opt(&st, &[&NS, &kind.as_str(), key])
+                .await
+                .map_err(db)?;
+            if let Some(r) = row {
+                rows.push((*kind, key.clone(), r.get::<_, Vec<u8>>(0)));
+            }
+        }
+        // 3. Memory catches up with the rows (log items before their surface), then decides.
+        let moved = self.moved_surfaces(&rows);
+        let mut items = Vec::new();
+        for sid in &moved {
+            let held = self.engine.lock().expect("engine lock").log_lens(sid);
+            items.extend(log_items_in::<A>(c, sid, held).await?);
+        }
+        let prepared = {
+            let mut e = self.engine.lock().expect("engine lock");
+            refresh_all(&mut e, items, rows)?;
+            e.prepare_commit_bytes(now_ms(), principal, key, body)?
+        };
+        if prepared.replay.is_some() {
+            c.client.batch_execute("COMMIT").await.map_err(db)?;
+            return Ok(prepared);
+        }
+        // 4. The records, the notice, COMMIT.
+        let notice = notice(
+            pg.instance,
+            &prepared.surface_id,
+            prepared.revision,
+            &prepared.writes,
+        );
+        pg::write_in(c, puts(prepared.writes.clone()))
+            .await
+            .map_err(storage)?;
+        c.client
+            .execute("SELECT pg_notify($1, $2)", &[&pg::CHANNEL, &notice])
+            .await
+            .map_err(db)?;
+        c.client.batch_execute("COMMIT").await.map_err(db)?;
+        Ok(prepared)
+    }
+
+    /// The surfaces among `rows` whose stored revision is newer than memory's.
+    fn moved_surfaces(&self, rows: &[(RecordKind, String, Vec<u8>)]) -> Vec<String> {
+        let e = self.engine.lock().expect("engine lock");
+        rows.iter()
+            .filter(|(k, _, _)| *k == RecordKind::Surface)
+            .filter(|(_, sid, v)| {
+                let stored = serde_json::from_slice::<serde_json::Value>(v)
+                    .ok()
+                    .and_then(|v| v["revision"].as_u64())
+                    .unwrap_or(0);
+                stored > e.surface_state(sid).map_or(0, |s| s.1)
+            })
+            .map(|(_, sid, _)| sid.clone())
+            .collect()
+    }
+
+    /// Before a frame is built on PostgreSQL: one point read of the surface and policy rows,
+    /// and a refresh when another instance moved them, so reads are monotonic across
+    /// instances (a client never sees an older revision after a newer one elsewhere).
+    async fn sync_surface(&self, surface: &str) -> Result<(), FramesError> {
+        let Some(pg) = self.store.postgres() else {
+            return Ok(());
+        };
+        let mut c = pg.pool().get().await.map_err(storage)?;
+        let wanted = [
+            (RecordKind::Surface, surface.to_owned()),
+            (RecordKind::Meta, "policy_revision".to_owned()),
+        ];
+        let rows = get_many_in(&mut c, &wanted).await?;
+        let mut items = Vec::new();
+        for sid in self.moved_surfaces(&rows) {
+            let held = self.engine.lock().expect("engine lock").log_lens(&sid);
+            items.extend(log_items_in::<A>(&mut c, &sid, held).await?);
+        }
+        drop(c);
+        let mut e = self.engine.lock().expect("engine lock");
+        refresh_all(&mut e, items, rows)
+    }
+
+    /// The human-only policy change: on PostgreSQL under the policy row's lock (`FOR
+    /// UPDATE`, so no commit decides against the old revision meanwhile), with its notice.
+    pub async fn bump_policy(&self) -> Result<u64, FramesError> {
+        let Some(pg) = self.store.postgres() else {
+            let rev = self.call(|e, _| Ok(e.bump_policy())).await?;
+            self.publish("policy", serde_json::json!({"revision": rev}));
+            return Ok(rev);
+        };
+        if let Some(e) = self.store.failure() {
+            return Err(storage(e));
+        }
+        let db = |e: tokio_postgres::Error| storage(pg::err(e));
+        let mut c = pg.pool().get().await.map_err(storage)?;
+        c.client.batch_execute("BEGIN").await.map_err(db)?;
+        c.poisoned = true; // as in a commit: never back to the pool inside the transaction
+        let st = c.stmt(LOCK_POLICY_UPDATE).await.map_err(storage)?;
+        let row = c
+            .client
+            .query_opt(&st, &[&NS, &"meta", &"policy_revision"])
+            .await;
+        let row = match row {
+            Ok(r) => r.map(|r| r.get::<_, Vec<u8>>(0)),
+            Err(e) => {
+                let _ = c.client.batch_execute("ROLLBACK").await;
+                return Err(db(e));
+            }
+        };
+        let done = {
+            let mut e = self.engine.lock().expect("engine lock");
+            if let Some(v) = &row {
+                e.refresh(RecordKind::Meta, "policy_revision", v)?;
+            }
+            e.bump_policy()
+        };
+        let notice =
+            serde_json::json!({"i": format!("{:016x}", pg.instance), "p": done.value}).to_string();
+        let written = async {
+            pg::write_in(&mut c, puts(done.writes)).await?;
+            c.client
+                .execute("SELECT pg_notify($1, $2)", &[&pg::CHANNEL, &notice])
+                .await
+                .map_err(pg::err)?;
+            c.client.batch_execute("COMMIT").await.map_err(pg::err)
+        }
+        .await;
+        if let Err(e) = written {
+            // Memory is ahead of the database now: refuse work, as a failed SQLite writer does.
+            let _ = c.client.batch_execute("ROLLBACK").await;
+            pg.fail(format!(
+                "storage failure: a policy change did not commit: {e}"
+            ));
+            return Err(storage(e));
+        }
+        c.poisoned = false;
+        self.publish("policy", serde_json::json!({"revision": done.value}));
+        Ok(done.value)
+    }
+
+    /// Takes another instance's notice into memory: the records it names (or, for a notice
+    /// too large to list them, the surface and its log), then the surface and policy rows.
+    async fn absorb_notice(&self, pg: &Arc<PgStore>, payload: &str) -> Result<(), FramesError> {
+        let Ok(v) = serde_json::from_str::<serde_json::Value>(payload) else {
+            return Ok(());
+        };
+        if v["i"].as_str() == Some(&format!("{:016x}", pg.instance)) {
+            return Ok(()); // our own commit, applied after its COMMIT
+        }
+        let mut wanted = vec![(RecordKind::Meta, "policy_revision".to_owned())];
+        let mut surfaces = Vec::new();
+        if let Some(sid) = v["s"].as_str() {
+            wanted.push((RecordKind::Surface, sid.to_owned()));
+            surfaces.push(sid.to_owned());
+        }
+        for w in v["w"].as_array().into_iter().flatten() {
+            if let (Some(kind), Some(key)) =
+                (w[0].as_str().and_then(RecordKind::parse), w[1].as_str())
+            {
+                wanted.push((kind, key.to_owned()));
+            }
+        }
+        let mut c = pg.pool().get().await.map_err(storage)?;
+        let rows = get_many_in(&mut c, &wanted).await?;
+        let mut items = Vec::new();
+        for sid in self.moved_surfaces(&rows) {
+            let held = self.engine.lock().expect("engine lock").log_lens(&sid);
+            items.extend(log_items_in::<A>(&mut c, &sid, held).await?);
+        }
+        drop(c);
+        refresh_all(&mut self.engine.lock().expect("engine lock"), items, rows)?;
+        if let Some(rev) = v["p"].as_u64() {
+            self.publish("policy", serde_json::json!({"revision": rev}));
+        }
+        if let (Some(s), Some(r)) = (v["s"].as_str(), v["r"].as_u64()) {
+            self.publish_commit(s, r, v["rc"].as_str().unwrap_or(""));
+        }
+        Ok(())
+    }
+
+    /// Everything another instance may have changed while the listener was away: every
+    /// surface, log, entry and blob's metadata, and the policy.
+    async fn absorb_all(&self, pg: &Arc<PgStore>) -> Result<(), FramesError> {
+        let kinds = [
+            RecordKind::LogItem,
+            RecordKind::Entry,
+            RecordKind::BlobMeta,
+            RecordKind::Surface,
+            RecordKind::Meta,
+        ]
+        .map(RecordKind::as_str);
+        let all = pg.load_kinds(NS, &kinds).await.map_err(storage)?;
+        let mut items = Vec::new();
+        let mut rows = Vec::new();
+        for (kind, key, value) in all {
+            match RecordKind::parse(&kind) {
+                Some(RecordKind::LogItem) => items.push((key, value)),
+                Some(k) => rows.push((k, key, value)),
+                None => {}
+            }
+        }
+        let mut e = self.engine.lock().expect("engine lock");
+        refresh_all(&mut e, items, rows)
     }
 
     /// Runs an engine call whose writes change state (a commit, a policy change): the answer
@@ -155,23 +551,25 @@ where
     }
 
     /// Reads the named records the engine lacks from the store (a frame may need its snapshot
-    /// first). Point reads by primary key, under the engine lock.
-    fn prefetch(
-        &self,
-        engine: &mut Engine<A>,
-        now: u64,
-        mut stack: Vec<(RecordKind, String)>,
-    ) -> Result<(), FramesError> {
+    /// first): point reads by primary key, without the engine lock (these records are
+    /// immutable), each admitted under a brief lock.
+    async fn prefetch(&self, mut stack: Vec<(RecordKind, String)>) -> Result<(), FramesError> {
         let mut steps = 0;
         while let Some((kind, key)) = stack.pop() {
             steps += 1;
-            if steps > 8 || !engine.needs(kind, &key) {
+            if steps > 8 || !self.engine.lock().expect("engine lock").needs(kind, &key) {
                 continue;
             }
-            let Some(bytes) = self.store.get(NS, kind.as_str(), &key).map_err(storage)? else {
+            let Some(bytes) = self
+                .store
+                .get(NS, kind.as_str(), &key)
+                .await
+                .map_err(storage)?
+            else {
                 continue;
             };
-            if let Some(dep) = engine.admit(now, kind, &key, &bytes)? {
+            let mut engine = self.engine.lock().expect("engine lock");
+            if let Some(dep) = engine.admit(now_ms(), kind, &key, &bytes)? {
                 stack.push((kind, key));
                 stack.push(dep);
             }
@@ -187,10 +585,10 @@ where
         if let Some(e) = self.store.failure() {
             return Err(storage(e));
         }
+        let fetched = self.prefetch(names).await;
         let (result, ticket) = {
             let mut engine = self.engine.lock().expect("engine lock");
             let now = now_ms();
-            let fetched = self.prefetch(&mut engine, now, names);
             let (result, writes) = match fetched.and_then(|()| f(&mut engine, now)) {
                 Ok(Done { value, writes }) => (Ok(value), writes),
                 Err(e) => (Err(e), vec![]),
@@ -243,14 +641,22 @@ where
             }
         }
         let kind = kinds[which];
-        let (store, after) = (d.store.clone(), cursor.clone());
-        let rows = tokio::task::spawn_blocking(move || {
-            store.scan(NS, kind.as_str(), &after, COMPACT_BATCH)
-        })
-        .await
-        .ok()
-        .and_then(Result::ok)
-        .unwrap_or_default();
+        // Several instances on one database: only the holder of the retention lock walks.
+        if let Some(pg) = d.store.postgres() {
+            let held = if n % 10 == 1 {
+                pg.retention_holder().await
+            } else {
+                pg.holds_retention().await
+            };
+            if !held {
+                continue;
+            }
+        }
+        let rows = d
+            .store
+            .scan(NS, kind.as_str(), cursor.clone(), COMPACT_BATCH)
+            .await
+            .unwrap_or_default();
         if rows.len() < COMPACT_BATCH {
             which = (which + 1) % kinds.len();
             cursor.clear();
@@ -264,6 +670,202 @@ where
                 d.store.background(puts(deletes));
             }
         }
+    }
+}
+
+const LOCK_SURFACE: &str =
+    "SELECT value FROM weft_records WHERE ns = $1 AND kind = $2 AND key = $3 FOR UPDATE";
+const LOCK_POLICY: &str =
+    "SELECT value FROM weft_records WHERE ns = $1 AND kind = $2 AND key = $3 FOR SHARE";
+const LOCK_POLICY_UPDATE: &str = LOCK_SURFACE;
+
+/// The largest notice payload sent (PostgreSQL's limit is 8000 bytes); past it the notice
+/// names only the surface, and receivers read its rows and log.
+const NOTICE_LIMIT: usize = 7000;
+
+/// A commit's notice: the instance, surface, revision and the records other instances
+/// refresh (entries are not otherwise findable).
+fn notice(instance: u64, surface: &str, revision: u64, writes: &[Write]) -> String {
+    let held = [
+        RecordKind::LogItem,
+        RecordKind::Entry,
+        RecordKind::BlobMeta,
+        RecordKind::Receipt,
+        RecordKind::Idempotency,
+    ];
+    let w: Vec<[&str; 2]> = writes
+        .iter()
+        .filter(|w| held.contains(&w.kind) && !w.is_delete())
+        .map(|w| [w.kind.as_str(), w.key.as_str()])
+        .collect();
+    let i = format!("{instance:016x}");
+    let rc = writes
+        .iter()
+        .find(|w| w.kind == RecordKind::Receipt)
+        .map_or("", |w| w.key.as_str());
+    let full =
+        serde_json::json!({"i": i, "s": surface, "r": revision, "rc": rc, "w": w}).to_string();
+    if full.len() <= NOTICE_LIMIT {
+        full
+    } else {
+        serde_json::json!({"i": i, "s": surface, "r": revision, "rc": rc}).to_string()
+    }
+}
+
+/// One record, read on a connection (inside its transaction, if one is open).
+async fn get_in(
+    c: &mut Pooled,
+    kind: RecordKind,
+    key: &str,
+) -> Result<Option<Vec<u8>>, FramesError> {
+    let st = c.stmt(pg::GET).await.map_err(storage)?;
+    Ok(c.client
+        .query_opt(&st, &[&NS, &kind.as_str(), &key])
+        .await
+        .map_err(|e| storage(pg::err(e)))?
+        .map(|r| r.get(0)))
+}
+
+/// The stored ones of these records.
+async fn get_many_in(
+    c: &mut Pooled,
+    wanted: &[(RecordKind, String)],
+) -> Result<Vec<(RecordKind, String, Vec<u8>)>, FramesError> {
+    let st = c.stmt(pg::GET_MANY).await.map_err(storage)?;
+    let kinds: Vec<&str> = wanted.iter().map(|(k, _)| k.as_str()).collect();
+    let keys: Vec<&str> = wanted.iter().map(|(_, k)| k.as_str()).collect();
+    Ok(c.client
+        .query(&st, &[&NS, &kinds, &keys])
+        .await
+        .map_err(|e| storage(pg::err(e)))?
+        .into_iter()
+        .filter_map(|r| {
+            let kind = RecordKind::parse(r.get::<_, &str>(0))?;
+            Some((kind, r.get(1), r.get(2)))
+        })
+        .collect())
+}
+
+/// The stored log items of a surface that memory does not hold yet (`held`: its logs and
+/// their lengths), as `(key, value)`.
+async fn log_items_in<A: App>(
+    c: &mut Pooled,
+    surface: &str,
+    held: Vec<(String, u64)>,
+) -> Result<Vec<(String, Vec<u8>)>, FramesError> {
+    let (from, to) = Engine::<A>::log_key_range(surface);
+    let logs: Vec<&str> = held.iter().map(|(l, _)| l.as_str()).collect();
+    let lens: Vec<i64> = held.iter().map(|(_, n)| *n as i64).collect();
+    let st = c.stmt(pg::NEW_LOG_ITEMS).await.map_err(storage)?;
+    Ok(c.client
+        .query(
+            &st,
+            &[&NS, &RecordKind::LogItem.as_str(), &from, &to, &logs, &lens],
+        )
+        .await
+        .map_err(|e| storage(pg::err(e)))?
+        .into_iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect())
+}
+
+/// Refreshes memory from records another instance wrote, in the engine's order: log items
+/// by (surface, log, index), entries, blob metadata, receipts, idempotency records, then
+/// surfaces and the policy.
+fn refresh_all<A: App>(
+    e: &mut Engine<A>,
+    items: Vec<(String, Vec<u8>)>,
+    rows: Vec<(RecordKind, String, Vec<u8>)>,
+) -> Result<(), FramesError> {
+    // ((surface, log, index), key, value)
+    type Item = ((String, String, u64), String, Vec<u8>);
+    let mut items: Vec<Item> = items
+        .into_iter()
+        .filter_map(|(k, v)| Some((serde_json::from_str(&k).ok()?, k, v)))
+        .collect();
+    items.sort_by(|a, b| a.0.cmp(&b.0));
+    for (_, key, value) in items {
+        if e.refresh(RecordKind::LogItem, &key, &value)? == Refreshed::Gap {
+            break; // a log not contiguous in the store: its surface stays behind
+        }
+    }
+    let rank = |k: RecordKind| match k {
+        RecordKind::LogItem => 0,
+        RecordKind::Entry => 1,
+        RecordKind::BlobMeta => 2,
+        RecordKind::Receipt => 3,
+        RecordKind::Idempotency => 4,
+        RecordKind::Surface => 5,
+        _ => 6,
+    };
+    let mut rows = rows;
+    rows.sort_by_key(|(k, _, _)| rank(*k));
+    for (kind, key, value) in rows {
+        e.refresh(kind, &key, &value)?;
+    }
+    Ok(())
+}
+
+/// Another instance's commits and policy changes, as PostgreSQL notices them (`LISTEN`, one
+/// connection of its own): each is refreshed into memory. After a lost connection it
+/// reconnects and refreshes everything it may have missed.
+async fn listen<A: App + Send + 'static>(dgp: Weak<Dgp<A>>)
+where
+    A::State: Send,
+{
+    use futures_util::future::poll_fn;
+    use tokio_postgres::AsyncMessage;
+    loop {
+        let Some(pg) = dgp.upgrade().and_then(|d| d.store.postgres().cloned()) else {
+            return;
+        };
+        let connected = pg.config().connect(tokio_postgres::NoTls).await;
+        let Ok((client, mut conn)) = connected else {
+            drop(pg);
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            continue;
+        };
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<String>();
+        let driver = tokio::spawn(async move {
+            while let Some(m) = poll_fn(|cx| conn.poll_message(cx)).await {
+                match m {
+                    Ok(AsyncMessage::Notification(n)) => {
+                        if tx.send(n.payload().to_owned()).is_err() {
+                            return;
+                        }
+                    }
+                    Ok(_) => {}
+                    Err(_) => return,
+                }
+            }
+        });
+        if client
+            .batch_execute(&format!("LISTEN {}", pg::CHANNEL))
+            .await
+            .is_err()
+        {
+            driver.abort();
+            continue;
+        }
+        // What was committed before LISTEN took effect (at start, or while reconnecting).
+        if let Some(d) = dgp.upgrade() {
+            let _ = d.absorb_all(&pg).await;
+        }
+        drop(pg);
+        while let Some(payload) = rx.recv().await {
+            let Some(d) = dgp.upgrade() else {
+                driver.abort();
+                return;
+            };
+            let Some(pg) = d.store.postgres().cloned() else {
+                return;
+            };
+            if let Err(e) = d.absorb_notice(&pg, &payload).await {
+                eprintln!("weft serve: a notice from another instance: {e}");
+            }
+        }
+        drop(client);
+        tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }
 
@@ -344,6 +946,9 @@ where
     authed!(c, headers);
     let d = q.get("disclosure").cloned();
     let h = q.get("horizon").cloned();
+    if let Err(e) = c.dgp.sync_surface(&id).await {
+        return Reply(Err(e));
+    }
     Reply(
         c.dgp
             .frame(|e, now| e.frame_json(now, &id, d.as_deref(), h.as_deref()))
@@ -418,7 +1023,14 @@ where
     A::State: Send,
 {
     authed!(c, headers);
-    Reply(c.dgp.read(|e| e.receipt(&id).map(|r| to_json(&*r))).await)
+    // Read through: another instance's receipt may not be in memory yet.
+    Reply(
+        c.dgp
+            .read_named(vec![(RecordKind::Receipt, id.clone())], |e| {
+                e.receipt(&id).map(|r| to_json(&*r))
+            })
+            .await,
+    )
 }
 
 async fn graphs<A: App + Send + 'static>(State(c): State<Ctx<A>>, headers: HeaderMap) -> Reply
@@ -501,9 +1113,7 @@ where
     };
     Reply(
         c.dgp
-            .on_body(&body, |e, now| {
-                e.commit_bytes(now, &p, key.as_deref(), &body)
-            })
+            .commit(&p, key.as_deref(), &body)
             .await
             .map(|r| to_json(&*r)),
     )
@@ -522,11 +1132,16 @@ where
         Ok(x) => x,
         Err(e) => return Reply(Err(e)),
     };
-    let store = c.dgp.store().clone();
-    let bytes = tokio::task::spawn_blocking(move || store.get(NS, RecordKind::Blob.as_str(), &key))
-        .await
-        .map_err(|e| e.to_string())
-        .and_then(|r| r);
+    let bytes = match c.dgp.store().as_ref() {
+        Store::Sqlite(s) => {
+            let s = s.clone();
+            tokio::task::spawn_blocking(move || s.get(NS, RecordKind::Blob.as_str(), &key))
+                .await
+                .map_err(|e| e.to_string())
+                .and_then(|r| r)
+        }
+        pg => pg.get(NS, RecordKind::Blob.as_str(), &key).await,
+    };
     Reply(match bytes {
         Ok(Some(b)) => {
             let mut r = Response::new(Body::from(b));

@@ -1,8 +1,8 @@
 //! `weft serve`: the HTTP host. Capabilities contribute axum routers that share one state
-//! ([`Shared`]: credentials, the SQLite store, the clock); [`router`] merges them under one
-//! boundary (exactly one `Host` header, Host/Origin checks, security headers, every error as
-//! problem+json). Connections are served by [`http::serve`] (timeouts, a connection cap, a
-//! graceful drain on SIGINT / SIGTERM).
+//! ([`Shared`]: credentials, the store — SQLite, or PostgreSQL with `--store` —, the clock);
+//! [`router`] merges them under one boundary (exactly one `Host` header, Host/Origin checks,
+//! security headers, every error as problem+json). Connections are served by [`http::serve`]
+//! (timeouts, a connection cap, a graceful drain on SIGINT / SIGTERM).
 //!
 //! Mounted: the DGP 0.1 binding ([`dgp`]) serving ThreadDesk, the ThreadDesk browser UI and its
 //! read views ([`threaddesk`]), and the actor desk ([`crate::desk`]) over `$CHAT_ROOT`
@@ -11,10 +11,14 @@
 //! Every task node's agent also gets the DGP tools (`dgp_surfaces`, `dgp_run_surface`) bound to
 //! this server's own DGP app ([`agent_dgp_tools`]), so a node's agent can drive ThreadDesk,
 //! and the Worker-job tools of `--job-tool NAME=PATH.mjs` ([`crate::agent_jobs`]).
+//! With `--remote-script` / `--remote-kind`, the remote job endpoint ([`remote`],
+//! `/api/jobs/remote`: remote runtimes run jobs here over WebSocket sessions).
 
 pub mod auth;
 pub mod dgp;
 pub mod http;
+pub mod pg;
+pub mod remote;
 pub mod store;
 pub mod threaddesk;
 
@@ -43,6 +47,14 @@ pub struct ServeArgs {
     /// Directory of the embedded SQLite database (created if missing).
     #[arg(long, default_value = "weft-data")]
     pub data_dir: PathBuf,
+    /// Keep the DGP records in PostgreSQL instead of SQLite: `postgres://user@host/db` or
+    /// `host=/run/postgresql user=weft dbname=weft`. Several instances may share one
+    /// database (each with its own --data-dir for the actor desk).
+    #[arg(long, value_name = "postgres://… | \"host=… user=…\"")]
+    pub store: Option<String>,
+    /// Connections of the PostgreSQL pool (with --store).
+    #[arg(long, default_value_t = 8)]
+    pub store_pool: usize,
     /// How long a frame may be committed against, in seconds.
     #[arg(long, default_value_t = 900)]
     pub frame_ttl_secs: u64,
@@ -79,6 +91,8 @@ pub struct ServeArgs {
     pub model: crate::model::ModelFlags,
     #[command(flatten)]
     pub limits: http::LimitArgs,
+    #[command(flatten)]
+    pub remote: remote::RemoteArgs,
 }
 
 /// State every capability shares.
@@ -132,8 +146,9 @@ pub fn json_response(bytes: Vec<u8>) -> Response {
 
 /// Merges capability routers under the shared boundary. An unknown route, or a known one with
 /// another method, is `404 NOT_FOUND` as in the reference server (after authentication under
-/// `/dgp/`, so that no route list leaks to a caller without a token).
-pub fn router(shared: Shared, parts: Vec<Router>) -> Router {
+/// `/dgp/`, so that no route list leaks to a caller without a token). `remote_origins` may
+/// open remote job sessions from their pages (see [`BoundaryConfig`]).
+pub fn router(shared: Shared, parts: Vec<Router>, remote_origins: Vec<String>) -> Router {
     let mut app = Router::new();
     for p in parts {
         app = app.merge(p);
@@ -157,7 +172,13 @@ pub fn router(shared: Shared, parts: Vec<Router>) -> Router {
         .fallback(unknown.clone())
         .method_not_allowed_fallback(unknown)
         .layer(middleware::from_fn_with_state(shared, dgp_bodies));
-    guard(app, addr)
+    guard_with(
+        app,
+        BoundaryConfig {
+            addr,
+            remote_origins: remote_origins.into(),
+        },
+    )
 }
 
 /// The reference server's checks of a DGP request body that precede its JSON (after the
@@ -197,7 +218,27 @@ async fn dgp_bodies(State(shared): State<Shared>, req: Request, next: Next) -> R
 /// Puts `app` behind the boundary of a server bound to `addr` (see [`boundary`]); `weft serve`
 /// and the standalone desk both use it.
 pub fn guard(app: Router, addr: SocketAddr) -> Router {
-    app.layer(middleware::from_fn_with_state(addr, boundary))
+    guard_with(
+        app,
+        BoundaryConfig {
+            addr,
+            remote_origins: Arc::new([]),
+        },
+    )
+}
+
+/// What the boundary checks against: the bound address, and the foreign origins that may open
+/// remote job sessions (`--remote-origin`: on [`remote::ROUTE`] only; every other route keeps
+/// refusing them).
+#[derive(Clone)]
+pub struct BoundaryConfig {
+    pub addr: SocketAddr,
+    pub remote_origins: Arc<[String]>,
+}
+
+/// Puts `app` behind the boundary `config` describes (see [`boundary`]).
+pub fn guard_with(app: Router, config: BoundaryConfig) -> Router {
+    app.layer(middleware::from_fn_with_state(config, boundary))
 }
 
 fn host_allowed(addr: SocketAddr, host: &str) -> bool {
@@ -255,7 +296,8 @@ fn problem_for(status: StatusCode, detail: String) -> Response {
 /// DNS-rebinding and cross-origin protection. Every error response leaves as
 /// `application/problem+json` (plain-text rejections are rewritten), and every response
 /// carries the security headers.
-async fn boundary(State(addr): State<SocketAddr>, req: Request, next: Next) -> Response {
+async fn boundary(State(config): State<BoundaryConfig>, req: Request, next: Next) -> Response {
+    let addr = config.addr;
     let headers: &HeaderMap = req.headers();
     let hosts = headers.get_all(header::HOST).iter().count();
     let host = headers
@@ -277,6 +319,7 @@ async fn boundary(State(addr): State<SocketAddr>, req: Request, next: Next) -> R
     } else if let Some(origin) = headers.get(header::ORIGIN).and_then(|o| o.to_str().ok())
         && origin != format!("http://{host}")
         && origin != format!("https://{host}")
+        && !(req.uri().path() == remote::ROUTE && config.remote_origins.iter().any(|o| o == origin))
     {
         problem(&FramesError::UntrustedOrigin(
             "cross-origin access is not enabled".into(),
@@ -376,7 +419,16 @@ async fn run(args: ServeArgs) -> Result<(), String> {
     std::fs::create_dir_all(&args.data_dir)
         .map_err(|e| format!("{}: {e}", args.data_dir.display()))?;
     let db = args.data_dir.join("weft.sqlite3");
-    let store = Store::open(&db)?;
+    let (store, seeding) = match &args.store {
+        None => (
+            Arc::new(Store::Sqlite(store::SqliteStore::open(&db)?)),
+            None,
+        ),
+        Some(conninfo) => {
+            let (pg, lock) = pg::PgStore::open(conninfo, args.store_pool).await?;
+            (Arc::new(Store::Postgres(pg)), Some(lock))
+        }
+    };
     let (auth, generated) = Auth::from_env()?;
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await
@@ -398,6 +450,12 @@ async fn run(args: ServeArgs) -> Result<(), String> {
         shared.store.clone(),
     )
     .await?;
+    // A new database is seeded by one instance at a time.
+    if let Some(lock) = seeding {
+        lock.release().await?;
+    }
+    // Its live streams (`/threaddesk/events`) end when the server stops.
+    let live = desk.clone();
     let mut parts = vec![
         dgp::routes(desk.clone(), shared.clone()),
         threaddesk::routes(desk, shared.clone()),
@@ -457,7 +515,11 @@ async fn run(args: ServeArgs) -> Result<(), String> {
         parts.push(routes);
         desk_state = Some(state);
     }
-    let app = router(shared.clone(), parts);
+    let remote = remote::Remote::mount(&args.remote, addr, shared.auth.clone(), &args.job_node);
+    if let Some(r) = &remote {
+        parts.push(r.routes());
+    }
+    let app = router(shared.clone(), parts, args.remote.remote_origin.clone());
     println!("weft serve: ThreadDesk (DGP 0.1) on http://{addr}/");
     if desk {
         println!(
@@ -473,7 +535,14 @@ async fn run(args: ServeArgs) -> Result<(), String> {
     } else {
         println!("  actor desk:  off (it serves loopback addresses only; listening on {addr})");
     }
-    println!("  data:        {} ({})", db.display(), store::DURABILITY);
+    match &args.store {
+        None => println!("  data:        {} ({})", db.display(), store.durability()),
+        Some(_) => println!(
+            "  data:        {} ({})",
+            store.postgres().map_or(String::new(), |p| p.describe()),
+            store.durability()
+        ),
+    }
     let note = |g: bool| {
         if g {
             " (generated)"
@@ -491,6 +560,9 @@ async fn run(args: ServeArgs) -> Result<(), String> {
         shared.auth.agent_token(),
         note(generated.1)
     );
+    if let Some(line) = remote::banner(remote.as_ref(), &args.remote, addr) {
+        println!("  remote jobs: {line}");
+    }
     println!("  discovery:   http://{addr}/.well-known/dgp   (Ctrl-C or SIGTERM stops)");
     use std::io::Write as _;
     let _ = std::io::stdout().flush();
@@ -506,7 +578,13 @@ async fn run(args: ServeArgs) -> Result<(), String> {
             eprintln!("weft serve: the agents' store did not finish in time; stopping anyway");
         }
     }
+    // Remote sessions end before the connections drain: their jobs terminated and recorded,
+    // their sockets closed 1001.
+    if let Some(r) = &remote {
+        r.stop("server stopping").await;
+    }
     eprintln!("weft serve: {signal}: draining connections");
+    live.close_changes();
     shutdown.start();
     let dropped = server.await.map_err(|e| e.to_string())?;
     if dropped > 0 {
@@ -516,7 +594,7 @@ async fn run(args: ServeArgs) -> Result<(), String> {
     }
     // Every connection (and with it the desk and its chat-root lock) is gone; make what was
     // queued durable and close the database.
-    store.close();
+    store.close().await;
     eprintln!("weft serve: stopped");
     if stuck {
         // A blocking task still waits on the store: do not wait for it on the way out.

@@ -1,14 +1,19 @@
-//! The SQLite store behind `weft serve`: a durable `(namespace, kind, key) -> value` table
-//! written by one thread with group commit, in the order batches are submitted.
+//! The stores behind `weft serve`: a durable `(namespace, kind, key) -> value` table.
+//! [`Store`] is the seam: the embedded SQLite store ([`SqliteStore`], the default) or
+//! PostgreSQL ([`super::pg::PgStore`], `--store postgres://…`, several instances on one
+//! database), by enum dispatch.
+//!
+//! The SQLite store is written by one thread with group commit, in the order batches are
+//! submitted.
 //!
 //! Durability contract. Settings: WAL journal, `synchronous=FULL` (each group-commit
 //! transaction is fsynced), checkpoints on their own connection and thread (never inside a
 //! commit). Every batch that persists something a later request may name (a frame, an
 //! assessment, a commit's state change, receipt and idempotency record, a policy change) is
-//! answered only once it is fsynced ([`Store::write`]); concurrent batches share one fsync
+//! answered only once it is fsynced ([`SqliteStore::write`]); concurrent batches share one fsync
 //! (group commit), in the order they were submitted. Batches of retention deletions are
-//! queued in the same order and not waited for ([`Store::background`]). Reads wait for
-//! every earlier answered batch ([`Store::barrier`]), so no answer is ahead of durable state.
+//! queued in the same order and not waited for ([`SqliteStore::background`]). Reads wait for
+//! every earlier answered batch ([`SqliteStore::barrier`]), so no answer is ahead of durable state.
 //!
 //! A put with an empty value deletes its record. The WAL stays bounded while running: a
 //! passive checkpoint every 200 ms, and a truncating one whenever the WAL file passes its
@@ -49,6 +54,13 @@ enum Job {
 pub struct Ticket(Result<Option<tokio::sync::oneshot::Receiver<Result<(), String>>>, String>);
 
 impl Ticket {
+    /// A ticket resolved by `rx` (`None`: already durable), or failed with `Err`.
+    pub(super) fn new(
+        rx: Result<Option<tokio::sync::oneshot::Receiver<Result<(), String>>>, String>,
+    ) -> Ticket {
+        Ticket(rx)
+    }
+
     /// Waits until what the ticket covers is durable.
     pub async fn durable(self) -> Result<(), String> {
         match self.0 {
@@ -61,8 +73,112 @@ impl Ticket {
     }
 }
 
-/// The durable store.
-pub struct Store {
+/// The store of `weft serve`: SQLite (embedded, one process) or PostgreSQL (several
+/// instances on one database).
+pub enum Store {
+    Sqlite(Arc<SqliteStore>),
+    Postgres(Arc<super::pg::PgStore>),
+}
+
+impl Store {
+    /// Every record of these kinds of a namespace.
+    pub async fn load_kinds(
+        &self,
+        ns: &str,
+        kinds: &[&str],
+    ) -> Result<Vec<(String, String, Vec<u8>)>, String> {
+        match self {
+            Store::Sqlite(s) => s.load_kinds(ns, kinds),
+            Store::Postgres(p) => p.load_kinds(ns, kinds).await,
+        }
+    }
+
+    /// One record's value.
+    pub async fn get(&self, ns: &str, kind: &str, key: &str) -> Result<Option<Vec<u8>>, String> {
+        match self {
+            Store::Sqlite(s) => s.get(ns, kind, key),
+            Store::Postgres(p) => p.get(ns, kind, key).await,
+        }
+    }
+
+    /// Up to `limit` records of `(ns, kind)` with keys after `after`, in key (byte) order.
+    pub async fn scan(
+        &self,
+        ns: &'static str,
+        kind: &'static str,
+        after: String,
+        limit: usize,
+    ) -> Result<Vec<(String, Vec<u8>)>, String> {
+        match self {
+            Store::Sqlite(s) => {
+                let s = s.clone();
+                tokio::task::spawn_blocking(move || s.scan(ns, kind, &after, limit))
+                    .await
+                    .map_err(|e| e.to_string())?
+            }
+            Store::Postgres(p) => p.scan(ns, kind, &after, limit).await,
+        }
+    }
+
+    /// Queues a batch whose answer waits until it is durable.
+    pub fn write(&self, puts: Vec<Put>) -> Ticket {
+        match self {
+            Store::Sqlite(s) => s.write(puts),
+            Store::Postgres(p) => p.write(puts),
+        }
+    }
+
+    /// A ticket for "every batch queued so far is durable" (for reads).
+    pub fn barrier(&self) -> Ticket {
+        match self {
+            Store::Sqlite(s) => s.barrier(),
+            Store::Postgres(p) => p.barrier(),
+        }
+    }
+
+    /// Queues a batch nobody waits for (retention deletions).
+    pub fn background(&self, puts: Vec<Put>) {
+        match self {
+            Store::Sqlite(s) => s.background(puts),
+            Store::Postgres(p) => p.background(puts),
+        }
+    }
+
+    /// The failure that stopped the writer, if any (the server must then refuse work).
+    pub fn failure(&self) -> Option<String> {
+        match self {
+            Store::Sqlite(s) => s.failure(),
+            Store::Postgres(p) => p.failure(),
+        }
+    }
+
+    /// Flushes every queued batch and stops the writer.
+    pub async fn close(&self) {
+        match self {
+            Store::Sqlite(s) => s.close(),
+            Store::Postgres(p) => p.close().await,
+        }
+    }
+
+    /// The PostgreSQL store, if this is one.
+    pub fn postgres(&self) -> Option<&Arc<super::pg::PgStore>> {
+        match self {
+            Store::Sqlite(_) => None,
+            Store::Postgres(p) => Some(p),
+        }
+    }
+
+    /// The durability line of `weft serve`'s banner.
+    pub fn durability(&self) -> &'static str {
+        match self {
+            Store::Sqlite(_) => DURABILITY,
+            Store::Postgres(_) => super::pg::DURABILITY,
+        }
+    }
+}
+
+/// The SQLite store (the embedded default).
+pub struct SqliteStore {
     tx: Mutex<Option<mpsc::Sender<Job>>>,
     /// Sequence numbers of effect batches: the last one queued, and the last one durable.
     effect_seq: AtomicU64,
@@ -88,14 +204,14 @@ fn configure(c: &Connection) -> rusqlite::Result<()> {
     Ok(())
 }
 
-impl Store {
+impl SqliteStore {
     /// Opens (or creates) the database at `path`.
-    pub fn open(path: &Path) -> Result<Arc<Store>, String> {
-        Store::open_with_wal_limit(path, WAL_LIMIT_BYTES)
+    pub fn open(path: &Path) -> Result<Arc<SqliteStore>, String> {
+        SqliteStore::open_with_wal_limit(path, WAL_LIMIT_BYTES)
     }
 
-    /// [`Store::open`] with another WAL limit (tests use a small one).
-    pub fn open_with_wal_limit(path: &Path, wal_limit: u64) -> Result<Arc<Store>, String> {
+    /// [`SqliteStore::open`] with another WAL limit (tests use a small one).
+    pub fn open_with_wal_limit(path: &Path, wal_limit: u64) -> Result<Arc<SqliteStore>, String> {
         let err = |e: rusqlite::Error| format!("{}: {e}", path.display());
         let w = Connection::open(path).map_err(err)?;
         configure(&w).map_err(err)?;
@@ -156,7 +272,7 @@ impl Store {
             .name("weft-store".into())
             .spawn(move || writer(w, rx, p, f, durable_tx))
             .map_err(|e| e.to_string())?;
-        Ok(Arc::new(Store {
+        Ok(Arc::new(SqliteStore {
             tx: Mutex::new(Some(tx)),
             effect_seq: AtomicU64::new(0),
             durable_seq,
@@ -281,7 +397,7 @@ impl Store {
     }
 
     /// Queues a batch whose answer must wait until it is durable (every batch a later request
-    /// may name): [`Store::effect`] without its sequence number.
+    /// may name): [`SqliteStore::effect`] without its sequence number.
     pub fn write(&self, puts: Vec<Put>) -> Ticket {
         self.effect(puts).0
     }
@@ -375,7 +491,7 @@ impl Store {
     }
 }
 
-impl Drop for Store {
+impl Drop for SqliteStore {
     fn drop(&mut self) {
         self.close();
     }
@@ -490,7 +606,7 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("weft-store-test-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
-        let store = Store::open(&dir.join("db.sqlite3")).unwrap();
+        let store = SqliteStore::open(&dir.join("db.sqlite3")).unwrap();
         assert!(
             store
                 .audit(vec![put("frame", "f1")], false)
@@ -519,7 +635,7 @@ mod tests {
         );
         t2.durable().await.unwrap();
         store.close();
-        let reopened = Store::open(&dir.join("db.sqlite3")).unwrap();
+        let reopened = SqliteStore::open(&dir.join("db.sqlite3")).unwrap();
         assert_eq!(reopened.load("t", &[]).unwrap().len(), 3);
         reopened.close();
         let _ = std::fs::remove_dir_all(&dir);
@@ -533,7 +649,7 @@ mod tests {
         let db = dir.join("db.sqlite3");
         let wal = dir.join("db.sqlite3-wal");
         let limit = 1024 * 1024;
-        let store = Store::open_with_wal_limit(&db, limit).unwrap();
+        let store = SqliteStore::open_with_wal_limit(&db, limit).unwrap();
         let mut largest = 0;
         // 24 MiB of writes (each batch replaces the previous ones' records) in 96 fsyncs.
         for i in 0..96 {

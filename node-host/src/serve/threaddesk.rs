@@ -42,6 +42,7 @@ pub fn routes(dgp: Arc<Dgp<ThreadDesk>>, shared: Shared) -> Router {
         )
         .route("/dgp/bulletin", get(bulletin))
         .route("/threaddesk/policy", post(bump_policy))
+        .route("/threaddesk/events", get(events))
         .with_state(Ctx { dgp, shared })
 }
 
@@ -68,6 +69,33 @@ async fn bulletin(State(c): State<Ctx>, headers: HeaderMap) -> Reply {
     )
 }
 
+/// `GET /threaddesk/events` (token required): live changes as server-sent events, from this
+/// instance and, on PostgreSQL, every other instance on the database: `surface` `{surface,
+/// revision, receipt_id}` after a commit, `policy` `{revision}` after a policy change, `reset`
+/// when this stream fell behind (re-fetch). Ends when the server stops.
+async fn events(State(c): State<Ctx>, headers: HeaderMap) -> Response {
+    use axum::response::sse::{Event, KeepAlive, Sse};
+    if let Err(e) = c.shared.auth.principal(&headers) {
+        return Reply(Err(e)).into_response();
+    }
+    let Some(rx) = c.dgp.subscribe() else {
+        return Reply(Err(FramesError::NotFound("the server is stopping".into()))).into_response();
+    };
+    let stream = futures_util::stream::unfold(rx, |mut rx| async move {
+        let ev = match rx.recv().await {
+            Ok((name, data)) => Event::default().event(name).data(data),
+            Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => Event::default()
+                .event("reset")
+                .data(json!({"reason": "this stream fell behind: re-fetch"}).to_string()),
+            Err(tokio::sync::broadcast::error::RecvError::Closed) => return None,
+        };
+        Some((Ok::<Event, std::convert::Infallible>(ev), rx))
+    });
+    Sse::new(stream)
+        .keep_alive(KeepAlive::new().interval(std::time::Duration::from_secs(15)))
+        .into_response()
+}
+
 async fn bump_policy(State(c): State<Ctx>, headers: HeaderMap) -> Reply {
     match c.shared.auth.principal(&headers) {
         Ok(p) if p.role == Role::Human => {}
@@ -78,7 +106,7 @@ async fn bump_policy(State(c): State<Ctx>, headers: HeaderMap) -> Reply {
         }
         Err(e) => return Reply(Err(e)),
     }
-    Reply(c.dgp.call(|e, _| Ok(e.bump_policy())).await.map(|rev| {
+    Reply(c.dgp.bump_policy().await.map(|rev| {
         json_response(
             serde_json::to_vec(&json!({"policy_ref": format!("thread-policy@{rev}")}))
                 .expect("json"),

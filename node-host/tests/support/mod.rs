@@ -5,6 +5,8 @@
 
 #![allow(dead_code)]
 
+pub mod pg;
+
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
@@ -76,10 +78,18 @@ pub struct Server {
 
 impl Server {
     pub fn start(data: &Path, extra: &[&str]) -> Server {
-        let mut child = Command::new(weft())
-            .args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
+        let mut cmd = Command::new(weft());
+        cmd.args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
             .arg(data)
-            .args(extra)
+            .args(extra);
+        // `WEFT_TEST_STORE=postgres`: the same checks against PostgreSQL (one database per
+        // data directory, so a restart reopens it).
+        if std::env::var("WEFT_TEST_STORE").as_deref() == Ok("postgres")
+            && !extra.contains(&"--store")
+        {
+            cmd.arg("--store").arg(pg::required().database_for(data));
+        }
+        let mut child = cmd
             .env("WEFT_HUMAN_TOKEN", HUMAN)
             .env("WEFT_AGENT_TOKEN", AGENT)
             .stdout(Stdio::piped())
@@ -158,8 +168,19 @@ pub fn http(
     headers: &[(&str, &str)],
     body: Option<&[u8]>,
 ) -> Answer {
-    let mut s = TcpStream::connect(addr).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    try_http(addr, method, path, headers, body).unwrap_or_else(|e| panic!("{method} {path}: {e}"))
+}
+
+/// [`http`], with a failed connection (a killed server) as an error instead of a panic.
+pub fn try_http(
+    addr: &str,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: Option<&[u8]>,
+) -> std::io::Result<Answer> {
+    let mut s = TcpStream::connect(addr)?;
+    s.set_read_timeout(Some(Duration::from_secs(30)))?;
     let mut req = format!("{method} {path} HTTP/1.1\r\nConnection: close\r\n");
     if !headers.iter().any(|(k, _)| k.eq_ignore_ascii_case("host")) {
         req.push_str(&format!("Host: {addr}\r\n"));
@@ -172,14 +193,14 @@ pub fn http(
         req.push_str(&format!("Content-Length: {}\r\n", body.len()));
     }
     req.push_str("\r\n");
-    s.write_all(req.as_bytes()).unwrap();
-    s.write_all(body).unwrap();
+    s.write_all(req.as_bytes())?;
+    s.write_all(body)?;
     let mut raw = Vec::new();
-    s.read_to_end(&mut raw).unwrap();
+    s.read_to_end(&mut raw)?;
     let split = raw
         .windows(4)
         .position(|w| w == b"\r\n\r\n")
-        .expect("a full HTTP answer");
+        .ok_or_else(|| std::io::Error::other("no full HTTP answer"))?;
     let head = String::from_utf8_lossy(&raw[..split]).into_owned();
     let mut rest = raw[split + 4..].to_vec();
     let mut lines = head.lines();
@@ -203,11 +224,11 @@ pub fn http(
     {
         rest = dechunk(&rest);
     }
-    Answer {
+    Ok(Answer {
         status,
         headers,
         body: rest,
-    }
+    })
 }
 
 fn dechunk(mut b: &[u8]) -> Vec<u8> {

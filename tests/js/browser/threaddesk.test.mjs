@@ -1,8 +1,10 @@
 // ThreadDesk's browser UI in real Chromium against a real `weft serve`: two tabs (a note in one,
 // the stale action refused in the other), text rendered as text, verified images, the agent
-// token refused for publication, and a human publishing. Screenshots go to tests/artifacts/.
+// token refused for publication, a human publishing, and live updates (another principal's
+// commit and a policy change shown without a reload; a cut stream reconnects and catches up). Screenshots go to tests/artifacts/.
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
+import { randomUUID } from 'node:crypto';
 import { mkdirSync } from 'node:fs';
 import { join } from 'node:path';
 import { launch } from '../lib/browser.mjs';
@@ -27,10 +29,12 @@ after(async () => {
   await serve?.close();
 });
 
-async function openTab(token) {
+async function openTab(token, { live = true } = {}) {
   const ctx = await browser.newContext({ viewport: { width: 1280, height: 1000 } });
   const page = await ctx.newPage();
   page.on('pageerror', (e) => console.error('page error:', e));
+  // A tab without live updates (its stream cut, as on a lost connection) keeps the frame it read.
+  if (!live) await page.route('**/threaddesk/events', (route) => route.abort());
   await page.goto(`${serve.url}/`);
   await page.fill('#token', token);
   await connect(page);
@@ -47,7 +51,7 @@ const card = (page, surface) => page.locator(`article[data-surface="${surface}"]
 
 test('two tabs: a note in one makes the other tab’s action stale; text stays text', { timeout: 60_000 }, async () => {
   const a = await openTab(HUMAN);
-  const b = await openTab(HUMAN);
+  const b = await openTab(HUMAN, { live: false });
   const frameB = await card(b, 'thread-42').getAttribute('data-frame');
 
   // Tab A adds a note full of markup.
@@ -61,7 +65,8 @@ test('two tabs: a note in one makes the other tab’s action stale; text stays t
   assert.equal(await a.locator('#threads script').count(), 0);
   assert.equal(await a.locator('#threads img[src="x"]').count(), 0);
 
-  // Tab B still shows the old frame; its retry is refused as stale and nothing changes.
+  // Tab B (its live stream cut) still shows the old frame; its retry is refused as stale.
+  assert.equal(await b.getAttribute('#live', 'data-state'), 'reconnecting');
   assert.equal(await card(b, 'thread-42').getAttribute('data-frame'), frameB);
   await card(b, 'thread-42').locator('button[data-option="retry"]').click();
   const err = card(b, 'thread-42').locator('[data-role="error"]');
@@ -168,4 +173,52 @@ test('notes past the frame budget are counted and paged in with "Show earlier"',
   } finally {
     await own.close();
   }
+});
+
+test('live: another principal’s commit and a policy change show without a reload; a cut stream catches up', { timeout: 60_000 }, async () => {
+  const call = async (path, body, key, token = AGENT) => {
+    const headers = { Authorization: `Bearer ${token}` };
+    if (body) headers['Content-Type'] = 'application/json';
+    if (key) headers['Idempotency-Key'] = key;
+    const r = await fetch(`${serve.url}${path}`, { method: body ? 'POST' : 'GET', headers, body: body && JSON.stringify(body) });
+    assert.equal(r.status, 200, path);
+    return r.json();
+  };
+  const agentNote = async (text) => {
+    const f = await call('/dgp/surfaces/thread-73/frame');
+    const decision_id = `${f.frame_id}:note`;
+    const a = { dgp: '0.1', assessment_id: `a-${randomUUID()}`, frame_id: f.frame_id, decision_id, mode: 'live', resolver: { kind: 'rule' },
+      result: { status: 'answered', answer: { value: { text } } } };
+    await call('/dgp/assessments', a);
+    return call('/dgp/commits', { dgp: '0.1', frame_id: f.frame_id, decision_id, assessment_id: a.assessment_id }, `k-${randomUUID()}`);
+  };
+  const page = await openTab(HUMAN);
+  await page.waitForSelector('#live[data-state="live"]');
+  await page.evaluate(() => { window.__sameDocument = true; });
+  const c = card(page, 'thread-73');
+  const other = await card(page, 'thread-42').getAttribute('data-frame');
+
+  // The agent commits a note through the HTTP API: the open page shows it, in place.
+  const receipt = await agentNote('live note from the agent');
+  await c.locator('[data-evidence^="note-"] pre', { hasText: 'live note from the agent' }).waitFor();
+  assert.equal(await c.getAttribute('data-revision'), String(receipt.state_revision));
+  assert.match(await c.locator('[data-role="meta"]').textContent(), new RegExp(`thread:thread-73@${receipt.state_revision}`));
+  assert.equal(await card(page, 'thread-42').getAttribute('data-frame'), other, 'only the changed thread was re-read');
+
+  // A policy change makes every frame stale: every card re-reads it.
+  const { policy_ref } = await call('/threaddesk/policy', {}, undefined, HUMAN);
+  await page.waitForFunction((p) => Array.from(document.querySelectorAll('article [data-role="meta"]')).every((m) => m.textContent.includes(p)), policy_ref);
+  assert.notEqual(await card(page, 'thread-42').getAttribute('data-frame'), other);
+
+  // The stream is cut: the page says so; a commit made meanwhile is shown once it reconnects.
+  await page.route('**/threaddesk/events', (route) => route.abort());
+  await connect(page);
+  await page.waitForSelector('#live[data-state="reconnecting"]');
+  await agentNote('note made while the page was not listening');
+  assert.equal(await c.locator('[data-evidence^="note-"] pre', { hasText: 'not listening' }).count(), 0);
+  await page.unroute('**/threaddesk/events');
+  await page.waitForSelector('#live[data-state="live"]');
+  await c.locator('[data-evidence^="note-"] pre', { hasText: 'note made while the page was not listening' }).waitFor();
+  assert.equal(await page.evaluate(() => window.__sameDocument), true, 'no reload');
+  await page.context().close();
 });
