@@ -16,13 +16,20 @@ export interface Origin {
   thread?: string;
   turn?: string;
   toolCall?: string;
+  /** On a remote job host's journal: the client's job id. */
+  remoteJob?: number;
 }
 
 export type Outcome<T = unknown> =
   | { outcome: 'succeeded'; value: T }
   | { outcome: 'failed'; message: string; code: string | null; started: boolean }
   | { outcome: 'cancelled'; evidence: 'never_started' | 'acknowledged' | 'quiet_no_ack'; quietMs?: number }
-  | { outcome: 'lost'; reason: string };
+  | {
+      outcome: 'lost';
+      reason: string;
+      /** Which transport fact made the run's fate unknown. */
+      evidence?: 'transport_closed' | 'terminated' | 'owner_closed' | 'remote_disconnected' | 'remote_lost';
+    };
 
 export type JobState = 'queued' | 'running' | 'succeeded' | 'failed' | 'cancelled' | 'lost';
 
@@ -37,6 +44,8 @@ export interface JobInfo {
   cancelRequested: boolean;
   outcome: Outcome | null;
   events: number;
+  /** A job of a remote endpoint, once the host accepted it: its session and its job id there. */
+  remote: { session: string; job: number } | null;
 }
 
 export type EventType =
@@ -53,7 +62,9 @@ export type EventType =
   | 'terminated'
   | 'protocol_error'
   | 'outcome'
-  | 'late_evidence';
+  | 'late_evidence'
+  | 'remote_accepted'
+  | 'remote_missed';
 
 /** The fields every journal record has. */
 export interface JobEventBase {
@@ -94,6 +105,10 @@ export type JobEvent = JobEventBase &
     | { type: 'protocol_error'; violation: Record<string, unknown>; message: string }
     | ({ type: 'outcome' } & Outcome)
     | { type: 'late_evidence'; reply: WireReply }
+    // A remote job host accepted the run: the second identity.
+    | { type: 'remote_accepted'; session: string; remoteJob: number }
+    // The host's bounded replay buffer dropped this many progress/partial reports.
+    | { type: 'remote_missed'; progress: number; partial: number }
   );
 
 /** Told to an observer whose bounded queue overflowed: events from..to are in the journal. */
@@ -144,6 +159,50 @@ export interface WorkerOptions extends EndpointOptions {
   unref?: boolean;
 }
 
+/** Options of `Runtime.openRemote`: exactly one of `script` or `kind`. */
+export type RemoteOptions = {
+  /** A token `weft serve` accepts (sent in the hello and resume frames, not in headers). */
+  token: string;
+  owner?: string;
+  label?: string;
+  /** How long after a disconnect the session may be resumed (default 30000; the host may shorten it). */
+  resumeWindowMs?: number;
+  /** Heartbeat period (default 5000); three silent periods count as a disconnect. */
+  heartbeatMs?: number;
+  /** The WebSocket constructor (default `globalThis.WebSocket`). */
+  WebSocket?: new (url: string) => WebSocketLike;
+  /** Allow `ws://` to a host that is not loopback (the token then travels unencrypted). */
+  allowInsecure?: boolean;
+  maxConcurrent?: number;
+  maxMessageBytes?: number;
+} & ({ script: string; kind?: undefined } | { kind: string; script?: undefined });
+
+/** What `openRemote` needs of a WebSocket (the DOM's, Node's, or a test double). */
+export interface WebSocketLike {
+  readonly readyState: number;
+  send(data: string): void;
+  close(code?: number, reason?: string): void;
+  // Set by the runtime: open, message (`ev.data`, a JSON text), close (`ev.code`, `ev.reason`), error.
+  onopen: ((ev: any) => unknown) | null;
+  onmessage: ((ev: any) => unknown) | null;
+  onclose: ((ev: any) => unknown) | null;
+  onerror: ((ev: any) => unknown) | null;
+}
+
+/** `Endpoint.info.remote`: the link to the remote host. */
+export interface RemoteInfo {
+  url: string;
+  /** The host's session id, once welcomed. */
+  session: string | null;
+  state: 'connecting' | 'handshaking' | 'resuming' | 'live' | 'waiting' | 'closed';
+  /** Connections lost after being live. */
+  disconnects: number;
+  /** The last host frame applied (its sequence number). */
+  lastSeq: number;
+  /** Client frames held for replay. */
+  buffered: number;
+}
+
 export interface SubmitOptions {
   owner?: string;
   origin?: Origin;
@@ -181,7 +240,9 @@ export class Job<T = unknown> {
   readonly state: JobState | undefined;
   readonly outcome: Outcome<T> | null;
   journal(from?: number): JobEvent[];
-  cancel(reason?: string): 'requested' | 'cancelled_before_start' | 'already_requested' | 'already_finished';
+  /** `requested_while_disconnected`: a remote endpoint's link is down; the cancel is delivered
+   * on resumption or answered by the window's expiry. */
+  cancel(reason?: string): 'requested' | 'cancelled_before_start' | 'already_requested' | 'already_finished' | 'requested_while_disconnected';
   /** Releases this finished job now (see `Runtime.forget`). */
   forget(): boolean;
   send(value: unknown, options?: { inputId?: string }): string;
@@ -192,7 +253,8 @@ export class Job<T = unknown> {
 
 export class Endpoint {
   readonly id: number;
-  readonly info: Record<string, unknown> | undefined;
+  /** State, capabilities and log; `remote` for an endpoint opened with `openRemote`. */
+  readonly info: (Record<string, unknown> & { remote?: RemoteInfo }) | undefined;
   submit<T = unknown>(payload: unknown, options?: SubmitOptions): Job<T>;
   terminate(reason?: string): void;
 }
@@ -202,6 +264,14 @@ export class Runtime {
   openWorker(specifier: string | URL | Worker, options?: WorkerOptions): Endpoint;
   openEndpoint(connect: (h: TransportHandlers) => Transport, options?: EndpointOptions): Endpoint;
   openLocal(fn: (payload: any, ctx: LocalContext) => unknown, options?: EndpointOptions & { input?: boolean }): Endpoint;
+  /**
+   * An endpoint on a remote job host (`weft serve --remote-script NAME=PATH` / `--remote-kind`,
+   * at `ws://HOST/api/jobs/remote`), with a local endpoint's semantics. A disconnect is resumed
+   * within `resumeWindowMs` with nothing lost; past it running jobs are `lost` with the
+   * evidence `remote_disconnected`. UNSUPPORTED without a WebSocket; INVALID_ARGUMENT for a
+   * URL that is neither `wss://` nor `ws://` to loopback (unless `allowInsecure`).
+   */
+  openRemote(url: string | URL, options: RemoteOptions): Endpoint;
   job(id: number): Job | undefined;
   jobs(options?: { owner?: string }): JobInfo[];
   readMailbox(owner: string): Note[];

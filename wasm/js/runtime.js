@@ -63,6 +63,8 @@ export class Runtime {
   #deadline = new Deadline(() => this.#now(), () => this.#call((r, now) => r.handleTimeout(now)));
   #pumping = false;
   #endpoints = new Map();
+  // Remote endpoints' sockets: endpoint id -> RemoteSocket.
+  #remotes = new Map();
   #waits = new Map();
   #subs = new Map();
   #listeners = { finished: new Set(), note: new Set(), wake: new Set() };
@@ -188,6 +190,46 @@ export class Runtime {
       },
       { label: 'local', ...options, hello: { declared: { input, cancelAck: true, errorCode: true } } },
     );
+  }
+
+  /**
+   * Opens an endpoint on a remote job host (`weft serve`'s `/api/jobs/remote`, e.g.
+   * `ws://127.0.0.1:8080/api/jobs/remote`): the server runs `script` (a `--remote-script`) or
+   * `kind` (a `--remote-kind`); the endpoint behaves like a local one. The core keeps the
+   * session: heartbeats, reconnection with backoff, resumption within `resumeWindowMs`
+   * (nothing lost, every missed event delivered in order), and `lost` with the evidence
+   * `remote_disconnected` when the window passes. `WebSocket`: the constructor to use
+   * (default `globalThis.WebSocket`; Node 20 needs `--experimental-websocket`).
+   */
+  openRemote(url, options = {}) {
+    const WS = options.WebSocket ?? globalThis.WebSocket;
+    if (typeof WS !== 'function') {
+      throw new WeftError('UNSUPPORTED', 'no WebSocket in this environment: pass options.WebSocket (Node 20: run with --experimental-websocket)');
+    }
+    if (typeof this.#reg?.openRemote !== 'function') throw new WeftError('UNSUPPORTED', 'this runtime cannot open remote endpoints');
+    const spec = {
+      owner: options.owner ?? 'app',
+      label: options.label ?? String(url),
+      maxConcurrent: options.maxConcurrent,
+      maxMessageBytes: options.maxMessageBytes,
+    };
+    const remote = {
+      url: String(url),
+      token: options.token ?? '',
+      script: options.script,
+      kind: options.kind,
+      windowMs: options.resumeWindowMs,
+      heartbeatMs: options.heartbeatMs,
+      allowInsecure: options.allowInsecure ?? false,
+    };
+    // Not pumped yet: the `connect` output needs the socket holder registered first.
+    const id = this._raw((r, now) => r.openRemote(now, spec, remote));
+    const socket = new RemoteSocket(this, id, WS);
+    this.#remotes.set(id, socket);
+    const ep = new Endpoint(this, id, { post() {}, terminate: () => socket.close(1000, 'endpoint terminated') });
+    this.#endpoints.set(id, ep);
+    this._pump();
+    return ep;
   }
 
   /** A handle on an existing job, or undefined. */
@@ -338,6 +380,15 @@ export class Runtime {
       case 'terminate':
         this.#endpoints.get(o.endpoint)?._terminate();
         break;
+      case 'connect':
+        this.#remotes.get(o.endpoint)?.connect(o.url);
+        break;
+      case 'frame':
+        this.#remotes.get(o.endpoint)?.send(o.text);
+        break;
+      case 'close_socket':
+        this.#remotes.get(o.endpoint)?.close(o.code, o.reason);
+        break;
       case 'wait_settled': {
         const w = this.#waits.get(o.wait);
         if (!w) break;
@@ -364,6 +415,120 @@ export class Runtime {
 
   #arm() {
     this.#deadline.set(this.#reg.pollTimeout());
+  }
+}
+
+/**
+ * The WebSocket of one remote endpoint: carries the core's `connect`, `frame` and
+ * `close_socket` outputs and reports the socket's open, text frames (parsed with JSON.parse)
+ * and close back. At most one socket is current; a replaced or closed one is never reported.
+ */
+class RemoteSocket {
+  #rt;
+  #id;
+  #WS;
+  #ws = null;
+
+  constructor(rt, id, WS) {
+    this.#rt = rt;
+    this.#id = id;
+    this.#WS = WS;
+  }
+
+  connect(url) {
+    // A new connect means a new socket; an old one still open is closed unreported.
+    if (this.#ws) this.close(1000, 'replaced by a new connection');
+    const id = this.#id;
+    const rt = this.#rt;
+    // Socket events arrive on later tasks; a constructor failure is reported on one too, so
+    // that the core is never re-entered from its own outputs.
+    let ws;
+    try {
+      ws = new this.#WS(url);
+    } catch (err) {
+      queueMicrotask(() => rt._call((r, now) => r.onSocketClosed(now, id, `connect failed: ${err?.message ?? err}`)));
+      return;
+    }
+    this.#ws = ws;
+    let opened = false;
+    const current = () => this.#ws === ws;
+    const ended = (reason) => {
+      if (!current()) return;
+      this.#ws = null;
+      rt._call((r, now) => r.onSocketClosed(now, id, reason));
+    };
+    ws.onopen = () => {
+      if (!current()) return;
+      opened = true;
+      rt._call((r, now) => r.onSocketOpen(now, id));
+    };
+    ws.onmessage = (ev) => {
+      if (!current()) return;
+      const data = ev.data;
+      if (typeof data !== 'string') {
+        rt._call((r, now) => r.onUndecodable(now, id, 'a binary frame (the protocol is JSON text)'));
+        return;
+      }
+      let frame;
+      try {
+        frame = JSON.parse(data);
+      } catch (err) {
+        rt._call((r, now) => r.onUndecodable(now, id, `a frame that is not JSON: ${err?.message ?? err}`));
+        return;
+      }
+      rt._call((r, now) => r.onSocketFrame(now, id, frame));
+    };
+    ws.onclose = (ev) => {
+      const why = `${ev?.code ?? 1006}${ev?.reason ? ` ${ev.reason}` : ''}`;
+      ended(opened ? `socket closed (${why})` : `connect failed (${why})`);
+    };
+    ws.onerror = (ev) => {
+      const detail = ev?.message ?? ev?.error?.message ?? 'socket error';
+      ended(opened ? `socket error: ${detail}` : `connect failed: ${detail}`);
+      if (ws.readyState < 2) {
+        try {
+          ws.close();
+        } catch {
+          // Already closing.
+        }
+      }
+    };
+  }
+
+  /** Sends a frame's text on the current socket; without an open one it is dropped (the core replays it on resume). */
+  send(text) {
+    const ws = this.#ws;
+    if (ws && ws.readyState === 1) ws.send(text);
+  }
+
+  /** Closes the current socket (the core already counts it as closed: it is not reported). */
+  close(code, reason) {
+    const ws = this.#ws;
+    this.#detach();
+    if (!ws) return;
+    // Browsers accept only 1000 and 3000..4999 from a client, and reasons of ≤ 123 bytes.
+    const c = code === 1000 || (code >= 3000 && code <= 4999) ? code : 1000;
+    let why = String(reason ?? '');
+    while (new TextEncoder().encode(why).length > 123) why = why.slice(0, -1);
+    try {
+      ws.close(c, why);
+    } catch {
+      try {
+        ws.close();
+      } catch {
+        // Already closed.
+      }
+    }
+  }
+
+  #detach() {
+    const ws = this.#ws;
+    this.#ws = null;
+    if (ws) {
+      // Nothing of a replaced socket is reported any more.
+      ws.onopen = ws.onmessage = ws.onerror = null;
+      ws.onclose = null;
+    }
   }
 }
 

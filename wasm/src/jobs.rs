@@ -6,8 +6,8 @@ use wasm_bindgen::prelude::*;
 use weft_core::jobs::wire::{Capabilities, Reply, Violation, WireRequest};
 use weft_core::jobs::{
     CancelEvidence, Delivery, EndpointId, EndpointSpec, EventKind, Hello, InputRejector, Job,
-    JobEvent, JobId, JobsError, Origin, Outcome, Output, OwnerId, Registry, RegistryConfig, Submit,
-    SubscriptionId, WaitEnd, WaitId,
+    JobEvent, JobId, JobsError, Origin, Outcome, Output, OwnerId, Registry, RegistryConfig,
+    RemoteSpec, RemoteTarget, Submit, SubscriptionId, WaitEnd, WaitId,
 };
 
 use crate::js::{Js, array, error, json, object, opt, opt_bool, opt_f64, opt_string, set};
@@ -41,7 +41,7 @@ export function mkOutcome(kind, value, message, code, started, evidence, quietMs
     case 0: return { outcome: 'succeeded', value };
     case 1: return { outcome: 'failed', message, code: code ?? null, started };
     case 2: { const o = { outcome: 'cancelled', evidence: EVIDENCE[evidence] }; if (evidence === 2) o.quietMs = quietMs; return o; }
-    default: return { outcome: 'lost', reason };
+    default: return code == null ? { outcome: 'lost', reason } : { outcome: 'lost', reason, evidence: code };
   }
 }
 export function mkSubmitted(job, reused) { return { job, reused }; }
@@ -157,6 +157,99 @@ impl JobRegistry {
         Ok(self.inner.open_endpoint(ms(now), s).0 as f64)
     }
 
+    /// Opens an endpoint on a remote job host (`weft serve`'s `/api/jobs/remote`); emits a
+    /// `connect` output. `spec`: `{owner, label, maxConcurrent, maxMessageBytes}`; `remote`:
+    /// `{url, token, script | kind, windowMs, heartbeatMs, allowInsecure}`. The host reports its
+    /// socket with `onSocketOpen`, `onSocketFrame`, `onUndecodable` and `onSocketClosed` and
+    /// performs the `frame` and `close_socket` outputs.
+    #[wasm_bindgen(js_name = openRemote)]
+    pub fn open_remote(
+        &mut self,
+        now: f64,
+        spec: JsValue,
+        remote: JsValue,
+    ) -> Result<f64, JsValue> {
+        let mut s = EndpointSpec::new(
+            opt_string(&spec, "owner").unwrap_or_else(|| "app".into()),
+            opt_string(&spec, "label").unwrap_or_else(|| "remote".into()),
+        );
+        if let Some(m) = opt_f64(&spec, "maxConcurrent") {
+            if m < 1.0 {
+                return Err(crate::js::coded_error(
+                    "INVALID_ARGUMENT",
+                    "maxConcurrent must be at least 1",
+                ));
+            }
+            s.max_concurrent = Some(m as usize);
+        }
+        if let Some(m) = opt_f64(&spec, "maxMessageBytes") {
+            s.max_message_bytes = m as usize;
+        }
+        let target = match (opt_string(&remote, "script"), opt_string(&remote, "kind")) {
+            (Some(script), None) => RemoteTarget::Script(script),
+            (None, Some(kind)) => RemoteTarget::Kind(kind),
+            _ => {
+                return Err(crate::js::coded_error(
+                    "INVALID_ARGUMENT",
+                    "a remote endpoint opens exactly one of `script` or `kind`",
+                ));
+            }
+        };
+        let url = opt_string(&remote, "url").unwrap_or_default();
+        let mut r = RemoteSpec::new(
+            url,
+            opt_string(&remote, "token").unwrap_or_default(),
+            target,
+        );
+        if let Some(w) = opt_f64(&remote, "windowMs") {
+            r.window_ms = ms(w);
+        }
+        if let Some(h) = opt_f64(&remote, "heartbeatMs") {
+            r.heartbeat_ms = ms(h);
+        }
+        r.allow_insecure = opt_bool(&remote, "allowInsecure").unwrap_or(false);
+        self.inner
+            .open_remote(ms(now), s, r)
+            .map(|e| e.0 as f64)
+            .map_err(|e| error(&e))
+    }
+
+    /// The socket of a remote endpoint opened (sends hello or resume).
+    #[wasm_bindgen(js_name = onSocketOpen)]
+    pub fn on_socket_open(&mut self, now: f64, endpoint: f64) -> Result<(), JsValue> {
+        self.inner
+            .on_socket_open(ms(now), EndpointId(endpoint as u64))
+            .map_err(|e| error(&e))
+    }
+
+    /// One text frame of a remote endpoint's socket, decoded with `JSON.parse` (a frame that
+    /// does not decode goes to `onUndecodable`).
+    #[wasm_bindgen(js_name = onSocketFrame)]
+    pub fn on_socket_frame(
+        &mut self,
+        now: f64,
+        endpoint: f64,
+        frame: JsValue,
+    ) -> Result<(), JsValue> {
+        self.inner
+            .on_socket_frame(ms(now), EndpointId(endpoint as u64), &Js::from_js(frame))
+            .map_err(|e| error(&e))
+    }
+
+    /// The socket of a remote endpoint closed, or its connect failed (inside the resumption
+    /// window the registry reconnects and resumes).
+    #[wasm_bindgen(js_name = onSocketClosed)]
+    pub fn on_socket_closed(
+        &mut self,
+        now: f64,
+        endpoint: f64,
+        reason: &str,
+    ) -> Result<(), JsValue> {
+        self.inner
+            .on_socket_closed(ms(now), EndpointId(endpoint as u64), reason)
+            .map_err(|e| error(&e))
+    }
+
     /// A message from the endpoint's worker, passed through untouched.
     #[wasm_bindgen(js_name = onMessage)]
     pub fn on_message(&mut self, now: f64, endpoint: f64, msg: JsValue) -> Result<(), JsValue> {
@@ -218,6 +311,7 @@ impl JobRegistry {
                 thread: opt_string(&o, "thread"),
                 turn: opt_string(&o, "turn"),
                 tool_call: opt_string(&o, "toolCall"),
+                ..Origin::default()
             };
         }
         req.reuse_key = opt_string(&opts, "reuseKey");
@@ -421,6 +515,16 @@ impl JobRegistry {
             Some(e) => {
                 let mut v = e.to_json();
                 v["events"] = e.events().iter().map(|e| e.to_json()).collect();
+                if let Some(r) = self.inner.remote_info(e.id) {
+                    v["remote"] = serde_json::json!({
+                        "url": r.url,
+                        "session": r.session,
+                        "state": r.state,
+                        "disconnects": r.disconnects,
+                        "lastSeq": r.last_seq,
+                        "buffered": r.buffered,
+                    });
+                }
                 json(&v)
             }
             None => JsValue::UNDEFINED,
@@ -475,9 +579,17 @@ pub fn outcome_js(o: &Outcome<Js>) -> JsValue {
             };
             mk_outcome(2, &undef, None, None, false, e, q, None)
         }
-        Outcome::Lost { reason } => {
-            mk_outcome(3, &undef, None, None, false, 0, 0.0, Some(reason.clone()))
-        }
+        // The lost evidence rides in the `code` slot.
+        Outcome::Lost { reason, evidence } => mk_outcome(
+            3,
+            &undef,
+            None,
+            Some(evidence.as_str().into()),
+            false,
+            0,
+            0.0,
+            Some(reason.clone()),
+        ),
     }
 }
 
@@ -507,6 +619,18 @@ fn job_js(j: &Job<Js>) -> JsValue {
             j.outcome().map(outcome_js).unwrap_or(JsValue::NULL),
         ),
         ("events", (j.journal().len() as f64).into()),
+        (
+            "remote",
+            j.remote
+                .as_ref()
+                .map(|r| {
+                    object(&[
+                        ("session", r.session.as_str().into()),
+                        ("job", (r.job.0 as f64).into()),
+                    ])
+                })
+                .unwrap_or(JsValue::NULL),
+        ),
     ])
 }
 
@@ -628,6 +752,17 @@ pub fn event_js(e: &JobEvent<Js>) -> JsValue {
             );
         }
         EventKind::LateEvidence { reply } => set(&o, "reply", reply_js(reply)),
+        EventKind::RemoteAccepted {
+            session,
+            remote_job,
+        } => {
+            set(&o, "session", session.as_str());
+            set(&o, "remoteJob", remote_job.0 as f64);
+        }
+        EventKind::RemoteMissed { progress, partial } => {
+            set(&o, "progress", *progress as f64);
+            set(&o, "partial", *partial as f64);
+        }
     }
     o
 }
@@ -702,6 +837,14 @@ impl JobRegistry {
                 let owner = self.owner_js(&owner);
                 out_job(2, job.0 as f64, 0, &owner)
             }
+            // Remote endpoints' socket work. A frame goes out as its JSON text (what the
+            // socket sends), not as an object to stringify again.
+            Output::SendFrame { endpoint, frame } => object(&[
+                ("output", "frame".into()),
+                ("endpoint", (endpoint.0 as f64).into()),
+                ("text", frame.to_string().into()),
+            ]),
+            other @ (Output::Connect { .. } | Output::CloseSocket { .. }) => json(&other.to_json()),
         }
     }
 }

@@ -29,6 +29,22 @@ export async function jobs(): Promise<number> {
   return -1;
 }
 
+export async function remote(): Promise<string> {
+  const rt = createRuntime();
+  const ep = rt.openRemote('ws://127.0.0.1:8080/api/jobs/remote', {
+    token: 'agent-token', script: 'ticker', resumeWindowMs: 1500, heartbeatMs: 100, WebSocket,
+  });
+  rt.openRemote(new URL('wss://example.org/api/jobs/remote'), { token: 't', kind: 'sleep', owner: 'agent' });
+  const job = ep.submit<{ ticks: number }>({ ticks: 3 });
+  const status = job.cancel();
+  if (status === 'requested_while_disconnected') console.log(ep.info?.remote?.disconnects);
+  const out = await job.wait();
+  if (out.outcome === 'lost' && out.evidence === 'remote_disconnected') console.log(out.reason);
+  for (const e of job.journal()) if (e.type === 'remote_accepted') console.log(e.session, e.remoteJob + 1);
+  const r = ep.info?.remote;
+  return `${r?.state ?? 'local'} ${r?.session ?? ''} ${r?.lastSeq ?? 0} ${job.info?.remote?.job ?? 0}`;
+}
+
 export async function agents(): Promise<string | null> {
   const rt = createRuntime();
   const model = scriptedModel([{ calls: [{ name: 'add', arguments: { a: 1 } }] }, { text: 'done' }]);

@@ -1,0 +1,233 @@
+// Remote endpoints of the JS runtime against a scripted WebSocket double (`opts.WebSocket`): the
+// runtime carries the core's connect / frame / close_socket outputs and reports the socket's
+// open, frames and close; the test plays the host's frames. No server, no real socket.
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { createRuntime, WeftError } from 'weft';
+
+const URL_ = 'ws://127.0.0.1:9/api/jobs/remote';
+const LIMITS = { maxFrameBytes: 1 << 20, replayFrames: 4096, replayBytes: 4 << 20 };
+const HELLO = { type: 'hello', protocol: 'weft-worker/1', capabilities: { input: false, cancelAck: true, errorCode: true } };
+
+/** A WebSocket double: records what the client sends; the test opens, feeds and drops it. */
+function fakeSockets() {
+  const sockets = [];
+  let refuse = false;
+  class FakeSocket {
+    constructor(url) {
+      this.url = url;
+      this.readyState = 0;
+      this.sent = [];
+      this.closedWith = null;
+      this.onopen = this.onmessage = this.onclose = this.onerror = null;
+      sockets.push(this);
+      // A refused connect: the browser's error + close, on a later task.
+      if (refuse) setTimeout(() => this.drop(1006), 1);
+    }
+    send(text) {
+      assert.equal(this.readyState, 1, 'sent on a socket that is not open');
+      this.sent.push(JSON.parse(text));
+    }
+    close(code, reason) {
+      this.closedWith = { code, reason };
+      this.readyState = 3;
+    }
+    // ----- the test's side -----
+    open() {
+      this.readyState = 1;
+      this.onopen?.({});
+    }
+    serve(frame) {
+      this.onmessage?.({ data: typeof frame === 'string' ? frame : JSON.stringify(frame) });
+    }
+    drop(code = 1006) {
+      this.readyState = 3;
+      this.onerror?.({ message: 'connection reset' });
+      this.onclose?.({ code, reason: '' });
+    }
+    msgs() {
+      return this.sent.filter((f) => f.t === 'msg');
+    }
+  }
+  return {
+    FakeSocket,
+    sockets,
+    set refuse(v) {
+      refuse = v;
+    },
+  };
+}
+
+const until = async (cond, what, ms = 5000) => {
+  const end = Date.now() + ms;
+  while (!cond()) {
+    if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 5));
+  }
+};
+
+/** Opens a remote endpoint and plays welcome + the host worker's hello. */
+function openLive(rt, fake, opts = {}) {
+  const ep = rt.openRemote(URL_, { token: 'tok', script: 'ticker', WebSocket: fake.FakeSocket, heartbeatMs: 60_000, ...opts });
+  const ws = fake.sockets.at(-1);
+  ws.open();
+  ws.serve({ t: 'welcome', session: 's-1', secret: 'sec', windowMs: opts.resumeWindowMs ?? 30_000, heartbeatMs: 60_000, limits: LIMITS });
+  ws.serve({ t: 'msg', seq: 1, ack: 0, body: HELLO });
+  return { ep, ws };
+}
+
+test('remote (fake socket): hello, progress, a disconnect resumed with the cancel delivered, nothing lost', async () => {
+  const rt = createRuntime();
+  const fake = fakeSockets();
+  const ep = rt.openRemote(URL_, { token: 'tok', script: 'ticker', WebSocket: fake.FakeSocket, resumeWindowMs: 3000, heartbeatMs: 60_000, label: 'ticker' });
+  assert.equal(fake.sockets.length, 1);
+  const ws = fake.sockets[0];
+  assert.equal(ws.url, URL_);
+  assert.equal(ep.info.remote.state, 'connecting');
+  ws.open();
+  assert.equal(ws.sent.length, 1);
+  const hello = ws.sent[0];
+  assert.deepEqual(
+    { t: hello.t, token: hello.token, open: hello.open, windowMs: hello.windowMs, heartbeatMs: hello.heartbeatMs, label: hello.label },
+    { t: 'hello', token: 'tok', open: { script: 'ticker' }, windowMs: 3000, heartbeatMs: 60_000, label: 'ticker' },
+  );
+  ws.serve({ t: 'welcome', session: 's-1', secret: 'sec', windowMs: 3000, heartbeatMs: 60_000, limits: LIMITS });
+  assert.equal(ep.info.remote.state, 'live');
+  assert.equal(ep.info.remote.session, 's-1');
+
+  // Runs queue until the host forwards its worker's hello.
+  const job = ep.submit({ ticks: 3 });
+  assert.equal(job.state, 'queued');
+  assert.equal(ws.msgs().length, 0);
+  ws.serve({ t: 'msg', seq: 1, ack: 0, body: HELLO });
+  assert.equal(job.state, 'running');
+  const [run] = ws.msgs();
+  assert.equal(run.seq, 1);
+  assert.equal(run.body.type, 'run');
+  assert.deepEqual(run.body.payload, { ticks: 3 });
+  const wire = run.body.id;
+  ws.serve({ t: 'accepted', seq: 2, ack: 1, id: wire, job: 41 });
+  ws.serve({ t: 'msg', seq: 3, ack: 1, body: { id: wire, type: 'progress', value: { tick: 1 } } });
+  // A frame that is not JSON is the endpoint's protocol error; the run is untouched.
+  ws.serve('{not json');
+  assert.equal(job.state, 'running');
+  assert.ok(ep.info.events.some((e) => e.type === 'protocol_error'), JSON.stringify(ep.info.events));
+  assert.equal(ep.info.remote.lastSeq, 3);
+
+  // The socket drops: nothing is lost yet; a cancel is recorded and waits for the resume.
+  ws.drop(1006);
+  assert.equal(ep.info.remote.state, 'waiting');
+  assert.equal(ep.info.remote.disconnects, 1);
+  assert.equal(job.state, 'running');
+  assert.equal(job.cancel('stop'), 'requested_while_disconnected');
+  await until(() => fake.sockets.length === 2, 'the reconnect');
+  const ws2 = fake.sockets[1];
+  assert.equal(ws.closedWith, null, 'the dropped socket is not closed again');
+  ws2.open();
+  const resume = ws2.sent[0];
+  assert.deepEqual(
+    { t: resume.t, token: resume.token, session: resume.session, secret: resume.secret, ack: resume.ack },
+    { t: 'resume', token: 'tok', session: 's-1', secret: 'sec', ack: 3 },
+  );
+  // The host applied the run (client seq 1): the cancel (seq 2) is replayed, once.
+  ws2.serve({ t: 'resumed', ack: 1 });
+  assert.equal(ep.info.remote.state, 'live');
+  const cancels = ws2.msgs().filter((m) => m.body.type === 'cancel');
+  assert.equal(cancels.length, 1, JSON.stringify(ws2.sent));
+  assert.equal(cancels[0].body.id, wire);
+  assert.equal(ws2.msgs().filter((m) => m.body.type === 'run').length, 0, 'the applied run was replayed');
+  // What the host sent meanwhile arrives in order; a replay of an applied frame is ignored.
+  ws2.serve({ t: 'msg', seq: 3, ack: 2, body: { id: wire, type: 'progress', value: { tick: 1 } } });
+  ws2.serve({ t: 'msg', seq: 4, ack: 2, body: { id: wire, type: 'progress', value: { tick: 2 } } });
+  ws2.serve({ t: 'msg', seq: 5, ack: 2, body: { id: wire, type: 'cancelled' } });
+  const out = await job.wait();
+  assert.deepEqual(out, { outcome: 'cancelled', evidence: 'acknowledged' });
+  const journal = job.journal();
+  assert.deepEqual(journal.filter((e) => e.type === 'progress').map((e) => e.value.tick), [1, 2]);
+  const accepted = journal.find((e) => e.type === 'remote_accepted');
+  assert.equal(accepted.session, 's-1');
+  assert.equal(accepted.remoteJob, 41);
+  assert.deepEqual(job.info.remote, { session: 's-1', job: 41 });
+  assert.equal(ep.info.remote.lastSeq, 5);
+  assert.equal(journal.filter((e) => e.type === 'cancel_requested').length, 1);
+  // Closing the runtime ends the session deliberately: a `close` frame, then the socket closes.
+  rt.close();
+  assert.equal(ws2.sent.at(-1).t, 'close');
+  assert.equal(ws2.closedWith?.code, 1000);
+  assert.equal(fake.sockets.length, 2);
+});
+
+test('remote (fake socket): past the resumption window running jobs are lost with remote_disconnected', async () => {
+  const rt = createRuntime();
+  const fake = fakeSockets();
+  const { ep, ws } = openLive(rt, fake, { resumeWindowMs: 400 });
+  const running = ep.submit({ ticks: 100 });
+  const [run] = ws.msgs();
+  ws.serve({ t: 'accepted', seq: 2, ack: 1, id: run.body.id, job: 7 });
+  ws.serve({ t: 'msg', seq: 3, ack: 1, body: { id: run.body.id, type: 'progress', value: { tick: 1 } } });
+  fake.refuse = true;
+  ws.drop(1006);
+  const queued = ep.submit({ ticks: 1 });
+  assert.equal(queued.state, 'queued');
+  assert.throws(() => running.send({ x: 1 }), (e) => e.code === 'REMOTE_DISCONNECTED' || e.code === 'INPUT_UNSUPPORTED');
+  const out = await running.wait();
+  assert.equal(out.outcome, 'lost');
+  assert.equal(out.evidence, 'remote_disconnected');
+  const q = await queued.wait();
+  assert.equal(q.outcome, 'failed');
+  assert.equal(q.started, false);
+  assert.equal(ep.info.remote.state, 'closed');
+  assert.ok(fake.sockets.length >= 2, 'no reconnect was attempted');
+  const attempts = fake.sockets.length;
+  await new Promise((r) => setTimeout(r, 300));
+  assert.equal(fake.sockets.length, attempts, 'it kept reconnecting after the window');
+  rt.close();
+});
+
+test('remote (fake socket): terminate sends close and loses running jobs as terminated; refusals', async () => {
+  const rt = createRuntime();
+  const fake = fakeSockets();
+  const { ep, ws } = openLive(rt, fake);
+  const job = ep.submit({ ticks: 100 });
+  assert.equal(ws.msgs().length, 1);
+  ep.terminate('done here');
+  assert.equal(ws.sent.at(-1).t, 'close');
+  assert.equal(ws.closedWith?.code, 1000);
+  const out = await job.wait();
+  assert.equal(out.outcome, 'lost');
+  assert.equal(out.evidence, 'terminated');
+
+  // A refused hello closes the endpoint before any run.
+  const ep2 = rt.openRemote(URL_, { token: 'bad', kind: 'sleep', WebSocket: fake.FakeSocket });
+  const ws2 = fake.sockets.at(-1);
+  const early = ep2.submit({ ms: 10 });
+  ws2.open();
+  assert.deepEqual(ws2.sent[0].open, { kind: 'sleep' });
+  ws2.serve({ t: 'refused', code: 'REMOTE_UNAUTHENTICATED', message: 'bad token' });
+  const e = await early.wait();
+  assert.equal(e.outcome, 'failed');
+  assert.equal(e.started, false);
+  assert.equal(ep2.info.remote.state, 'closed');
+  assert.notEqual(ws2.closedWith, null, 'the refused socket was left open');
+
+  // Argument and environment refusals are WeftErrors with codes.
+  const code = (fn) => {
+    try {
+      fn();
+    } catch (err) {
+      return err.code;
+    }
+    return 'no error';
+  };
+  assert.equal(code(() => rt.openRemote('ws://example.com/api/jobs/remote', { token: 't', script: 'x', WebSocket: fake.FakeSocket })), 'INVALID_ARGUMENT');
+  assert.equal(code(() => rt.openRemote(URL_, { token: 't', script: 'x', kind: 'y', WebSocket: fake.FakeSocket })), 'INVALID_ARGUMENT');
+  const saved = Object.getOwnPropertyDescriptor(globalThis, 'WebSocket');
+  delete globalThis.WebSocket;
+  try {
+    assert.equal(code(() => rt.openRemote(URL_, { token: 't', script: 'x' })), 'UNSUPPORTED');
+  } finally {
+    if (saved) Object.defineProperty(globalThis, 'WebSocket', saved);
+  }
+  assert.ok(new WeftError('X', 'y') instanceof Error);
+  rt.close();
+});
