@@ -1,17 +1,18 @@
 //! Bindings of the application graph and its operations (`weft_core::ops::App`).
 //!
-//! `OpsApp` holds the app *and* its job registry (the lead's [`JobRegistry`] wrapper with its
-//! JS conversion caches), and exposes the registry's JS methods too, so the JS `Runtime` can
+//! `OpsApp` holds the app and, beside it, its job registry (the lead's [`JobRegistry`] wrapper
+//! with its JS conversion caches); the app borrows the registry per call, and after every
+//! direct registry call the binding hands the registry's outputs to the app
+//! (`App::on_registry_outputs`). It exposes the registry's JS methods too, so the JS `Runtime` can
 //! use an `OpsApp` as its core: Worker endpoints, job waits and observers, mailboxes and
 //! timers then work unchanged on the registry that the app's Worker cells and hosted
 //! operations use. The JS package (`wasm/js/ops.js`) runs host cells and selectors.
 
-use std::borrow::{Borrow, BorrowMut};
 use std::sync::Arc;
 
 use js_sys::{Array, Object};
 use wasm_bindgen::prelude::*;
-use weft_core::jobs::{EndpointId, Origin, Registry};
+use weft_core::jobs::{EndpointId, Origin};
 use weft_core::ops::{
     Actor, App, AppConfig, AppOutput, CalcId, CellSpec, CellView, GraphSpec, ObserveRequest,
     OnFailure, OnSupersede, OpId, OpsError, OpsValue, Retention, Selection, Snapshot, WriteId,
@@ -58,18 +59,6 @@ impl OpsValue for Js {
     }
 }
 
-impl Borrow<Registry<Js>> for JobRegistry {
-    fn borrow(&self) -> &Registry<Js> {
-        &self.inner
-    }
-}
-
-impl BorrowMut<Registry<Js>> for JobRegistry {
-    fn borrow_mut(&mut self) -> &mut Registry<Js> {
-        &mut self.inner
-    }
-}
-
 fn ms(now: f64) -> u64 {
     if now.is_finite() && now > 0.0 {
         now as u64
@@ -107,6 +96,7 @@ fn origin_of(v: &JsValue) -> Origin {
             thread: opt_string(&o, "thread"),
             turn: opt_string(&o, "turn"),
             tool_call: opt_string(&o, "toolCall"),
+            ..Origin::default()
         },
         None => Origin {
             tool_call: opt_string(v, "toolCall"),
@@ -234,7 +224,9 @@ fn snapshot_js(s: &Snapshot<Js>) -> JsValue {
 /// milliseconds on the caller's monotonic clock.
 #[wasm_bindgen]
 pub struct OpsApp {
-    app: App<Js, JobRegistry>,
+    app: App<Js>,
+    /// The job registry beside the app (the app borrows it per call).
+    registry: JobRegistry,
     /// The latest time seen (the core's clock never goes backwards).
     last_now: u64,
 }
@@ -264,15 +256,12 @@ impl OpsApp {
             retention.writes = limit("writes", retention.writes);
         }
         OpsApp {
-            app: App::with_registry(
-                AppConfig {
-                    instance,
-                    first_op,
-                    retention,
-                    ..AppConfig::default()
-                },
-                registry,
-            ),
+            app: App::new(AppConfig {
+                instance,
+                first_op,
+                retention,
+            }),
+            registry,
             last_now: 0,
         }
     }
@@ -286,7 +275,9 @@ impl OpsApp {
         let spec = from_js_json(&spec)
             .and_then(|v| GraphSpec::from_value("", &v))
             .map_err(|e| error(&OpsError::InvalidGraph(e)))?;
-        self.app.load(t, spec).map_err(ops_err)
+        self.app
+            .load(t, &mut self.registry.inner, spec)
+            .map_err(ops_err)
     }
 
     /// Hot replacement with new cell specs under a fresh instance id.
@@ -302,7 +293,7 @@ impl OpsApp {
             .and_then(|v| weft_core::fields::list("cells", &v, CellSpec::from_value))
             .map_err(|e| error(&OpsError::InvalidGraph(e)))?;
         self.app
-            .replace_graph(t, ms(instance), cells)
+            .replace_graph(t, &mut self.registry.inner, ms(instance), cells)
             .map_err(ops_err)
     }
 
@@ -310,7 +301,7 @@ impl OpsApp {
     #[wasm_bindgen(js_name = disposeGraph)]
     pub fn dispose_graph(&mut self, now: f64) {
         let t = self.t(now);
-        self.app.dispose_graph(t);
+        self.app.dispose_graph(t, &mut self.registry.inner);
     }
 
     // ----- writes -----------------------------------------------------------------------------
@@ -369,7 +360,9 @@ impl OpsApp {
     /// Ends the tick; returns the new revision, or undefined when nothing changed.
     pub fn flush(&mut self, now: f64) -> Option<f64> {
         let t = self.t(now);
-        self.app.flush(t).map(|r| r as f64)
+        self.app
+            .flush(t, &mut self.registry.inner)
+            .map(|r| r as f64)
     }
 
     /// A write's receipt.
@@ -415,7 +408,10 @@ impl OpsApp {
             by: opt_string(&req, "by").unwrap_or_else(|| "agent".into()),
             tool_call: opt_string(&req, "toolCall"),
         };
-        self.app.observe(t, r).map(|o| o.0 as f64).map_err(ops_err)
+        self.app
+            .observe(t, &mut self.registry.inner, r)
+            .map(|o| o.0 as f64)
+            .map_err(ops_err)
     }
 
     /// Cancels an operation's observation only; returns its outcome name.
@@ -423,7 +419,7 @@ impl OpsApp {
     pub fn cancel_op(&mut self, now: f64, op: f64, reason: &str) -> Result<String, JsValue> {
         let t = self.t(now);
         self.app
-            .cancel_op(t, OpId(op as u64), reason)
+            .cancel_op(t, &mut self.registry.inner, OpId(op as u64), reason)
             .map(|k| k.as_str().to_owned())
             .map_err(ops_err)
     }
@@ -496,7 +492,7 @@ impl OpsApp {
     ) -> Result<String, JsValue> {
         let t = self.t(now);
         self.app
-            .calc_progress(t, calc_arg(calc)?, fraction)
+            .calc_progress(t, &mut self.registry.inner, calc_arg(calc)?, fraction)
             .map(|s| s.as_str().to_owned())
             .map_err(ops_err)
     }
@@ -511,7 +507,12 @@ impl OpsApp {
     ) -> Result<String, JsValue> {
         let t = self.t(now);
         self.app
-            .calc_partial(t, calc_arg(calc)?, Js::from_js(value))
+            .calc_partial(
+                t,
+                &mut self.registry.inner,
+                calc_arg(calc)?,
+                Js::from_js(value),
+            )
             .map(|s| s.as_str().to_owned())
             .map_err(ops_err)
     }
@@ -521,7 +522,12 @@ impl OpsApp {
     pub fn calc_done(&mut self, now: f64, calc: &str, value: JsValue) -> Result<String, JsValue> {
         let t = self.t(now);
         self.app
-            .calc_done(t, calc_arg(calc)?, Js::from_js(value))
+            .calc_done(
+                t,
+                &mut self.registry.inner,
+                calc_arg(calc)?,
+                Js::from_js(value),
+            )
             .map(|s| s.as_str().to_owned())
             .map_err(ops_err)
     }
@@ -532,7 +538,7 @@ impl OpsApp {
     pub fn calc_finish(&mut self, now: f64, calc: &str) -> Result<String, JsValue> {
         let t = self.t(now);
         self.app
-            .calc_finish(t, calc_arg(calc)?)
+            .calc_finish(t, &mut self.registry.inner, calc_arg(calc)?)
             .map(|s| s.as_str().to_owned())
             .map_err(ops_err)
     }
@@ -548,7 +554,13 @@ impl OpsApp {
     ) -> Result<String, JsValue> {
         let t = self.t(now);
         self.app
-            .calc_failed(t, calc_arg(calc)?, message, code.as_deref())
+            .calc_failed(
+                t,
+                &mut self.registry.inner,
+                calc_arg(calc)?,
+                message,
+                code.as_deref(),
+            )
             .map(|s| s.as_str().to_owned())
             .map_err(ops_err)
     }
@@ -622,7 +634,11 @@ impl OpsApp {
             by: opt_string(&actor, "by").unwrap_or_else(|| "agent".into()),
             tool_call: opt_string(&actor, "toolCall"),
         };
-        match self.app.call_tool(t, name, &args, actor).map_err(ops_err)? {
+        match self
+            .app
+            .call_tool(t, &mut self.registry.inner, name, &args, actor)
+            .map_err(ops_err)?
+        {
             ToolReply::Ready(v) => Ok(jv(&serde_json::json!({"ready": v}))),
             ToolReply::Wait { op, wait_ms } => {
                 Ok(jv(&serde_json::json!({"wait": op.0, "waitMs": wait_ms})))
@@ -642,7 +658,13 @@ impl OpsApp {
         let t = self.t(now);
         Ok(jv(&self
             .app
-            .tool_op_reply(t, OpId(op as u64), owner, origin_of(&options))
+            .tool_op_reply(
+                t,
+                &mut self.registry.inner,
+                OpId(op as u64),
+                owner,
+                origin_of(&options),
+            )
             .map_err(ops_err)?))
     }
 
@@ -658,7 +680,14 @@ impl OpsApp {
     ) -> Result<f64, JsValue> {
         let t = self.t(now);
         self.app
-            .submit_task(t, cell, &pairs(&overrides)?, owner, origin_of(&options))
+            .submit_task(
+                t,
+                &mut self.registry.inner,
+                cell,
+                &pairs(&overrides)?,
+                owner,
+                origin_of(&options),
+            )
             .map(|j| j.0 as f64)
             .map_err(ops_err)
     }
@@ -669,7 +698,7 @@ impl OpsApp {
     #[wasm_bindgen(js_name = openEndpoint)]
     pub fn open_endpoint(&mut self, now: f64, spec: JsValue) -> Result<f64, JsValue> {
         let t = self.t(now);
-        self.app.registry_host_mut().open_endpoint(t as f64, spec)
+        self.registry.open_endpoint(t as f64, spec)
     }
 
     /// A message from a Worker: its job and (for Worker cells) its calculation see it.
@@ -677,7 +706,12 @@ impl OpsApp {
     pub fn on_message(&mut self, now: f64, endpoint: f64, msg: JsValue) -> Result<(), JsValue> {
         let t = self.t(now);
         self.app
-            .on_worker_message(t, EndpointId(endpoint as u64), &Js::from_js(msg))
+            .on_worker_message(
+                t,
+                &mut self.registry.inner,
+                EndpointId(endpoint as u64),
+                &Js::from_js(msg),
+            )
             .map_err(ops_err)
     }
 
@@ -685,12 +719,7 @@ impl OpsApp {
     #[wasm_bindgen(js_name = onUndecodable)]
     pub fn on_undecodable(&mut self, now: f64, endpoint: f64, detail: &str) -> Result<(), JsValue> {
         let t = self.t(now);
-        let r = self
-            .app
-            .registry_host_mut()
-            .on_undecodable(t as f64, endpoint, detail);
-        self.app.sync_jobs_now(t);
-        r
+        self.registry_call(t, |r| r.on_undecodable(t as f64, endpoint, detail))
     }
 
     /// See `JobRegistry.onEndpointClosed`.
@@ -703,7 +732,12 @@ impl OpsApp {
     ) -> Result<(), JsValue> {
         let t = self.t(now);
         self.app
-            .on_endpoint_closed(t, EndpointId(endpoint as u64), reason)
+            .on_endpoint_closed(
+                t,
+                &mut self.registry.inner,
+                EndpointId(endpoint as u64),
+                reason,
+            )
             .map_err(ops_err)
     }
 
@@ -716,12 +750,7 @@ impl OpsApp {
         reason: &str,
     ) -> Result<(), JsValue> {
         let t = self.t(now);
-        let r = self
-            .app
-            .registry_host_mut()
-            .terminate_endpoint(t as f64, endpoint, reason);
-        self.app.sync_jobs_now(t);
-        r
+        self.registry_call(t, |r| r.terminate_endpoint(t as f64, endpoint, reason))
     }
 
     /// See `JobRegistry.submit`.
@@ -733,20 +762,13 @@ impl OpsApp {
         opts: JsValue,
     ) -> Result<JsValue, JsValue> {
         let t = self.t(now);
-        let r = self
-            .app
-            .registry_host_mut()
-            .submit(t as f64, endpoint, payload, opts);
-        self.app.sync_jobs_now(t);
-        r
+        self.registry_call(t, |r| r.submit(t as f64, endpoint, payload, opts))
     }
 
     /// See `JobRegistry.cancel` (cancelling a hosted operation's job cancels its observation).
     pub fn cancel(&mut self, now: f64, job: f64, reason: &str) -> Result<String, JsValue> {
         let t = self.t(now);
-        let r = self.app.registry_host_mut().cancel(t as f64, job, reason);
-        self.app.sync_jobs_now(t);
-        r
+        self.registry_call(t, |r| r.cancel(t as f64, job, reason))
     }
 
     /// See `JobRegistry.sendInput`.
@@ -759,82 +781,71 @@ impl OpsApp {
         input_id: Option<String>,
     ) -> Result<String, JsValue> {
         let t = self.t(now);
-        let r = self
-            .app
-            .registry_host_mut()
-            .send_input(t as f64, job, value, input_id);
-        self.app.sync_jobs_now(t);
-        r
+        self.registry_call(t, |r| r.send_input(t as f64, job, value, input_id))
     }
 
     /// See `JobRegistry.wait`.
     pub fn wait(&mut self, now: f64, job: f64, timeout_ms: Option<f64>) -> Result<f64, JsValue> {
         let t = self.t(now);
-        let r = self.app.registry_host_mut().wait(t as f64, job, timeout_ms);
-        self.app.sync_jobs_now(t);
-        r
+        self.registry_call(t, |r| r.wait(t as f64, job, timeout_ms))
     }
 
     /// See `JobRegistry.cancelWait`.
     #[wasm_bindgen(js_name = cancelWait)]
     pub fn cancel_wait(&mut self, wait: f64) -> Result<(), JsValue> {
-        let r = self.app.registry_host_mut().cancel_wait(wait);
         let t = self.last_now;
-        self.app.sync_jobs_now(t);
-        r
+        self.registry_call(t, |r| r.cancel_wait(wait))
     }
 
     /// See `JobRegistry.observe`.
     pub fn observe(&mut self, job: f64, from: Option<f64>, capacity: f64) -> Result<f64, JsValue> {
-        let r = self.app.registry_host_mut().observe(job, from, capacity);
         let t = self.last_now;
-        self.app.sync_jobs_now(t);
-        r
+        self.registry_call(t, |r| r.observe(job, from, capacity))
     }
 
     /// See `JobRegistry.takeDeliveries`.
     #[wasm_bindgen(js_name = takeDeliveries)]
     pub fn take_deliveries(&mut self, sub: f64) -> Result<Array, JsValue> {
-        self.app.registry_host_mut().take_deliveries(sub)
+        self.registry.take_deliveries(sub)
     }
 
     /// See `JobRegistry.unsubscribe`.
     pub fn unsubscribe(&mut self, sub: f64) -> bool {
-        self.app.registry_host_mut().unsubscribe(sub)
+        self.registry.unsubscribe(sub)
     }
 
     /// See `JobRegistry.readMailbox`.
     #[wasm_bindgen(js_name = readMailbox)]
     pub fn read_mailbox(&mut self, owner: &str) -> JsValue {
-        self.app.registry_host_mut().read_mailbox(owner)
+        self.registry.read_mailbox(owner)
     }
 
     /// See `JobRegistry.mailboxLength`.
     #[wasm_bindgen(js_name = mailboxLength)]
     pub fn mailbox_length(&mut self, owner: &str) -> f64 {
-        self.app.registry_host_mut().mailbox_length(owner)
+        self.registry.mailbox_length(owner)
     }
 
     /// See `JobRegistry.closeOwner`.
     #[wasm_bindgen(js_name = closeOwner)]
     pub fn close_owner(&mut self, now: f64, owner: &str) -> JsValue {
         let t = self.t(now);
-        let r = self.app.registry_host_mut().close_owner(t as f64, owner);
-        self.app.sync_jobs_now(t);
-        r
+        self.registry_call(t, |r| r.close_owner(t as f64, owner))
     }
 
     /// The next deadline: operation timeouts and registry timers.
     #[wasm_bindgen(js_name = pollTimeout)]
     pub fn poll_timeout(&self) -> Option<f64> {
-        self.app.poll_timeout().map(|t| t as f64)
+        self.app
+            .poll_timeout(&self.registry.inner)
+            .map(|t| t as f64)
     }
 
     /// Fires the timers due at `now`.
     #[wasm_bindgen(js_name = handleTimeout)]
     pub fn handle_timeout(&mut self, now: f64) {
         let t = self.t(now);
-        self.app.handle_timeout(t);
+        self.app.handle_timeout(t, &mut self.registry.inner);
     }
 
     /// All pending outputs: the registry's (`send`, `wait_settled`, ...) and the app's
@@ -842,7 +853,7 @@ impl OpsApp {
     #[wasm_bindgen(js_name = drainOutputs)]
     pub fn drain_outputs(&mut self) -> Array {
         let t = self.last_now;
-        self.app.sync_jobs_now(t);
+        self.app.on_registry_outputs(t, &mut self.registry.inner);
         let outs: Vec<AppOutput<Js>> = self.app.drain_outputs().collect();
         let arr = Array::new();
         for o in outs {
@@ -853,27 +864,27 @@ impl OpsApp {
 
     /// See `JobRegistry.job`.
     pub fn job(&mut self, job: f64) -> JsValue {
-        self.app.registry_host_mut().job(job)
+        self.registry.job(job)
     }
 
     /// See `JobRegistry.journal`.
     pub fn journal(&mut self, job: f64, from: Option<f64>) -> Result<Array, JsValue> {
-        self.app.registry_host_mut().journal(job, from)
+        self.registry.journal(job, from)
     }
 
     /// See `JobRegistry.jobs`.
     pub fn jobs(&mut self, owner: Option<String>) -> Array {
-        self.app.registry_host_mut().jobs(owner)
+        self.registry.jobs(owner)
     }
 
     /// See `JobRegistry.endpoint`.
     pub fn endpoint(&mut self, endpoint: f64) -> JsValue {
-        self.app.registry_host_mut().endpoint(endpoint)
+        self.registry.endpoint(endpoint)
     }
 
     fn output_js(&mut self, o: AppOutput<Js>) -> JsValue {
         match o {
-            AppOutput::Jobs(j) => self.app.registry_host_mut().output_js(j),
+            AppOutput::Jobs(j) => self.registry.output_js(j),
             AppOutput::Compute {
                 calc,
                 cell,
@@ -919,10 +930,18 @@ impl OpsApp {
 }
 
 impl OpsApp {
+    /// Calls the registry directly, then hands its outputs to the app (the one path every
+    /// re-exported registry method takes).
+    fn registry_call<T>(&mut self, t: u64, f: impl FnOnce(&mut JobRegistry) -> T) -> T {
+        let r = f(&mut self.registry);
+        self.app.on_registry_outputs(t, &mut self.registry.inner);
+        r
+    }
+
     /// The app's job registry (an agent on the app's runtime takes its notes and submits its
     /// jobs there).
     pub(crate) fn registry_mut(&mut self) -> &mut JobRegistry {
-        self.app.registry_host_mut()
+        &mut self.registry
     }
 
     /// The core's time for a host time: never earlier than a time already seen.

@@ -17,8 +17,9 @@
 //! `timed_out` — and never presents a replacement result as the answer.
 //!
 //! The host carries: it runs host-computed cells when told ([`AppOutput::Compute`]) and reports
-//! back; Worker cells run as jobs of the embedded [`crate::jobs::Registry`], whose messages the
-//! host delivers. Slow observations can be hosted as registry jobs ([`App::host_as_job`]).
+//! back; Worker cells run as jobs of a [`crate::jobs::Registry`] the host keeps beside the app
+//! and lends it per call (`reg: &mut Registry`, the [`crate::tools::Session`] shape; call order
+//! on [`App`]). Slow observations can be hosted as registry jobs ([`App::host_as_job`]).
 //!
 //! * [`control`] — controls, validation, actions.
 //! * [`App`] — the graph, writes, calculations and operations.
@@ -28,14 +29,21 @@
 //! * [`Retention`] — how many finished records are kept; what is never pruned.
 
 mod app;
+mod bridge;
+mod calc;
 pub mod claims;
 pub mod control;
+mod graph;
 mod operation;
+mod reports;
 mod retention;
+mod schedule;
+mod spec;
 pub mod tools;
 mod types;
 #[cfg(feature = "conformance")]
 pub mod vectors;
+mod writes;
 
 use thiserror::Error;
 

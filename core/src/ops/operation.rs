@@ -10,11 +10,9 @@
 
 use std::sync::Arc;
 
-use std::borrow::BorrowMut;
-
 use serde_json::{Value, json};
 
-use super::app::{App, reg_mut};
+use super::app::App;
 use super::control::ControlValue;
 use super::types::*;
 use super::{OpsError, OpsValue};
@@ -161,17 +159,19 @@ impl<V> Operation<V> {
     }
 }
 
-impl<V: OpsValue, R: BorrowMut<Registry<V>>> App<V, R> {
+impl<V: OpsValue> App<V> {
     /// Starts an operation: validates everything (wait set, selection, every write) before
     /// staging anything; the writes become effective at the next [`App::flush`].
     pub fn observe<P: Payload>(
         &mut self,
         now: Millis,
+        reg: &mut Registry<V>,
         req: ObserveRequest<P>,
     ) -> Result<OpId, OpsError> {
         let writes = super::app::requested(&req.writes);
         self.observe_requested(
             now,
+            reg,
             ObserveRequest {
                 writes,
                 wait_for: req.wait_for,
@@ -188,9 +188,10 @@ impl<V: OpsValue, R: BorrowMut<Registry<V>>> App<V, R> {
     fn observe_requested(
         &mut self,
         now: Millis,
+        reg: &mut Registry<V>,
         req: ObserveRequest<super::app::Requested>,
     ) -> Result<OpId, OpsError> {
-        self.begin();
+        self.begin(reg);
         if req.writes.is_empty() && req.wait_for.is_empty() {
             return Err(OpsError::InvalidArgument(
                 "an operation needs writes, cells to wait for, or both".into(),
@@ -285,7 +286,7 @@ impl<V: OpsValue, R: BorrowMut<Registry<V>>> App<V, R> {
             self.make_effective(now, id, vec![], vec![]);
             self.link_inflight(now, id);
         }
-        self.settle(now);
+        self.settle(now, reg);
         Ok(id)
     }
 
@@ -351,7 +352,14 @@ impl<V: OpsValue, R: BorrowMut<Registry<V>>> App<V, R> {
     }
 
     /// Progress of a calculation: forwarded to hosted operations that linked it.
-    pub(crate) fn op_progress(&mut self, now: Millis, x: usize, calc: CalcId, fraction: f64) {
+    pub(crate) fn op_progress(
+        &mut self,
+        now: Millis,
+        reg: &mut Registry<V>,
+        x: usize,
+        calc: CalcId,
+        fraction: f64,
+    ) {
         let Some(ep) = self.ops_endpoint else { return };
         let name = self.cells[x].name.clone();
         for i in 0..self.pending_ops.len() {
@@ -361,7 +369,7 @@ impl<V: OpsValue, R: BorrowMut<Registry<V>>> App<V, R> {
             {
                 let msg = V::from_json(&json!({"id": wire, "type": "progress",
                     "value": {"cell": name, "calc": calc.to_json(), "progress": fraction}}));
-                let _ = reg_mut(&mut self.registry).on_message(now, ep, &msg);
+                let _ = reg.on_message(now, ep, &msg);
             }
         }
     }
@@ -372,6 +380,7 @@ impl<V: OpsValue, R: BorrowMut<Registry<V>>> App<V, R> {
     pub(crate) fn ops_on_batch(
         &mut self,
         now: Millis,
+        reg: &mut Registry<V>,
         staged: &[WriteId],
         changed: &[usize],
     ) -> Vec<OpId> {
@@ -401,7 +410,7 @@ impl<V: OpsValue, R: BorrowMut<Registry<V>>> App<V, R> {
                         controls,
                         calculations: vec![],
                     };
-                    self.finish_op(now, id, OpOutcomeKind::Superseded, Some(info), None);
+                    self.finish_op(now, reg, id, OpOutcomeKind::Superseded, Some(info), None);
                     continue;
                 }
                 let coalesced: Vec<WriteId> = staged
@@ -467,7 +476,7 @@ impl<V: OpsValue, R: BorrowMut<Registry<V>>> App<V, R> {
                         controls,
                         calculations,
                     };
-                    self.finish_op(now, id, OpOutcomeKind::Superseded, Some(info), None);
+                    self.finish_op(now, reg, id, OpOutcomeKind::Superseded, Some(info), None);
                 }
                 OnSupersede::Follow => self.intervene(now, id, by, controls),
             }
@@ -575,7 +584,7 @@ impl<V: OpsValue, R: BorrowMut<Registry<V>>> App<V, R> {
     }
 
     /// Checks every waiting operation against the current state.
-    pub(crate) fn evaluate_ops(&mut self, now: Millis) {
+    pub(crate) fn evaluate_ops(&mut self, now: Millis, reg: &mut Registry<V>) {
         let pending = self.pending_ops.clone();
         for id in pending {
             let op = &self.ops[&id];
@@ -653,9 +662,9 @@ impl<V: OpsValue, R: BorrowMut<Registry<V>>> App<V, R> {
             op.processed = processed;
             op.failures = failures;
             if any_failed && (policy == OnFailure::End || all_done) {
-                self.finish_op(now, id, OpOutcomeKind::Failed, None, None);
+                self.finish_op(now, reg, id, OpOutcomeKind::Failed, None, None);
             } else if all_processed {
-                self.finish_op(now, id, OpOutcomeKind::Settled, None, None);
+                self.finish_op(now, reg, id, OpOutcomeKind::Settled, None, None);
             }
         }
     }
@@ -664,6 +673,7 @@ impl<V: OpsValue, R: BorrowMut<Registry<V>>> App<V, R> {
     pub(crate) fn finish_op(
         &mut self,
         now: Millis,
+        reg: &mut Registry<V>,
         id: OpId,
         kind: OpOutcomeKind,
         superseded: Option<SupersedeInfo>,
@@ -770,7 +780,7 @@ impl<V: OpsValue, R: BorrowMut<Registry<V>>> App<V, R> {
                     "code": other.as_str().to_ascii_uppercase()})
                 }
             };
-            let _ = reg_mut(&mut self.registry).on_message(now, ep, &V::from_json(&msg));
+            let _ = reg.on_message(now, ep, &V::from_json(&msg));
         }
     }
 
@@ -862,9 +872,9 @@ impl<V: OpsValue, R: BorrowMut<Registry<V>>> App<V, R> {
         }
     }
 
-    pub(crate) fn time_out(&mut self, now: Millis, id: OpId) {
+    pub(crate) fn time_out(&mut self, now: Millis, reg: &mut Registry<V>, id: OpId) {
         if self.ops.get(&id).is_some_and(|o| o.outcome.is_none()) {
-            self.finish_op(now, id, OpOutcomeKind::TimedOut, None, None);
+            self.finish_op(now, reg, id, OpOutcomeKind::TimedOut, None, None);
         }
     }
 
@@ -873,16 +883,24 @@ impl<V: OpsValue, R: BorrowMut<Registry<V>>> App<V, R> {
     pub fn cancel_op(
         &mut self,
         now: Millis,
+        reg: &mut Registry<V>,
         id: OpId,
         reason: &str,
     ) -> Result<OpOutcomeKind, OpsError> {
-        self.begin();
+        self.begin(reg);
         let op = self.ops.get(&id).ok_or_else(|| self.op_missing(id))?;
         if let Some(o) = &op.outcome {
             return Ok(o.kind);
         }
-        self.finish_op(now, id, OpOutcomeKind::Cancelled, None, Some(reason.into()));
-        self.settle(now);
+        self.finish_op(
+            now,
+            reg,
+            id,
+            OpOutcomeKind::Cancelled,
+            None,
+            Some(reason.into()),
+        );
+        self.settle(now, reg);
         Ok(OpOutcomeKind::Cancelled)
     }
 
@@ -892,11 +910,12 @@ impl<V: OpsValue, R: BorrowMut<Registry<V>>> App<V, R> {
     pub fn host_as_job(
         &mut self,
         now: Millis,
+        reg: &mut Registry<V>,
         id: OpId,
         owner: &str,
         origin: Origin,
     ) -> Result<JobId, OpsError> {
-        self.begin();
+        self.begin(reg);
         let op = self.ops.get(&id).ok_or_else(|| self.op_missing(id))?;
         if let Some(j) = op.job {
             return Ok(j);
@@ -906,19 +925,24 @@ impl<V: OpsValue, R: BorrowMut<Registry<V>>> App<V, R> {
                 "{id} already finished; nothing to host"
             )));
         }
-        let ep = self.ensure_ops_endpoint(now);
+        let ep = self.ensure_ops_endpoint(now, reg);
         let mut req = Submit::new(owner, ep, V::from_json(&json!({"operation": id.0})));
         req.origin = origin;
-        let job = reg_mut(&mut self.registry).submit(now, req)?.job;
+        let job = reg.submit(now, req)?.job;
         let revision = self.revision;
         let op = self.ops.get_mut(&id).expect("exists");
         op.job = Some(job);
         op.push(now, revision, OpEventKind::Hosted { job });
-        self.pump_registry(now);
+        self.pump_registry(now, reg);
         Ok(job)
     }
 
-    pub(crate) fn on_ops_request(&mut self, now: Millis, request: WireRequest<V>) {
+    pub(crate) fn on_ops_request(
+        &mut self,
+        now: Millis,
+        reg: &mut Registry<V>,
+        request: WireRequest<V>,
+    ) {
         match request {
             WireRequest::Run { id, payload } => {
                 let op = payload
@@ -936,6 +960,7 @@ impl<V: OpsValue, R: BorrowMut<Registry<V>>> App<V, R> {
                 {
                     self.finish_op(
                         now,
+                        reg,
                         op,
                         OpOutcomeKind::Cancelled,
                         None,
@@ -966,7 +991,13 @@ impl<V: OpsValue, R: BorrowMut<Registry<V>>> App<V, R> {
 
     /// After a graph replacement or disposal: waiting operations continue on the new instance
     /// when their cells exist there, and fail otherwise.
-    pub(crate) fn ops_on_replace(&mut self, now: Millis, from: u64, to: u64) {
+    pub(crate) fn ops_on_replace(
+        &mut self,
+        now: Millis,
+        reg: &mut Registry<V>,
+        from: u64,
+        to: u64,
+    ) {
         let pending = self.pending_ops.clone();
         for id in pending {
             let names = self.ops[&id].wait_names.clone();
@@ -1002,7 +1033,7 @@ impl<V: OpsValue, R: BorrowMut<Registry<V>>> App<V, R> {
                         failure: FailureReason::Removed { reason },
                     },
                 );
-                self.finish_op(now, id, OpOutcomeKind::Failed, None, None);
+                self.finish_op(now, reg, id, OpOutcomeKind::Failed, None, None);
                 continue;
             }
             let mut controls: Vec<usize> = self.ops[&id]

@@ -20,10 +20,9 @@
 //! read after it (an outcome, a selector's snapshot). Asking for a pruned record gives
 //! `PRUNED`; an unknown id gives `UNKNOWN_OPERATION` / `UNKNOWN_CALCULATION`.
 
-use std::borrow::BorrowMut;
 use std::collections::VecDeque;
 
-use super::app::{App, reg_mut};
+use super::app::App;
 use super::types::*;
 use super::{OpsError, OpsValue};
 use crate::jobs::{JobId, Registry};
@@ -105,7 +104,7 @@ impl RetentionState {
     }
 }
 
-impl<V: OpsValue, R: BorrowMut<Registry<V>>> App<V, R> {
+impl<V: OpsValue> App<V> {
     /// The retention limits.
     pub fn retention(&self) -> Retention {
         self.retention.limits
@@ -242,7 +241,7 @@ impl<V: OpsValue, R: BorrowMut<Registry<V>>> App<V, R> {
     // ----- pruning ------------------------------------------------------------------------------
 
     /// Prunes what exceeds the limits (at the start of an input).
-    pub(crate) fn prune(&mut self) {
+    pub(crate) fn prune(&mut self, reg: &mut Registry<V>) {
         let limits = self.retention.limits;
         while self.retention.finished_ops.len() > limits.operations {
             let id = self.retention.finished_ops.pop_front().expect("non-empty");
@@ -277,7 +276,7 @@ impl<V: OpsValue, R: BorrowMut<Registry<V>>> App<V, R> {
             }
             let calc = self.calcs.remove(&id).expect("checked");
             if let Some(job) = calc.job {
-                if reg_mut(&mut self.registry).forget(job) {
+                if reg.forget(job) {
                     self.retention.pruned.jobs += 1;
                 } else {
                     self.retention.orphan_jobs.push(job);
@@ -288,7 +287,7 @@ impl<V: OpsValue, R: BorrowMut<Registry<V>>> App<V, R> {
         if !self.retention.orphan_jobs.is_empty() {
             let mut jobs = std::mem::take(&mut self.retention.orphan_jobs);
             let before = jobs.len();
-            jobs.retain(|j| !reg_mut(&mut self.registry).forget(*j));
+            jobs.retain(|j| !reg.forget(*j));
             self.retention.pruned.jobs += (before - jobs.len()) as u64;
             self.retention.orphan_jobs = jobs;
         }

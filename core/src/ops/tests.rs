@@ -8,6 +8,7 @@ use serde_json::{Value, json};
 
 use super::control::ControlValue;
 use super::*;
+use crate::jobs::{Registry, RegistryConfig};
 
 pub(crate) fn lab_spec() -> GraphSpec {
     serde_json::from_value(json!({
@@ -35,11 +36,11 @@ pub(crate) fn lab_spec() -> GraphSpec {
 }
 
 /// A host that computes every cell synchronously: the value is the inputs object.
-fn run_host(app: &mut App<Value>, now: u64) -> Vec<AppOutput<Value>> {
+fn run_host(app: &mut App<Value>, reg: &mut Registry<Value>, now: u64) -> Vec<AppOutput<Value>> {
     let mut seen = Vec::new();
     while let Some(o) = app.poll_output() {
         if let AppOutput::Compute { calc, inputs, .. } = &o {
-            app.calc_done(now, *calc, inputs.clone()).unwrap();
+            app.calc_done(now, reg, *calc, inputs.clone()).unwrap();
         }
         seen.push(o);
     }
@@ -49,18 +50,19 @@ fn run_host(app: &mut App<Value>, now: u64) -> Vec<AppOutput<Value>> {
 #[test]
 fn a_host_selector_runs_over_the_settled_snapshot_not_the_live_state() {
     let mut app: App<Value> = App::new(AppConfig::default());
-    app.load(0, lab_spec()).unwrap();
-    run_host(&mut app, 0);
+    let reg = &mut Registry::new(RegistryConfig::default());
+    app.load(0, reg, lab_spec()).unwrap();
+    run_host(&mut app, reg, 0);
     let mut req = ObserveRequest::new(vec![("kappa".into(), json!(0.5))], vec!["errors".into()]);
     req.select = Selection::Selector("summary".into());
-    let op = app.observe(1, req).unwrap();
-    app.flush(1);
+    let op = app.observe(1, reg, req).unwrap();
+    app.flush(1, reg);
     // The host drives computes; the settle output carries the snapshot.
     let mut snapshot = None;
     while let Some(o) = app.poll_output() {
         match o {
             AppOutput::Compute { calc, inputs, .. } => {
-                app.calc_done(2, calc, inputs).unwrap();
+                app.calc_done(2, reg, calc, inputs).unwrap();
             }
             AppOutput::OpFinished {
                 op: id,
@@ -73,7 +75,7 @@ fn a_host_selector_runs_over_the_settled_snapshot_not_the_live_state() {
                 // A concurrent write lands before the host runs the selector.
                 app.set(3, "kappa", &json!(0.9), Actor::new("user"))
                     .unwrap();
-                app.flush(3);
+                app.flush(3, reg);
             }
             _ => {}
         }
@@ -97,7 +99,8 @@ fn a_host_selector_runs_over_the_settled_snapshot_not_the_live_state() {
 #[test]
 fn tool_schemas_list_the_live_names() {
     let mut app: App<Value> = App::new(AppConfig::default());
-    app.load(0, lab_spec()).unwrap();
+    let reg = &mut Registry::new(RegistryConfig::default());
+    app.load(0, reg, lab_spec()).unwrap();
     let defs = app.tool_definitions();
     let names: Vec<&str> = defs.iter().map(|d| d.name).collect();
     assert_eq!(
@@ -114,6 +117,7 @@ fn tool_schemas_list_the_live_names() {
     let err = app
         .call_tool(
             0,
+            reg,
             "observe",
             &json!({"waitFor": ["nope"]}),
             Actor::new("agent"),
@@ -132,7 +136,8 @@ fn app_tool_schemas_are_enforceable_by_the_agent_toolbox() {
     // The published app tools can be declared to weft's own agent sessions (and any adapter
     // that enforces the same JSON Schema subset): no keyword the toolbox would refuse.
     let mut app: App<Value> = App::new(AppConfig::default());
-    app.load(0, lab_spec()).unwrap();
+    let reg = &mut Registry::new(RegistryConfig::default());
+    app.load(0, reg, lab_spec()).unwrap();
     for t in app.tool_definitions() {
         crate::tools::schema::check_tool_schema(&t.input_schema)
             .unwrap_or_else(|e| panic!("tool `{}`: {e}", t.name));
@@ -274,21 +279,22 @@ fn graph_specs_read_every_field_and_name_the_bad_one() {
 #[test]
 fn invalid_graphs_are_rejected_and_change_nothing() {
     let mut app: App<Value> = App::new(AppConfig::default());
+    let reg = &mut Registry::new(RegistryConfig::default());
     let mut spec = lab_spec();
     spec.cells[1].deps = vec![DepSpec::Same("nowhere".into())];
-    assert_eq!(app.load(0, spec).unwrap_err().code(), "INVALID_GRAPH");
+    assert_eq!(app.load(0, reg, spec).unwrap_err().code(), "INVALID_GRAPH");
     let mut spec = lab_spec();
     spec.controls[0].value = ControlValue::Text("hot".into());
-    assert_eq!(app.load(0, spec).unwrap_err().code(), "INVALID_GRAPH");
+    assert_eq!(app.load(0, reg, spec).unwrap_err().code(), "INVALID_GRAPH");
     let mut spec = lab_spec();
     spec.cells[0].compute = ComputeSpec::Worker {
         endpoint: crate::jobs::EndpointId(9),
     };
-    assert_eq!(app.load(0, spec).unwrap_err().code(), "INVALID_GRAPH");
+    assert_eq!(app.load(0, reg, spec).unwrap_err().code(), "INVALID_GRAPH");
     assert_eq!(app.report(false)["controls"], json!({}));
-    app.load(0, lab_spec()).unwrap();
+    app.load(0, reg, lab_spec()).unwrap();
     assert_eq!(
-        app.load(0, lab_spec()).unwrap_err().code(),
+        app.load(0, reg, lab_spec()).unwrap_err().code(),
         "INVALID_ARGUMENT"
     );
 }
@@ -470,7 +476,8 @@ fn run_steps(steps: Vec<Step>, retention: Retention) -> Result<(), TestCaseError
         retention,
         ..AppConfig::default()
     });
-    app.load(0, lab_spec()).unwrap();
+    let reg = &mut Registry::new(RegistryConfig::default());
+    app.load(0, reg, lab_spec()).unwrap();
     let mut now = 0u64;
     let mut next_instance = 2u64;
     let mut running: Vec<CalcId> = Vec::new();
@@ -517,14 +524,14 @@ fn run_steps(steps: Vec<Step>, retention: Retention) -> Result<(), TestCaseError
                     OnFailure::End
                 };
                 req.timeout_ms = timeout;
-                match app.observe(now, req) {
+                match app.observe(now, reg, req) {
                     Ok(id) => ops.push(id),
                     // The graph is disposed: its cells are gone.
                     Err(e) => prop_assert_eq!(e.code(), "UNKNOWN_CELL"),
                 }
             }
             Step::Flush => {
-                app.flush(now);
+                app.flush(now, reg);
             }
             Step::Report { pick, kind } => {
                 if !running.is_empty() {
@@ -533,13 +540,13 @@ fn run_steps(steps: Vec<Step>, retention: Retention) -> Result<(), TestCaseError
                     let v = json!({"calc": calc.to_string()});
                     let same = json!({"v": 0});
                     let r = match kind {
-                        0 | 2 => app.calc_done(now, calc, v),
-                        1 => app.calc_done(now, calc, same),
-                        3 => app.calc_partial(now, calc, v),
-                        6 => app.calc_partial(now, calc, same),
-                        4 => app.calc_progress(now, calc, 0.5),
-                        7 => app.calc_finish(now, calc),
-                        _ => app.calc_failed(now, calc, "boom", None),
+                        0 | 2 => app.calc_done(now, reg, calc, v),
+                        1 => app.calc_done(now, reg, calc, same),
+                        3 => app.calc_partial(now, reg, calc, v),
+                        6 => app.calc_partial(now, reg, calc, same),
+                        4 => app.calc_progress(now, reg, calc, 0.5),
+                        7 => app.calc_finish(now, reg, calc),
+                        _ => app.calc_failed(now, reg, calc, "boom", None),
                     };
                     let r = match r {
                         Ok(r) => r,
@@ -557,7 +564,7 @@ fn run_steps(steps: Vec<Step>, retention: Retention) -> Result<(), TestCaseError
             Step::Cancel(i) => {
                 if !ops.is_empty() {
                     let op = ops[i % ops.len()];
-                    if let Err(e) = app.cancel_op(now, op, "test") {
+                    if let Err(e) = app.cancel_op(now, reg, op, "test") {
                         prop_assert!(e.code() == "PRUNED" && app.was_pruned(op), "{e}");
                     }
                 }
@@ -574,10 +581,10 @@ fn run_steps(steps: Vec<Step>, retention: Retention) -> Result<(), TestCaseError
             }
             Step::Advance(ms) => {
                 now += ms;
-                app.handle_timeout(now);
+                app.handle_timeout(now, reg);
             }
             Step::Replace => {
-                app.replace_graph(now, next_instance, lab_spec().cells)
+                app.replace_graph(now, reg, next_instance, lab_spec().cells)
                     .unwrap();
                 next_instance += 1;
             }
@@ -585,21 +592,21 @@ fn run_steps(steps: Vec<Step>, retention: Retention) -> Result<(), TestCaseError
                 let v = if g { "gaussian" } else { "step" };
                 app.set(now, "ic", &json!(v), Actor::new("user")).unwrap();
             }
-            Step::Dispose => app.dispose_graph(now),
+            Step::Dispose => app.dispose_graph(now, reg),
         }
         prop_assert!(app.revision() >= last_revision, "revisions only grow");
         last_revision = app.revision();
         drain(&mut app, &mut running, &mut ended)?;
         check_cells(&app)?;
-        check_retention(&mut app)?;
+        check_retention(&mut app, reg)?;
     }
     // Liveness: once every staged write is flushed and every calculation has reported, no
     // operation is left waiting (each is settled, failed, superseded, cancelled or timed out).
     for _ in 0..256 {
-        app.flush(now);
+        app.flush(now, reg);
         drain(&mut app, &mut running, &mut ended)?;
         let Some(calc) = running.pop() else { break };
-        app.calc_done(now, calc, json!({"calc": calc.to_string()}))
+        app.calc_done(now, reg, calc, json!({"calc": calc.to_string()}))
             .unwrap();
         drain(&mut app, &mut running, &mut ended)?;
     }
@@ -661,7 +668,7 @@ fn run_steps(steps: Vec<Step>, retention: Retention) -> Result<(), TestCaseError
 
 /// Retention invariants: whatever a retained record names is retained; after pruning, what
 /// nothing names stays within the limits.
-fn check_retention(app: &mut App<Value>) -> Result<(), TestCaseError> {
+fn check_retention(app: &mut App<Value>, reg: &mut Registry<Value>) -> Result<(), TestCaseError> {
     for o in app.operations() {
         for c in &o.linked {
             prop_assert!(app.calcs.contains_key(c), "{} names pruned {}", o.id, c);
@@ -715,7 +722,7 @@ fn check_retention(app: &mut App<Value>) -> Result<(), TestCaseError> {
             );
         }
     }
-    app.prune();
+    app.prune(reg);
     let limits = app.retention();
     let finished = app.operations().filter(|o| o.is_finished()).count();
     prop_assert!(

@@ -8,8 +8,6 @@
 //! finished or the call's `waitMs` elapsed (a still-waiting operation is then hosted as a job
 //! and returned as a handle).
 
-use std::borrow::BorrowMut;
-
 use serde_json::{Map, Value, json};
 
 use super::operation::{ObserveRequest, Selection};
@@ -182,7 +180,7 @@ fn names_arg(tool: &str, o: &Map<String, Value>, key: &str) -> Result<Vec<String
     }
 }
 
-impl<V: OpsValue, R: BorrowMut<Registry<V>>> App<V, R> {
+impl<V: OpsValue> App<V> {
     /// The published tools, with JSON Schemas built from the live surface: the [`TOOLS_JSON`]
     /// template with the surface's names and control schemas filled in.
     pub fn tool_definitions(&self) -> Vec<ToolDef> {
@@ -240,6 +238,7 @@ impl<V: OpsValue, R: BorrowMut<Registry<V>>> App<V, R> {
     pub fn call_tool(
         &mut self,
         now: Millis,
+        reg: &mut Registry<V>,
         name: &str,
         args: &Value,
         actor: Actor,
@@ -263,7 +262,7 @@ impl<V: OpsValue, R: BorrowMut<Registry<V>>> App<V, R> {
                 let control = req_str(name, o, "name")?;
                 let value = o.get("value").ok_or_else(|| bad("`set` needs `value`"))?;
                 let w = self.set(now, control, value, actor)?;
-                self.flush(now);
+                self.flush(now, reg);
                 Ok(ToolReply::Ready(self.receipt_json(w)))
             }
             "act" => {
@@ -277,7 +276,7 @@ impl<V: OpsValue, R: BorrowMut<Registry<V>>> App<V, R> {
                     Some(_) => return Err(bad("`act`: `args` must be an object")),
                 };
                 let (inv, writes) = self.act(now, action, &given, actor)?;
-                self.flush(now);
+                self.flush(now, reg);
                 Ok(ToolReply::Ready(json!({
                     "action": action, "invocation": inv.0,
                     "writes": writes.iter().map(|w| self.receipt_json(*w)).collect::<Vec<_>>(),
@@ -350,8 +349,8 @@ impl<V: OpsValue, R: BorrowMut<Registry<V>>> App<V, R> {
                     timeout_ms,
                     actor,
                 };
-                let op = self.observe(now, req)?;
-                self.flush(now);
+                let op = self.observe(now, reg, req)?;
+                self.flush(now, reg);
                 Ok(self.reply_or_wait(op, wait_ms))
             }
             "wait" => {
@@ -378,7 +377,7 @@ impl<V: OpsValue, R: BorrowMut<Registry<V>>> App<V, R> {
             "cancel" => {
                 let o = args_of(name, args, &["operation"])?;
                 let op = op_arg(name, o)?;
-                self.cancel_op(now, op, "cancelled by the caller")?;
+                self.cancel_op(now, reg, op, "cancelled by the caller")?;
                 Ok(ToolReply::Ready(self.outcome_json(op)))
             }
             other => Err(OpsError::UnknownTool {
@@ -401,6 +400,7 @@ impl<V: OpsValue, R: BorrowMut<Registry<V>>> App<V, R> {
     pub fn tool_op_reply(
         &mut self,
         now: Millis,
+        reg: &mut Registry<V>,
         op: OpId,
         owner: &str,
         origin: Origin,
@@ -409,7 +409,7 @@ impl<V: OpsValue, R: BorrowMut<Registry<V>>> App<V, R> {
         if o.is_finished() {
             return Ok(self.outcome_json(op));
         }
-        let job = self.host_as_job(now, op, owner, origin)?;
+        let job = self.host_as_job(now, reg, op, owner, origin)?;
         let o = &self.ops[&op];
         let cells = crate::value::map_of(o.wait.iter().map(|&x| {
             let v = self.view(x);

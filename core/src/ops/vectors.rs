@@ -19,7 +19,8 @@ use super::tools::ToolReply;
 use super::*;
 use crate::conformance::{VectorResult, check_final, check_step, each_step, subset, vector_name};
 use crate::jobs::{
-    EndpointId, EndpointSpec, Hello, JobId, Origin, OwnerId, WaitId, wire::Capabilities,
+    EndpointId, EndpointSpec, Hello, JobId, Origin, OwnerId, Registry, RegistryConfig, WaitId,
+    wire::Capabilities,
 };
 
 type StepErr = (String, String);
@@ -68,6 +69,7 @@ pub fn run_vector(v: &Value) -> VectorResult {
         retention,
         ..AppConfig::default()
     });
+    let reg = &mut Registry::new(RegistryConfig::default());
     for (i, e) in v["endpoints"]
         .as_array()
         .cloned()
@@ -75,7 +77,7 @@ pub fn run_vector(v: &Value) -> VectorResult {
         .iter()
         .enumerate()
     {
-        if let Err(err) = open_endpoint(&mut app, e) {
+        if let Err(err) = open_endpoint(reg, e) {
             failures.push(format!("endpoint {i}: {}", err.1));
         }
     }
@@ -83,7 +85,7 @@ pub fn run_vector(v: &Value) -> VectorResult {
         Ok(s) => s,
         Err(e) => return VectorResult::unusable(name, format!("graph spec: {e}")),
     };
-    if let Err(e) = app.load(0, spec) {
+    if let Err(e) = app.load(0, reg, spec) {
         failures.push(format!("load: {} {e}", e.code()));
     }
     let initial: Vec<Value> = app.drain_outputs().map(|o| output_json(&o)).collect();
@@ -93,18 +95,18 @@ pub fn run_vector(v: &Value) -> VectorResult {
         failures.push(e);
     }
     each_step(v, &mut failures, |step, failures| {
-        while let Some(d) = app.poll_timeout().filter(|d| *d <= step.at) {
-            app.handle_timeout(d);
+        while let Some(d) = app.poll_timeout(reg).filter(|d| *d <= step.at) {
+            app.handle_timeout(d, reg);
         }
-        let result = apply_step(&mut app, step.at, step.op, step.json);
+        let result = apply_step(&mut app, reg, step.at, step.op, step.json);
         let outputs: Vec<Value> = app.drain_outputs().map(|o| output_json(&o)).collect();
         check_step(&step.ctx, step.json, &result, outputs, failures);
     });
-    check_final(v, &mut failures, || state_json(&app));
+    check_final(v, &mut failures, || state_json(&app, reg));
     VectorResult { name, failures }
 }
 
-fn open_endpoint(app: &mut App<Value>, e: &Value) -> Result<EndpointId, StepErr> {
+fn open_endpoint(reg: &mut Registry<Value>, e: &Value) -> Result<EndpointId, StepErr> {
     let mut spec = EndpointSpec::new(
         e["owner"].as_str().unwrap_or("app"),
         e["label"].as_str().unwrap_or("worker"),
@@ -125,7 +127,19 @@ fn open_endpoint(app: &mut App<Value>, e: &Value) -> Result<EndpointId, StepErr>
     if let Some(m) = e["maxConcurrent"].as_u64() {
         spec.max_concurrent = Some(m as usize);
     }
-    Ok(app.jobs_mut().open_endpoint(0, spec))
+    Ok(reg.open_endpoint(0, spec))
+}
+
+/// Calls the registry directly, then hands its outputs to the app.
+fn jobs_call<T>(
+    app: &mut App<Value>,
+    reg: &mut Registry<Value>,
+    at: u64,
+    f: impl FnOnce(&mut Registry<Value>) -> T,
+) -> T {
+    let r = f(reg);
+    app.on_registry_outputs(at, reg);
+    r
 }
 
 /// The JSON form of an app output.
@@ -157,7 +171,7 @@ pub fn output_json<V: Payload>(o: &AppOutput<V>) -> Value {
 }
 
 /// The app's observable state: controls, cells, operations, calculations, writes, jobs.
-pub fn state_json(app: &App<Value>) -> Value {
+pub fn state_json(app: &App<Value>, reg: &Registry<Value>) -> Value {
     let snap = app.snapshot();
     let mut ops = serde_json::Map::new();
     for o in app.operations() {
@@ -178,7 +192,7 @@ pub fn state_json(app: &App<Value>) -> Value {
     s["operations"] = Value::Object(ops);
     s["calcs"] = Value::Object(calcs);
     s["writes"] = Value::Array(writes);
-    s["jobs"] = crate::conformance::jobs_state(app.jobs())["jobs"].clone();
+    s["jobs"] = crate::conformance::jobs_state(reg)["jobs"].clone();
     s
 }
 
@@ -227,7 +241,13 @@ fn names(v: &Value) -> Vec<String> {
         .unwrap_or_default()
 }
 
-fn apply_step(app: &mut App<Value>, at: u64, op: &str, s: &Value) -> Result<Value, StepErr> {
+fn apply_step(
+    app: &mut App<Value>,
+    reg: &mut Registry<Value>,
+    at: u64,
+    op: &str,
+    s: &Value,
+) -> Result<Value, StepErr> {
     let err = |e: OpsError| (e.code().to_owned(), e.to_string());
     let op_id = |s: &Value| {
         s["operation"]
@@ -247,7 +267,7 @@ fn apply_step(app: &mut App<Value>, at: u64, op: &str, s: &Value) -> Result<Valu
                 .map_err(err)?;
             json!(ws.iter().map(|w| app.receipt_json(*w)).collect::<Vec<_>>())
         }
-        "flush" => json!({"revision": app.flush(at)}),
+        "flush" => json!({"revision": app.flush(at, reg)}),
         "act" => {
             let name = s["name"].as_str().ok_or_else(|| verr("act needs `name`"))?;
             let (inv, ws) = app
@@ -274,18 +294,21 @@ fn apply_step(app: &mut App<Value>, at: u64, op: &str, s: &Value) -> Result<Valu
             };
             req.timeout_ms = s["timeoutMs"].as_u64();
             req.actor = actor(s);
-            let id = app.observe(at, req).map_err(err)?;
+            let id = app.observe(at, reg, req).map_err(err)?;
             json!({"operation": id.0})
         }
         "done" | "partial" | "progress" | "fail" | "finish" => {
             let calc = calc_arg(app, s)?;
             let r = match op {
-                "done" => app.calc_done(at, calc, s["value"].clone()),
-                "finish" => app.calc_finish(at, calc),
-                "partial" => app.calc_partial(at, calc, s["value"].clone()),
-                "progress" => app.calc_progress(at, calc, s["value"].as_f64().unwrap_or(f64::NAN)),
+                "done" => app.calc_done(at, reg, calc, s["value"].clone()),
+                "finish" => app.calc_finish(at, reg, calc),
+                "partial" => app.calc_partial(at, reg, calc, s["value"].clone()),
+                "progress" => {
+                    app.calc_progress(at, reg, calc, s["value"].as_f64().unwrap_or(f64::NAN))
+                }
                 _ => app.calc_failed(
                     at,
+                    reg,
                     calc,
                     s["message"].as_str().unwrap_or("failed"),
                     s["code"].as_str(),
@@ -300,7 +323,7 @@ fn apply_step(app: &mut App<Value>, at: u64, op: &str, s: &Value) -> Result<Valu
                     .as_u64()
                     .ok_or_else(|| verr("needs `endpoint`"))?,
             );
-            app.on_worker_message(at, ep, &s["msg"]).map_err(err)?;
+            app.on_worker_message(at, reg, ep, &s["msg"]).map_err(err)?;
             Value::Null
         }
         "endpoint_closed" => {
@@ -309,13 +332,13 @@ fn apply_step(app: &mut App<Value>, at: u64, op: &str, s: &Value) -> Result<Valu
                     .as_u64()
                     .ok_or_else(|| verr("needs `endpoint`"))?,
             );
-            app.on_endpoint_closed(at, ep, s["reason"].as_str().unwrap_or("closed"))
+            app.on_endpoint_closed(at, reg, ep, s["reason"].as_str().unwrap_or("closed"))
                 .map_err(err)?;
             Value::Null
         }
         "cancel_op" => {
             let k = app
-                .cancel_op(at, op_id(s)?, s["reason"].as_str().unwrap_or("test"))
+                .cancel_op(at, reg, op_id(s)?, s["reason"].as_str().unwrap_or("test"))
                 .map_err(err)?;
             json!(k.as_str())
         }
@@ -323,6 +346,7 @@ fn apply_step(app: &mut App<Value>, at: u64, op: &str, s: &Value) -> Result<Valu
             let j = app
                 .host_as_job(
                     at,
+                    reg,
                     op_id(s)?,
                     s["owner"].as_str().unwrap_or("agent"),
                     Origin::default(),
@@ -332,29 +356,27 @@ fn apply_step(app: &mut App<Value>, at: u64, op: &str, s: &Value) -> Result<Valu
         }
         "cancel_job" => {
             let job = JobId(s["job"].as_u64().ok_or_else(|| verr("needs `job`"))?);
-            let st = app
-                .jobs_call(at, |r| {
-                    r.cancel(at, job, s["reason"].as_str().unwrap_or("test"))
-                })
-                .map_err(|e| (e.code().to_owned(), e.to_string()))?;
+            let st = jobs_call(app, reg, at, |r| {
+                r.cancel(at, job, s["reason"].as_str().unwrap_or("test"))
+            })
+            .map_err(|e| (e.code().to_owned(), e.to_string()))?;
             json!(st.as_str())
         }
         "wait_job" => {
             let job = JobId(s["job"].as_u64().ok_or_else(|| verr("needs `job`"))?);
-            let w = app
-                .jobs_call(at, |r| r.wait(at, job, s["timeoutMs"].as_u64()))
+            let w = jobs_call(app, reg, at, |r| r.wait(at, job, s["timeoutMs"].as_u64()))
                 .map_err(|e| (e.code().to_owned(), e.to_string()))?;
             json!({"wait": w.0})
         }
         "cancel_wait" => {
             let w = WaitId(s["wait"].as_u64().ok_or_else(|| verr("needs `wait`"))?);
-            app.jobs_call(at, |r| r.cancel_wait(w))
+            jobs_call(app, reg, at, |r| r.cancel_wait(w))
                 .map_err(|e| (e.code().to_owned(), e.to_string()))?;
             Value::Null
         }
         "read_mailbox" => {
             let owner = OwnerId(s["owner"].as_str().unwrap_or("agent").into());
-            json!(app.jobs_call(at, |r| r.read_mailbox(&owner)))
+            json!(jobs_call(app, reg, at, |r| r.read_mailbox(&owner)))
         }
         "replace_graph" => {
             let cells: Vec<CellSpec> = serde_json::from_value(s["cells"].clone())
@@ -362,11 +384,11 @@ fn apply_step(app: &mut App<Value>, at: u64, op: &str, s: &Value) -> Result<Valu
             let inst = s["instance"]
                 .as_u64()
                 .ok_or_else(|| verr("needs `instance`"))?;
-            app.replace_graph(at, inst, cells).map_err(err)?;
+            app.replace_graph(at, reg, inst, cells).map_err(err)?;
             Value::Null
         }
         "dispose_graph" => {
-            app.dispose_graph(at);
+            app.dispose_graph(at, reg);
             Value::Null
         }
         "record_result" => {
@@ -379,6 +401,7 @@ fn apply_step(app: &mut App<Value>, at: u64, op: &str, s: &Value) -> Result<Valu
             let j = app
                 .submit_task(
                     at,
+                    reg,
                     cell,
                     &pairs(&s["overrides"])?,
                     s["owner"].as_str().unwrap_or("agent"),
@@ -389,7 +412,10 @@ fn apply_step(app: &mut App<Value>, at: u64, op: &str, s: &Value) -> Result<Valu
         }
         "tool" => {
             let name = s["name"].as_str().ok_or_else(|| verr("needs `name`"))?;
-            match app.call_tool(at, name, &s["args"], actor(s)).map_err(err)? {
+            match app
+                .call_tool(at, reg, name, &s["args"], actor(s))
+                .map_err(err)?
+            {
                 ToolReply::Ready(v) => v,
                 ToolReply::Wait { op, wait_ms } => json!({"wait": op.0, "waitMs": wait_ms}),
             }
@@ -397,6 +423,7 @@ fn apply_step(app: &mut App<Value>, at: u64, op: &str, s: &Value) -> Result<Valu
         "tool_reply" => app
             .tool_op_reply(
                 at,
+                reg,
                 op_id(s)?,
                 s["owner"].as_str().unwrap_or("agent"),
                 Origin::default(),
@@ -424,7 +451,7 @@ fn apply_step(app: &mut App<Value>, at: u64, op: &str, s: &Value) -> Result<Valu
         }
         "cell" => {
             let cell = s["name"].as_str().ok_or_else(|| verr("needs `name`"))?;
-            super::app::cell_view_json(&app.cell_view(cell).map_err(err)?)
+            super::reports::cell_view_json(&app.cell_view(cell).map_err(err)?)
         }
         "report" => app.report(s["full"].as_bool().unwrap_or(false)),
         "snapshot" => app.snapshot().to_json(),
@@ -432,11 +459,11 @@ fn apply_step(app: &mut App<Value>, at: u64, op: &str, s: &Value) -> Result<Valu
             let (calcs, writes, operations) = app.retained();
             let p = app.pruned();
             json!({"calculations": calcs, "writes": writes, "operations": operations,
-                "jobs": app.jobs().jobs().count(),
+                "jobs": reg.jobs().count(),
                 "pruned": {"operations": p.operations, "calculations": p.calculations,
                     "writes": p.writes, "jobs": p.jobs}})
         }
-        "state" => state_json(app),
+        "state" => state_json(app, reg),
         "advance" => Value::Null,
         other => return Err(verr(format!("unknown op `{other}`"))),
     })

@@ -12,6 +12,7 @@ use std::time::Instant;
 
 use serde_json::{Value, json};
 use weft_bench::{Counting, live_bytes};
+use weft_core::jobs::{Registry, RegistryConfig};
 use weft_core::ops::tools::ToolReply;
 use weft_core::ops::{
     Actor, App, AppConfig, AppOutput, GraphSpec, ObserveRequest, OpOutcomeKind, Retention,
@@ -21,7 +22,8 @@ use weft_core::ops::{
 #[global_allocator]
 static ALLOC: Counting = Counting;
 
-fn app(retention: Retention) -> App<Value> {
+/// The app and, beside it, the job registry it borrows per call.
+fn app(retention: Retention) -> (App<Value>, Registry<Value>) {
     let spec: GraphSpec = serde_json::from_value(json!({
         "controls": [{"name": "x", "type": "number", "min": 0, "max": 1e12, "value": 0}],
         "cells": [{"name": "y", "deps": ["x"]}]
@@ -31,19 +33,20 @@ fn app(retention: Retention) -> App<Value> {
         retention,
         ..AppConfig::default()
     });
-    app.load(0, spec).unwrap();
-    drive(&mut app, 0);
-    app
+    let mut reg = Registry::new(RegistryConfig::default());
+    app.load(0, &mut reg, spec).unwrap();
+    drive(&mut app, &mut reg, 0);
+    (app, reg)
 }
 
 /// The host: computes every requested cell synchronously (y = 2x); returns settled operations.
-fn drive(app: &mut App<Value>, now: u64) -> usize {
+fn drive(app: &mut App<Value>, reg: &mut Registry<Value>, now: u64) -> usize {
     let mut settled = 0;
     while let Some(o) = app.poll_output() {
         match o {
             AppOutput::Compute { calc, inputs, .. } => {
                 let x = inputs["x"].as_f64().unwrap();
-                app.calc_done(now, calc, json!(2.0 * x)).unwrap();
+                app.calc_done(now, reg, calc, json!(2.0 * x)).unwrap();
             }
             AppOutput::OpFinished { outcome, .. } => {
                 assert_eq!(outcome, OpOutcomeKind::Settled);
@@ -56,15 +59,15 @@ fn drive(app: &mut App<Value>, now: u64) -> usize {
 }
 
 fn core_path(n: u64, retention: Retention) -> (f64, usize) {
-    let mut app = app(retention);
+    let (mut app, mut reg) = app(retention);
     let before = live_bytes();
     let t = Instant::now();
     for i in 1..=n {
         let mut req = ObserveRequest::new(vec![("x".to_owned(), json!(i))], vec!["y".to_owned()]);
         req.select = Selection::Outputs(vec!["y".to_owned()]);
-        let op = app.observe(i, req).unwrap();
-        app.flush(i);
-        assert_eq!(drive(&mut app, i), 1);
+        let op = app.observe(i, &mut reg, req).unwrap();
+        app.flush(i, &mut reg);
+        assert_eq!(drive(&mut app, &mut reg, i), 1);
         let out = app.operation(op).unwrap().outcome.as_ref().unwrap();
         assert_eq!(out.result.as_ref().unwrap()["y"], json!(2.0 * i as f64));
     }
@@ -76,19 +79,19 @@ fn core_path(n: u64, retention: Retention) -> (f64, usize) {
 }
 
 fn tool_path(n: u64) -> f64 {
-    let mut app = app(Retention::default());
+    let (mut app, mut reg) = app(Retention::default());
     let t = Instant::now();
     for i in 1..=n {
         let args = json!({"writes": {"x": i}, "waitFor": ["y"], "select": ["y"]});
         let reply = app
-            .call_tool(i, "observe", &args, Actor::new("agent"))
+            .call_tool(i, &mut reg, "observe", &args, Actor::new("agent"))
             .unwrap();
         let ToolReply::Wait { op, .. } = reply else {
             panic!("a host cell needs the host")
         };
-        assert_eq!(drive(&mut app, i), 1);
+        assert_eq!(drive(&mut app, &mut reg, i), 1);
         let v = app
-            .tool_op_reply(i, op, "agent", Default::default())
+            .tool_op_reply(i, &mut reg, op, "agent", Default::default())
             .unwrap();
         assert_eq!(v["outcome"], "settled");
     }
