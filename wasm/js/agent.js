@@ -486,11 +486,12 @@ export class Agent {
       },
     };
     // Handlers run after the current dispatch: the core never re-enters itself.
+    if (!handler) {
+      Promise.resolve().then(() => this.#settle((s, now) => s.settleUnknownTool(now, inv, o.tool ?? `handler-${o.handler}`)));
+      return;
+    }
     Promise.resolve()
-      .then(() => {
-        if (!handler) throw new WeftError('NO_HANDLER', `no handler bound to handler-${o.handler}`);
-        return handler(o.arguments, ctx);
-      })
+      .then(() => handler(o.arguments, ctx))
       .then(
         (value) => this.#settle((s, now) => s.settleValue(now, inv, value)),
         (err) =>

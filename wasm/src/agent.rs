@@ -7,8 +7,8 @@ use serde_json::json;
 use wasm_bindgen::prelude::*;
 use weft_core::jobs::{EndpointId, JobId, Submit};
 use weft_core::tools::{
-    CallOutcome, CallResult, InvocationId, Mail, MailItem, ModelResponse, Session, SessionConfig,
-    Settlement, StepId, TaskId, ToolDecl, ToolsError,
+    CallOutcome, CallResult, HandlerFailure, InvocationId, Mail, MailItem, ModelResponse, Session,
+    SessionConfig, Settlement, StepId, TaskId, ToolDecl, ToolsError,
 };
 
 use crate::jobs::JobRegistry;
@@ -244,6 +244,22 @@ impl AgentSession {
                 message: message.to_owned(),
                 code,
             },
+        )
+    }
+
+    /// No handler is bound to the call's tool: settled with the core's `UNKNOWN_TOOL`
+    /// (`HandlerFailure::UnknownTool`), as every host settles it.
+    #[wasm_bindgen(js_name = settleUnknownTool)]
+    pub fn settle_unknown_tool(
+        &mut self,
+        now: f64,
+        invocation: f64,
+        tool: &str,
+    ) -> Result<(), JsValue> {
+        self.settle(
+            now,
+            invocation,
+            Settlement::from(HandlerFailure::UnknownTool(tool.to_owned())),
         )
     }
 
