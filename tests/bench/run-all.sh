@@ -18,6 +18,9 @@ echo "== model streams: decoding tokens/s and first-delta latency, native"
 cargo run -q --release -p weft-bench --bin model_stream 2>/dev/null
 echo "== agents on nodes: turn overhead vs the RAM-only session, resume of 1,000 agent nodes"
 cargo run -q --release -p weft-bench --bin agent_turns 2>/dev/null
+echo "== DGP over HTTP: SQLite vs PostgreSQL (one and two instances on one database), side by side"
+cargo build -q --release -p weft-host --bin weft 2>/dev/null
+cargo run -q --release -p weft-bench --bin dgp-load -- --store both --seconds 5 --clients 32 2>/dev/null
 cd tests/js
 echo "== registry throughput, wasm under Node"
 node --expose-gc bench/registry.mjs 2>/dev/null

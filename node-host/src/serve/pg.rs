@@ -109,6 +109,8 @@ impl PgConn {
 pub struct Pool {
     config: Config,
     permits: Arc<Semaphore>,
+    /// The configured number of connections (the banner's "pool of N").
+    size: usize,
     idle: Mutex<Vec<PgConn>>,
 }
 
@@ -159,6 +161,7 @@ impl Pool {
         Arc::new(Pool {
             config,
             permits: Arc::new(Semaphore::new(size.max(1))),
+            size: size.max(1),
             idle: Mutex::new(Vec::new()),
         })
     }
@@ -355,7 +358,7 @@ impl PgStore {
             self.config.get_dbname().unwrap_or("(default)"),
             self.config.get_user().unwrap_or("(default)"),
             self.instance,
-            self.pool.permits.available_permits(),
+            self.pool.size,
         )
     }
 

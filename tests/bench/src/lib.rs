@@ -1,7 +1,8 @@
 //! Shared pieces of the benchmark programs: a counting allocator for memory figures, raw disk
-//! probes ([`disk`]).
+//! probes ([`disk`]), a throwaway PostgreSQL cluster ([`pg`]).
 
 pub mod disk;
+pub mod pg;
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicUsize, Ordering};

@@ -16,10 +16,19 @@
 //! demand), the data directory's size, then restarts the server on that store and reports the
 //! time until it serves (start-up loads no frames).
 //!
+//! `--store postgres` measures phases 1-3 against `weft serve --store` on PostgreSQL, first
+//! with one instance, then with two instances on one database (each with its own data
+//! directory; client `i` talks to instance `i % 2`, and the race's conflicting commits alternate
+//! instances, as in node-host/tests/dgp_postgres.rs). The benchmark starts a throwaway cluster
+//! (`weft_bench::pg`, PostgreSQL's durability defaults) with a fresh database per configuration.
+//! `--store both` measures SQLite first, then both PostgreSQL configurations, in one run.
+//! Either prints a side-by-side table at the end.
+//!
 //! Usage: `dgp-load [--weft target/release/weft] [--base-url URL --token T] [--seconds 5]
-//! [--clients 64] [--notes] [--frames N] [--skip-basic]`. Without `--base-url` it starts
-//! `weft serve` on a free port with a temporary data directory and `--extra-threads` for the
-//! clients (phases 4 and 5 need that).
+//! [--clients 64] [--notes] [--frames N] [--skip-basic] [--store sqlite|postgres|both]
+//! [--store-pool 8]`. Without `--base-url` it starts `weft serve` on a free port with a
+//! temporary data directory and `--extra-threads` for the clients (phases 4 and 5 need that).
+//! `--notes` runs against every configuration; `--frames` against the SQLite one only.
 
 use std::process::{Command, Stdio};
 use std::sync::Arc;
@@ -105,22 +114,49 @@ fn percentile(sorted: &[u32], p: f64) -> f64 {
     sorted[i] as f64 / 1000.0
 }
 
-fn report(name: &str, count: u64, secs: f64, mut lat: Vec<u32>, extra: &str) {
+/// Prints one phase's line; returns `(rate, p50 ms, p99 ms)`.
+fn report(name: &str, count: u64, secs: f64, mut lat: Vec<u32>, extra: &str) -> (f64, f64, f64) {
     lat.sort_unstable();
-    println!(
-        "{name:<14} {:>9.0}/s   ({count} in {secs:.1}s)   p50 {:.2} ms   p99 {:.2} ms{extra}",
+    let (rate, p50, p99) = (
         count as f64 / secs,
         percentile(&lat, 0.50),
-        percentile(&lat, 0.99)
+        percentile(&lat, 0.99),
     );
+    println!(
+        "{name:<14} {rate:>9.0}/s   ({count} in {secs:.1}s)   p50 {p50:.2} ms   p99 {p99:.2} ms{extra}"
+    );
+    (rate, p50, p99)
 }
 
-async fn frames(t: Arc<Target>, clients: usize, dur: Duration) {
+/// The figures of phases 1-3 for one configuration (the table of `--store postgres|both`).
+#[derive(Default)]
+struct Figures {
+    reads: f64,
+    read_p99: f64,
+    commits: f64,
+    commit_p50: f64,
+    commit_p99: f64,
+    cycle_p99: f64,
+    /// Commits of the commit phase answered 409 (each client owns its threads: expected 0).
+    conflicts: u64,
+    /// Commits of the commit phase refused otherwise.
+    refused: u64,
+    race_won: u64,
+    race_stale: u64,
+    race_other: u64,
+}
+
+/// The instance client `i` talks to: clients alternate instances.
+fn pick(ts: &[Arc<Target>], i: usize) -> Arc<Target> {
+    ts[i % ts.len()].clone()
+}
+
+async fn frames(ts: &[Arc<Target>], clients: usize, dur: Duration, f: &mut Figures) {
     let stop = Instant::now() + dur;
     let started = Instant::now();
     let mut tasks = Vec::new();
     for i in 0..clients {
-        let t = t.clone();
+        let t = pick(ts, i);
         tasks.push(tokio::spawn(async move {
             let path = format!("/dgp/surfaces/thread-{}/frame", 1000 + i);
             let mut lat = Vec::new();
@@ -137,13 +173,14 @@ async fn frames(t: Arc<Target>, clients: usize, dur: Duration) {
     for task in tasks {
         all.extend(task.await.unwrap());
     }
-    report(
+    let (rate, _, p99) = report(
         "frame reads",
         all.len() as u64,
         started.elapsed().as_secs_f64(),
         all,
         "",
     );
+    (f.reads, f.read_p99) = (rate, p99);
 }
 
 fn assessment(frame: &Value, id: String, text: String) -> Value {
@@ -177,14 +214,15 @@ fn unique(prefix: &str) -> String {
     )
 }
 
-async fn commits(t: Arc<Target>, clients: usize, dur: Duration) {
+async fn commits(ts: &[Arc<Target>], clients: usize, dur: Duration, f: &mut Figures) {
     let stop = Instant::now() + dur;
     let started = Instant::now();
     let mut tasks = Vec::new();
     for i in 0..clients {
-        let t = t.clone();
+        let t = pick(ts, i);
         tasks.push(tokio::spawn(async move {
-            let (mut cycle, mut commit_only, mut failed) = (Vec::new(), Vec::new(), 0u64);
+            let (mut cycle, mut commit_only) = (Vec::new(), Vec::new());
+            let (mut conflicts, mut failed) = (0u64, 0u64);
             let mut round = 0;
             while Instant::now() < stop {
                 // Each client cycles over its own threads, so frames stay small and no two
@@ -222,55 +260,64 @@ async fn commits(t: Arc<Target>, clients: usize, dur: Duration) {
                 if st == 200 && receipt["status"] == "succeeded" {
                     commit_only.push(c.elapsed().as_micros() as u32);
                     cycle.push(s.elapsed().as_micros() as u32);
+                } else if st == 409 {
+                    conflicts += 1;
                 } else {
                     failed += 1;
                 }
             }
-            (cycle, commit_only, failed)
+            (cycle, commit_only, conflicts, failed)
         }));
     }
-    let (mut cycle, mut only, mut failed) = (Vec::new(), Vec::new(), 0);
+    let (mut cycle, mut only) = (Vec::new(), Vec::new());
     for task in tasks {
-        let (c, o, f) = task.await.unwrap();
+        let (c, o, n409, n) = task.await.unwrap();
         cycle.extend(c);
         only.extend(o);
-        failed += f;
+        f.conflicts += n409;
+        f.refused += n;
     }
     let secs = started.elapsed().as_secs_f64();
     let n = cycle.len() as u64;
-    report(
+    (f.commits, f.commit_p50, f.commit_p99) = report(
         "commits",
         n,
         secs,
         only,
-        &format!("   (POST /dgp/commits alone; {failed} refused)"),
+        &format!(
+            "   (POST /dgp/commits alone; {} refused with 409, {} otherwise)",
+            f.conflicts, f.refused
+        ),
     );
-    report(
+    f.cycle_p99 = report(
         "  full cycle",
         n,
         secs,
         cycle,
         "   (frame + assessment + commit)",
-    );
+    )
+    .2;
 }
 
-async fn race(t: Arc<Target>, clients: usize, rounds: usize) {
+async fn race(ts: &[Arc<Target>], clients: usize, rounds: usize, f: &mut Figures) {
     let (mut won, mut stale, mut other) = (0, 0, 0);
     for _ in 0..rounds {
-        let (_, frame) = t
+        let (_, frame) = ts[0]
             .call(Method::GET, "/dgp/surfaces/thread-42/frame", None, None)
             .await;
         let mut assessed = Vec::new();
-        for _ in 0..clients {
+        for i in 0..clients {
             let a = assessment(&frame, unique("r"), "racing note".into());
-            t.call(Method::POST, "/dgp/assessments", Some(&a), None)
+            pick(ts, i)
+                .call(Method::POST, "/dgp/assessments", Some(&a), None)
                 .await;
             assessed.push(a);
         }
         let tasks: Vec<_> = assessed
             .into_iter()
-            .map(|a| {
-                let t = t.clone();
+            .enumerate()
+            .map(|(i, a)| {
+                let t = pick(ts, i);
                 tokio::spawn(async move {
                     t.call(
                         Method::POST,
@@ -293,6 +340,7 @@ async fn race(t: Arc<Target>, clients: usize, rounds: usize) {
     println!(
         "race           {rounds} rounds x {clients} conflicting commits: {won} succeeded, {stale} STALE_FRAME, {other} other"
     );
+    (f.race_won, f.race_stale, f.race_other) = (won, stale, other);
 }
 
 /// One client on one thread: `count` frame + note assessment + commit cycles (or, with
@@ -414,18 +462,29 @@ struct Spawned {
     started_in: Duration,
 }
 
-fn spawn(weft: &str, dir: &std::path::Path, threads: usize) -> Spawned {
+/// Starts `weft serve` on `dir`; with `store`, on that PostgreSQL database with a pool of
+/// `pool` connections.
+fn spawn(
+    weft: &str,
+    dir: &std::path::Path,
+    threads: usize,
+    store: Option<(&str, usize)>,
+) -> Spawned {
     let started = Instant::now();
-    let mut c = Command::new(weft)
-        .args([
-            "serve",
-            "--listen",
-            "127.0.0.1:0",
-            "--extra-threads",
-            &threads.to_string(),
-            "--data-dir",
-        ])
-        .arg(dir)
+    let mut cmd = Command::new(weft);
+    cmd.args([
+        "serve",
+        "--listen",
+        "127.0.0.1:0",
+        "--extra-threads",
+        &threads.to_string(),
+        "--data-dir",
+    ])
+    .arg(dir);
+    if let Some((conninfo, pool)) = store {
+        cmd.args(["--store", conninfo, "--store-pool", &pool.to_string()]);
+    }
+    let mut c = cmd
         .env("WEFT_AGENT_TOKEN", "bench-agent-token")
         .env("WEFT_HUMAN_TOKEN", "bench-human-token")
         .stdout(Stdio::piped())
@@ -435,7 +494,10 @@ fn spawn(weft: &str, dir: &std::path::Path, threads: usize) -> Spawned {
         });
     use std::io::BufRead;
     let mut lines = std::io::BufReader::new(c.stdout.take().unwrap()).lines();
-    let first = lines.next().unwrap().unwrap();
+    let first = lines
+        .next()
+        .and_then(Result::ok)
+        .unwrap_or_else(|| panic!("{weft} serve exited before printing its URL"));
     let started_in = started.elapsed();
     let url = first
         .split_whitespace()
@@ -443,12 +505,23 @@ fn spawn(weft: &str, dir: &std::path::Path, threads: usize) -> Spawned {
         .unwrap()
         .trim_end_matches('/')
         .to_owned();
-    let data = lines.next().unwrap().unwrap();
+    // The banner ends with the discovery line; the storage is on the `data:` line.
+    let mut data = String::new();
+    for line in lines.by_ref() {
+        let line = line.unwrap_or_default();
+        let line = line.trim();
+        if let Some(d) = line.strip_prefix("data:") {
+            data = d.trim().to_owned();
+        }
+        if line.starts_with("discovery:") {
+            break;
+        }
+    }
     std::thread::spawn(move || for _ in lines {});
     Spawned {
         child: c,
         url,
-        data: data.trim().trim_start_matches("data:").trim().to_owned(),
+        data,
         started_in,
     }
 }
@@ -460,80 +533,259 @@ fn stop(c: &mut std::process::Child) {
     let _ = c.wait();
 }
 
+/// A measured configuration: the embedded SQLite store, or `n` instances on one PostgreSQL
+/// database.
+#[derive(Clone, Copy, PartialEq)]
+enum Backend {
+    Sqlite,
+    Postgres(usize),
+}
+
+impl Backend {
+    fn name(self) -> String {
+        match self {
+            Backend::Sqlite => "SQLite, 1 instance".into(),
+            Backend::Postgres(1) => "PostgreSQL, 1 instance".into(),
+            Backend::Postgres(n) => format!("PostgreSQL, {n} instances"),
+        }
+    }
+}
+
+/// The knobs every configuration is measured with.
+struct Run {
+    seconds: u64,
+    clients: usize,
+    notes: bool,
+    basic: bool,
+}
+
+fn client(clients: usize) -> Http {
+    let mut http = Client::builder(TokioExecutor::new());
+    http.pool_max_idle_per_host(clients * 2);
+    http.build_http()
+}
+
+/// Phases 1-4 against `bases` (one per instance); `durability` names the storage.
+fn measure(
+    rt: &tokio::runtime::Runtime,
+    run: &Run,
+    bases: &[String],
+    token: &str,
+    durability: &[String],
+    pid: Option<u32>,
+) -> Figures {
+    let (clients, seconds) = (run.clients, run.seconds);
+    let mut f = Figures::default();
+    rt.block_on(async {
+        let http = client(clients);
+        let ts: Vec<Arc<Target>> = bases
+            .iter()
+            .map(|b| {
+                Arc::new(Target {
+                    http: http.clone(),
+                    base: b.clone(),
+                    token: token.to_owned(),
+                })
+            })
+            .collect();
+        let instances = if bases.len() > 1 {
+            format!("  ({} instances; client i talks to instance i % {})", bases.len(), bases.len())
+        } else {
+            String::new()
+        };
+        println!(
+            "dgp-load: {}  clients {clients}  {seconds}s per phase  (load generator: 1 Tokio worker; server: weft serve){instances}",
+            bases.join(", ")
+        );
+        for d in durability {
+            println!("storage:       {d}");
+        }
+        if run.basic {
+            frames(&ts, clients, Duration::from_secs(seconds), &mut f).await;
+            commits(&ts, clients, Duration::from_secs(seconds), &mut f).await;
+            race(&ts, 16, 20, &mut f).await;
+        }
+        if run.notes {
+            notes(&ts[0], Duration::from_secs(seconds), pid).await;
+        }
+    });
+    f
+}
+
+/// Phase 5 on the SQLite server `s` (data directory `dir`): `n` frame reads, then a restart.
+fn many_frames_and_restart(
+    rt: &tokio::runtime::Runtime,
+    s: &mut Spawned,
+    dir: &std::path::Path,
+    weft: &str,
+    threads: usize,
+    clients: usize,
+    n: u64,
+) {
+    let pid = s.child.id();
+    let before = rss_kib(pid);
+    let rate = rt.block_on(async {
+        let t = Arc::new(Target {
+            http: client(clients),
+            base: s.url.clone(),
+            token: "bench-agent-token".into(),
+        });
+        many_frames(t, clients, n).await
+    });
+    println!(
+        "{n} frame reads  {rate:>9.0}/s   server RSS {} MiB before, {} MiB after; data directory {} MiB",
+        before / 1024,
+        rss_kib(pid) / 1024,
+        dir_bytes(dir) / (1024 * 1024)
+    );
+    stop(&mut s.child);
+    *s = spawn(weft, dir, threads, None);
+    println!(
+        "start-up       {:.0} ms on the store of {n} frames (until it prints its URL; it loads no frames)",
+        s.started_in.as_secs_f64() * 1000.0
+    );
+}
+
+fn table(rows: &[(String, Figures)]) {
+    println!();
+    println!(
+        "{:<26} {:>9} {:>9} {:>10} {:>11} {:>11} {:>10} {:>11} {:>22}",
+        "configuration",
+        "reads/s",
+        "read p99",
+        "commits/s",
+        "commit p50",
+        "commit p99",
+        "cycle p99",
+        "commit 409s",
+        "race won/409/other"
+    );
+    for (name, f) in rows {
+        let ms = |v: f64| format!("{v:.1} ms");
+        println!(
+            "{name:<26} {:>9.0} {:>9} {:>10.0} {:>11} {:>11} {:>10} {:>11} {:>22}",
+            f.reads,
+            ms(f.read_p99),
+            f.commits,
+            ms(f.commit_p50),
+            ms(f.commit_p99),
+            ms(f.cycle_p99),
+            if f.refused > 0 {
+                format!("{} (+{} other)", f.conflicts, f.refused)
+            } else {
+                f.conflicts.to_string()
+            },
+            format!("{}/{}/{}", f.race_won, f.race_stale, f.race_other)
+        );
+    }
+}
+
 fn main() {
     let seconds: u64 = arg("--seconds").and_then(|s| s.parse().ok()).unwrap_or(5);
     let clients: usize = arg("--clients").and_then(|s| s.parse().ok()).unwrap_or(64);
     let frames_n: u64 = arg("--frames").and_then(|s| s.parse().ok()).unwrap_or(0);
+    let pool: usize = arg("--store-pool")
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(8);
     let flag = |name: &str| std::env::args().any(|a| a == name);
     let weft = arg("--weft").unwrap_or_else(|| "target/release/weft".into());
-    let threads = clients * (PER_CLIENT + 1);
-    let mut child = None;
-    let (base, token, durability) = match arg("--base-url") {
-        Some(b) => (
-            b,
-            arg("--token").expect("--token with --base-url"),
-            "as configured by that server".to_owned(),
-        ),
-        None => {
-            let dir = std::env::temp_dir().join(format!("weft-dgp-load-{}", std::process::id()));
-            let s = spawn(&weft, &dir, threads);
-            let (url, data) = (s.url.clone(), s.data.clone());
-            child = Some((s.child, dir));
-            (url, "bench-agent-token".to_owned(), data)
+    let store = arg("--store").unwrap_or_else(|| "sqlite".into());
+    let backends = match store.as_str() {
+        "sqlite" => vec![Backend::Sqlite],
+        "postgres" => vec![Backend::Postgres(1), Backend::Postgres(2)],
+        "both" => vec![Backend::Sqlite, Backend::Postgres(1), Backend::Postgres(2)],
+        other => {
+            eprintln!("dgp-load: --store {other}: expected sqlite, postgres or both");
+            std::process::exit(2);
         }
     };
+    let run = Run {
+        seconds,
+        clients,
+        notes: flag("--notes"),
+        basic: !flag("--skip-basic"),
+    };
+    let threads = clients * (PER_CLIENT + 1);
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
         .enable_all()
         .build()
         .unwrap();
-    let pid = child.as_ref().map(|(c, _)| c.id());
-    rt.block_on(async {
-        let mut http = Client::builder(TokioExecutor::new());
-        http.pool_max_idle_per_host(clients * 2);
-        let t = Arc::new(Target { http: http.build_http(), base: base.clone(), token });
-        println!("dgp-load: {base}  clients {clients}  {seconds}s per phase  (load generator: 1 Tokio worker; server: weft serve)");
-        println!("storage:       {durability}");
-        if !flag("--skip-basic") {
-            frames(t.clone(), clients, Duration::from_secs(seconds)).await;
-            commits(t.clone(), clients, Duration::from_secs(seconds)).await;
-            race(t.clone(), 16, 20).await;
-        }
-        if flag("--notes") {
-            notes(&t, Duration::from_secs(seconds), pid).await;
-        }
-    });
-    if frames_n > 0
-        && let Some((c, dir)) = child.as_mut()
-    {
-        let pid = c.id();
-        let before = rss_kib(pid);
-        let rate = rt.block_on(async {
-            let mut http = Client::builder(TokioExecutor::new());
-            http.pool_max_idle_per_host(clients * 2);
-            let t = Arc::new(Target {
-                http: http.build_http(),
-                base: base.clone(),
-                token: "bench-agent-token".into(),
-            });
-            many_frames(t, clients, frames_n).await
-        });
-        println!(
-            "{frames_n} frame reads  {rate:>9.0}/s   server RSS {} MiB before, {} MiB after; data directory {} MiB",
-            before / 1024,
-            rss_kib(pid) / 1024,
-            dir_bytes(dir) / (1024 * 1024)
+    if let Some(b) = arg("--base-url") {
+        assert!(
+            store == "sqlite",
+            "--base-url measures that server as it is configured: no --store"
         );
-        stop(c);
-        let s = spawn(&weft, dir, threads);
-        println!(
-            "start-up       {:.0} ms on the store of {frames_n} frames (until it prints its URL; it loads no frames)",
-            s.started_in.as_secs_f64() * 1000.0
-        );
-        *c = s.child;
+        let token = arg("--token").expect("--token with --base-url");
+        let durability = ["as configured by that server".to_owned()];
+        measure(&rt, &run, &[b], &token, &durability, None);
+        return;
     }
-    if let Some((mut c, dir)) = child {
-        stop(&mut c);
-        let _ = std::fs::remove_dir_all(dir);
+    // One cluster for every PostgreSQL configuration, a fresh database for each.
+    let mut cluster = backends
+        .iter()
+        .any(|b| *b != Backend::Sqlite)
+        .then(|| {
+            let t0 = Instant::now();
+            let c = weft_bench::pg::start().unwrap_or_else(|e| panic!("dgp-load: {e}"));
+            println!(
+                "PostgreSQL {} started in {:.1}s (throwaway cluster on the Unix socket in {}; fsync on, synchronous_commit on)",
+                c.major,
+                t0.elapsed().as_secs_f64(),
+                c.dir.display()
+            );
+            c
+        });
+    let mut rows = Vec::new();
+    for (k, &backend) in backends.iter().enumerate() {
+        if backends.len() > 1 {
+            println!("\n== {}", backend.name());
+        }
+        let (n, conninfo) = match backend {
+            Backend::Sqlite => (1, None),
+            Backend::Postgres(n) => {
+                let c = cluster.as_ref().expect("a cluster");
+                let db = format!("dgp_load_{}_{k}", std::process::id());
+                (
+                    n,
+                    Some(c.database(&db).unwrap_or_else(|e| panic!("dgp-load: {e}"))),
+                )
+            }
+        };
+        let mut servers: Vec<(Spawned, std::path::PathBuf)> = (0..n)
+            .map(|j| {
+                let dir = std::env::temp_dir()
+                    .join(format!("weft-dgp-load-{}-{k}-{j}", std::process::id()));
+                // Instances start one after the other: the first seeds a new database.
+                let s = spawn(&weft, &dir, threads, conninfo.as_deref().map(|s| (s, pool)));
+                (s, dir)
+            })
+            .collect();
+        let bases: Vec<String> = servers.iter().map(|(s, _)| s.url.clone()).collect();
+        let durability: Vec<String> = servers.iter().map(|(s, _)| s.data.clone()).collect();
+        let pid = servers[0].0.child.id();
+        let f = measure(
+            &rt,
+            &run,
+            &bases,
+            "bench-agent-token",
+            &durability,
+            Some(pid),
+        );
+        if frames_n > 0 && backend == Backend::Sqlite {
+            let (s, dir) = &mut servers[0];
+            many_frames_and_restart(&rt, s, dir, &weft, threads, clients, frames_n);
+        }
+        for (mut s, dir) in servers {
+            stop(&mut s.child);
+            let _ = std::fs::remove_dir_all(dir);
+        }
+        rows.push((backend.name(), f));
+    }
+    if let Some(c) = cluster.as_mut() {
+        c.stop();
+    }
+    if store != "sqlite" && run.basic {
+        table(&rows);
     }
 }
