@@ -16,16 +16,17 @@ current=format; stage "cargo fmt --check"
 cargo fmt --all -- --check
 
 current=clippy; stage "cargo clippy (native and wasm32)"
+# Also the crash-injection crate tests/failpoints (weft-failpoints: test machinery, never shipped).
 cargo clippy --workspace --all-targets -- -D warnings
-cargo clippy -p weft-host --features failpoints --all-targets -- -D warnings
 # The shipped core, without the test-only `conformance` runner.
 cargo clippy -p weft-core -- -D warnings
 cargo clippy -p weft-wasm --target wasm32-unknown-unknown --all-targets -- -D warnings
 
 current=native; stage "native tests"
+# Includes the crash tests (tests/failpoints: weft-failpoints aborts at durability steps).
 cargo test --workspace
-# The crash tests abort the binary at durability steps: a build with crash injection.
-cargo test -p weft-host --features failpoints --test actors_crash
+# The DGP HTTP checks again, unchanged, against PostgreSQL (a throwaway cluster, support/pg.rs).
+WEFT_TEST_STORE=postgres cargo test -p weft-host --test dgp_http
 
 current=package; stage "build the wasm package"
 wasm/build.sh

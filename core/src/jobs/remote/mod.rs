@@ -9,6 +9,43 @@
 //! unacknowledged frames so that a connection that drops and resumes within the session's
 //! window loses nothing; past the window the client's runs are `lost` with the evidence
 //! `remote_disconnected` and the server terminates them and keeps a tombstone.
+//!
+//! # Call order: a client host (native `JobsHost::open_remote`, JS `rt.openRemote`)
+//!
+//! ```text
+//! ep = registry.open_remote(now, spec, remote)   // emits Output::Connect{endpoint, url}
+//! Connect{url}        -> open a WebSocket; on success registry.on_socket_open(now, ep),
+//!                        on failure registry.on_socket_closed(now, ep, why) (exactly one)
+//! each text message   -> registry.on_socket_frame(now, ep, &json)   (not JSON: on_undecodable)
+//! the socket ended    -> registry.on_socket_closed(now, ep, reason)
+//! SendFrame{frame}    -> write frame.to_string() on the current socket (none: drop it;
+//!                        the link replays on resume)
+//! CloseSocket{code}   -> close that socket; report nothing more of it
+//! timers              -> nothing new: the link's deadline is in registry.poll_timeout()
+//! ```
+//! A new `Connect` for the same endpoint is a new socket. Submit, cancel, input, observe, wait,
+//! terminate and close owner are the ordinary registry calls.
+//!
+//! # Call order: the server host (`weft serve`, one lock around the table and its registry)
+//!
+//! ```text
+//! socket accepted   -> conn = table.on_connect(now)
+//! text message      -> table.on_frame(now, conn, &json, &principal_of)   (else on_undecodable)
+//! socket ended      -> table.on_disconnect(now, conn, reason)
+//! after every call, drain table.poll_output():
+//!   Send / Close          -> that connection's socket
+//!   Open{session, ..}     -> registry.open_endpoint(..), then table.on_endpoint_opened(session, ep);
+//!                            it cannot open: table.on_endpoint_closed(now, session, OpenFailed, why)
+//!   Submit / Cancel / Input / Terminate -> the registry calls of the same name;
+//!                            a submit answers table.on_submitted or table.on_submit_failed
+//! after every registry input:
+//!   endpoint Ready        -> table.on_endpoint_ready(now, session, capabilities) (once)
+//!   every job event       -> table.on_job_event(now, &ev); a subscription's Missed -> on_missed
+//!   endpoint Closed       -> (its events first) table.on_endpoint_closed(now, session,
+//!                            EndpointClosed, reason)
+//! timers            -> table.poll_timeout() / handle_timeout(now) (auth deadline, grace, expiry)
+//! shutdown          -> table.stop(now, reason), then drain
+//! ```
 
 pub mod buffer;
 pub(crate) mod client;
