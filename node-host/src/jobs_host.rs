@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncWriteExt, BufReader};
-use tokio::process::Command;
+use tokio::process::{Child, Command};
 use tokio::sync::{mpsc, oneshot, watch};
 use weft_core::Millis;
 use weft_core::jobs::wire::{Capabilities, WireRequest};
@@ -210,8 +210,16 @@ impl JobsHost {
         script: &Path,
         spec: EndpointSpec,
     ) -> std::io::Result<EndpointId> {
+        let child = JobsHost::spawn_worker(node, script)?;
+        Ok(self.attach_child(child, spec))
+    }
+
+    /// Starts `node <shim> <script>` (in its own process group) without opening its endpoint:
+    /// a host that must not hold a lock while the process starts spawns it with this, then
+    /// opens its endpoint with [`JobsHost::attach_child`].
+    pub fn spawn_worker(node: &str, script: &Path) -> std::io::Result<Child> {
         let script = std::fs::canonicalize(script)?;
-        let mut child = Command::new(node)
+        Command::new(node)
             .arg("--input-type=module")
             .arg("--eval")
             .arg(WORKER_SHIM)
@@ -222,7 +230,11 @@ impl JobsHost {
             .kill_on_drop(true)
             // Its own process group: a terminal Ctrl-C reaches weft, which decides what to do.
             .process_group(0)
-            .spawn()?;
+            .spawn()
+    }
+
+    /// Opens the endpoint of a worker process started by [`JobsHost::spawn_worker`].
+    pub fn attach_child(&mut self, mut child: Child, spec: EndpointSpec) -> EndpointId {
         let id = self.registry.open_endpoint(self.now(), spec);
         let pid = child.id();
         let mut stdin = child.stdin.take().expect("piped");
@@ -326,7 +338,7 @@ impl JobsHost {
             },
         );
         self.pump();
-        Ok(id)
+        id
     }
 
     /// Opens an in-process endpoint whose runs are Tokio tasks executing `f`.
@@ -368,6 +380,19 @@ impl JobsHost {
         );
         self.pump();
         Ok(id)
+    }
+
+    /// Kills the process group of every child endpoint still open (their watchers then reap
+    /// them and report the close); returns how many there were.
+    pub fn kill_children(&self) -> usize {
+        let mut n = 0;
+        for t in self.transports.values() {
+            if let Transport::Child { pid, .. } = t {
+                kill_group(*pid);
+                n += 1;
+            }
+        }
+        n
     }
 
     /// How many child-process endpoints are still open (their process not yet reaped).
@@ -477,6 +502,8 @@ impl JobsHost {
     /// Performs every pending registry output.
     pub fn pump(&mut self) {
         let outputs: Vec<_> = self.registry.drain_outputs().collect();
+        // Remote endpoints whose socket's outgoing queue was full: that socket is dropped.
+        let mut stalled: Vec<EndpointId> = Vec::new();
         for out in outputs {
             match out {
                 Output::Send { endpoint, request } => self.send(endpoint, request),
@@ -532,11 +559,18 @@ impl JobsHost {
                     }
                 }
                 Output::SendFrame { endpoint, frame } => {
-                    if let Some(Transport::Remote {
-                        socket: Some(s), ..
-                    }) = self.transports.get(&endpoint)
+                    if let Some(Transport::Remote { socket, .. }) =
+                        self.transports.get_mut(&endpoint)
+                        && let Some(s) = socket
+                        && let Err(mpsc::error::TrySendError::Full(_)) =
+                            s.out.try_send(SocketOut::Text(frame.to_string()))
                     {
-                        let _ = s.out.send(SocketOut::Text(frame.to_string()));
+                        // The server does not read what this host writes: the socket is
+                        // dropped (its link resumes on a new one).
+                        if let Some(s) = socket.take() {
+                            s.task.abort();
+                        }
+                        stalled.push(endpoint);
                     }
                 }
                 Output::CloseSocket {
@@ -548,11 +582,22 @@ impl JobsHost {
                     if let Some(Transport::Remote { socket, .. }) =
                         self.transports.get_mut(&endpoint)
                         && let Some(s) = socket.take()
+                        && s.out.try_send(SocketOut::Close(code, reason)).is_err()
                     {
-                        let _ = s.out.send(SocketOut::Close(code, reason));
+                        // Its queue is full: the socket ends without a close frame.
+                        s.task.abort();
                     }
                 }
             }
+        }
+        if !stalled.is_empty() {
+            let now = self.now();
+            for ep in stalled {
+                let reason =
+                    format!("the server did not read this host's frames ({SOCKET_QUEUE} queued)");
+                let _ = self.registry.on_socket_closed(now, ep, &reason);
+            }
+            self.pump();
         }
     }
 
@@ -697,13 +742,21 @@ enum SocketOut {
 /// socket's (which are ignored once a newer one exists).
 struct Socket {
     generation: u64,
-    out: mpsc::UnboundedSender<SocketOut>,
+    out: mpsc::Sender<SocketOut>,
     task: tokio::task::JoinHandle<()>,
 }
 
-/// Longest WebSocket message a remote endpoint's socket accepts (the core's frame limit is
-/// lower: this only bounds what is buffered before the core sees it).
-const MAX_SOCKET_MESSAGE: usize = 2 << 20;
+/// Longest WebSocket message a remote endpoint's socket accepts: twice the core's default
+/// frame limit, the server's own cap (the socket is opened before the `welcome`, so the
+/// default limits are the ones both sides start from); this only bounds what is buffered
+/// before the core sees it.
+fn max_socket_message() -> usize {
+    2 * weft_core::jobs::remote::Limits::default().max_frame_bytes
+}
+
+/// Frames a remote endpoint's socket may have queued for writing; a server that reads slower
+/// than that loses the socket (and the link resumes on a new one).
+const SOCKET_QUEUE: usize = 1024;
 
 /// Opens a socket to `url` and carries it: frames in as [`Inbound::SocketFrame`], `out` onto
 /// the socket, the end as [`Inbound::SocketClosed`] (also when the connect fails).
@@ -718,11 +771,12 @@ fn spawn_socket(
     use tokio_tungstenite::tungstenite::protocol::{
         CloseFrame, WebSocketConfig, frame::coding::CloseCode,
     };
-    let (out, mut rx) = mpsc::unbounded_channel::<SocketOut>();
+    let (out, mut rx) = mpsc::channel::<SocketOut>(SOCKET_QUEUE);
     let task = tokio::spawn(async move {
+        let cap = max_socket_message();
         let config = WebSocketConfig::default()
-            .max_message_size(Some(MAX_SOCKET_MESSAGE))
-            .max_frame_size(Some(MAX_SOCKET_MESSAGE));
+            .max_message_size(Some(cap))
+            .max_frame_size(Some(cap));
         let connect =
             tokio_tungstenite::connect_async_with_config(url.as_str(), Some(config), true);
         let mut ws = match tokio::time::timeout(CONNECT_WITHIN, connect).await {
@@ -885,7 +939,7 @@ async fn read_line<R: AsyncBufRead + Unpin>(
 
 /// Kills a child's whole process group (the child is its leader: it was started with
 /// `process_group(0)`).
-fn kill_group(pid: Option<u32>) {
+pub(crate) fn kill_group(pid: Option<u32>) {
     #[cfg(target_os = "linux")]
     if let Some(pid) = pid.and_then(|p| libc::pid_t::try_from(p).ok()) {
         // SAFETY: killpg only sends a signal; an empty group gives ESRCH, which is ignored.

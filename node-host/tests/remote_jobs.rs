@@ -813,6 +813,34 @@ async fn remote_sessions_progress_cancel_resume_expire_and_refuse_garbage() {
     let o = outcome(&mut host, ok).await;
     assert!(matches!(o, Outcome::Succeeded { .. }), "{o:?}");
     assert_eq!(ticks(&host, ok), vec![1, 2, 3]);
+    // 7d. A worker that floods progress then finishes: the run still ends, and every tick
+    //     arrived or was reported missed. (Whether the server's observer overflows here
+    //     depends on scheduling: this guards the flood path, it does not force the overflow.)
+    let f = submit(&mut host, ep4, json!({"ticks": 5000, "flood": true}));
+    let o = outcome(&mut host, f).await;
+    assert_eq!(
+        o,
+        Outcome::Succeeded {
+            value: json!({"ticks": 5000})
+        }
+    );
+    let got = ticks(&host, f).len() as u64;
+    let missed: u64 = host
+        .registry
+        .job(f)
+        .unwrap()
+        .journal()
+        .iter()
+        .filter_map(|e| match &e.kind {
+            EventKind::RemoteMissed { progress, .. } => Some(*progress),
+            _ => None,
+        })
+        .sum();
+    let dropped = host.registry.job(f).unwrap().dropped_events();
+    assert!(
+        got + missed + dropped >= 5000,
+        "ticks {got} + missed {missed} + dropped {dropped} cover the 5000"
+    );
     let now = host.now();
     host.registry
         .terminate_endpoint(now, ep4, "the test is done with it")

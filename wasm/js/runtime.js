@@ -357,8 +357,23 @@ export class Runtime {
     } finally {
       this.#pumping = false;
     }
+    this.#forgetClosedRemotes();
     this.#arm();
     this.#pumped?.();
+  }
+
+  /** Drops the socket holders (and endpoint entries) of closed remote endpoints: bounded memory. */
+  #forgetClosedRemotes() {
+    if (!this.#reg) return;
+    for (const [id, socket] of this.#remotes) {
+      // A closed endpoint's socket is already gone: only socketless ones are looked up.
+      if (socket.live) continue;
+      const state = this.#reg.endpoint(id)?.state;
+      if (state === undefined || (typeof state === 'object' && state !== null && 'closed' in state)) {
+        this.#remotes.delete(id);
+        this.#endpoints.delete(id);
+      }
+    }
   }
 
   #call(fn) {
@@ -493,6 +508,11 @@ class RemoteSocket {
         }
       }
     };
+  }
+
+  /** Whether a socket is current (connecting or open). */
+  get live() {
+    return this.#ws !== null;
   }
 
   /** Sends a frame's text on the current socket; without an open one it is dropped (the core replays it on resume). */

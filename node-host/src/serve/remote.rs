@@ -207,6 +207,10 @@ async fn sleep_kind(payload: Value, mut ctx: LocalCtx) -> Result<Value, LocalErr
 /// Most journal events one run's observer may hold before it is told what it missed.
 const OBSERVER_QUEUE: usize = 256;
 
+/// Inbound lines the driver applies before it hands the runs' events to the table (well
+/// below [`OBSERVER_QUEUE`]).
+const FORWARD_EVERY: usize = 64;
+
 /// How long a session's worker has to say hello before the base protocol is assumed.
 const HELLO_WITHIN_MS: Millis = 5_000;
 
@@ -225,6 +229,8 @@ struct Inner {
     hard_cap: usize,
     /// Set once `stop` ran: new sockets are closed 1001 at once.
     stopped: AtomicBool,
+    /// The driver task (ended by `stop`).
+    driver: Mutex<Option<tokio::task::JoinHandle<()>>>,
 }
 
 /// Frames one socket's writer may have queued; a client that reads slower than that is
@@ -264,6 +270,22 @@ struct RemoteState {
     sessions: HashMap<String, EndpointId>,
     /// Every observed run: its observer and job.
     runs: HashMap<SubscriptionId, JobId>,
+    /// Sessions whose worker process is to be started, or being started, outside the lock
+    /// (see [`Remote::open_pending`]).
+    opening: HashMap<String, Opening>,
+}
+
+/// A session's worker process not started yet: the table learns its endpoint once it is.
+struct Opening {
+    script: PathBuf,
+    /// Taken when the start begins.
+    spec: Option<EndpointSpec>,
+    /// What the session is opening (for an error).
+    what: String,
+    /// The table's outputs for the session meanwhile (its submits), carried once it is open.
+    queued: Vec<ServerOutput<Value>>,
+    /// The table ended the session meanwhile: the process is killed once started.
+    ended: bool,
 }
 
 impl Remote {
@@ -297,14 +319,21 @@ impl Remote {
                     sockets: HashMap::new(),
                     sessions: HashMap::new(),
                     runs: HashMap::new(),
+                    opening: HashMap::new(),
                 }),
                 wake: Notify::new(),
                 auth,
                 hard_cap,
                 stopped: AtomicBool::new(false),
+                driver: Mutex::new(None),
             }),
         };
-        tokio::spawn(remote.clone().drive(inbox));
+        let driver = tokio::spawn(remote.clone().drive(inbox));
+        *remote
+            .inner
+            .driver
+            .lock()
+            .unwrap_or_else(|p| p.into_inner()) = Some(driver);
         remote
     }
 
@@ -322,6 +351,58 @@ impl Remote {
 
     fn lock(&self) -> MutexGuard<'_, RemoteState> {
         self.inner.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Starts the worker processes the table asked for (`Open`), each outside the lock, then
+    /// opens its endpoint and tells the table (`on_endpoint_opened`, or `on_endpoint_closed`
+    /// with `OpenFailed`) before carrying the session's outputs queued meanwhile. Called after
+    /// every locked section that performed the table's outputs.
+    fn open_pending(&self) {
+        loop {
+            let (session, script, spec, node) = {
+                let mut s = self.lock();
+                let Some((session, o)) = s.opening.iter_mut().find(|(_, o)| o.spec.is_some())
+                else {
+                    return;
+                };
+                let spec = o.spec.take().expect("checked");
+                (session.clone(), o.script.clone(), spec, s.node.clone())
+            };
+            let started = JobsHost::spawn_worker(&node, &script);
+            let mut s = self.lock();
+            let Some(o) = s.opening.remove(&session) else {
+                continue;
+            };
+            if o.ended {
+                // The session ended while its worker started: nothing runs there.
+                if let Ok(child) = started {
+                    crate::jobs_host::kill_group(child.id());
+                    // `kill_on_drop`: the leader is killed and reaped.
+                    drop(child);
+                }
+                continue;
+            }
+            match started {
+                Ok(child) => {
+                    let ep = s.host.attach_child(child, spec);
+                    s.table.on_endpoint_opened(&session, ep);
+                    s.sessions.insert(session, ep);
+                    for out in o.queued {
+                        s.carry(out);
+                    }
+                    s.check_ready();
+                }
+                Err(e) => {
+                    let why = format!("could not start `{node}` for {}: {e}", o.what);
+                    let now = s.host.now();
+                    s.table
+                        .on_endpoint_closed(now, &session, RemoteCode::OpenFailed, &why);
+                }
+            }
+            s.perform();
+            drop(s);
+            self.inner.wake.notify_one();
+        }
     }
 
     /// What is offered, for the start-up banner.
@@ -371,7 +452,26 @@ impl Remote {
             .await
             .is_err()
         {
-            eprintln!("weft serve: some remote workers were not reaped within 2 s");
+            // Their groups are killed now: no worker outlives the server.
+            let n = self.lock().host.kill_children();
+            eprintln!("weft serve: {n} remote workers were not reaped within 2 s: killed");
+            let reaped = async {
+                while self.lock().host.open_children() > 0 {
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+            };
+            let _ = tokio::time::timeout(Duration::from_secs(1), reaped).await;
+        }
+        // The driver ends with the server.
+        let driver = self
+            .inner
+            .driver
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take();
+        if let Some(d) = driver {
+            d.abort();
+            let _ = d.await;
         }
     }
 
@@ -397,12 +497,23 @@ impl Remote {
             };
             let mut s = self.lock();
             s.apply(ev.as_ref());
+            // The runs' events go to the table after every small batch of lines, so that a
+            // run's observer queue (OBSERVER_QUEUE events) does not overflow while a flood of
+            // lines is applied.
+            let mut batch = 1;
             while let Some(more) = inbox.try_recv() {
                 s.apply(Some(&more));
+                batch += 1;
+                if batch == FORWARD_EVERY {
+                    s.perform();
+                    batch = 0;
+                }
             }
             let now = s.host.now();
             s.table.handle_timeout(now);
             s.perform();
+            drop(s);
+            self.open_pending();
         }
     }
 }
@@ -486,6 +597,28 @@ impl RemoteState {
 
     fn carry(&mut self, out: ServerOutput<Value>) {
         let now = self.host.now();
+        // A session whose worker is starting: its submits wait for its endpoint; its end
+        // kills the worker once started.
+        match &out {
+            ServerOutput::Submit { session, .. } => {
+                if let Some(o) = self.opening.get_mut(session) {
+                    o.queued.push(out);
+                    return;
+                }
+            }
+            ServerOutput::Terminate { session, .. } => {
+                if let Some(o) = self.opening.get_mut(session) {
+                    if o.spec.is_some() {
+                        // Not started yet: it never will be.
+                        self.opening.remove(session);
+                    } else {
+                        o.ended = true;
+                        o.queued.clear();
+                    }
+                }
+            }
+            _ => {}
+        }
         match out {
             ServerOutput::Send { conn, frame } => {
                 if let Some(w) = self.sockets.get(&conn)
@@ -564,7 +697,7 @@ impl RemoteState {
                 owner,
                 reason,
             } => {
-                eprintln!("weft serve: {reason}");
+                eprintln!("weft serve: {}", sanitize(&reason, MAX_LOGGED));
                 self.sessions.remove(&session);
                 if let Some(ep) = endpoint {
                     let _ = self.host.registry.terminate_endpoint(now, ep, &reason);
@@ -598,17 +731,23 @@ impl RemoteState {
         };
         let opened = match found {
             Some(Target::Script(path)) => {
+                // Started outside the lock (`Remote::open_pending`): spawning a process here
+                // would stall every socket and the driver.
                 let mut spec = EndpointSpec::new(owner.0.clone(), label);
                 spec.hello = Hello::Await {
                     timeout_ms: HELLO_WITHIN_MS,
                 };
-                self.host.open_child(&self.node, &path, spec).map_err(|e| {
-                    format!(
-                        "could not start `{}` for {}: {e}",
-                        self.node,
-                        target.label()
-                    )
-                })
+                self.opening.insert(
+                    session,
+                    Opening {
+                        script: path,
+                        spec: Some(spec),
+                        what: target.label(),
+                        queued: Vec::new(),
+                        ended: false,
+                    },
+                );
+                return;
             }
             Some(Target::Kind(f)) => Ok(self.host.open_local(&owner.0, &label, f)),
             None => Err(format!("{} is not offered", target.label())),
@@ -639,6 +778,7 @@ impl RemoteState {
         };
         let now = self.host.now();
         let mut finished = false;
+        let mut missed = false;
         for d in deliveries {
             match d {
                 Delivery::Event(ev) => {
@@ -647,7 +787,23 @@ impl RemoteState {
                 }
                 Delivery::Missed { from, to, .. } => {
                     self.table.on_missed(now, job, to + 1 - from);
+                    missed = true;
                 }
+            }
+        }
+        if missed && !finished {
+            // The run's final event may be among the missed ones: the registry's journal keeps
+            // its milestones, so its outcome is handed to the table from there.
+            let terminal = self.host.registry.job(job).and_then(|j| {
+                j.journal()
+                    .iter()
+                    .rev()
+                    .find(|ev| matches!(ev.kind, EventKind::Finished { .. }))
+                    .cloned()
+            });
+            if let Some(ev) = terminal {
+                finished = true;
+                self.table.on_job_event(now, &ev);
             }
         }
         if finished {
@@ -723,6 +879,7 @@ async fn serve_socket(remote: Remote, mut ws: WebSocket) {
         s.perform();
         conn
     };
+    remote.open_pending();
     remote.inner.wake.notify_one();
     let reason = loop {
         tokio::select! {
@@ -771,6 +928,7 @@ async fn serve_socket(remote: Remote, mut ws: WebSocket) {
     s.table.on_disconnect(now, conn, &reason);
     s.perform();
     drop(s);
+    remote.open_pending();
     remote.inner.wake.notify_one();
 }
 
@@ -807,7 +965,13 @@ fn feed(remote: &Remote, conn: ConnId, m: Option<Result<Message, axum::Error>>) 
         }
         Some(Ok(Message::Close(c))) => Fed::End(c.map_or_else(
             || "closed by the client".to_owned(),
-            |c| format!("closed by the client ({} {})", c.code, c.reason.as_str()),
+            |c| {
+                format!(
+                    "closed by the client ({} {})",
+                    c.code,
+                    sanitize(c.reason.as_str(), MAX_LOGGED)
+                )
+            },
         )),
         Some(Ok(Message::Ping(_) | Message::Pong(_))) => Fed::More,
         Some(Err(e)) if too_big(&e) => Fed::TooBig,
@@ -816,6 +980,7 @@ fn feed(remote: &Remote, conn: ConnId, m: Option<Result<Message, axum::Error>>) 
     };
     s.perform();
     drop(s);
+    remote.open_pending();
     remote.inner.wake.notify_one();
     fed
 }
@@ -841,4 +1006,36 @@ fn too_big(e: &axum::Error) -> bool {
     std::error::Error::source(e)
         .and_then(|s| s.downcast_ref::<WsError>())
         .is_some_and(|e| matches!(e, WsError::Capacity(_)))
+}
+
+/// Longest client-supplied text (in characters) the remote endpoint logs.
+const MAX_LOGGED: usize = 200;
+
+/// `s` as it may be logged: control characters replaced by spaces, at most `max` characters
+/// (a longer text ends with `…`).
+fn sanitize(s: &str, max: usize) -> String {
+    let mut out: String = s
+        .chars()
+        .take(max)
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .collect();
+    if s.chars().nth(max).is_some() {
+        out.push('…');
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::sanitize;
+
+    #[test]
+    fn logged_client_text_has_no_control_characters_and_is_capped() {
+        assert_eq!(sanitize("bye\n\x1b[31mred\r", 200), "bye  [31mred ");
+        let long = "x".repeat(500);
+        let s = sanitize(&long, 200);
+        assert_eq!(s.chars().count(), 201);
+        assert!(s.ends_with('…'));
+        assert_eq!(sanitize("short", 200), "short");
+    }
 }

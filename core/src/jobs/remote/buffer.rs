@@ -10,7 +10,8 @@
 //! run; the first dropped frame of a run becomes, in place, a `missed` marker that goes out
 //! with the exact counts, ahead of every later frame of that run. Milestones (hello, accepted,
 //! input answers, terminal frames, requests) are never dropped: their number is bounded by the
-//! session's run cap, not here.
+//! session's run cap and the server's cap on unacknowledged undroppable frames
+//! (`REMOTE_BUFFER_FULL`), not here.
 
 use std::collections::{HashMap, VecDeque};
 

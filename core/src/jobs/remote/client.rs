@@ -18,8 +18,8 @@ use crate::jobs::wire::{Reply, Violation, WireRequest};
 use crate::jobs::{JobsError, Registry, Timer};
 use crate::value::Payload;
 
-/// How to reach a remote job host.
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// How to reach a remote job host. Its `Debug` form redacts the token.
+#[derive(Clone, PartialEq, Eq)]
 pub struct RemoteSpec {
     /// `wss://host/api/jobs/remote` (`ws://` to loopback only, unless `allow_insecure`).
     pub url: String,
@@ -33,6 +33,19 @@ pub struct RemoteSpec {
     pub heartbeat_ms: Millis,
     /// Allow `ws://` to a non-loopback host (the token then travels unencrypted).
     pub allow_insecure: bool,
+}
+
+impl std::fmt::Debug for RemoteSpec {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RemoteSpec")
+            .field("url", &self.url)
+            .field("token", &"<redacted>")
+            .field("open", &self.open)
+            .field("window_ms", &self.window_ms)
+            .field("heartbeat_ms", &self.heartbeat_ms)
+            .field("allow_insecure", &self.allow_insecure)
+            .finish()
+    }
 }
 
 impl RemoteSpec {
@@ -93,7 +106,7 @@ pub struct RemoteInfo {
     pub buffered: usize,
 }
 
-#[derive(Debug)]
+/// The client's link; its `Debug` form redacts the token and the session secret.
 pub(crate) struct RemoteLink {
     spec: RemoteSpec,
     label: String,
@@ -123,6 +136,30 @@ pub(crate) struct RemoteLink {
     armed: Option<Millis>,
 }
 
+impl std::fmt::Debug for RemoteLink {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RemoteLink")
+            .field("spec", &self.spec)
+            .field("label", &self.label)
+            .field("phase", &self.phase)
+            .field("attempt", &self.attempt)
+            .field("failures", &self.failures)
+            .field(
+                "session",
+                &self.session.as_ref().map(|s| (&s.0, "<redacted>")),
+            )
+            .field("window_ms", &self.window_ms)
+            .field("heartbeat_ms", &self.heartbeat_ms)
+            .field("down_since", &self.down_since)
+            .field("last_reason", &self.last_reason)
+            .field("in_seq", &self.in_seq)
+            .field("outbox", &self.outbox)
+            .field("pending_cancels", &self.pending_cancels)
+            .field("disconnects", &self.disconnects)
+            .finish_non_exhaustive()
+    }
+}
+
 /// Acks go out early after this many unacknowledged frames.
 const ACK_EVERY: u64 = 64;
 
@@ -141,6 +178,13 @@ impl RemoteLink {
             (a, b) => a.or(b),
         }
     }
+}
+
+/// The `lost` reason's note for a cancel requested while disconnected and never delivered.
+fn undelivered_cancel(cancels: &BTreeMap<JobId, Millis>, job: JobId) -> Option<String> {
+    cancels
+        .get(&job)
+        .map(|t| format!("the cancel requested at {t} was never delivered"))
 }
 
 /// The outcome as the reply that carried it, for `late_evidence` (outcomes no reply expresses
@@ -460,6 +504,7 @@ impl<V: Payload> Registry<V> {
             } => {
                 let phase = link.phase;
                 let session = link.session.as_ref().map(|s| s.0.clone());
+                let cancels = link.pending_cancels.clone();
                 let ep = self
                     .endpoints
                     .get_mut(&endpoint)
@@ -490,7 +535,7 @@ impl<V: Payload> Registry<V> {
                         &reason,
                         false,
                         LostEvidence::RemoteDisconnected,
-                        &|_| None,
+                        &|job| undelivered_cancel(&cancels, job),
                     );
                 }
                 // The expired session's runs: what the host knew is additional evidence.
@@ -777,7 +822,7 @@ impl<V: Payload> Registry<V> {
         let link = self.links.get_mut(&endpoint).expect("checked");
         link.last_reason = reason.into();
         link.phase = Phase::Waiting;
-        let delay = (100u64 << link.failures.min(5)).min(2_000);
+        let delay = (100u64 << link.failures.min(5)).min(super::MAX_BACKOFF_MS);
         link.failures += 1;
         link.next_connect = now + delay;
         self.rearm_remote(endpoint);
@@ -858,11 +903,7 @@ impl<V: Payload> Registry<V> {
             &reason,
             false,
             LostEvidence::RemoteDisconnected,
-            &|job| {
-                cancels
-                    .get(&job)
-                    .map(|t| format!("the cancel requested at {t} was never delivered"))
-            },
+            &|job| undelivered_cancel(&cancels, job),
         );
     }
 

@@ -446,7 +446,14 @@ pub fn parse_client<V: Payload>(msg: &V, max_bytes: usize) -> Result<ClientFrame
 
 /// Parses one frame from a server (the client's side), size limit first.
 pub fn parse_server<V: Payload>(msg: &V, max_bytes: usize) -> Result<ServerFrame<V>, FrameRefused> {
-    let t = envelope(msg, max_bytes)?;
+    // A frame refused as too large still uses its number (a replay would refuse it again),
+    // or the next one would look like a gap.
+    let t = envelope(msg, max_bytes).map_err(|mut r| {
+        if r.code == RemoteCode::FrameTooLarge {
+            r.seq = read_u64(msg, "seq").and_then(Result::ok);
+        }
+        r
+    })?;
     let r = Reader { m: msg, t: &t };
     let parsed = (|| -> Result<ServerFrame<V>, Violation> {
         Ok(match t.as_str() {

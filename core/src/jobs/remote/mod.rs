@@ -8,7 +8,16 @@
 //! calls and journal events into frames. Both sides keep a bounded [`buffer::ReplayBuffer`] of
 //! unacknowledged frames so that a connection that drops and resumes within the session's
 //! window loses nothing; past the window the client's runs are `lost` with the evidence
-//! `remote_disconnected` and the server terminates them and keeps a tombstone.
+//! `remote_disconnected` and the server terminates them (after a grace, [`grace_ms`], that
+//! covers the client's late detection and backoff) and keeps a tombstone.
+//!
+//! Bounds the server enforces itself: no frame it builds exceeds `limits.maxFrameBytes` (the
+//! `welcome` frame announces it; an outcome too large settles `failed{REMOTE_FRAME_TOO_LARGE}`,
+//! a report too large is missed, an input answer too large is rejected with that code);
+//! undroppable frames the client does not acknowledge are capped (`REMOTE_BUFFER_FULL`, then
+//! the connection closes 1013 and the client resumes); unauthenticated connections are capped
+//! by `ServerConfig::max_pending`; a resume must come from the session's principal with its
+//! secret, or the session is unknown to it.
 //!
 //! # Call order: a client host (native `JobsHost::open_remote`, JS `rt.openRemote`)
 //!
@@ -29,7 +38,7 @@
 //! # Call order: the server host (`weft serve`, one lock around the table and its registry)
 //!
 //! ```text
-//! socket accepted   -> conn = table.on_connect(now)
+//! socket accepted   -> conn = table.on_connect(now)   (may at once output Close 1013)
 //! text message      -> table.on_frame(now, conn, &json, &principal_of)   (else on_undecodable)
 //! socket ended      -> table.on_disconnect(now, conn, reason)
 //! after every call, drain table.poll_output():
@@ -136,6 +145,18 @@ impl std::fmt::Display for RemoteCode {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(self.as_str())
     }
+}
+
+/// The longest delay between a client's reconnection attempts (its backoff doubles from
+/// 100 ms up to this).
+pub const MAX_BACKOFF_MS: crate::Millis = 2_000;
+
+/// How long past a detached session's window the server keeps it: the client notices a dead
+/// socket only after three heartbeats of silence and then waits up to [`MAX_BACKOFF_MS`]
+/// before it reconnects, so the server's grace is at least that (`3 * heartbeat +
+/// MAX_BACKOFF_MS`). Both sides use this one rule.
+pub const fn grace_ms(heartbeat_ms: crate::Millis) -> crate::Millis {
+    3 * heartbeat_ms + MAX_BACKOFF_MS
 }
 
 /// WebSocket close codes the protocol uses.

@@ -5,7 +5,8 @@
 //! ([`SessionTable::on_endpoint_opened`], [`SessionTable::on_endpoint_ready`],
 //! [`SessionTable::on_submitted`], [`SessionTable::on_submit_failed`]), every journal event of
 //! the runs ([`SessionTable::on_job_event`]) and time; it drains [`ServerOutput`]s. A detached
-//! session keeps running for its window plus two heartbeats of grace, then its runs are
+//! session keeps running for its window plus a grace ([`super::grace_ms`]: three heartbeats and
+//! the client's longest backoff), then its runs are
 //! terminated ([`ServerOutput::Terminate`]) and a tombstone keeps their outcomes for a late
 //! resume.
 //!
@@ -16,9 +17,9 @@ use std::collections::{BTreeMap, HashMap, VecDeque};
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 
-use super::buffer::{FrameClass, ReplayBuffer};
+use super::buffer::{FrameClass, ReplayBuffer, encoded_len};
 use super::frames::{self, ClientFrame, FrameRefused, Limits, RemoteTarget};
-use super::{RemoteCode, close};
+use super::{RemoteCode, close, grace_ms};
 use crate::Millis;
 use crate::jobs::JobsError;
 use crate::jobs::types::*;
@@ -52,6 +53,9 @@ pub struct ServerConfig {
     pub auth_timeout_ms: Millis,
     /// What hellos may open.
     pub targets: Vec<RemoteTarget>,
+    /// Connections not yet authenticated at once (default 64); beyond, a new connection is
+    /// closed at once with 1013 (try later).
+    pub max_pending: usize,
 }
 
 impl Default for ServerConfig {
@@ -64,6 +68,7 @@ impl Default for ServerConfig {
             limits: Limits::default(),
             auth_timeout_ms: 5_000,
             targets: Vec::new(),
+            max_pending: 64,
         }
     }
 }
@@ -136,7 +141,6 @@ struct Run {
     cancel: Option<String>,
 }
 
-#[derive(Debug)]
 struct Session {
     secret: String,
     principal: String,
@@ -157,7 +161,34 @@ struct Session {
     opened_at: Millis,
     /// The highest run id seen: client wire ids only grow, so a lower one is a reuse.
     max_run: u64,
+    /// Requests refused `REMOTE_BUFFER_FULL` since the outbox was last below its cap.
+    full_refusals: u32,
 }
+
+impl std::fmt::Debug for Session {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Session")
+            .field("secret", &"<redacted>")
+            .field("principal", &self.principal)
+            .field("owner", &self.owner)
+            .field("target", &self.target)
+            .field("endpoint", &self.endpoint)
+            .field("attach", &self.attach)
+            .field("in_seq", &self.in_seq)
+            .field("outbox", &self.outbox)
+            .field("runs", &self.runs.len())
+            .field("window_ms", &self.window_ms)
+            .field("heartbeat_ms", &self.heartbeat_ms)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Room kept in a frame's size for the `seq` and `ack` the replay buffer stamps on it.
+const STAMP_BYTES: usize = 64;
+
+/// Refusals `REMOTE_BUFFER_FULL` a session's connection gets before it is closed (1013) so
+/// that its client resumes and acknowledges.
+const FULL_REFUSALS: u32 = 16;
 
 /// Finished runs a session remembers (for late cancels and its tombstone).
 const DONE_RUNS: usize = 256;
@@ -222,6 +253,23 @@ pub struct Tombstone {
     secret_sha256: [u8; 32],
 }
 
+/// The answer to an input whose real answer exceeds the frame limit: `input_rejected` with
+/// the code `REMOTE_FRAME_TOO_LARGE` (its `inputId` cut when even that would not fit).
+fn too_large_input(wire: u64, input_id: &str, max: usize) -> Value {
+    let room = max.saturating_sub(STAMP_BYTES + 200);
+    let id: String = if input_id.len() <= room {
+        input_id.into()
+    } else {
+        input_id.chars().take(room / 4).collect()
+    };
+    frames::msg(
+        json!({"id": wire, "type": "input_rejected", "inputId": id,
+               "code": RemoteCode::FrameTooLarge.as_str(),
+               "message": format!("the input's answer exceeds the session's {max}-byte frame limit")}),
+        None,
+    )
+}
+
 /// The SHA-256 of a session secret.
 fn secret_digest(secret: &str) -> [u8; 32] {
     Sha256::digest(secret.as_bytes()).into()
@@ -249,8 +297,8 @@ impl Tombstone {
     }
 }
 
-/// The remote sessions of one server (see the module docs).
-#[derive(Debug)]
+/// The remote sessions of one server (see the module docs). Its `Debug` form redacts the
+/// secrets and the seed.
 pub struct SessionTable<V> {
     config: ServerConfig,
     sessions: BTreeMap<String, Session>,
@@ -263,6 +311,20 @@ pub struct SessionTable<V> {
     next_session: u64,
     seed: [u8; 32],
     protocol_errors: u64,
+}
+
+impl<V> std::fmt::Debug for SessionTable<V> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SessionTable")
+            .field("config", &self.config)
+            .field("sessions", &self.sessions)
+            .field("conns", &self.conns)
+            .field("tombstones", &self.tombstones.len())
+            .field("jobs", &self.jobs.len())
+            .field("outputs", &self.outputs.len())
+            .field("seed", &"<redacted>")
+            .finish_non_exhaustive()
+    }
 }
 
 impl<V: Payload> SessionTable<V> {
@@ -287,10 +349,21 @@ impl<V: Payload> SessionTable<V> {
         &self.config
     }
 
-    /// A socket was accepted. It must authenticate within `auth_timeout_ms`.
+    /// A socket was accepted. It must authenticate within `auth_timeout_ms`. With
+    /// `max_pending` connections already unauthenticated it is closed at once
+    /// ([`ServerOutput::Close`] 1013; the table forgets it).
     pub fn on_connect(&mut self, now: Millis) -> ConnId {
         let id = ConnId(self.next_conn);
         self.next_conn += 1;
+        let pending = self.conns.values().filter(|c| c.session.is_none()).count();
+        if pending >= self.config.max_pending {
+            self.outputs.push_back(ServerOutput::Close {
+                conn: id,
+                code: close::TRY_LATER,
+                reason: format!("{pending} connections are authenticating; try later"),
+            });
+            return id;
+        }
         self.conns.insert(
             id,
             Conn {
@@ -546,18 +619,33 @@ impl<V: Payload> SessionTable<V> {
             }
             return;
         };
+        let max = self.config.limits.max_frame_bytes;
+        let fits = |f: &Value| encoded_len(f) + STAMP_BYTES <= max;
         let body = |t: &str| json!({"id": wire, "type": t});
         let (class, frame) = match &ev.kind {
             EventKind::Progress { value } | EventKind::Partial { value } => {
                 let partial = matches!(ev.kind, EventKind::Partial { .. });
-                s.outbox.push_report(wire, partial, value.to_json());
+                let value = value.to_json();
+                // {"t":"msg","body":{"id":W,"type":"progress","value":V}}
+                if encoded_len(&value) + 64 + STAMP_BYTES > max {
+                    // A report too large to carry is missed, not sent.
+                    let (p, q) = if partial { (0, 1) } else { (1, 0) };
+                    s.outbox.add_missed(wire, p, q);
+                } else {
+                    s.outbox.push_report(wire, partial, value);
+                }
                 self.flush(&sid);
                 return;
             }
             EventKind::InputApplied { input_id } => {
                 let mut b = body("input_applied");
                 b["inputId"] = json!(input_id);
-                (FrameClass::Milestone, frames::msg(b, None))
+                let f = frames::msg(b, None);
+                if fits(&f) {
+                    (FrameClass::Milestone, f)
+                } else {
+                    (FrameClass::Milestone, too_large_input(wire, input_id, max))
+                }
             }
             EventKind::InputRejected {
                 input_id, reason, ..
@@ -565,7 +653,12 @@ impl<V: Payload> SessionTable<V> {
                 let mut b = body("input_rejected");
                 b["inputId"] = json!(input_id);
                 b["message"] = json!(reason);
-                (FrameClass::Milestone, frames::msg(b, None))
+                let f = frames::msg(b, None);
+                if fits(&f) {
+                    (FrameClass::Milestone, f)
+                } else {
+                    (FrameClass::Milestone, too_large_input(wire, input_id, max))
+                }
             }
             EventKind::Finished { outcome } => {
                 if let Some(run) = s.runs.get_mut(&wire) {
@@ -595,6 +688,25 @@ impl<V: Payload> SessionTable<V> {
                         evidence: CancelEvidence::Acknowledged,
                     } => frames::msg(body("cancelled"), None),
                     other => frames::settled(wire, other.to_json()),
+                };
+                let frame = if fits(&frame) {
+                    frame
+                } else {
+                    // The effect happened but its value cannot be carried: the run ends
+                    // honestly as failed (started) rather than a frame the client's socket
+                    // refuses and the server replays forever.
+                    let o = Outcome::<Value>::Failed {
+                        message: format!(
+                            "the run's outcome exceeds the session's {max}-byte frame limit"
+                        ),
+                        code: Some(RemoteCode::FrameTooLarge.as_str().into()),
+                        started: true,
+                    }
+                    .to_json();
+                    if let Some(run) = s.runs.get_mut(&wire) {
+                        run.outcome = Some(o.clone());
+                    }
+                    frames::settled(wire, o)
                 };
                 (FrameClass::Milestone, frame)
             }
@@ -649,7 +761,7 @@ impl<V: Payload> SessionTable<V> {
             .map(|c| c.opened + self.config.auth_timeout_ms);
         let sessions = self.sessions.values().map(|s| match s.attach {
             Attach::Attached(_) => s.last_heard + 3 * s.heartbeat_ms,
-            Attach::Detached { since } => since + s.window_ms + 2 * s.heartbeat_ms,
+            Attach::Detached { since } => since + s.window_ms + grace_ms(s.heartbeat_ms),
         });
         auth.chain(sessions).min()
     }
@@ -679,7 +791,9 @@ impl<V: Payload> SessionTable<V> {
                 Attach::Attached(conn) if now >= s.last_heard + 3 * s.heartbeat_ms => {
                     silent.push((sid.clone(), conn, 3 * s.heartbeat_ms));
                 }
-                Attach::Detached { since } if now >= since + s.window_ms + 2 * s.heartbeat_ms => {
+                Attach::Detached { since }
+                    if now >= since + s.window_ms + grace_ms(s.heartbeat_ms) =>
+                {
                     expired.push(sid.clone());
                 }
                 _ => {}
@@ -884,6 +998,7 @@ impl<V: Payload> SessionTable<V> {
                 hello_sent: false,
                 opened_at: now,
                 max_run: 0,
+                full_refusals: 0,
             },
         );
         self.conns.get_mut(&conn).expect("checked").session = Some(id.clone());
@@ -908,22 +1023,27 @@ impl<V: Payload> SessionTable<V> {
         secret: &str,
         ack: u64,
     ) {
-        if principal.is_none() {
+        let Some(principal) = principal else {
             return self.refuse(
                 conn,
                 RemoteCode::Unauthenticated,
                 "the token was refused",
                 close::POLICY,
             );
-        }
-        let Some(s) = self.sessions.get_mut(sid) else {
+        };
+        // A session (live or tombstoned) answers only to its own principal with its secret:
+        // to anyone else it is unknown, exactly as if it never existed, so that session ids
+        // cannot be probed and the runs' outcomes stay private.
+        let live = self.sessions.get(sid).is_some_and(|s| {
+            secret_matches(&secret_digest(&s.secret), secret) && s.principal == principal
+        });
+        if !live {
             self.conns.remove(&conn);
-            // A tombstone answers only to its session's secret: to anyone else the session is
-            // unknown, as if it never existed (its runs' outcomes stay private).
-            let tombstone = self
-                .tombstones
-                .iter()
-                .find(|t| t.session == sid && secret_matches(&t.secret_sha256, secret));
+            let tombstone = self.tombstones.iter().find(|t| {
+                t.session == sid
+                    && secret_matches(&t.secret_sha256, secret)
+                    && t.principal == principal
+            });
             let frame = match tombstone {
                 Some(t) => {
                     let jobs = t
@@ -960,15 +1080,8 @@ impl<V: Payload> SessionTable<V> {
                 reason: "session not resumable".into(),
             });
             return;
-        };
-        if !secret_matches(&secret_digest(&s.secret), secret) {
-            return self.refuse(
-                conn,
-                RemoteCode::Unauthenticated,
-                "the session secret does not match",
-                close::POLICY,
-            );
         }
+        let s = self.sessions.get_mut(sid).expect("checked");
         if let Attach::Attached(old) = s.attach
             && old != conn
         {
@@ -1127,6 +1240,56 @@ impl<V: Payload> SessionTable<V> {
         self.flush(sid);
     }
 
+    /// Whether the session's outbox holds as many undroppable frames as it may (frames or
+    /// bytes the client has not acknowledged: `4 * max_runs + 64` frames, `replay_bytes +
+    /// max_frame_bytes` bytes). Below it, the refusal count restarts.
+    fn outbox_full(&mut self, sid: &str) -> bool {
+        let frames_cap = 4 * self.config.max_runs + 64;
+        let bytes_cap = self.config.limits.replay_bytes + self.config.limits.max_frame_bytes;
+        let s = self.sessions.get_mut(sid).expect("checked");
+        let full = s.outbox.milestones() >= frames_cap || s.outbox.bytes() >= bytes_cap;
+        if !full {
+            s.full_refusals = 0;
+        }
+        full
+    }
+
+    /// A request that would add an undroppable frame to a full outbox: a run settles
+    /// `failed{REMOTE_BUFFER_FULL}` without starting, an input gets `error REMOTE_BUFFER_FULL`
+    /// (not buffered). After [`FULL_REFUSALS`] of them the connection closes (1013) so that
+    /// the client resumes and acknowledges; the session stays.
+    fn refuse_full(&mut self, conn: ConnId, sid: &str, t: &str, id: u64) {
+        let s = self.sessions.get_mut(sid).expect("checked");
+        s.full_refusals += 1;
+        let refusals = s.full_refusals;
+        let message = format!(
+            "the session's replay buffer holds {} unacknowledged frames; acknowledge them",
+            s.outbox.len()
+        );
+        if refusals > FULL_REFUSALS {
+            self.drop_conn(
+                conn,
+                sid,
+                close::TRY_LATER,
+                "REMOTE_BUFFER_FULL: resume and acknowledge",
+            );
+            return;
+        }
+        if t == "run" && id > s.max_run {
+            s.max_run = id;
+            let outcome = Outcome::<Value>::Failed {
+                message,
+                code: Some(RemoteCode::BufferFull.as_str().into()),
+                started: false,
+            };
+            self.settle(sid, id, outcome.to_json());
+        } else {
+            let frame = json!({"t": "error", "code": RemoteCode::BufferFull.as_str(),
+                               "detail": message, "id": id});
+            self.send(conn, frame);
+        }
+    }
+
     /// One carried request.
     fn request(&mut self, _now: Millis, conn: ConnId, sid: &str, body: &V, job: Option<u64>) {
         let t = body
@@ -1144,6 +1307,9 @@ impl<V: Payload> SessionTable<V> {
             self.send(conn, frames::error(RemoteCode::Protocol, &v, None));
             return;
         };
+        if matches!(t.as_str(), "run" | "input") && self.outbox_full(sid) {
+            return self.refuse_full(conn, sid, &t, id);
+        }
         let max_runs = self.config.max_runs;
         let s = self.sessions.get_mut(sid).expect("checked");
         match t.as_str() {

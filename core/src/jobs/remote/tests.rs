@@ -15,7 +15,7 @@ use crate::jobs::*;
 
 const WINDOW: Millis = 1_500;
 const HB: Millis = 100;
-const GRACE: Millis = 2 * HB;
+const GRACE: Millis = grace_ms(HB);
 
 fn auth(token: &str) -> Option<String> {
     (token == "tok").then(|| "alice".to_string())
@@ -1442,4 +1442,233 @@ fn a_tombstone_answers_only_to_its_session_secret() {
         1,
         "a wrong secret removes nothing"
     );
+}
+
+/// The frames the table sent to a raw test connection.
+fn raw_frames(w: &World, conn: ConnId) -> Vec<Value> {
+    w.raw
+        .iter()
+        .filter(|(c, _)| *c == conn)
+        .map(|(_, f)| f.clone())
+        .collect()
+}
+
+#[test]
+fn an_oversized_outcome_settles_failed_and_oversized_progress_is_missed() {
+    let mut config = World::config();
+    config.limits.max_frame_bytes = 2_000;
+    let mut w = World::new(config);
+    let ep = w.open();
+    let job = w.submit(ep, json!(1));
+    let run = w.run(0);
+    let big = "x".repeat(3_000);
+    w.reply(run, json!({"type": "progress", "value": big}));
+    w.reply(run, json!({"type": "progress", "value": 1}));
+    w.reply(run, json!({"type": "done", "value": big}));
+    let j = w.client.job(job).unwrap();
+    assert_eq!(progress_values(j), vec![json!(1)]);
+    let missed: Vec<_> = j
+        .journal()
+        .iter()
+        .filter_map(|e| match &e.kind {
+            EventKind::RemoteMissed { progress, partial } => Some((*progress, *partial)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(missed, vec![(1, 0)]);
+    match j.outcome() {
+        Some(Outcome::Failed {
+            code,
+            started: true,
+            ..
+        }) => assert_eq!(code.as_deref(), Some("REMOTE_FRAME_TOO_LARGE")),
+        o => panic!("expected failed, got {o:?}"),
+    }
+    let (_, bytes) = w.table.buffered("s-1").unwrap();
+    assert!(
+        bytes < 2_000,
+        "no oversized frame is held for replay ({bytes} bytes)"
+    );
+}
+
+#[test]
+fn a_server_frame_refused_as_too_large_still_uses_its_seq() {
+    let f = json!({"t": "msg", "seq": 5, "ack": 0, "body": {"id": 1, "type": "done",
+                   "value": "x".repeat(500)}});
+    let r = frames::parse_server(&f, 100).unwrap_err();
+    assert_eq!(r.code, RemoteCode::FrameTooLarge);
+    assert_eq!(r.seq, Some(5));
+}
+
+#[test]
+fn a_client_that_never_acks_is_refused_buffer_full_and_dropped_but_keeps_its_session() {
+    let mut config = World::config();
+    config.max_runs = 4;
+    let cap = 4 * 4 + 64;
+    let mut w = World::new(config);
+    let conn = w.table.on_connect(w.now);
+    let hello = frames::hello(
+        "tok",
+        &RemoteTarget::Script("diffusion".into()),
+        WINDOW,
+        HB,
+        "",
+    );
+    w.table.on_frame(w.now, conn, &hello, &auth);
+    w.pump();
+    for seq in 1..=200u64 {
+        let f = json!({"t": "msg", "seq": seq, "ack": 0,
+                       "body": {"type": "input", "id": 99, "inputId": "i", "value": 1}});
+        w.table.on_frame(w.now, conn, &f, &auth);
+        w.pump();
+    }
+    let (held, _) = w.table.buffered("s-1").unwrap();
+    assert!(held <= cap + 1, "held {held}");
+    let full = raw_frames(&w, conn)
+        .iter()
+        .filter(|f| f["t"] == "error" && f["code"] == "REMOTE_BUFFER_FULL")
+        .count();
+    assert_eq!(full, 16);
+    assert_eq!(w.raw_closed, vec![(conn, close::TRY_LATER)]);
+    assert!(w.table.has_session("s-1"), "the session survives");
+}
+
+#[test]
+fn a_resume_with_a_wrong_secret_or_principal_is_answered_like_an_unknown_session() {
+    let mut w = World::new(World::config());
+    let ep = w.open();
+    let job = w.submit(ep, json!(1));
+    let two = |t: &str| match t {
+        "tok" => Some("alice".to_string()),
+        "bob" => Some("bob".to_string()),
+        _ => None,
+    };
+    let mut answers = Vec::new();
+    for (token, session, secret) in [
+        ("bob", "s-1", secret_of(1)),
+        ("tok", "s-1", "guess".to_string()),
+        ("tok", "s-9", secret_of(9)),
+    ] {
+        let conn = w.table.on_connect(w.now);
+        w.table.on_frame(
+            w.now,
+            conn,
+            &frames::resume(token, session, &secret, 0),
+            &two,
+        );
+        w.pump();
+        let got = raw_frames(&w, conn);
+        assert_eq!(got.len(), 1, "{got:?}");
+        assert!(w.raw_closed.contains(&(conn, close::EXPIRED)));
+        answers.push(got[0].to_string().replace(session, "S"));
+    }
+    assert!(answers.iter().all(|a| a == &answers[2]), "{answers:?}");
+    assert!(answers[2].contains("REMOTE_SESSION_UNKNOWN"));
+    // The client's session is untouched.
+    let run = w.run(0);
+    w.reply(run, json!({"type": "done", "value": 2}));
+    assert!(matches!(
+        w.client.job(job).unwrap().outcome(),
+        Some(Outcome::Succeeded { .. })
+    ));
+}
+
+#[test]
+fn a_refused_resume_names_the_undelivered_cancel() {
+    let mut w = World::new(World::config());
+    let ep = w.open();
+    let job = w.submit(ep, json!(1));
+    w.now = 100;
+    w.cut(ep);
+    w.client.cancel(w.now, job, "user").unwrap();
+    w.table = SessionTable::new(World::config(), [9; 32]);
+    w.server = Registry::default();
+    w.subs.clear();
+    w.blocked = false;
+    w.advance(300);
+    let (reason, _) = lost(w.client.job(job).unwrap());
+    assert!(reason.contains("REMOTE_SESSION_UNKNOWN"), "{reason}");
+    assert!(
+        reason.contains("the cancel requested at 100 was never delivered"),
+        "{reason}"
+    );
+}
+
+#[test]
+fn a_close_the_server_sees_first_is_still_resumable_when_the_client_detects_late() {
+    let mut w = World::new(World::config());
+    let ep = w.open();
+    let job = w.submit(ep, json!(1));
+    let run = w.run(0);
+    w.reply(run, json!({"type": "progress", "value": 1}));
+    let t0 = w.now;
+    // Only the server notices: the client hears nothing more and detects the silence.
+    let conn = w.socks[&ep].conn.unwrap();
+    w.table.on_disconnect(t0, conn, "reset");
+    w.advance(t0 + 3 * HB + 50);
+    let since = match &w.client.endpoint(ep).unwrap().state {
+        EndpointState::Suspended { since } => *since,
+        s => panic!("expected suspended, got {s:?}"),
+    };
+    // The client comes back at the end of its own window, after the server's two heartbeats.
+    let back = since + WINDOW - 10;
+    assert!(back > t0 + WINDOW + 2 * HB);
+    w.advance_with(back, false);
+    assert!(w.table.has_session("s-1"), "the server kept the session");
+    w.advance(back + 5);
+    assert_eq!(w.client.remote_info(ep).unwrap().state, "live");
+    w.reply(run, json!({"type": "done", "value": 2}));
+    let j = w.client.job(job).unwrap();
+    assert_eq!(progress_values(j), vec![json!(1)]);
+    assert!(matches!(j.outcome(), Some(Outcome::Succeeded { .. })));
+}
+
+#[test]
+fn unauthenticated_connections_beyond_max_pending_are_closed_at_once() {
+    let mut config = World::config();
+    config.max_pending = 2;
+    let mut w = World::new(config);
+    let a = w.table.on_connect(0);
+    let b = w.table.on_connect(0);
+    let c = w.table.on_connect(0);
+    w.pump();
+    assert_eq!(w.raw_closed, vec![(c, close::TRY_LATER)]);
+    // An authenticated one frees its place.
+    let hello = frames::hello(
+        "tok",
+        &RemoteTarget::Script("diffusion".into()),
+        WINDOW,
+        HB,
+        "",
+    );
+    w.table.on_frame(0, a, &hello, &auth);
+    let d = w.table.on_connect(0);
+    let e = w.table.on_connect(0);
+    w.pump();
+    assert_eq!(
+        w.raw_closed,
+        vec![(c, close::TRY_LATER), (e, close::TRY_LATER)]
+    );
+    assert!(
+        ![a, b, d]
+            .iter()
+            .any(|x| w.raw_closed.iter().any(|(y, _)| y == x))
+    );
+}
+
+#[test]
+fn debug_forms_redact_tokens_and_secrets() {
+    let mut w = World::new(World::config());
+    let _ep = w.open();
+    let spec = RemoteSpec::new("wss://h/x", "tok-SECRET", RemoteTarget::Kind("k".into()));
+    let shown = format!("{spec:?} {:?}", w.table);
+    assert!(!shown.contains("tok-SECRET"), "{shown}");
+    assert!(!shown.contains(&secret_of(1)), "{shown}");
+    assert!(shown.contains("<redacted>"));
+    let link = format!("{:?}", w.client.links);
+    assert!(
+        !link.contains("\"tok\"") && !link.contains(&secret_of(1)),
+        "{link}"
+    );
+    assert!(link.contains("s-1"));
 }
