@@ -308,6 +308,24 @@ fn two_instances_decide_each_conflict_once_and_share_idempotency_and_policy() {
         clients[1].frame("thread-73", AGENT)["policy_ref"],
         "thread-policy@2"
     );
+    // The changing instance takes its own change in after COMMIT, and the other instance's
+    // change decides on the locked row (2 -> 3, never a second 2).
+    assert_eq!(
+        clients[0].frame("thread-73", AGENT)["policy_ref"],
+        "thread-policy@2"
+    );
+    let p = clients[1].call(
+        "POST",
+        "/threaddesk/policy",
+        Some(HUMAN),
+        Some(&json!({})),
+        None,
+    );
+    assert_eq!(p.json()["policy_ref"], "thread-policy@3");
+    assert_eq!(
+        clients[1].frame("thread-73", AGENT)["policy_ref"],
+        "thread-policy@3"
+    );
     for d in &clients {
         d.validate();
     }

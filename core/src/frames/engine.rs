@@ -14,6 +14,10 @@ use super::types::*;
 use super::validate::{self, fingerprint, parse_strict, sha256_hex, typed};
 use super::{FramesError, features};
 
+/// How many times a host deciding in a shared database tries a commit whose read set was
+/// not locked ([`FramesError::ScopesNotLocked`]) before answering with that error.
+pub const COMMIT_LOCK_ATTEMPTS: u32 = 3;
+
 /// Engine settings.
 #[derive(Clone, Debug)]
 pub struct EngineConfig {
@@ -1376,6 +1380,47 @@ impl<A: App> Engine<A> {
         self.prepare_commit(now, principal, idempotency_key, parse_strict(body)?)
     }
 
+    /// [`Engine::prepare_commit_bytes`] for a host that decides in a shared database: refuses
+    /// with [`FramesError::ScopesNotLocked`] (retryable) unless every row of
+    /// [`Engine::scopes`] is among `locked` (the rows this transaction holds). A frame that is
+    /// not in memory (evicted since the host prefetched it) is refused the same way, so the
+    /// host rolls back, prefetches again and retries, at most [`COMMIT_LOCK_ATTEMPTS`] times
+    /// (`attempt` counts from 0); on the last attempt a frame still absent is `NOT_FOUND` (it
+    /// could not be read back, and a missing frame decides nothing). An idempotent replay
+    /// needs no row lock (its record is immutable under the key's lock).
+    pub fn prepare_commit_locked_bytes(
+        &mut self,
+        now: UnixMillis,
+        principal: &Principal,
+        idempotency_key: Option<&str>,
+        body: &[u8],
+        locked: &[(RecordKind, String)],
+        attempt: u32,
+    ) -> Result<Prepared<A::State>, FramesError> {
+        self.check_size(body)?;
+        let value = parse_strict(body)?;
+        let replay = Self::usable_idempotency_key(idempotency_key).is_some_and(|k| {
+            self.idempotency
+                .contains_key(&(principal.id.clone(), k.to_owned()))
+        });
+        if !replay {
+            let frame_id = value
+                .get("frame_id")
+                .and_then(Value::as_str)
+                .unwrap_or_default();
+            let held = self.frames.contains_key(frame_id);
+            if held || attempt + 1 < COMMIT_LOCK_ATTEMPTS {
+                let scopes = self.scopes(frame_id);
+                if scopes.is_empty() || !scopes.iter().all(|s| locked.contains(s)) {
+                    return Err(FramesError::ScopesNotLocked(format!(
+                        "the read set of frame `{frame_id}` is not locked by this transaction; retry"
+                    )));
+                }
+            }
+        }
+        self.prepare_commit(now, principal, idempotency_key, value)
+    }
+
     /// Decides a commit without applying it: every check of [`Engine::commit`] and every
     /// computation (the new surface state, receipt, entries, log items, blobs, idempotency
     /// record and their writes) on copies. Its only mutations are burning ids and caching the
@@ -1947,6 +1992,18 @@ impl<A: App> Engine<A> {
         let prefix = format!("{}:", self.app.resource_kind());
         let sid = resource_id.strip_prefix(&prefix)?;
         self.surfaces.get(sid).map(|s| s.revision)
+    }
+
+    /// [`Engine::bump_policy`] decided without changing memory, for a host that decides in a
+    /// shared database: the next revision and its write. After COMMIT the host takes the
+    /// write in with [`Engine::refresh`] (a newer policy revision drops every cache); on a
+    /// failure it drops it and memory never moved.
+    pub fn prepare_bump_policy(&self) -> Done<u64> {
+        let next = self.policy_revision + 1;
+        Done {
+            value: next,
+            writes: vec![Write::json(RecordKind::Meta, "policy_revision", &next)],
+        }
     }
 
     /// Changes the shared policy: every frame read before now becomes stale.

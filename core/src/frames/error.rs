@@ -84,6 +84,10 @@ pub enum FramesError {
     /// The host could not make a write batch durable; the engine refuses further work.
     #[error("{0}")]
     StorageFailure(String),
+    /// A commit on a shared database whose frame's read set was not locked by the deciding
+    /// transaction (the frame left memory meanwhile); retryable: nothing was decided.
+    #[error("{0}")]
+    ScopesNotLocked(String),
     /// A stored record could not be read back (corrupt or from an incompatible version).
     #[error("{0}")]
     CorruptRecord(String),
@@ -138,6 +142,7 @@ impl FramesError {
             UntrustedOrigin(_) => "UNTRUSTED_ORIGIN",
             MethodNotAllowed(_) => "METHOD_NOT_ALLOWED",
             StorageFailure(_) => "STORAGE_FAILURE",
+            ScopesNotLocked(_) => "SCOPES_NOT_LOCKED",
             CorruptRecord(_) => "CORRUPT_RECORD",
             InvalidRequest(_) => "INVALID_REQUEST",
             InvalidTransfer(_) => "INVALID_TRANSFER",
@@ -179,7 +184,7 @@ impl FramesError {
             InvalidJson(_) | IdempotencyKeyRequired(_) | InvalidRequest(_) | InvalidTransfer(_) => {
                 400
             }
-            StorageFailure(_) => 503,
+            StorageFailure(_) | ScopesNotLocked(_) => 503,
             CorruptRecord(_) | InternalError(_) => 500,
         }
     }

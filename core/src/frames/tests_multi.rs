@@ -484,3 +484,71 @@ fn a_frame_read_on_one_instance_commits_on_the_other() {
     assert_eq!(err.code(), "STALE_FRAME");
     assert_eq!(a.surface_state("s2").unwrap().1, 2);
 }
+
+/// The frame left memory between the host's prefetch and its `scopes` call: the host locked
+/// nothing, so the decision is refused (retryable) instead of made without row locks; with
+/// the read set locked it is decided; on the last attempt an absent frame is `NOT_FOUND`.
+#[test]
+fn a_commit_whose_read_set_is_not_locked_is_refused() {
+    let mut db = Db::new();
+    let mut a = open(&mut db, 1);
+    let mut b = open(&mut db, 2);
+    let alice = Principal::human("alice");
+    let body = frame_and_note(&mut a, &mut db, NOW, &alice, "s1", "x");
+    let bytes = serde_json::to_vec(&body).unwrap();
+    let fid = body["frame_id"].as_str().unwrap();
+    // B never held the frame (as after an eviction): no scopes, nothing locked.
+    assert!(b.scopes(fid).is_empty());
+    let err = b
+        .prepare_commit_locked_bytes(NOW + 1, &alice, Some("k"), &bytes, &[], 0)
+        .err()
+        .unwrap();
+    assert_eq!((err.code(), err.http_status()), ("SCOPES_NOT_LOCKED", 503));
+    let last = COMMIT_LOCK_ATTEMPTS - 1;
+    let err = b
+        .prepare_commit_locked_bytes(NOW + 1, &alice, Some("k"), &bytes, &[], last)
+        .err()
+        .unwrap();
+    assert_eq!(err.code(), "NOT_FOUND");
+    // Once held (re-admitted by another request), a partial lock set is still refused.
+    prefetch(&mut b, &db, &body);
+    let scopes = b.scopes(fid);
+    assert_eq!(scopes.len(), 2, "{scopes:?}");
+    for locked in [&[][..], &scopes[..1]] {
+        let err = b
+            .prepare_commit_locked_bytes(NOW + 1, &alice, Some("k"), &bytes, locked, last)
+            .err()
+            .unwrap();
+        assert_eq!(err.code(), "SCOPES_NOT_LOCKED");
+    }
+    sync_scopes(&mut b, &db, fid);
+    let p = b
+        .prepare_commit_locked_bytes(NOW + 1, &alice, Some("k"), &bytes, &scopes, 0)
+        .unwrap();
+    assert!(p.replay.is_none());
+    persist(&mut db, &p.writes);
+    let done = b.apply_commit(p);
+    // A replay needs no row lock.
+    let p = b
+        .prepare_commit_locked_bytes(NOW + 2, &alice, Some("k"), &bytes, &[], 0)
+        .unwrap();
+    assert_eq!(p.replay.as_deref(), Some(&*done.value));
+}
+
+/// A policy change on a shared database: decided without touching memory, applied by the
+/// refresh of its own write after COMMIT (and not at all when the COMMIT fails).
+#[test]
+fn a_prepared_policy_change_moves_memory_only_when_refreshed() {
+    let mut db = Db::new();
+    let mut a = open(&mut db, 1);
+    let before = a.policy_revision();
+    let d = a.prepare_bump_policy();
+    assert_eq!(d.value, before + 1);
+    assert_eq!(a.policy_revision(), before, "nothing changes before COMMIT");
+    let w = &d.writes[0];
+    assert_eq!(
+        a.refresh(w.kind, &w.key, &w.value).unwrap(),
+        Refreshed::Changed
+    );
+    assert_eq!(a.policy_revision(), before + 1);
+}

@@ -32,7 +32,8 @@ use axum::routing::{get, post};
 use serde::Serialize;
 use weft_core::frames::types::Receipt;
 use weft_core::frames::{
-    App, Done, Engine, EngineConfig, FramesError, Principal, RecordKind, Refreshed, Write,
+    App, COMMIT_LOCK_ATTEMPTS, Done, Engine, EngineConfig, FramesError, Principal, RecordKind,
+    Refreshed, Write,
 };
 
 use super::pg::{self, PgStore, Pooled};
@@ -157,10 +158,12 @@ where
     }
 
     /// `POST /dgp/commits`. SQLite: the engine decides in memory ([`Dgp::on_body`]).
-    /// PostgreSQL: the database decides ([`Dgp::commit_pg`]). Either way the change is
-    /// published to live streams (SQLite: a replay publishes its receipt again).
+    /// PostgreSQL: the database decides ([`Dgp::commit_pg`]), in a task of its own so a
+    /// dropped request (client gone, idle timeout, shutdown) cannot cancel it between COMMIT
+    /// and `apply_commit`. Either way the change is published to live streams (SQLite: a
+    /// replay publishes its receipt again).
     pub async fn commit(
-        &self,
+        self: &Arc<Self>,
         principal: &Principal,
         key: Option<&str>,
         body: &[u8],
@@ -180,15 +183,25 @@ where
                 }
                 Ok(r)
             }
-            Some(pg) => self.commit_pg(pg, principal, key, body).await,
+            Some(pg) => {
+                let (me, pg) = (Arc::clone(self), Arc::clone(pg));
+                let (p, k, b) = (principal.clone(), key.map(str::to_owned), body.to_vec());
+                tokio::spawn(async move { me.commit_pg(&pg, &p, k.as_deref(), &b).await })
+                    .await
+                    .map_err(|e| {
+                        FramesError::InternalError(format!("the commit task failed: {e}"))
+                    })?
+            }
         }
     }
 
     /// A commit on PostgreSQL: one READ COMMITTED transaction that locks the idempotency key
     /// (advisory transaction lock), then the read set's rows in the engine's order (surfaces
     /// `FOR UPDATE`, the policy `FOR SHARE`), refreshes memory from them, decides
-    /// (`prepare_commit`), writes the records and the notice, and COMMITs; memory changes
-    /// (`apply_commit`) only after COMMIT. A failed COMMIT leaves nothing to undo.
+    /// (`prepare_commit_locked_bytes`: refused unless those rows are locked), writes the
+    /// records and the notice, and COMMITs; memory changes (`apply_commit`) only after
+    /// COMMIT. A failed COMMIT leaves nothing to undo. A read set that could not be locked
+    /// (the frame left memory meanwhile) is retried from the prefetch, as the core bounds it.
     async fn commit_pg(
         &self,
         pg: &Arc<PgStore>,
@@ -200,28 +213,38 @@ where
             return Err(storage(e));
         }
         let names = Engine::<A>::named_records(body);
-        self.prefetch(names.clone()).await?;
-        let mut c = pg.pool().get().await.map_err(storage)?;
-        c.client
-            .batch_execute("BEGIN")
-            .await
-            .map_err(|e| storage(pg::err(e)))?;
-        // Until COMMIT or ROLLBACK, a dropped request (the client went away) must not hand an
-        // open transaction back to the pool: a poisoned connection is closed instead, and
-        // PostgreSQL rolls it back.
-        c.poisoned = true;
-        let prepared = match self
-            .decide_pg(pg, &mut c, principal, key, body, &names)
-            .await
-        {
-            Ok(p) => p,
-            Err(e) => {
-                c.poisoned = c.client.batch_execute("ROLLBACK").await.is_err();
-                return Err(e);
+        let mut attempt = 0;
+        let prepared = loop {
+            self.prefetch(names.clone()).await?;
+            let mut c = pg.pool().get().await.map_err(storage)?;
+            // Until COMMIT or ROLLBACK (from before BEGIN is sent), a dropped future must not
+            // hand an open transaction back to the pool: a poisoned connection is closed
+            // instead, and PostgreSQL rolls it back.
+            c.poisoned = true;
+            c.client
+                .batch_execute(BEGIN_LOCKING)
+                .await
+                .map_err(|e| storage(pg::err(e)))?;
+            match self
+                .decide_pg(pg, &mut c, principal, key, body, attempt)
+                .await
+            {
+                Ok(p) => {
+                    c.poisoned = false;
+                    break p;
+                }
+                Err(e) => {
+                    c.poisoned = c.client.batch_execute("ROLLBACK").await.is_err();
+                    attempt += 1;
+                    if matches!(e, FramesError::ScopesNotLocked(_))
+                        && attempt < COMMIT_LOCK_ATTEMPTS
+                    {
+                        continue;
+                    }
+                    return Err(e);
+                }
             }
         };
-        c.poisoned = false;
-        drop(c);
         let change = prepared
             .replay
             .is_none()
@@ -248,7 +271,7 @@ where
         principal: &Principal,
         key: Option<&str>,
         body: &[u8],
-        names: &[(RecordKind, String)],
+        attempt: u32,
     ) -> Result<weft_core::frames::Prepared<A::State>, FramesError> {
         let db = |e: tokio_postgres::Error| storage(pg::err(e));
         // 1. The idempotency key: one decision per key across instances.
@@ -279,10 +302,10 @@ where
             }
         }
         // 2. The read set's rows, locked in the engine's order.
-        let frame = names
-            .iter()
+        let frame = Engine::<A>::named_records(body)
+            .into_iter()
             .find(|(k, _)| *k == RecordKind::Frame)
-            .map(|(_, id)| id.clone())
+            .map(|(_, id)| id)
             .unwrap_or_default();
         let scopes = self.engine.lock().expect("engine lock").scopes(&frame);
         let mut rows = Vec::new();
@@ -312,7 +335,7 @@ where
         let prepared = {
             let mut e = self.engine.lock().expect("engine lock");
             refresh_all(&mut e, items, rows)?;
-            e.prepare_commit_bytes(now_ms(), principal, key, body)?
+            e.prepare_commit_locked_bytes(now_ms(), principal, key, body, &scopes, attempt)?
         };
         if prepared.replay.is_some() {
             c.client.batch_execute("COMMIT").await.map_err(db)?;
@@ -388,47 +411,54 @@ where
         }
         let db = |e: tokio_postgres::Error| storage(pg::err(e));
         let mut c = pg.pool().get().await.map_err(storage)?;
-        c.client.batch_execute("BEGIN").await.map_err(db)?;
-        c.poisoned = true; // as in a commit: never back to the pool inside the transaction
-        let st = c.stmt(LOCK_POLICY_UPDATE).await.map_err(storage)?;
-        let row = c
-            .client
-            .query_opt(&st, &[&NS, &"meta", &"policy_revision"])
-            .await;
-        let row = match row {
-            Ok(r) => r.map(|r| r.get::<_, Vec<u8>>(0)),
-            Err(e) => {
-                let _ = c.client.batch_execute("ROLLBACK").await;
-                return Err(db(e));
-            }
-        };
-        let done = {
-            let mut e = self.engine.lock().expect("engine lock");
-            if let Some(v) = &row {
-                e.refresh(RecordKind::Meta, "policy_revision", v)?;
-            }
-            e.bump_policy()
-        };
-        let notice =
-            serde_json::json!({"i": format!("{:016x}", pg.instance), "p": done.value}).to_string();
-        let written = async {
-            pg::write_in(&mut c, puts(done.writes)).await?;
+        // As in a commit: never back to the pool inside the transaction (set before BEGIN).
+        c.poisoned = true;
+        c.client.batch_execute(BEGIN_LOCKING).await.map_err(db)?;
+        // Memory changes only after COMMIT: the bump is decided on the locked row
+        // (`prepare_bump_policy`) and taken in by refreshing its own write afterwards.
+        let decided = async {
+            let st = c.stmt(LOCK_POLICY_UPDATE).await.map_err(storage)?;
+            let row = c
+                .client
+                .query_opt(&st, &[&NS, &"meta", &"policy_revision"])
+                .await
+                .map_err(db)?
+                .map(|r| r.get::<_, Vec<u8>>(0));
+            let done = {
+                let mut e = self.engine.lock().expect("engine lock");
+                if let Some(v) = &row {
+                    e.refresh(RecordKind::Meta, "policy_revision", v)?;
+                }
+                e.prepare_bump_policy()
+            };
+            let notice = serde_json::json!({"i": format!("{:016x}", pg.instance), "p": done.value})
+                .to_string();
+            pg::write_in(&mut c, puts(done.writes.clone()))
+                .await
+                .map_err(storage)?;
             c.client
                 .execute("SELECT pg_notify($1, $2)", &[&pg::CHANNEL, &notice])
                 .await
-                .map_err(pg::err)?;
-            c.client.batch_execute("COMMIT").await.map_err(pg::err)
+                .map_err(db)?;
+            c.client.batch_execute("COMMIT").await.map_err(db)?;
+            Ok::<_, FramesError>(done)
         }
         .await;
-        if let Err(e) = written {
-            // Memory is ahead of the database now: refuse work, as a failed SQLite writer does.
-            let _ = c.client.batch_execute("ROLLBACK").await;
-            pg.fail(format!(
-                "storage failure: a policy change did not commit: {e}"
-            ));
-            return Err(storage(e));
-        }
+        let done = match decided {
+            Ok(d) => d,
+            Err(e) => {
+                c.poisoned = c.client.batch_execute("ROLLBACK").await.is_err();
+                return Err(e);
+            }
+        };
         c.poisoned = false;
+        drop(c);
+        {
+            let mut e = self.engine.lock().expect("engine lock");
+            for w in &done.writes {
+                e.refresh(w.kind, &w.key, &w.value)?;
+            }
+        }
         self.publish("policy", serde_json::json!({"revision": done.value}));
         Ok(done.value)
     }
@@ -441,6 +471,10 @@ where
         };
         if v["i"].as_str() == Some(&format!("{:016x}", pg.instance)) {
             return Ok(()); // our own commit, applied after its COMMIT
+        }
+        if v["s"].is_string() && v["w"].is_null() {
+            // Too large to list its records (entries are not otherwise findable).
+            return self.absorb_all(pg).await;
         }
         let mut wanted = vec![(RecordKind::Meta, "policy_revision".to_owned())];
         let mut surfaces = Vec::new();
@@ -673,11 +707,19 @@ where
     }
 }
 
+/// A deciding transaction (commit, policy change): a row lock waited for past 5 s fails it
+/// (SQLSTATE 55P03), answered as the retryable `STORAGE_FAILURE`, instead of queueing forever.
+const BEGIN_LOCKING: &str = "BEGIN; SET LOCAL lock_timeout = '5s'";
+
 const LOCK_SURFACE: &str =
     "SELECT value FROM weft_records WHERE ns = $1 AND kind = $2 AND key = $3 FOR UPDATE";
 const LOCK_POLICY: &str =
     "SELECT value FROM weft_records WHERE ns = $1 AND kind = $2 AND key = $3 FOR SHARE";
 const LOCK_POLICY_UPDATE: &str = LOCK_SURFACE;
+
+/// Notices buffered between the LISTEN connection and the refresh; past it they are
+/// dropped and the receiver refreshes everything once.
+const NOTICES_BUFFER: usize = 1024;
 
 /// The largest notice payload sent (PostgreSQL's limit is 8000 bytes); past it the notice
 /// names only the surface, and receivers read its rows and log.
@@ -784,9 +826,13 @@ fn refresh_all<A: App>(
         .filter_map(|(k, v)| Some((serde_json::from_str(&k).ok()?, k, v)))
         .collect();
     items.sort_by(|a, b| a.0.cmp(&b.0));
-    for (_, key, value) in items {
+    let mut behind = std::collections::HashSet::new();
+    for ((sid, _, _), key, value) in items {
+        if behind.contains(&sid) {
+            continue;
+        }
         if e.refresh(RecordKind::LogItem, &key, &value)? == Refreshed::Gap {
-            break; // a log not contiguous in the store: its surface stays behind
+            behind.insert(sid); // a log not contiguous in the store: its surface stays behind
         }
     }
     let rank = |k: RecordKind| match k {
@@ -801,6 +847,9 @@ fn refresh_all<A: App>(
     let mut rows = rows;
     rows.sort_by_key(|(k, _, _)| rank(*k));
     for (kind, key, value) in rows {
+        if kind == RecordKind::Surface && behind.contains(&key) {
+            continue;
+        }
         e.refresh(kind, &key, &value)?;
     }
     Ok(())
@@ -825,13 +874,22 @@ where
             tokio::time::sleep(Duration::from_millis(500)).await;
             continue;
         };
-        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<String>();
+        let (tx, mut rx) = tokio::sync::mpsc::channel::<String>(NOTICES_BUFFER);
+        // Set when a notice was dropped (the buffer was full): the receiver refreshes all.
+        let missed = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let flag = Arc::clone(&missed);
         let driver = tokio::spawn(async move {
+            use tokio::sync::mpsc::error::TrySendError;
             while let Some(m) = poll_fn(|cx| conn.poll_message(cx)).await {
                 match m {
                     Ok(AsyncMessage::Notification(n)) => {
-                        if tx.send(n.payload().to_owned()).is_err() {
-                            return;
+                        match tx.try_send(n.payload().to_owned()) {
+                            Ok(()) => {}
+                            Err(TrySendError::Full(_)) => {
+                                // The receiver has a full buffer to read, then sees the flag.
+                                flag.store(true, std::sync::atomic::Ordering::SeqCst);
+                            }
+                            Err(TrySendError::Closed(_)) => return,
                         }
                     }
                     Ok(_) => {}
@@ -860,8 +918,19 @@ where
             let Some(pg) = d.store.postgres().cloned() else {
                 return;
             };
-            if let Err(e) = d.absorb_notice(&pg, &payload).await {
-                eprintln!("weft serve: a notice from another instance: {e}");
+            let dropped = missed.swap(false, std::sync::atomic::Ordering::SeqCst);
+            let absorbed = if dropped {
+                Ok(())
+            } else {
+                d.absorb_notice(&pg, &payload).await
+            };
+            if dropped || absorbed.is_err() {
+                if let Err(e) = &absorbed {
+                    eprintln!("weft serve: a notice from another instance: {e}; refreshing all");
+                }
+                if let Err(e) = d.absorb_all(&pg).await {
+                    eprintln!("weft serve: refreshing after a lost notice: {e}");
+                }
             }
         }
         drop(client);

@@ -215,8 +215,9 @@ pub struct PgStore {
     pending: Arc<AtomicU64>,
     /// This process's instance number (random): ids it mints and notices it sends carry it.
     pub instance: u64,
-    /// The connection holding the retention lock, once this instance has it.
-    retention: tokio::sync::Mutex<Option<Client>>,
+    /// The connection that asks for the retention lock (kept between polls) and whether it
+    /// holds it.
+    retention: tokio::sync::Mutex<Option<(Client, bool)>>,
 }
 
 /// The batch's final value of each record (a batch may write one record twice), split into
@@ -326,7 +327,7 @@ impl PgStore {
         let failed = Arc::new(Mutex::new(None));
         let (tx, rx) = mpsc::unbounded_channel();
         let pending = Arc::new(AtomicU64::new(0));
-        let writer = tokio::spawn(writer(p.clone(), rx, failed.clone(), pending.clone()));
+        let writer = tokio::spawn(writer(p.clone(), rx, pending.clone()));
         let instance = u64::from_be_bytes(super::random_bytes::<8>());
         let store = Arc::new(PgStore {
             pool: p,
@@ -486,43 +487,45 @@ impl PgStore {
             .lock()
             .await
             .as_ref()
-            .is_some_and(|c| !c.is_closed())
+            .is_some_and(|(c, held)| *held && !c.is_closed())
     }
 
     /// Whether this instance runs the compaction walk: it holds the retention lock, or takes
     /// it now (a session lock on a connection of its own, released when the instance dies).
     pub async fn retention_holder(&self) -> bool {
-        let mut held = self.retention.lock().await;
-        if let Some(c) = held.as_ref() {
-            if !c.is_closed() {
-                return true;
-            }
-            *held = None;
+        let mut slot = self.retention.lock().await;
+        match slot.as_ref() {
+            Some((c, true)) if !c.is_closed() => return true,
+            Some((c, _)) if c.is_closed() => *slot = None,
+            _ => {}
         }
-        let Ok(c) = connect(&self.config).await else {
+        if slot.is_none() {
+            let Ok(c) = connect(&self.config).await else {
+                return false;
+            };
+            *slot = Some((c, false));
+        }
+        let Some((c, held)) = slot.as_mut() else {
             return false;
         };
-        let got: bool = match c
+        *held = match c
             .query_one("SELECT pg_try_advisory_lock($1)", &[&RETENTION_LOCK])
             .await
         {
             Ok(r) => r.get(0),
             Err(_) => false,
         };
-        if got {
-            *held = Some(c);
-        }
-        got
+        *held
     }
 }
 
+/// The writer's pause after a failed batch (doubling up to [`WRITER_BACKOFF_MAX`]).
+const WRITER_BACKOFF_MIN: std::time::Duration = std::time::Duration::from_millis(50);
+const WRITER_BACKOFF_MAX: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// The group-commit writer: every batch queued meanwhile in one transaction.
-async fn writer(
-    pool: Arc<Pool>,
-    mut rx: mpsc::UnboundedReceiver<Job>,
-    failed: Arc<Mutex<Option<String>>>,
-    pending: Arc<AtomicU64>,
-) {
+async fn writer(pool: Arc<Pool>, mut rx: mpsc::UnboundedReceiver<Job>, pending: Arc<AtomicU64>) {
+    let mut backoff = WRITER_BACKOFF_MIN;
     while let Some(first) = rx.recv().await {
         let mut jobs = vec![first];
         while jobs.len() < 4096 {
@@ -548,8 +551,8 @@ async fn writer(
         } else {
             async {
                 let mut c = pool.get().await?;
-                c.client.batch_execute("BEGIN").await.map_err(pg_err)?;
                 c.poisoned = true; // closed, not pooled, if this task stops mid-transaction
+                c.client.batch_execute("BEGIN").await.map_err(pg_err)?;
                 let r = write_in(&mut c, puts).await;
                 let r = match r {
                     Ok(()) => c.client.batch_execute("COMMIT").await.map_err(pg_err),
@@ -564,16 +567,20 @@ async fn writer(
             .await
             .map_err(|e| format!("storage failure: {e}"))
         };
+        // A PostgreSQL error fails this batch only (its requests answer STORAGE_FAILURE);
+        // the writer backs off and goes on with the next batch.
         if let Err(e) = &result {
-            eprintln!("weft serve: {e}; refusing further work");
-            *failed.lock().expect("store lock") = Some(e.clone());
+            eprintln!("weft serve: {e}; this batch failed, retrying in {backoff:?}");
         }
         pending.fetch_sub(n, Ordering::SeqCst);
         for r in replies {
             let _ = r.send(result.clone());
         }
         if result.is_err() {
-            return;
+            tokio::time::sleep(backoff).await;
+            backoff = (backoff * 2).min(WRITER_BACKOFF_MAX);
+        } else {
+            backoff = WRITER_BACKOFF_MIN;
         }
     }
 }

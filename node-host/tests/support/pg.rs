@@ -1,7 +1,8 @@
 //! A throwaway PostgreSQL cluster owned by the test process: the binaries of `WEFT_PG_BIN`
 //! (else the highest `/usr/lib/postgresql/*/bin`, Debian's `postgresql` package, which
-//! tests/setup.sh installs), a template data directory initialised once under `target/`
-//! (`initdb` takes seconds; concurrent test binaries serialise on a lock file), copied per
+//! tests/setup.sh installs), a template data directory initialised once under `target/` (as
+//! root: the temporary directory; `initdb` takes seconds; concurrent test binaries serialise
+//! on a lock file), copied per
 //! test binary, served on a Unix socket in a temporary directory with `fsync=off` (tests kill
 //! weft, never PostgreSQL). The server runs under a shell that stops it when the test
 //! process's end closes its stdin, then removes the copy. One database per test.
@@ -105,9 +106,20 @@ fn major(bin: &Path) -> String {
         .to_owned()
 }
 
+/// Where the template lives: `target/`, or as root the system's temporary directory, which the
+/// `postgres` user can reach even when the checkout sits in a private directory (a fresh clone
+/// under `mktemp -d` is mode 0700, so `postgres` cannot enter `target/` there).
+fn template_root() -> PathBuf {
+    if as_root() {
+        std::env::temp_dir()
+    } else {
+        target_dir()
+    }
+}
+
 /// The template data directory, initialised once (under a lock) and reused.
 fn template(bin: &Path) -> PathBuf {
-    let target = target_dir();
+    let target = template_root();
     let dir = target.join(format!("weft-pg-template-{}", major(bin)));
     if dir.join("PG_VERSION").is_file() {
         return dir;
@@ -138,6 +150,8 @@ fn template(bin: &Path) -> PathBuf {
             "-D",
         ])
         .arg(&tmp)
+        // The test's working directory may be one `postgres` cannot enter.
+        .current_dir("/")
         .output()
         .expect("initdb runs");
     assert!(
@@ -207,6 +221,7 @@ fn start() -> Option<Cluster> {
         .arg(script)
         .arg(bin.join("postgres"))
         .arg(&dir)
+        .current_dir("/")
         .stdin(Stdio::piped())
         .stdout(Stdio::null())
         .stderr(Stdio::inherit())
