@@ -1,4 +1,4 @@
-// A Node script with a remote endpoint on `weft serve` (`--remote-script ticker=…`): progress,
+// A Node script with remote endpoints on `weft serve` (`--remote-script ticker=…`, `diffusion=…`): progress,
 // a cancel acknowledged across the socket, a socket severed mid-run and resumed within the
 // window with nothing lost. The script (remote/client.mjs) runs under
 // `node --experimental-websocket` (Node 20 has no global WebSocket without it).
@@ -10,12 +10,15 @@ import { promisify } from 'node:util';
 import { AGENT, HUMAN, startServe } from '../lib/weft.mjs';
 
 const ticker = fileURLToPath(new URL('../../../node-host/tests/workers/ticker.mjs', import.meta.url));
+const diffusion = fileURLToPath(new URL('../../../examples/diffusion/worker.js', import.meta.url));
 const client = fileURLToPath(new URL('../remote/client.mjs', import.meta.url));
 
-test('remote endpoint from a Node script: progress, cancel acknowledged, sever + resume with nothing lost', { timeout: 60_000 }, async () => {
+test('remote endpoint from a Node script: progress, cancel acknowledged, sever + resume with nothing lost, the diffusion worker on the server', { timeout: 60_000 }, async () => {
   const serve = await startServe([
     '--remote-script',
     `ticker=${ticker}`,
+    '--remote-script',
+    `diffusion=${diffusion}`,
     '--remote-window-ms',
     '1500',
     '--remote-heartbeat-ms',
@@ -43,6 +46,10 @@ test('remote endpoint from a Node script: progress, cancel acknowledged, sever +
     assert.ok(f.disconnects >= 1, `disconnects: ${f.disconnects}`);
     assert.equal(f.resumed, f.disconnects);
     assert.equal(f.sockets, f.disconnects + 1);
+    // The diffusion worker ran on the server in a session of its own and stopped on the input.
+    assert.deepEqual([f.diffusion.outcome, f.diffusion.points], ['succeeded', 64], JSON.stringify(f.diffusion));
+    assert.notEqual(f.diffusion.session, f.session);
+    assert.deepEqual(f.diffusionApplied, [f.diffusionInput]);
     // The server's side: the client closing its runtime ended the session deliberately (a
     // `close` frame): it is gone, and not as an expired session's tombstone.
     const end = Date.now() + 5000;

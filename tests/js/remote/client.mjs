@@ -2,7 +2,8 @@
 // `node --experimental-websocket remote/client.mjs URL TOKEN`: through `weft serve`'s
 // `/api/jobs/remote` (script `ticker`: progress `{tick: i}` every `everyMs`, cancel
 // acknowledged) it checks progress, a cancel acknowledged across the socket, and a socket
-// severed mid-run and resumed within the window with every event delivered once, in order.
+// severed mid-run and resumed within the window with every event delivered once, in order;
+// then the diffusion worker (script `diffusion`) runs on the server and stops on an input.
 // Prints one JSON line of facts; the test asserts them. Exits non-zero on an exception.
 import { createRuntime } from 'weft';
 
@@ -54,5 +55,16 @@ facts.disconnects = ep.info.remote.disconnects;
 facts.resumed = ep.info.events.filter((e) => e.type === 'resumed').length;
 facts.state = ep.info.remote.state;
 facts.sockets = sockets.length;
+
+// 4. The diffusion worker on the server (its own session): progress, then structured input
+// that stops it early (simTime 1e4 is hours of steps: only the stopAt input ends the run).
+const dep = rt.openRemote(url, { token, script: 'diffusion', resumeWindowMs: 1500, heartbeatMs: 100, label: 'node-diffusion' });
+const sim = dep.submit({ points: 64, simTime: 1e4, chunkMs: 2, partialEveryMs: 1e6 });
+await until(() => sim.journal().some((e) => e.type === 'progress'), 'diffusion progress');
+const stop = sim.send({ stopAt: 1e-9 });
+const simOut = await sim.wait();
+facts.diffusion = { outcome: simOut.outcome, points: simOut.value?.points, session: dep.info.remote.session };
+facts.diffusionApplied = sim.journal().filter((e) => e.type === 'input_applied').map((e) => e.inputId);
+facts.diffusionInput = stop;
 rt.close();
 console.log(JSON.stringify(facts));
