@@ -233,8 +233,9 @@ struct Inner {
     driver: Mutex<Option<tokio::task::JoinHandle<()>>>,
 }
 
-/// Frames one socket's writer may have queued; a client that reads slower than that is
-/// disconnected (its session detaches, and a resume replays from the core's bounded buffer).
+/// Frames one socket's writer may have queued beyond a full replay; a client that reads slower
+/// than that is disconnected (its session detaches, and a resume replays from the core's
+/// bounded buffer).
 const SOCKET_QUEUE: usize = 1024;
 
 /// How long a socket the table closed may take to write its close frame.
@@ -863,7 +864,12 @@ async fn serve_socket(remote: Remote, mut ws: WebSocket) {
             .await;
         return;
     }
-    let (tx, mut rx) = mpsc::channel::<Message>(SOCKET_QUEUE);
+    // Room for a resume's whole replay (the session buffer holds at most `replay_frames`
+    // droppable frames plus its capped milestones, fewer than `replay_frames` by default) and
+    // then `SOCKET_QUEUE`: a replay alone never overflows the queue, which would disconnect the
+    // client again on every resume until its window passed.
+    let capacity = 2 * remote.lock().table.config().limits.replay_frames + SOCKET_QUEUE;
+    let (tx, mut rx) = mpsc::channel::<Message>(capacity);
     let kill = Arc::new(Notify::new());
     let conn = {
         let mut s = remote.lock();
