@@ -6,6 +6,7 @@
 #![allow(dead_code)]
 
 pub mod pg;
+pub use pg::Databases;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;

@@ -1,8 +1,7 @@
 //! Shared pieces of the benchmark programs: a counting allocator for memory figures, raw disk
-//! probes ([`disk`]), a throwaway PostgreSQL cluster ([`pg`]).
+//! probes ([`disk`]). The PostgreSQL cluster of `dgp-load` is the tests' `weft-pgcluster`.
 
 pub mod disk;
-pub mod pg;
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicUsize, Ordering};

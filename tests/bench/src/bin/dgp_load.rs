@@ -20,7 +20,7 @@
 //! with one instance, then with two instances on one database (each with its own data
 //! directory; client `i` talks to instance `i % 2`, and the race's conflicting commits alternate
 //! instances, as in node-host/tests/dgp_postgres.rs). The benchmark starts a throwaway cluster
-//! (`weft_bench::pg`, PostgreSQL's durability defaults) with a fresh database per configuration.
+//! (`weft-pgcluster`, the tests' helper, with PostgreSQL's durability defaults) with a fresh database per configuration.
 //! `--store both` measures SQLite first, then both PostgreSQL configurations, in one run.
 //! Either prints a side-by-side table at the end.
 //!
@@ -722,12 +722,12 @@ fn main() {
         return;
     }
     // One cluster for every PostgreSQL configuration, a fresh database for each.
-    let mut cluster = backends
+    let cluster = backends
         .iter()
         .any(|b| *b != Backend::Sqlite)
         .then(|| {
             let t0 = Instant::now();
-            let c = weft_bench::pg::start().unwrap_or_else(|e| panic!("dgp-load: {e}"));
+            let c = weft_pgcluster::start(weft_pgcluster::Options { durable: true }).unwrap_or_else(|e| panic!("dgp-load: {e}"));
             println!(
                 "PostgreSQL {} started in {:.1}s (throwaway cluster on the Unix socket in {}; fsync on, synchronous_commit on)",
                 c.major,
@@ -748,7 +748,10 @@ fn main() {
                 let db = format!("dgp_load_{}_{k}", std::process::id());
                 (
                     n,
-                    Some(c.database(&db).unwrap_or_else(|e| panic!("dgp-load: {e}"))),
+                    Some(
+                        c.create_database(&db)
+                            .unwrap_or_else(|e| panic!("dgp-load: {e}")),
+                    ),
                 )
             }
         };
@@ -782,7 +785,7 @@ fn main() {
         }
         rows.push((backend.name(), f));
     }
-    if let Some(c) = cluster.as_mut() {
+    if let Some(c) = cluster.as_ref() {
         c.stop();
     }
     if store != "sqlite" && run.basic {
