@@ -2,7 +2,7 @@
 // model call, abort controllers and the timer; the core decides which calls overlap, what an
 // interrupt reports, and when mail (job notes, observations, late results) becomes model input.
 
-import { AgentSession, JobRegistry } from './weft_wasm.js';
+import { AgentSession } from './weft_wasm.js';
 import { Deadline, WeftError } from './runtime.js';
 import { Waiters } from './waiters.js';
 
@@ -72,9 +72,10 @@ export class Agent {
     this.#unsubscribe.push(
       runtime.on('note', ({ owner }) => {
         if (owner !== this.id) return;
+        // Whichever machine the runtime drives (a JobRegistry, an app's OpsApp) has the
+        // agent's registry surface: takeAgentNotes / submitAgentJob.
         const reg = this.#rt.registry;
-        // An app's runtime (createApp) keeps its registry inside the app.
-        this.#call((s, now) => (reg instanceof JobRegistry ? s.takeNotes(now, reg) : s.takeAppNotes(now, reg)));
+        this.#call((s, now) => reg.takeAgentNotes(now, s));
       }),
       runtime.on('wake', ({ owner, job }) => {
         if (owner === this.id) this.#call((s, now) => s.jobWake(now, job));
@@ -476,11 +477,7 @@ export class Agent {
        * completion note comes to the agent's mailbox. Returns the runtime's Job handle.
        */
       submitJob: (endpoint, payload, options = {}) => {
-        const id = rt._call((reg, now) =>
-          reg instanceof JobRegistry
-            ? s.submitJob(now, inv, reg, endpoint.id ?? endpoint, payload, options)
-            : s.submitAppJob(now, inv, reg, endpoint.id ?? endpoint, payload, options),
-        );
+        const id = rt._call((reg, now) => reg.submitAgentJob(now, s, inv, endpoint.id ?? endpoint, payload, options));
         this.#pump();
         return rt.job(id);
       },

@@ -10,6 +10,7 @@ use weft_core::jobs::{
     RemoteSpec, RemoteTarget, Submit, SubscriptionId, WaitEnd, WaitId,
 };
 
+use crate::agent::AgentSession;
 use crate::js::{Js, array, error, json, object, opt, opt_bool, opt_f64, opt_string, set};
 
 // Object builders: one JS call per object instead of one per property (hot paths).
@@ -447,6 +448,31 @@ impl JobRegistry {
     pub fn close_pending(&self, close: f64) -> f64 {
         self.inner
             .close_pending(weft_core::jobs::CloseId(close as u64)) as f64
+    }
+
+    // ----- the agent's surface (an ops app's `OpsApp` has the same) ---------------------------
+
+    /// Moves the session's completion notes from this registry's mailbox into the session
+    /// (`AgentSession.takeNotes`). `OpsApp` has the same method over the registry beside its
+    /// app, so an agent calls its runtime's registry whichever machine that is.
+    #[wasm_bindgen(js_name = takeAgentNotes)]
+    pub fn take_agent_notes(&mut self, now: f64, session: &mut AgentSession) -> f64 {
+        session.take_notes(now, self)
+    }
+
+    /// Submits a job for the session's running call `invocation` (`AgentSession.submitJob`;
+    /// `options`: `{wake, note, reuseKey}`); returns the job id. `OpsApp` has the same method.
+    #[wasm_bindgen(js_name = submitAgentJob)]
+    pub fn submit_agent_job(
+        &mut self,
+        now: f64,
+        session: &mut AgentSession,
+        invocation: f64,
+        endpoint: f64,
+        payload: JsValue,
+        options: JsValue,
+    ) -> Result<f64, JsValue> {
+        session.submit_job(now, invocation, self, endpoint, payload, options)
     }
 
     /// Job records held, including those of closed owners not yet released.

@@ -19,6 +19,7 @@ use weft_core::ops::{
     tools::ToolReply,
 };
 
+use crate::agent::AgentSession;
 use crate::jobs::JobRegistry;
 use crate::js::{Js, array, error, from_js_json, key, opt, opt_f64, opt_string, put, same_value};
 
@@ -701,6 +702,50 @@ impl OpsApp {
         self.registry.open_endpoint(t as f64, spec)
     }
 
+    /// See `JobRegistry.openRemote` (Worker cells may run on a remote job host).
+    #[wasm_bindgen(js_name = openRemote)]
+    pub fn open_remote(
+        &mut self,
+        now: f64,
+        spec: JsValue,
+        remote: JsValue,
+    ) -> Result<f64, JsValue> {
+        let t = self.t(now);
+        self.registry_call(t, |r| r.open_remote(t as f64, spec, remote))
+    }
+
+    /// See `JobRegistry.onSocketOpen`.
+    #[wasm_bindgen(js_name = onSocketOpen)]
+    pub fn on_socket_open(&mut self, now: f64, endpoint: f64) -> Result<(), JsValue> {
+        let t = self.t(now);
+        self.registry_call(t, |r| r.on_socket_open(t as f64, endpoint))
+    }
+
+    /// See `JobRegistry.onSocketFrame`: a remote run's events move its Worker cell as a
+    /// Worker's messages do.
+    #[wasm_bindgen(js_name = onSocketFrame)]
+    pub fn on_socket_frame(
+        &mut self,
+        now: f64,
+        endpoint: f64,
+        frame: JsValue,
+    ) -> Result<(), JsValue> {
+        let t = self.t(now);
+        self.registry_call(t, |r| r.on_socket_frame(t as f64, endpoint, frame))
+    }
+
+    /// See `JobRegistry.onSocketClosed`.
+    #[wasm_bindgen(js_name = onSocketClosed)]
+    pub fn on_socket_closed(
+        &mut self,
+        now: f64,
+        endpoint: f64,
+        reason: &str,
+    ) -> Result<(), JsValue> {
+        let t = self.t(now);
+        self.registry_call(t, |r| r.on_socket_closed(t as f64, endpoint, reason))
+    }
+
     /// A message from a Worker: its job and (for Worker cells) its calculation see it.
     #[wasm_bindgen(js_name = onMessage)]
     pub fn on_message(&mut self, now: f64, endpoint: f64, msg: JsValue) -> Result<(), JsValue> {
@@ -831,6 +876,68 @@ impl OpsApp {
     pub fn close_owner(&mut self, now: f64, owner: &str) -> JsValue {
         let t = self.t(now);
         self.registry_call(t, |r| r.close_owner(t as f64, owner))
+    }
+
+    /// See `JobRegistry.forget` (the app's retention forgets its own Worker-cell jobs).
+    pub fn forget(&mut self, job: f64) -> bool {
+        let t = self.last_now;
+        self.registry_call(t, |r| r.forget(job))
+    }
+
+    /// See `JobRegistry.beginCloseOwner`.
+    #[wasm_bindgen(js_name = beginCloseOwner)]
+    pub fn begin_close_owner(&mut self, now: f64, owner: &str) -> JsValue {
+        let t = self.t(now);
+        self.registry_call(t, |r| r.begin_close_owner(t as f64, owner))
+    }
+
+    /// See `JobRegistry.closeOwnerStep`.
+    #[wasm_bindgen(js_name = closeOwnerStep)]
+    pub fn close_owner_step(&mut self, close: f64, budget: f64) -> JsValue {
+        let t = self.last_now;
+        self.registry_call(t, |r| r.close_owner_step(close, budget))
+    }
+
+    /// See `JobRegistry.closePending`.
+    #[wasm_bindgen(js_name = closePending)]
+    pub fn close_pending(&self, close: f64) -> f64 {
+        self.registry.close_pending(close)
+    }
+
+    /// See `JobRegistry.retainedJobs`.
+    #[wasm_bindgen(js_name = retainedJobs)]
+    pub fn retained_jobs(&self) -> f64 {
+        self.registry.retained_jobs()
+    }
+
+    /// See `JobRegistry.eventsRecorded`.
+    #[wasm_bindgen(js_name = eventsRecorded)]
+    pub fn events_recorded(&self) -> f64 {
+        self.registry.events_recorded()
+    }
+
+    /// See `JobRegistry.takeAgentNotes` (an agent on the app's runtime).
+    #[wasm_bindgen(js_name = takeAgentNotes)]
+    pub fn take_agent_notes(&mut self, now: f64, session: &mut AgentSession) -> f64 {
+        let t = self.t(now);
+        self.registry_call(t, |r| r.take_agent_notes(t as f64, session))
+    }
+
+    /// See `JobRegistry.submitAgentJob` (an agent on the app's runtime).
+    #[wasm_bindgen(js_name = submitAgentJob)]
+    pub fn submit_agent_job(
+        &mut self,
+        now: f64,
+        session: &mut AgentSession,
+        invocation: f64,
+        endpoint: f64,
+        payload: JsValue,
+        options: JsValue,
+    ) -> Result<f64, JsValue> {
+        let t = self.t(now);
+        self.registry_call(t, |r| {
+            r.submit_agent_job(t as f64, session, invocation, endpoint, payload, options)
+        })
     }
 
     /// The next deadline: operation timeouts and registry timers.

@@ -229,6 +229,8 @@ pub struct Registry<V> {
     links: VecMap<EndpointId, remote::client::RemoteLink>,
     /// Retired endpoints, oldest first (see [`RETIRED_ENDPOINTS`]).
     retired: VecDeque<EndpointId>,
+    /// Watched jobs whose journal changed since the last [`Registry::take_changed_jobs`].
+    changed: BTreeSet<JobId>,
 }
 
 /// Retired endpoints a registry keeps. An endpoint is retired once it is closed, its owner
@@ -267,6 +269,7 @@ impl<V: Payload> Registry<V> {
             closing: Vec::new(),
             links: VecMap::new(),
             retired: VecDeque::new(),
+            changed: BTreeSet::new(),
         }
     }
 
@@ -687,6 +690,7 @@ impl<V: Payload> Registry<V> {
             waits: Vec::new(),
             input_seq: 0,
             gen_,
+            watched: false,
         };
         self.jobs.insert(id, job);
         if let Some(ep) = self.endpoints.get_mut(&req.endpoint) {
@@ -922,6 +926,9 @@ impl<V: Payload> Registry<V> {
             return false;
         }
         let j = self.jobs.remove(&id).expect("checked");
+        if j.watched {
+            self.changed.insert(id);
+        }
         if let Some(d) = j.quiet_deadline {
             self.timers.remove(&(d, Timer::Quiet(id)));
         }
@@ -941,6 +948,47 @@ impl<V: Payload> Registry<V> {
     }
 
     // ----- observation ----------------------------------------------------------------------
+
+    /// Watches a job's journal for a consumer that reads journals itself (the ops app reads
+    /// its Worker-cell jobs this way): from now on every event recorded for the job reports
+    /// it once at the next [`Registry::take_changed_jobs`], so the consumer reads only the
+    /// journals that changed instead of scanning every job it follows. The job is reported at
+    /// the next take too, so the events it recorded before it was watched are read as well.
+    /// Watching changes no outcome, no output and no other observer.
+    pub fn watch_journal(&mut self, job: JobId) -> Result<(), JobsError> {
+        self.live_job(job).ok_or(JobsError::UnknownJob(job))?;
+        self.jobs.get_mut(&job).expect("checked").watched = true;
+        self.changed.insert(job);
+        Ok(())
+    }
+
+    /// Stops watching a job's journal (see [`Registry::watch_journal`]); `false` for an
+    /// unknown job. A report already pending for it stays until the next take.
+    pub fn unwatch_journal(&mut self, job: JobId) -> bool {
+        match self.jobs.get_mut(&job) {
+            Some(j) => {
+                j.watched = false;
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// The watched jobs whose journal changed since the last take (see
+    /// [`Registry::watch_journal`]), in id order, each once. A watched job whose record was
+    /// released since ([`Registry::forget`], [`Registry::close_owner_step`]) is reported too,
+    /// so the consumer learns it is gone ([`Registry::job`] is then `None`; so it is as soon as
+    /// the owner's close begins, which records every unfinished job's outcome). Bounded: at
+    /// most one entry per watched job.
+    #[must_use]
+    pub fn take_changed_jobs(&mut self) -> Vec<JobId> {
+        std::mem::take(&mut self.changed).into_iter().collect()
+    }
+
+    /// Whether a watched job's journal changed since the last [`Registry::take_changed_jobs`].
+    pub fn has_changed_jobs(&self) -> bool {
+        !self.changed.is_empty()
+    }
 
     /// Subscribes to a job's journal. `from_seq = Some(n)` replays from event `n` (1 = the
     /// whole history); `None` delivers only new events. At most `capacity` events wait in the
@@ -1236,6 +1284,9 @@ impl<V: Payload> Registry<V> {
             let Some(j) = self.jobs.remove(&id) else {
                 continue;
             };
+            if j.watched {
+                self.changed.insert(id);
+            }
             self.job_released(j.endpoint);
             for w in &j.waits {
                 self.waits.remove(w);
@@ -1442,6 +1493,9 @@ impl<V: Payload> Registry<V> {
         }
         j.journal.push(ev);
         self.events_recorded += 1;
+        if j.watched {
+            self.changed.insert(job);
+        }
         if let Some(n) = self.journal_window
             && j.windowed > 2 * n
         {

@@ -595,3 +595,48 @@ fn closed_endpoints_of_closed_owners_are_forgotten_beyond_a_bounded_window() {
         Err(JobsError::UnknownEndpoint(_))
     ));
 }
+
+#[test]
+fn watched_journals_are_reported_once_per_change_in_id_order() {
+    let mut reg: Registry<Value> = Registry::new(RegistryConfig::default());
+    let ep = endpoint(&mut reg, "o", caps(false, true));
+    let ids: Vec<JobId> = (0..4)
+        .map(|i| reg.submit(0, Submit::new("o", ep, json!(i))).unwrap().job)
+        .collect();
+    let _ = reg.drain_outputs().count();
+    // Unwatched jobs are never reported, whatever they record.
+    assert!(reg.take_changed_jobs().is_empty());
+    // Watching reports the job at the next take (its history is unread).
+    reg.watch_journal(ids[2]).unwrap();
+    reg.watch_journal(ids[0]).unwrap();
+    assert_eq!(reg.take_changed_jobs(), vec![ids[0], ids[2]]);
+    assert!(!reg.has_changed_jobs());
+    // Several events of one job: one report; an unwatched job's events: none.
+    let wire = |reg: &Registry<Value>, j: JobId| reg.job(j).unwrap().wire_id.unwrap();
+    for v in [0.1, 0.2, 0.3] {
+        let w = wire(&reg, ids[2]);
+        reg.on_message(1, ep, &json!({"id": w, "type": "progress", "value": v}))
+            .unwrap();
+    }
+    let w = wire(&reg, ids[1]);
+    reg.on_message(1, ep, &json!({"id": w, "type": "progress", "value": 0.5}))
+        .unwrap();
+    assert_eq!(reg.take_changed_jobs(), vec![ids[2]]);
+    // Unwatched: no longer reported.
+    assert!(reg.unwatch_journal(ids[2]));
+    reg.cancel(2, ids[2], "stop").unwrap();
+    assert!(reg.take_changed_jobs().is_empty());
+    // A watched job that is released is reported once more (it is gone).
+    let w = wire(&reg, ids[0]);
+    reg.on_message(3, ep, &json!({"id": w, "type": "done", "value": 1}))
+        .unwrap();
+    assert_eq!(reg.take_changed_jobs(), vec![ids[0]]);
+    assert!(reg.forget(ids[0]));
+    assert_eq!(reg.take_changed_jobs(), vec![ids[0]]);
+    assert!(reg.job(ids[0]).is_none());
+    assert!(reg.watch_journal(ids[0]).is_err());
+    // Watching changes no output: the same outputs as an unwatched registry would give.
+    let _ = reg.drain_outputs().count();
+    reg.watch_journal(ids[3]).unwrap();
+    assert_eq!(reg.drain_outputs().count(), 0);
+}

@@ -578,6 +578,8 @@ pub struct Job<V> {
     pub(crate) input_seq: u64,
     /// The generation of the owner record the job belongs to (see `Registry::begin_close_owner`).
     pub(crate) gen_: u64,
+    /// Its journal is watched: recording an event reports it by `Registry::take_changed_jobs`.
+    pub(crate) watched: bool,
 }
 
 impl<V: Payload> Job<V> {

@@ -4,7 +4,7 @@
 //! registry bridge and timers in `bridge.rs`, graph instances in `graph.rs`, reads and reports
 //! in `reports.rs`, operations in `operation.rs`; specs are in `spec.rs`.
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::sync::Arc;
 
 use super::control::{
@@ -191,7 +191,9 @@ pub(crate) struct Calc {
 ///    or cancels Worker jobs on it, then drains the registry's outputs and reacts to them:
 ///    requests for the app's operations endpoint are answered here, new journal events of
 ///    Worker-cell jobs move their calculations, everything else is passed on as
-///    [`AppOutput::Jobs`].
+///    [`AppOutput::Jobs`]. The app watches the journal of every Worker-cell job it submits
+///    ([`Registry::watch_journal`]) and reads only those the registry reports changed
+///    ([`Registry::take_changed_jobs`]): a pump costs O(changed jobs), not O(Worker cells).
 /// 3. After calling the registry directly (cancel a job, wait, close an owner, ...), hand its
 ///    outputs to the app with [`App::on_registry_outputs`] — the app reacts to them exactly as
 ///    in 2 (there is no other "sync" step).
@@ -231,7 +233,16 @@ pub struct App<V> {
     pub(crate) op_timers: VecMap<(Millis, OpId), ()>,
     pub(crate) ops_endpoint: Option<EndpointId>,
     pub(crate) op_wires: HashMap<u64, OpId>,
-    pub(crate) job_calcs: VecMap<JobId, (CalcId, usize)>,
+    /// Worker-cell jobs the app follows: their calculation and the last journal sequence number
+    /// read. Each is watched on the registry (`Registry::watch_journal`).
+    pub(crate) job_calcs: VecMap<JobId, (CalcId, u64)>,
+    /// Followed jobs that changed but were left for the next pass of `sync_jobs`.
+    pub(crate) changed_jobs: BTreeSet<JobId>,
+    /// The last Worker-cell job the app submitted (jobs after it are new to a pass).
+    pub(crate) last_job: Option<JobId>,
+    /// Journals `sync_jobs` inspected (tests count the work of a pump).
+    #[cfg(test)]
+    pub(crate) journals_read: u64,
     pub(crate) outputs: VecDeque<AppOutput<V>>,
     pub(crate) loaded: bool,
 }
@@ -266,6 +277,10 @@ impl<V: OpsValue> App<V> {
             ops_endpoint: None,
             op_wires: HashMap::new(),
             job_calcs: VecMap::new(),
+            changed_jobs: BTreeSet::new(),
+            last_job: None,
+            #[cfg(test)]
+            journals_read: 0,
             outputs: VecDeque::new(),
             loaded: false,
         }

@@ -63,27 +63,67 @@ impl<V: OpsValue> App<V> {
         self.sync_jobs(now, reg);
     }
 
-    /// Reads new journal events of Worker-cell jobs and applies them to their calculations.
+    /// Reads new journal events of the Worker-cell jobs whose journals changed (the registry
+    /// reports them: [`Registry::take_changed_jobs`], the app watches every job it submits) and
+    /// applies them to their calculations: O(changed jobs), never a scan of every job.
+    ///
+    /// One pass takes the jobs in id order, each read to its journal's end. A job that changes
+    /// during the pass is read in this pass when its turn has not come yet and it was
+    /// submitted before the pass began; otherwise in the next pass (the caller loops until
+    /// the registry has nothing more).
     pub(crate) fn sync_jobs(&mut self, now: Millis, reg: &mut Registry<V>) {
-        let jobs: Vec<JobId> = self.job_calcs.keys().copied().collect();
-        for job in jobs {
-            while let Some(&(calc, seen)) = self.job_calcs.get(&job) {
-                let Some(j) = reg.job(job) else {
+        let mut pending = std::mem::take(&mut self.changed_jobs);
+        pending.extend(reg.take_changed_jobs());
+        // Jobs submitted during this pass have larger ids: they wait for the next pass.
+        let limit = self.last_job;
+        let mut cursor: Option<JobId> = None;
+        loop {
+            let after = cursor.map_or(JobId(0), |c| JobId(c.0 + 1));
+            let Some(job) = pending
+                .range(after..)
+                .next()
+                .copied()
+                .filter(|j| limit.is_some_and(|l| *j <= l))
+            else {
+                break;
+            };
+            pending.remove(&job);
+            cursor = Some(job);
+            self.sync_job(now, reg, job);
+            pending.extend(reg.take_changed_jobs());
+        }
+        // What changed behind the cursor or was submitted during the pass, for the next pass;
+        // only jobs the app still follows.
+        pending.retain(|j| self.job_calcs.contains_key(j));
+        self.changed_jobs = pending;
+    }
+
+    /// Reads one Worker-cell job's new journal events (from the sequence number after the last
+    /// one read) and applies them; forgets the job once it is finished and read, or gone.
+    fn sync_job(&mut self, now: Millis, reg: &mut Registry<V>, job: JobId) {
+        #[cfg(test)]
+        if self.job_calcs.contains_key(&job) {
+            self.journals_read += 1;
+        }
+        while let Some(&(calc, seen)) = self.job_calcs.get(&job) {
+            let Some(j) = reg.job(job) else {
+                self.job_calcs.remove(&job);
+                self.calc_unref(calc);
+                break;
+            };
+            let journal = j.journal();
+            let next = journal.partition_point(|e| e.seq <= seen);
+            let Some(ev) = journal.get(next) else {
+                if j.is_finished() {
                     self.job_calcs.remove(&job);
+                    reg.unwatch_journal(job);
                     self.calc_unref(calc);
-                    break;
-                };
-                let Some(ev) = j.journal().get(seen) else {
-                    if j.is_finished() {
-                        self.job_calcs.remove(&job);
-                        self.calc_unref(calc);
-                    }
-                    break;
-                };
-                let kind = ev.kind.clone();
-                self.job_calcs.insert(job, (calc, seen + 1));
-                self.apply_job_event(now, reg, calc, kind);
-            }
+                }
+                break;
+            };
+            let (kind, seq) = (ev.kind.clone(), ev.seq);
+            self.job_calcs.insert(job, (calc, seq));
+            self.apply_job_event(now, reg, calc, kind);
         }
     }
 

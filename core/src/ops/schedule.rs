@@ -402,6 +402,9 @@ impl<V: OpsValue> App<V> {
                             CalcEventKind::Submitted { job: s.job },
                         );
                         self.job_calcs.insert(s.job, (id, 0));
+                        self.last_job = Some(s.job);
+                        // Just submitted: it is live, watching cannot fail.
+                        let _ = reg.watch_journal(s.job);
                         self.calc_ref(id);
                     }
                     Err(e) => {

@@ -826,3 +826,74 @@ fn recorded_case_a_rerun_after_processing_does_not_settle_on_the_stale_record() 
     ];
     run_steps(steps, Retention::default()).unwrap();
 }
+
+/// The app reads only the journals of the Worker-cell jobs that changed: with 1,000 idle
+/// Worker cells and one that reports, a pump inspects one journal, and a pump after nothing
+/// inspects none.
+#[test]
+fn a_pump_reads_only_the_worker_jobs_that_changed() {
+    use crate::jobs::{EndpointSpec, Hello, wire::Capabilities};
+    let mut app: App<Value> = App::new(AppConfig::default());
+    let reg = &mut Registry::new(RegistryConfig::default());
+    let mut ep = EndpointSpec::new("cells", "worker");
+    ep.hello = Hello::Declared(Capabilities::default());
+    let endpoint = reg.open_endpoint(0, ep);
+    let cells: Vec<Value> = (0..1000)
+        .map(|i| json!({"name": format!("c{i}"), "deps": ["k"], "compute": {"kind": "worker", "endpoint": endpoint.0}}))
+        .collect();
+    let spec: GraphSpec = serde_json::from_value(json!({
+        "controls": [{"name": "k", "type": "number", "min": 0, "max": 10, "value": 1}],
+        "cells": cells,
+    }))
+    .unwrap();
+    app.load(0, reg, spec).unwrap();
+    let sends = app
+        .drain_outputs()
+        .filter(|o| matches!(o, AppOutput::Jobs(crate::jobs::Output::Send { .. })))
+        .count();
+    assert_eq!(sends, 1000, "every Worker cell's job is dispatched");
+    assert_eq!(app.cell_view("c500").unwrap().state, CellState::Pending);
+    // Nothing changed: a pump reads no journal.
+    app.journals_read = 0;
+    app.on_registry_outputs(1, reg);
+    assert_eq!(app.journals_read, 0);
+    // One run reports progress, then its result: each pump reads exactly that job's journal.
+    let wire = reg
+        .job(app.calcs[&app.calcs_of("c500")[0]].job.unwrap())
+        .unwrap()
+        .wire_id
+        .unwrap();
+    app.on_worker_message(
+        2,
+        reg,
+        endpoint,
+        &json!({"id": wire, "type": "progress", "value": 0.5}),
+    )
+    .unwrap();
+    assert_eq!(app.journals_read, 1);
+    assert_eq!(app.cell_view("c500").unwrap().progress, Some(0.5));
+    app.on_worker_message(
+        3,
+        reg,
+        endpoint,
+        &json!({"id": wire, "type": "done", "value": 7}),
+    )
+    .unwrap();
+    assert_eq!(app.journals_read, 2);
+    let view = app.cell_view("c500").unwrap();
+    assert_eq!(
+        (view.state, view.value.as_deref()),
+        (CellState::Ready, Some(&json!(7)))
+    );
+    assert_eq!(app.cell_view("c499").unwrap().state, CellState::Pending);
+    // The finished job is no longer followed: its late evidence costs no journal read.
+    app.on_worker_message(
+        4,
+        reg,
+        endpoint,
+        &json!({"id": wire, "type": "progress", "value": 0.9}),
+    )
+    .unwrap();
+    assert_eq!(app.journals_read, 2);
+    assert!(!reg.has_changed_jobs());
+}

@@ -502,3 +502,22 @@ test("an agent on an app's runtime: a job its tool starts notes the agent's mail
   assert.equal(admitted[0].note.outcome, 'succeeded');
   assert.equal(app.runtime.job(job).outcome.value, 42);
 });
+
+test("an app's runtime has the registry surface a plain runtime has (forget, gradual close)", async (t) => {
+  const app = createApp();
+  t.after(() => app.dispose());
+  app.load({ controls: [{ name: 'a', type: 'number', min: 0, max: 10, step: 1, value: 1 }], cells: [] });
+  const ep = app.openLocal((n) => n * 2);
+  const done = ep.submit(3, { owner: 'u' });
+  assert.deepEqual(await done.wait(), { outcome: 'succeeded', value: 6 });
+  assert.equal(app.runtime.forget(done.id), true, 'a finished job is released');
+  assert.equal(app.runtime.job(done.id), undefined);
+  const jobs = [1, 2, 3].map((n) => ep.submit(n, { owner: 'v' }));
+  await Promise.all(jobs.map((j) => j.wait()));
+  const report = await app.runtime.closeOwnerGradually('v', { slice: 1 });
+  assert.deepEqual(
+    report.jobs.map((j) => [j.job, j.outcome]),
+    jobs.map((j) => [j.id, 'succeeded']),
+  );
+  assert.equal(report.unreadNotes.length, 3, "the owner's unread notes are handed back");
+});

@@ -3,7 +3,7 @@
 // open, frames and close; the test plays the host's frames. No server, no real socket.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { createRuntime, WeftError } from 'weft';
+import { createApp, createRuntime, WeftError } from 'weft';
 
 const URL_ = 'ws://127.0.0.1:9/api/jobs/remote';
 const LIMITS = { maxFrameBytes: 1 << 20, replayFrames: 4096, replayBytes: 4 << 20 };
@@ -230,4 +230,25 @@ test('remote (fake socket): terminate sends close and loses running jobs as term
   }
   assert.ok(new WeftError('X', 'y') instanceof Error);
   rt.close();
+});
+
+test("remote (fake socket): an app's Worker cell runs on a remote endpoint of the app's runtime", async () => {
+  const app = createApp();
+  const fake = fakeSockets();
+  const { ep, ws } = openLive(app.runtime, fake);
+  app.load({
+    controls: [{ name: 'a', type: 'number', min: 0, max: 10, step: 1, value: 3 }],
+    cells: [{ name: 'double', deps: ['a'], worker: ep }],
+  });
+  const [run] = ws.msgs();
+  assert.equal(run.body.type, 'run');
+  assert.deepEqual(run.body.payload, { a: 3 });
+  const wire = run.body.id;
+  ws.serve({ t: 'accepted', seq: 2, ack: 1, id: wire, job: 7 });
+  ws.serve({ t: 'msg', seq: 3, ack: 1, body: { id: wire, type: 'progress', value: 0.5 } });
+  assert.equal(app.snapshot().cells.double.progress, 0.5, 'the remote run moves its cell');
+  ws.serve({ t: 'msg', seq: 4, ack: 1, body: { id: wire, type: 'done', value: 6 } });
+  const cell = app.snapshot().cells.double;
+  assert.deepEqual([cell.state, cell.value], ['ready', 6]);
+  app.dispose();
 });
