@@ -29,6 +29,14 @@ enum Command {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    // A one-shot actor command (all but `desk`) runs on this thread: no runtime, no worker
+    // threads to start and join for a process that lives a few milliseconds.
+    let cli = match cli.command {
+        Command::Actors(args) if args.command.is_one_shot() => {
+            return actors::cli::main_one_shot(args);
+        }
+        command => Cli { command },
+    };
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()

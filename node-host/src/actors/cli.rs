@@ -278,6 +278,11 @@ pub enum ActorsCommand {
 }
 
 impl ActorsCommand {
+    /// Whether the command runs once and exits (every command but `desk`, which serves).
+    pub fn is_one_shot(&self) -> bool {
+        !matches!(self, ActorsCommand::Desk { .. })
+    }
+
     /// The options every command has.
     pub fn common(&self) -> &Common {
         match self {
@@ -370,11 +375,29 @@ pub async fn main(args: ActorsArgs) -> ExitCode {
     main_with(args, None).await
 }
 
+/// Runs a one-shot `weft actors …` command (every command but `desk`) on the calling thread,
+/// outside any Tokio runtime: the store is synchronous, so a one-shot command needs no runtime
+/// and no worker threads to start and join (`route --proposer model` starts a current-thread
+/// runtime for its one model call). `weft` calls this for those commands, [`main`] for `desk`.
+pub fn main_one_shot(args: ActorsArgs) -> ExitCode {
+    one_shot(args, None)
+}
+
 /// [`main`] with the writer's store armed with `failpoint` (the process aborts at that
 /// durability step). For the crash tests only: the `weft-failpoints` binary of
-/// `tests/failpoints` calls it; the shipped `weft` runs [`main`], which arms nothing.
+/// `tests/failpoints` calls it; the shipped `weft` runs [`main_one_shot`] and [`main`], which arm
+/// nothing.
 #[doc(hidden)]
 pub async fn main_with(args: ActorsArgs, failpoint: Option<Failpoint>) -> ExitCode {
+    if args.command.is_one_shot() {
+        return match tokio::task::spawn_blocking(move || one_shot(args, failpoint)).await {
+            Ok(code) => code,
+            Err(e) => {
+                eprintln!("weft actors: {e}");
+                ExitCode::FAILURE
+            }
+        };
+    }
     let json = args.command.common().json;
     let (config, notes) = match config_from_env() {
         Ok(c) => c,
@@ -383,9 +406,46 @@ pub async fn main_with(args: ActorsArgs, failpoint: Option<Failpoint>) -> ExitCo
     for n in &notes {
         eprintln!("weft actors: note: {n}");
     }
-    if config.node_store == weft_core::actors::NodeStoreMode::Off
-        && !matches!(args.command, ActorsCommand::Desk { .. })
+    let ActorsCommand::Desk {
+        c,
+        listen,
+        proposer,
+        model,
+    } = args.command
+    else {
+        unreachable!("one-shot commands ran above")
+    };
+    let proposer = match route_model(&proposer, &model) {
+        Ok(p) => p,
+        Err(e) => return fail(&e, json),
+    };
+    match crate::desk::serve_root(
+        &c.root,
+        config,
+        &listen,
+        Duration::from_millis(c.lock_timeout_ms),
+        proposer,
+        failpoint,
+    )
+    .await
     {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => fail(&e, json),
+    }
+}
+
+/// A one-shot command (not `desk`), synchronously on this thread: the configuration, the
+/// command, its output.
+fn one_shot(args: ActorsArgs, failpoint: Option<Failpoint>) -> ExitCode {
+    let json = args.command.common().json;
+    let (config, notes) = match config_from_env() {
+        Ok(c) => c,
+        Err(e) => return fail(&e, json),
+    };
+    for n in &notes {
+        eprintln!("weft actors: note: {n}");
+    }
+    if config.node_store == weft_core::actors::NodeStoreMode::Off {
         return fail(
             &ActorsError::InvalidArgument(
                 "ACTOR_NODE_STORE=off: nothing would persist; the CLI needs a store".into(),
@@ -393,33 +453,8 @@ pub async fn main_with(args: ActorsArgs, failpoint: Option<Failpoint>) -> ExitCo
             json,
         );
     }
-    if let ActorsCommand::Desk {
-        c,
-        listen,
-        proposer,
-        model,
-    } = args.command
-    {
-        let proposer = match route_model(&proposer, &model) {
-            Ok(p) => p,
-            Err(e) => return fail(&e, json),
-        };
-        return match crate::desk::serve_root(
-            &c.root,
-            config,
-            &listen,
-            Duration::from_millis(c.lock_timeout_ms),
-            proposer,
-            failpoint,
-        )
-        .await
-        {
-            Ok(()) => ExitCode::SUCCESS,
-            Err(e) => fail(&e, json),
-        };
-    }
-    match tokio::task::spawn_blocking(move || run(args.command, config, failpoint)).await {
-        Ok(Ok((v, human))) => {
+    match run(args.command, config, failpoint) {
+        Ok((v, human)) => {
             if json {
                 println!("{}", serde_json::to_string_pretty(&v).expect("serializes"));
             } else {
@@ -427,11 +462,7 @@ pub async fn main_with(args: ActorsArgs, failpoint: Option<Failpoint>) -> ExitCo
             }
             ExitCode::SUCCESS
         }
-        Ok(Err(e)) => fail(&e, json),
-        Err(e) => {
-            eprintln!("weft actors: {e}");
-            ExitCode::FAILURE
-        }
+        Err(e) => fail(&e, json),
     }
 }
 
@@ -463,7 +494,8 @@ pub(crate) fn route_model(
 
 /// Asks `model` for the proposal of `text` in `node` (the rules are the core's:
 /// `proposal_request`, `parse_proposal`); `None` where `route` consults no proposer. Runs on a
-/// blocking thread of the runtime.
+/// blocking thread of the runtime, or outside any runtime (then on a current-thread runtime of
+/// its own).
 fn propose_with_model(
     model: &crate::model::ReqwestModel,
     s: &Session,
@@ -474,7 +506,15 @@ fn propose_with_model(
         return Ok(None);
     };
     let chat = proposal_request(&cx);
-    let answer = tokio::runtime::Handle::current().block_on(model.ask(&chat, &mut |_| {}))?;
+    let answer = match tokio::runtime::Handle::try_current() {
+        Ok(h) => h.block_on(model.ask(&chat, &mut |_| {}))?,
+        // A one-shot command runs outside any runtime (`main_one_shot`): one for this call.
+        Err(_) => tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("tokio runtime")
+            .block_on(model.ask(&chat, &mut |_| {}))?,
+    };
     Ok(Some(DecidedProposer(parse_proposal(
         &cx,
         answer.text.as_deref().unwrap_or(""),

@@ -5,12 +5,19 @@
 //! rate measured in the same run. Prints figures; asserts nothing.
 //!
 //! `cargo build --release -p weft-host --bin weft && cargo run --release -p weft-bench --bin
-//! actors_cli -- [--weft target/release/weft] [--dir DIR] [--spawns N] [--sizes 10,1000,10000]`
-//! (default: 40 CLI spawns per size, in the system temp dir).
+//! actors_cli -- [--weft target/release/weft] [--dir DIR] [--spawns N] [--sizes 10,1000,10000]
+//! [--harness PATH]` (default: 40 CLI spawns per size, in the system temp dir).
 //!
 //! The roots are generated on disk (a template task spawned through the CLI, copied under new
 //! ids with the parent's `spawned[]`, routing markers, `graph.json` entries and metathread
 //! records a spawn writes), not spawned one by one.
+//!
+//! `--harness PATH` (optional; the benchmark runs without it) also drives dev-centr/harness's
+//! CLI (`PATH spawn ROOT --parent=coordinator --type=task --title=ID`, one process per spawn,
+//! no fsync) on a harness-format root of the same shape, generated the same way from a
+//! template the harness spawned itself, interleaved spawn by spawn with weft's on the same
+//! disk, and prints its rate beside weft's and the ratio. `tests/bench/harness.sh` builds a
+//! harness binary from its sources.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -104,9 +111,82 @@ fn generate(bin: &Path, root: &Path, n: usize) {
     );
 }
 
-/// Files opened and bytes read by one spawn: through the CLI's lazy writer (after one lazy
-/// spawn that finds the generated logs and reads them whole once), and through the full open.
-fn opens(root: &Path, tag: &str) -> ((u64, u64), (u64, u64)) {
+/// Runs the harness CLI (`h`) with `args`; panics with its stderr if it fails.
+fn run_harness(h: &Path, args: &[&str]) {
+    let out = Command::new(h).args(args).output().expect("harness runs");
+    assert!(
+        out.status.success(),
+        "harness {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// A harness-format root (dev-centr/harness's layout: `graph.json`, `nodes/<id>/meta.json` and
+/// `chat.jsonl`, `orchestrator/meta.jsonl`) with the coordinator and `n` task children: a
+/// template task spawned through the harness CLI, copied under new ids with what a harness
+/// spawn writes (the parent's `spawned[]`, its routing marker, the `graph.json` entry, the
+/// metathread record). `root` must be absolute (the harness joins node paths onto it).
+fn generate_harness(h: &Path, root: &Path, n: usize) {
+    let r = root.to_str().expect("utf-8 path");
+    run_harness(h, &["init", r, "--title=Bench"]);
+    run_harness(
+        h,
+        &[
+            "spawn",
+            r,
+            "--parent=coordinator",
+            "--type=task",
+            &format!("--title={TEMPLATE}"),
+        ],
+    );
+    let read = |rel: &str| std::fs::read_to_string(root.join(rel)).expect("harness file");
+    let t_meta = read(&format!("nodes/{TEMPLATE}/meta.json"));
+    let t_chat = read(&format!("nodes/{TEMPLATE}/chat.jsonl"));
+    let mut c_chat = read("nodes/coordinator/chat.jsonl");
+    let t_marker = c_chat.lines().last().expect("marker").to_owned();
+    let mut meta_log = read("orchestrator/meta.jsonl");
+    let t_record = meta_log.lines().last().expect("record").to_owned();
+    let mut graph: Value = serde_json::from_str(&read("graph.json")).expect("graph");
+    let mut coord: Value =
+        serde_json::from_str(&read("nodes/coordinator/meta.json")).expect("coordinator");
+    let mut lines = c_chat.lines().count() as u64;
+    for i in 1..n {
+        let id = format!("gen-{i:05}");
+        let dir = root.join("nodes").join(&id);
+        std::fs::create_dir(&dir).expect("node dir");
+        std::fs::write(dir.join("meta.json"), t_meta.replace(TEMPLATE, &id)).expect("meta");
+        std::fs::write(dir.join("chat.jsonl"), &t_chat).expect("chat");
+        lines += 1;
+        c_chat.push_str(&t_marker.replace(TEMPLATE, &id));
+        c_chat.push('\n');
+        let mut rec: Value = serde_json::from_str(&t_record.replace(TEMPLATE, &id)).expect("rec");
+        rec["parentLine"] = json!(lines);
+        meta_log.push_str(&serde_json::to_string(&rec).expect("json"));
+        meta_log.push('\n');
+        graph["nodes"][&id] = graph["nodes"][TEMPLATE].clone();
+        coord["spawned"]
+            .as_array_mut()
+            .expect("spawned")
+            .push(json!(id));
+    }
+    let write = |rel: &str, text: String| std::fs::write(root.join(rel), text).expect("write");
+    write("nodes/coordinator/chat.jsonl", c_chat);
+    write("orchestrator/meta.jsonl", meta_log);
+    write(
+        "graph.json",
+        serde_json::to_string_pretty(&graph).expect("json") + "\n",
+    );
+    write(
+        "nodes/coordinator/meta.json",
+        serde_json::to_string_pretty(&coord).expect("json") + "\n",
+    );
+}
+
+/// Files opened, bytes read and bytes written by one spawn: through the CLI's lazy writer
+/// (after one lazy spawn that finds the generated logs and reads them whole once, and leaves
+/// the stamps the next one trusts), and through the full open (the long-lived writer's
+/// spawn: its bytes written are what the desk writes per spawn).
+fn opens(root: &Path, tag: &str) -> ((u64, u64, u64), (u64, u64, u64)) {
     let wait = Duration::from_secs(5);
     let spawn = |mut s: Session, id: String| {
         let mut r = SpawnRequest::new("coordinator", NodeType::Task);
@@ -115,7 +195,12 @@ fn opens(root: &Path, tag: &str) -> ((u64, u64), (u64, u64)) {
             .spawn(weft_host::actors::wall_ms(), r)
             .expect("spawn");
         s.flush().expect("flush");
-        (s.store.opens(), s.store.bytes_read())
+        let written = s
+            .store
+            .stats
+            .bytes_written
+            .load(std::sync::atomic::Ordering::Relaxed);
+        (s.store.opens(), s.store.bytes_read(), written)
     };
     let lazy_writer = || {
         let s = Session::writer_lazy(root, HarnessConfig::default(), wait, &["coordinator"], true)
@@ -137,6 +222,10 @@ fn opens(root: &Path, tag: &str) -> ((u64, u64), (u64, u64)) {
 fn main() {
     let bin = PathBuf::from(arg("--weft").unwrap_or_else(|| "target/release/weft".into()));
     assert!(bin.is_file(), "{} is not built", bin.display());
+    let harness = arg("--harness").map(PathBuf::from);
+    if let Some(h) = &harness {
+        assert!(h.is_file(), "--harness {} is not a file", h.display());
+    }
     let base = arg("--dir")
         .map(PathBuf::from)
         .unwrap_or_else(std::env::temp_dir);
@@ -148,14 +237,20 @@ fn main() {
         .collect();
     let dir = base.join(format!("weft-actors-cli-bench-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("bench dir");
+    // The harness joins node paths onto the root: give it an absolute one.
+    let dir = std::fs::canonicalize(&dir).expect("bench dir");
     println!(
-        "actor CLI benchmark in {} ({} spawns per size, {})",
+        "actor CLI benchmark in {} ({} spawns per size, {}{})",
         dir.display(),
         spawns,
-        bin.display()
+        bin.display(),
+        harness
+            .as_ref()
+            .map(|h| format!(", harness {}, interleaved", h.display()))
+            .unwrap_or_default()
     );
-    println!(
-        "{:>8}  {:>12}  {:>10}  {:>10}  {:>11}  {:>10}  {:>11}  {:>14}",
+    print!(
+        "{:>8}  {:>12}  {:>10}  {:>10}  {:>11}  {:>10}  {:>11}  {:>12}  {:>12}  {:>14}",
         "nodes",
         "CLI spawns/s",
         "ms/spawn",
@@ -163,15 +258,29 @@ fn main() {
         "bytes lazy",
         "opens full",
         "bytes full",
+        "written lazy",
+        "written full",
         "raw fsyncs/s"
     );
+    if harness.is_some() {
+        print!(
+            "  {:>16}  {:>16}  {:>13}",
+            "harness spawns/s", "harness ms/spawn", "weft÷harness"
+        );
+    }
+    println!();
     for &n in &sizes {
         let root = dir.join(format!("root-{n}"));
         generate(&bin, &root, n);
         let (lazy, full) = opens(&root, &n.to_string());
         let r = root.to_str().expect("utf-8 path");
-        // Interleaved with the raw probe, so both see the same disk.
-        let (mut t, mut raw_n, mut raw_t) = (0.0f64, 0usize, 0.0f64);
+        let h_root = dir.join(format!("harness-root-{n}"));
+        if let Some(h) = &harness {
+            generate_harness(h, &h_root, n);
+        }
+        let hr = h_root.to_str().expect("utf-8 path");
+        // Interleaved with the raw probe (and the harness), so all see the same disk.
+        let (mut t, mut raw_n, mut raw_t, mut ht) = (0.0f64, 0usize, 0.0f64, 0.0f64);
         for i in 0..spawns {
             if i % 10 == 0 {
                 let k = 40;
@@ -180,12 +289,33 @@ fn main() {
                 raw_t += k as f64 / rate;
             }
             let id = format!("cli-{i:05}");
-            let start = Instant::now();
-            run(&bin, &["actors", "spawn", r, "--id", &id, "--json"]);
-            t += start.elapsed().as_secs_f64();
+            let weft_spawn = || {
+                let start = Instant::now();
+                run(&bin, &["actors", "spawn", r, "--id", &id, "--json"]);
+                start.elapsed().as_secs_f64()
+            };
+            let Some(h) = &harness else {
+                t += weft_spawn();
+                continue;
+            };
+            let title = format!("--title={id}");
+            let harness_spawn = || {
+                let start = Instant::now();
+                let a = ["spawn", hr, "--parent=coordinator", "--type=task", &title];
+                run_harness(h, &a);
+                start.elapsed().as_secs_f64()
+            };
+            // Alternate who goes first, so neither always follows the other's writes.
+            if i % 2 == 0 {
+                t += weft_spawn();
+                ht += harness_spawn();
+            } else {
+                ht += harness_spawn();
+                t += weft_spawn();
+            }
         }
-        println!(
-            "{:>8}  {:>12.1}  {:>10.2}  {:>10}  {:>11}  {:>10}  {:>11}  {:>14.0}",
+        print!(
+            "{:>8}  {:>12.1}  {:>10.2}  {:>10}  {:>11}  {:>10}  {:>11}  {:>12}  {:>12}  {:>14.0}",
             n,
             spawns as f64 / t,
             1000.0 * t / spawns as f64,
@@ -193,9 +323,21 @@ fn main() {
             lazy.1,
             full.0,
             full.1,
+            lazy.2,
+            full.2,
             raw_n as f64 / raw_t
         );
+        if harness.is_some() {
+            print!(
+                "  {:>16.1}  {:>16.2}  {:>13.2}",
+                spawns as f64 / ht,
+                1000.0 * ht / spawns as f64,
+                ht / t
+            );
+        }
+        println!();
         let _ = std::fs::remove_dir_all(&root);
+        let _ = std::fs::remove_dir_all(&h_root);
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
