@@ -2,8 +2,9 @@
 // (weft_core::ops). This file only carries: it runs host cells (sync, async, streaming) when the
 // core says so, aborts them when the core says so, runs registered selectors over the settled
 // snapshots the core hands over, schedules the end-of-tick flush, and turns operation outcomes
-// into Promises. Worker cells, hosted operations, waits, mailboxes and timers go through the
-// ordinary Runtime, whose registry is the app's own.
+// and tool replies into Promises. Worker cells, hosted operations, waits, mailboxes and timers
+// (the core's: operation timeouts and tool-call waits too) go through the ordinary Runtime,
+// whose registry is the app's own.
 
 import { OpsApp } from './weft_wasm.js';
 import { Runtime, WeftError } from './runtime.js';
@@ -32,6 +33,8 @@ export class App {
   #selectors = new Map();
   #running = new Map();
   #waiters = new Map();
+  // Waiting tool calls: call id -> settle(output), until the core's `tool_replied`.
+  #toolCalls = new Map();
   #listeners = new Set();
   #flushScheduled = false;
   #notifyScheduled = false;
@@ -250,15 +253,39 @@ export class App {
   }
 
   async #callTool(name, args = {}, { by = 'agent', toolCall, owner = 'agent', signal } = {}) {
-    const r = this.#rt._call((core, now) => core.callTool(now, name, args, { by, toolCall }));
-    if ('ready' in r) return r.ready;
-    const op = r.wait;
+    // Not pumped until the reply's receiver is registered: the operation may end while the
+    // call's outputs are carried out (a synchronous cell), and the reply with it.
+    let r;
     try {
-      await new Operation(this, op)._ended({ timeoutMs: r.waitMs, signal });
+      r = this.#rt._raw((core, now) => core.callTool(now, name, args, { by, toolCall, owner }));
     } catch (err) {
-      if (err?.code !== 'WAIT_TIMED_OUT') throw err;
+      this.#rt._pump();
+      throw err;
     }
-    return this.#rt._call((core, now) => core.toolOpReply(now, op, owner, { toolCall }));
+    if ('ready' in r) {
+      this.#rt._pump();
+      return r.ready;
+    }
+    // The core replies (`tool_replied`) when the operation ends or the granted wait elapses
+    // (its own timer); an aborted signal ends only this wait.
+    const { call } = r;
+    const reply = new Promise((resolve, reject) => {
+      const cancel = (message) => {
+        this.#toolCalls.delete(call);
+        if (!this.#disposed) this.#rt._call((core) => core.cancelToolWait(call));
+        reject(new WeftError('WAIT_CANCELLED', message, { cause: signal.reason }));
+      };
+      if (signal?.aborted) return cancel('the wait was cancelled');
+      const onAbort = () => cancel('the wait was cancelled; the operation continues');
+      signal?.addEventListener('abort', onAbort, { once: true });
+      this.#toolCalls.set(call, (o) => {
+        signal?.removeEventListener('abort', onAbort);
+        if (o.error) reject(new WeftError(o.error.code, o.error.message));
+        else resolve(o.reply);
+      });
+    });
+    this.#rt._pump();
+    return reply;
   }
 
   // ----- reads -------------------------------------------------------------------------------
@@ -336,6 +363,9 @@ export class App {
     this.#listeners.clear();
     for (const ac of this.#running.values()) ac.abort(new WeftError('DISPOSED', 'app disposed'));
     this.#running.clear();
+    const calls = [...this.#toolCalls.values()];
+    this.#toolCalls.clear();
+    for (const settle of calls) settle({ error: { code: 'DISPOSED', message: 'the app was disposed' } });
     this.#rt.dispose();
   }
 
@@ -357,6 +387,12 @@ export class App {
       case 'op_finished':
         this.#finished(o);
         break;
+      case 'tool_replied': {
+        const settle = this.#toolCalls.get(o.call);
+        this.#toolCalls.delete(o.call);
+        settle?.(o);
+        break;
+      }
     }
   }
 

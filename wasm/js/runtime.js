@@ -206,7 +206,6 @@ export class Runtime {
     if (typeof WS !== 'function') {
       throw new WeftError('UNSUPPORTED', 'no WebSocket in this environment: pass options.WebSocket (Node 20: run with --experimental-websocket)');
     }
-    if (typeof this.#reg?.openRemote !== 'function') throw new WeftError('UNSUPPORTED', 'this runtime cannot open remote endpoints');
     const spec = {
       owner: options.owner ?? 'app',
       label: options.label ?? String(url),
@@ -272,7 +271,6 @@ export class Runtime {
    * owner never blocks the event loop for long. Resolves with the same report as closeOwner.
    */
   async closeOwnerGradually(owner, { slice = 4096 } = {}) {
-    if (!this.#reg?.beginCloseOwner) return this.closeOwner(owner);
     const { close, pending, report } = this.#call((r, now) => r.beginCloseOwner(now, owner));
     let left = pending;
     while (left > 0 && this.#reg) {

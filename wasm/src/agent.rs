@@ -15,7 +15,6 @@ use crate::jobs::JobRegistry;
 use crate::js::{
     Js, coded_error, error, from_js_json, json, object, opt, opt_bool, opt_string, parse_text, set,
 };
-use crate::ops::OpsApp;
 
 fn ms(now: f64) -> u64 {
     if now.is_finite() && now > 0.0 {
@@ -146,13 +145,6 @@ impl AgentSession {
             self.inner.deliver_note(ms(now), note);
         }
         n as f64
-    }
-
-    /// [`AgentSession::take_notes`] for an agent on an ops app's runtime (the app holds the
-    /// registry).
-    #[wasm_bindgen(js_name = takeAppNotes)]
-    pub fn take_app_notes(&mut self, now: f64, app: &mut OpsApp) -> f64 {
-        self.take_notes(now, app.registry_mut())
     }
 
     /// Queues an observation result for the next turn; returns its mail sequence number.
@@ -304,27 +296,6 @@ impl AgentSession {
             )
             .map(|s| s.job.0 as f64)
             .map_err(err)
-    }
-
-    /// [`AgentSession::submit_job`] for an agent on an ops app's runtime.
-    #[wasm_bindgen(js_name = submitAppJob)]
-    pub fn submit_app_job(
-        &mut self,
-        now: f64,
-        invocation: f64,
-        app: &mut OpsApp,
-        endpoint: f64,
-        payload: JsValue,
-        options: JsValue,
-    ) -> Result<f64, JsValue> {
-        self.submit_job(
-            now,
-            invocation,
-            app.registry_mut(),
-            endpoint,
-            payload,
-            options,
-        )
     }
 
     /// The origin (`{thread, turn, toolCall}`) for a job a running call starts.

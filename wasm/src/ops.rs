@@ -16,7 +16,7 @@ use weft_core::jobs::{EndpointId, Origin};
 use weft_core::ops::{
     Actor, App, AppConfig, AppOutput, CalcId, CellSpec, CellView, GraphSpec, ObserveRequest,
     OnFailure, OnSupersede, OpId, OpsError, OpsValue, Retention, Selection, Snapshot, WriteId,
-    tools::ToolReply,
+    tools::{ToolCallId, ToolCaller, ToolReply},
 };
 
 use crate::agent::AgentSession;
@@ -619,54 +619,44 @@ impl OpsApp {
         jv(&serde_json::Value::Array(defs))
     }
 
-    /// Calls a tool: `{ready: result}` or `{wait: op, waitMs}` (keep driving, then
-    /// `toolOpReply`).
+    /// Calls a tool for `caller` (`{by, toolCall, owner}`): `{ready: result}`, or `{wait: op,
+    /// waitMs, call}` — keep driving; the app replies with a `tool_replied` output for `call`
+    /// when the operation ends or the wait elapses (its own timer, in `pollTimeout`).
     #[wasm_bindgen(js_name = callTool)]
     pub fn call_tool(
         &mut self,
         now: f64,
         name: &str,
         args: JsValue,
-        actor: JsValue,
+        caller: JsValue,
     ) -> Result<JsValue, JsValue> {
         let t = self.t(now);
         let args = to_json(&args)?;
-        let actor = Actor {
-            by: opt_string(&actor, "by").unwrap_or_else(|| "agent".into()),
-            tool_call: opt_string(&actor, "toolCall"),
-        };
+        let owner = opt_string(&caller, "owner");
+        let mut caller = ToolCaller::from(Actor {
+            by: opt_string(&caller, "by").unwrap_or_else(|| "agent".into()),
+            tool_call: opt_string(&caller, "toolCall"),
+        });
+        if let Some(owner) = owner {
+            caller.owner = owner;
+        }
         match self
             .app
-            .call_tool(t, &mut self.registry.inner, name, &args, actor)
+            .call_tool(t, &mut self.registry.inner, name, &args, caller)
             .map_err(ops_err)?
         {
             ToolReply::Ready(v) => Ok(jv(&serde_json::json!({"ready": v}))),
-            ToolReply::Wait { op, wait_ms } => {
-                Ok(jv(&serde_json::json!({"wait": op.0, "waitMs": wait_ms})))
-            }
+            ToolReply::Wait { call, op, wait_ms } => Ok(jv(
+                &serde_json::json!({"wait": op.0, "waitMs": wait_ms, "call": call.0}),
+            )),
         }
     }
 
-    /// The reply to an `observe`/`wait` call once the host stopped waiting.
-    #[wasm_bindgen(js_name = toolOpReply)]
-    pub fn tool_op_reply(
-        &mut self,
-        now: f64,
-        op: f64,
-        owner: &str,
-        options: JsValue,
-    ) -> Result<JsValue, JsValue> {
-        let t = self.t(now);
-        Ok(jv(&self
-            .app
-            .tool_op_reply(
-                t,
-                &mut self.registry.inner,
-                OpId(op as u64),
-                owner,
-                origin_of(&options),
-            )
-            .map_err(ops_err)?))
+    /// Ends a waiting tool call without a reply (its caller aborted); false when it is not
+    /// waiting.
+    #[wasm_bindgen(js_name = cancelToolWait)]
+    pub fn cancel_tool_wait(&mut self, call: f64) -> bool {
+        self.app.cancel_tool_wait(ToolCallId(call as u64))
     }
 
     /// Submits an independent task running a Worker cell on explicit inputs; returns the job.
@@ -940,7 +930,7 @@ impl OpsApp {
         })
     }
 
-    /// The next deadline: operation timeouts and registry timers.
+    /// The next deadline: operation timeouts, tool-call waits and registry timers.
     #[wasm_bindgen(js_name = pollTimeout)]
     pub fn poll_timeout(&self) -> Option<f64> {
         self.app
@@ -956,7 +946,7 @@ impl OpsApp {
     }
 
     /// All pending outputs: the registry's (`send`, `wait_settled`, ...) and the app's
-    /// (`compute`, `abort`, `op_finished`).
+    /// (`compute`, `abort`, `op_finished`, `tool_replied`).
     #[wasm_bindgen(js_name = drainOutputs)]
     pub fn drain_outputs(&mut self) -> Array {
         let t = self.last_now;
@@ -1032,6 +1022,15 @@ impl OpsApp {
                 }
                 o
             }
+            AppOutput::ToolReplied { call, op, reply } => {
+                let o =
+                    jv(&serde_json::json!({"output": "tool_replied", "call": call.0, "op": op.0}));
+                match reply {
+                    Ok(v) => put(&o, &key("reply"), &jv(&v)),
+                    Err(e) => put(&o, &key("error"), &ops_err(e)),
+                }
+                o
+            }
         }
     }
 }
@@ -1043,12 +1042,6 @@ impl OpsApp {
         let r = f(&mut self.registry);
         self.app.on_registry_outputs(t, &mut self.registry.inner);
         r
-    }
-
-    /// The app's job registry (an agent on the app's runtime takes its notes and submits its
-    /// jobs there).
-    pub(crate) fn registry_mut(&mut self) -> &mut JobRegistry {
-        &mut self.registry
     }
 
     /// The core's time for a host time: never earlier than a time already seen.

@@ -12,6 +12,9 @@ use super::control::{
 };
 use super::operation::Operation;
 use super::retention::RetentionState;
+#[cfg(doc)]
+use super::tools::ToolReply;
+use super::tools::{ToolCallId, ToolWaits};
 use super::types::*;
 use super::{OpsError, OpsValue};
 use crate::Millis;
@@ -56,6 +59,16 @@ pub enum AppOutput<V> {
         outcome: OpOutcomeKind,
         snapshot: Option<Arc<Snapshot<V>>>,
         selector: Option<String>,
+    },
+    /// The reply to a published tool call that waited ([`ToolReply::Wait`]), emitted once per
+    /// call: the operation's outcome once it finished (after the host recorded a selector's
+    /// result: [`App::record_result`]), or — its wait elapsed first — a handle on the
+    /// still-waiting operation, hosted as a job of the call's owner; an error if hosting it
+    /// failed. The host forwards it to the caller.
+    ToolReplied {
+        call: ToolCallId,
+        op: OpId,
+        reply: Result<serde_json::Value, OpsError>,
     },
 }
 
@@ -197,9 +210,20 @@ pub(crate) struct Calc {
 /// 3. After calling the registry directly (cancel a job, wait, close an owner, ...), hand its
 ///    outputs to the app with [`App::on_registry_outputs`] — the app reacts to them exactly as
 ///    in 2 (there is no other "sync" step).
-/// 4. Timers: [`App::poll_timeout`] (the app's and the registry's deadlines),
-///    [`App::handle_timeout`] (fires both, then reacts as in 2).
-/// 5. Outputs: [`App::poll_output`] / [`App::drain_outputs`] until empty.
+/// 4. Timers: [`App::poll_timeout`] (the app's deadlines — operation timeouts and the waits
+///    granted to published tool calls — and the registry's), [`App::handle_timeout`] (fires
+///    them: the registry's, operation timeouts, then tool-call waits; then reacts as in 2). A
+///    host arms one timer for `poll_timeout`, and no other.
+/// 5. Outputs: [`App::poll_output`] / [`App::drain_outputs`] until empty. An
+///    [`AppOutput::OpFinished`] naming a selector is answered with [`App::record_result`]
+///    before the host's next call (tool calls waiting on it reply with that result; without
+///    one, at that next call).
+///
+/// A tool call ([`App::call_tool`]) that waits returns [`ToolReply::Wait`]: the app owns its
+/// deadline (`now + waitMs`) and replies once, as [`AppOutput::ToolReplied`], when the
+/// operation ends or the deadline passes (then with a handle: the operation hosted as a job of
+/// the caller's owner); the host forwards the reply, or ends the wait with
+/// [`App::cancel_tool_wait`] when its caller gives up.
 #[derive(Debug)]
 pub struct App<V> {
     pub(crate) instance: u64,
@@ -243,7 +267,11 @@ pub struct App<V> {
     /// Journals `sync_jobs` inspected (tests count the work of a pump).
     #[cfg(test)]
     pub(crate) journals_read: u64,
+    /// Published tool calls that wait for an operation, with their deadlines.
+    pub(crate) tool_waits: ToolWaits,
     pub(crate) outputs: VecDeque<AppOutput<V>>,
+    /// How many outputs the host took (the position of the next one in the output sequence).
+    pub(crate) outputs_taken: u64,
     pub(crate) loaded: bool,
 }
 
@@ -281,7 +309,9 @@ impl<V: OpsValue> App<V> {
             last_job: None,
             #[cfg(test)]
             journals_read: 0,
+            tool_waits: ToolWaits::default(),
             outputs: VecDeque::new(),
+            outputs_taken: 0,
             loaded: false,
         }
     }

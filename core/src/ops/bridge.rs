@@ -215,17 +215,23 @@ impl<V: OpsValue> App<V> {
 
     // ----- time ---------------------------------------------------------------------------------
 
-    /// The earliest time at which [`App::handle_timeout`] has something to do.
+    /// The earliest time at which [`App::handle_timeout`] has something to do: operation
+    /// timeouts, the waits of published tool calls and the registry's timers.
     #[must_use]
     pub fn poll_timeout(&self, reg: &Registry<V>) -> Option<Millis> {
-        let own = self.op_timers.first_key().map(|(t, _)| *t);
-        match (own, reg.poll_timeout()) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
+        [
+            self.op_timers.first_key().map(|(t, _)| *t),
+            self.tool_waits.next_deadline(),
+            reg.poll_timeout(),
+        ]
+        .into_iter()
+        .flatten()
+        .min()
     }
 
-    /// Fires every timer due at `now`: operation timeouts and the registry's timers.
+    /// Fires every timer due at `now`: the registry's timers, operation timeouts, then the
+    /// waits of tool calls (a call whose operation ended at the same time replies with its
+    /// outcome, once).
     pub fn handle_timeout(&mut self, now: Millis, reg: &mut Registry<V>) {
         self.begin(reg);
         reg.handle_timeout(now);
@@ -238,17 +244,24 @@ impl<V: OpsValue> App<V> {
             self.time_out(now, reg, op);
         }
         self.settle(now, reg);
+        // Last: an operation that ended at this instant gives its waiting calls its outcome.
+        if self.fire_tool_timers(now, reg) {
+            self.settle(now, reg);
+        }
     }
 
     /// The next output for the host.
     #[must_use]
     pub fn poll_output(&mut self) -> Option<AppOutput<V>> {
-        self.outputs.pop_front()
+        let o = self.outputs.pop_front();
+        self.outputs_taken += u64::from(o.is_some());
+        o
     }
 
     /// All pending outputs, in order.
     #[must_use]
     pub fn drain_outputs(&mut self) -> std::collections::vec_deque::Drain<'_, AppOutput<V>> {
+        self.outputs_taken += self.outputs.len() as u64;
         self.outputs.drain(..)
     }
 }

@@ -763,12 +763,14 @@ impl<V: OpsValue> App<V> {
             _ => None,
         };
         let snapshot = selector.as_ref().map(|_| Arc::new(self.snapshot()));
+        let with_selector = selector.is_some();
         self.outputs.push_back(super::AppOutput::OpFinished {
             op: id,
             outcome: kind,
             snapshot,
             selector,
         });
+        self.tool_op_finished(id, with_selector);
         if let (Some(_job), Some(wire), Some(ep)) = (job, wire, self.ops_endpoint) {
             let msg = match kind {
                 OpOutcomeKind::Settled => {
@@ -981,12 +983,16 @@ impl<V: OpsValue> App<V> {
         match (&op.select, op.outcome.as_mut()) {
             (Selection::Selector(_), Some(o)) if o.kind == OpOutcomeKind::Settled => {
                 o.result = Some(value);
-                Ok(())
             }
-            _ => Err(OpsError::InvalidArgument(format!(
-                "{id} is not a settled operation with a selector"
-            ))),
+            _ => {
+                return Err(OpsError::InvalidArgument(format!(
+                    "{id} is not a settled operation with a selector"
+                )));
+            }
         }
+        // Tool calls waiting on it reply now, with the result.
+        self.tool_result_recorded(id);
+        Ok(())
     }
 
     /// After a graph replacement or disposal: waiting operations continue on the new instance

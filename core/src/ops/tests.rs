@@ -463,7 +463,7 @@ fn drain(
                 ended.insert(op, outcome);
                 check_finished(app, op, snapshot.as_deref())?;
             }
-            AppOutput::Jobs(_) => {}
+            AppOutput::Jobs(_) | AppOutput::ToolReplied { .. } => {}
         }
     }
     Ok(())
@@ -896,4 +896,175 @@ fn a_pump_reads_only_the_worker_jobs_that_changed() {
     .unwrap();
     assert_eq!(app.journals_read, 2);
     assert!(!reg.has_changed_jobs());
+}
+
+/// The tool replies among `outs`: `(call, operation, reply)`.
+fn tool_replies(outs: &[AppOutput<Value>]) -> Vec<(tools::ToolCallId, OpId, Value)> {
+    outs.iter()
+        .filter_map(|o| match o {
+            AppOutput::ToolReplied { call, op, reply } => {
+                Some((*call, *op, reply.clone().expect("a reply, not an error")))
+            }
+            _ => None,
+        })
+        .collect()
+}
+
+fn waits(r: tools::ToolReply) -> (tools::ToolCallId, OpId, u64) {
+    match r {
+        tools::ToolReply::Wait { call, op, wait_ms } => (call, op, wait_ms),
+        other => panic!("expected a wait, got {other:?}"),
+    }
+}
+
+#[test]
+fn a_waiting_tool_call_is_a_core_timer_that_replies_once() {
+    let mut app: App<Value> = App::new(AppConfig::default());
+    let reg = &mut Registry::new(RegistryConfig::default());
+    app.load(0, reg, lab_spec()).unwrap();
+    run_host(&mut app, reg, 0);
+    assert_eq!(app.poll_timeout(reg), None);
+    let agent = || Actor::new("agent");
+
+    // The granted wait is the app's deadline; the host computes nothing yet.
+    let args = json!({"writes": {"kappa": 0.3}, "waitFor": ["evolution"], "waitMs": 50});
+    let (c1, op, granted) = waits(app.call_tool(10, reg, "observe", &args, agent()).unwrap());
+    assert_eq!(granted, 50);
+    assert_eq!(app.poll_timeout(reg), Some(60));
+    let held: Vec<CalcId> = app
+        .drain_outputs()
+        .filter_map(|o| match o {
+            AppOutput::Compute { calc, .. } => Some(calc),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(held.len(), 1);
+    app.handle_timeout(59, reg);
+    assert!(tool_replies(&app.drain_outputs().collect::<Vec<_>>()).is_empty());
+
+    // At the deadline: one reply, a handle on the operation hosted as a job; the timer is gone.
+    app.handle_timeout(60, reg);
+    let outs: Vec<_> = app.drain_outputs().collect();
+    let r = tool_replies(&outs);
+    assert_eq!(r.len(), 1);
+    assert_eq!((r[0].0, r[0].1), (c1, op));
+    assert_eq!(r[0].2["status"], "waiting");
+    assert!(r[0].2["job"].is_u64(), "{}", r[0].2);
+    assert_eq!(app.tool_waits.len(), 0);
+    assert_eq!(app.poll_timeout(reg), None);
+    assert!(
+        !app.cancel_tool_wait(c1),
+        "a call that replied is not waiting"
+    );
+
+    // `wait` on it; the operation ends at the call's deadline, before the timer fires: the
+    // call replies with the outcome once, and the timer firing afterwards replies nothing.
+    let args = json!({"operation": op.0, "timeoutMs": 100});
+    let (c2, _, _) = waits(app.call_tool(61, reg, "wait", &args, agent()).unwrap());
+    assert_ne!(c2, c1);
+    assert_eq!(app.poll_timeout(reg), Some(161));
+    app.calc_done(161, reg, held[0], json!({"k": 0.3})).unwrap();
+    let mut outs = run_host(&mut app, reg, 161);
+    app.handle_timeout(161, reg);
+    outs.extend(app.drain_outputs());
+    let r = tool_replies(&outs);
+    assert_eq!(r.len(), 1, "{r:?}");
+    assert_eq!((r[0].0, r[0].2["outcome"].as_str()), (c2, Some("settled")));
+    assert_eq!(app.poll_timeout(reg), None);
+
+    // An operation timing out at the instant the call's wait elapses: one reply, the outcome.
+    let args =
+        json!({"writes": {"kappa": 0.5}, "waitFor": ["evolution"], "timeoutMs": 40, "waitMs": 40});
+    let (c3, _, _) = waits(app.call_tool(200, reg, "observe", &args, agent()).unwrap());
+    let _ = app.drain_outputs().count();
+    assert_eq!(app.poll_timeout(reg), Some(240));
+    app.handle_timeout(240, reg);
+    let r = tool_replies(&app.drain_outputs().collect::<Vec<_>>());
+    assert_eq!(r.len(), 1, "{r:?}");
+    assert_eq!(
+        (r[0].0, r[0].2["outcome"].as_str()),
+        (c3, Some("timed_out"))
+    );
+    assert_eq!(app.poll_timeout(reg), None);
+}
+
+#[test]
+fn a_cancelled_tool_wait_clears_its_timer_and_never_replies() {
+    let mut app: App<Value> = App::new(AppConfig::default());
+    let reg = &mut Registry::new(RegistryConfig::default());
+    app.load(0, reg, lab_spec()).unwrap();
+    run_host(&mut app, reg, 0);
+    let args = json!({"writes": {"label": "x"}, "waitFor": ["banner"], "waitMs": 1000});
+    let (call, op, _) = waits(
+        app.call_tool(5, reg, "observe", &args, Actor::new("agent"))
+            .unwrap(),
+    );
+    assert_eq!(app.poll_timeout(reg), Some(1005));
+    assert!(app.cancel_tool_wait(call));
+    assert!(!app.cancel_tool_wait(call));
+    assert_eq!(app.poll_timeout(reg), None);
+    // The operation continues and settles; nobody is answered.
+    let mut outs = run_host(&mut app, reg, 6);
+    app.handle_timeout(1005, reg);
+    outs.extend(app.drain_outputs());
+    assert!(tool_replies(&outs).is_empty(), "{:?}", tool_replies(&outs));
+    assert_eq!(app.outcome_json(op)["outcome"], "settled");
+}
+
+#[test]
+fn a_tool_call_on_a_selector_replies_with_the_result_the_host_recorded() {
+    let mut app: App<Value> = App::new(AppConfig::default());
+    let reg = &mut Registry::new(RegistryConfig::default());
+    app.load(0, reg, lab_spec()).unwrap();
+    run_host(&mut app, reg, 0);
+    let call = |app: &mut App<Value>, reg: &mut Registry<Value>, kappa: f64| {
+        let args =
+            json!({"writes": {"kappa": kappa}, "waitFor": ["evolution"], "selector": "summary"});
+        waits(
+            app.call_tool(1, reg, "observe", &args, Actor::new("agent"))
+                .unwrap(),
+        )
+    };
+    // A host that answers `OpFinished` as the call order says: it runs the selector and records
+    // its result before its next call (or records none, when the selector threw).
+    let drive =
+        |app: &mut App<Value>, reg: &mut Registry<Value>, op: OpId, result: Option<Value>| {
+            let mut outs = Vec::new();
+            while let Some(o) = app.poll_output() {
+                match &o {
+                    AppOutput::Compute { calc, inputs, .. } => {
+                        app.calc_done(2, reg, *calc, inputs.clone()).unwrap();
+                    }
+                    AppOutput::OpFinished { op: id, .. } if *id == op => {
+                        assert!(
+                            tool_replies(&outs).is_empty(),
+                            "waits for the selector's result"
+                        );
+                        if let Some(r) = &result {
+                            app.record_result(op, r.clone()).unwrap();
+                        }
+                    }
+                    _ => {}
+                }
+                outs.push(o);
+            }
+            app.on_registry_outputs(3, reg);
+            outs.extend(app.drain_outputs());
+            outs
+        };
+    // The host records the selector's result: the reply carries it.
+    let (c1, op1, _) = call(&mut app, reg, 0.3);
+    let r = tool_replies(&drive(&mut app, reg, op1, Some(json!({"sum": 1}))));
+    assert_eq!(r.len(), 1, "{r:?}");
+    assert_eq!((r[0].0, &r[0].2["result"]), (c1, &json!({"sum": 1})));
+
+    // It records none (the selector threw): the reply comes once, without a result, at the
+    // host's next call after it took the operation's outcome.
+    let (c2, op2, _) = call(&mut app, reg, 0.4);
+    let r = tool_replies(&drive(&mut app, reg, op2, None));
+    assert_eq!(r.len(), 1, "{r:?}");
+    assert_eq!(r[0].0, c2);
+    assert_eq!(r[0].2["outcome"], "settled");
+    assert!(r[0].2.get("result").is_none());
+    assert_eq!(app.poll_timeout(reg), None);
 }

@@ -4,17 +4,19 @@
 //! live surface, so names and constraints are enumerated), and bad arguments produce clear
 //! errors that list what is valid. A tool call is one tick: its writes are flushed before it
 //! returns. `observe` and `wait` may need the host to keep driving calculations: they return
-//! [`ToolReply::Wait`], and the host answers with [`App::tool_op_reply`] once the operation
-//! finished or the call's `waitMs` elapsed (a still-waiting operation is then hosted as a job
-//! and returned as a handle).
+//! [`ToolReply::Wait`], and the app itself replies — [`AppOutput::ToolReplied`] — once the
+//! operation finished or the call's `waitMs` elapsed (a core timer, in [`App::poll_timeout`];
+//! a still-waiting operation is then hosted as a job and returned as a handle). The host only
+//! forwards the reply; [`App::cancel_tool_wait`] ends a wait its caller gave up on.
 
 use serde_json::{Map, Value, json};
 
 use super::operation::{ObserveRequest, Selection};
 use super::types::*;
-use super::{App, OpsError, OpsValue};
+use super::{App, AppOutput, OpsError, OpsValue};
 use crate::Millis;
 use crate::jobs::{Origin, Registry};
+use crate::vecmap::VecMap;
 
 /// The default time an `observe` or `wait` call waits before returning a handle.
 pub const DEFAULT_WAIT_MS: Millis = 10_000;
@@ -40,9 +42,123 @@ impl ToolDef {
 pub enum ToolReply {
     /// The result, ready now.
     Ready(Value),
-    /// Keep driving the app until `op` finishes or `wait_ms` elapse, then call
-    /// [`App::tool_op_reply`].
-    Wait { op: OpId, wait_ms: Millis },
+    /// The call waits on `op` (granted `wait_ms`): keep driving the app; it replies with
+    /// [`AppOutput::ToolReplied`] for `call` — exactly once — when the operation finishes or
+    /// the wait elapses (the app's timer, reported by [`App::poll_timeout`]), unless the host
+    /// ends the wait with [`App::cancel_tool_wait`].
+    Wait {
+        call: ToolCallId,
+        op: OpId,
+        wait_ms: Millis,
+    },
+}
+
+/// A tool call that waits ([`ToolReply::Wait`]), numbered by the app from 1.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct ToolCallId(pub u64);
+
+/// Who makes a tool call: the actor its writes are recorded for, and the owner (and origin) of
+/// the job a still-waiting operation is hosted as when the call's wait elapses first.
+#[derive(Clone, Debug)]
+pub struct ToolCaller {
+    /// Recorded on the call's writes and operation.
+    pub actor: Actor,
+    /// The owner of the job a still-waiting operation is hosted as.
+    pub owner: String,
+    /// That job's origin.
+    pub origin: Origin,
+}
+
+impl From<Actor> for ToolCaller {
+    /// Hosted operations are owned by `agent`, with the actor's tool call as their origin.
+    fn from(actor: Actor) -> Self {
+        let origin = Origin {
+            tool_call: actor.tool_call.clone(),
+            ..Origin::default()
+        };
+        ToolCaller {
+            actor,
+            owner: "agent".into(),
+            origin,
+        }
+    }
+}
+
+/// One waiting tool call.
+#[derive(Debug)]
+struct ToolWait {
+    op: OpId,
+    deadline: Millis,
+    owner: String,
+    origin: Origin,
+    /// Set once the operation settled with a registered selector: the position of its
+    /// `OpFinished` output in the app's output sequence. The reply then waits for the host's
+    /// [`App::record_result`] — or, if it records none, for the host's first call after it took
+    /// that output — so that it carries the selector's result.
+    result_after: Option<u64>,
+}
+
+/// The tool calls that wait: each one's operation, deadline and the owner to host it for (a
+/// sub-state of [`App`], few at a time: one per agent call in flight).
+#[derive(Debug, Default)]
+pub(crate) struct ToolWaits {
+    last: u64,
+    calls: VecMap<ToolCallId, ToolWait>,
+    timers: VecMap<(Millis, ToolCallId), ()>,
+}
+
+impl ToolWaits {
+    fn add(&mut self, op: OpId, deadline: Millis, caller: ToolCaller) -> ToolCallId {
+        self.last += 1;
+        let call = ToolCallId(self.last);
+        self.calls.insert(
+            call,
+            ToolWait {
+                op,
+                deadline,
+                owner: caller.owner,
+                origin: caller.origin,
+                result_after: None,
+            },
+        );
+        self.timers.insert((deadline, call), ());
+        call
+    }
+
+    /// Removes a call and its timer.
+    fn remove(&mut self, call: ToolCallId) -> Option<ToolWait> {
+        let w = self.calls.remove(&call)?;
+        self.timers.remove(&(w.deadline, call));
+        Some(w)
+    }
+
+    /// The calls waiting on `op`.
+    fn on_op(&self, op: OpId) -> Vec<ToolCallId> {
+        self.calls
+            .iter()
+            .filter(|(_, w)| w.op == op)
+            .map(|(c, _)| *c)
+            .collect()
+    }
+
+    /// The earliest deadline.
+    pub(crate) fn next_deadline(&self) -> Option<Millis> {
+        self.timers.first_key().map(|(t, _)| *t)
+    }
+
+    /// The next call whose deadline is due at `now`.
+    fn due(&self, now: Millis) -> Option<ToolCallId> {
+        self.timers
+            .first_key()
+            .filter(|(t, _)| *t <= now)
+            .map(|(_, c)| *c)
+    }
+
+    /// How many calls wait (tests).
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
+        self.calls.len()
+    }
 }
 
 const TOOLS: [&str; 7] = [
@@ -234,15 +350,18 @@ impl<V: OpsValue> App<V> {
             .collect()
     }
 
-    /// Calls a published tool with JSON arguments on behalf of `actor`.
+    /// Calls a published tool with JSON arguments on behalf of `caller` (an [`Actor`] will
+    /// do: see [`ToolCaller`]). A call that waits is answered by [`AppOutput::ToolReplied`].
     pub fn call_tool(
         &mut self,
         now: Millis,
         reg: &mut Registry<V>,
         name: &str,
         args: &Value,
-        actor: Actor,
+        caller: impl Into<ToolCaller>,
     ) -> Result<ToolReply, OpsError> {
+        let caller = caller.into();
+        let actor = caller.actor.clone();
         match name {
             "report" => {
                 let o = args_of(name, args, &["format"])?;
@@ -351,7 +470,7 @@ impl<V: OpsValue> App<V> {
                 };
                 let op = self.observe(now, reg, req)?;
                 self.flush(now, reg);
-                Ok(self.reply_or_wait(op, wait_ms))
+                Ok(self.reply_or_wait(now, op, wait_ms, caller))
             }
             "wait" => {
                 let o = args_of(name, args, &["operation", "timeoutMs"])?;
@@ -360,7 +479,7 @@ impl<V: OpsValue> App<V> {
                     return Err(self.op_missing(op));
                 }
                 let wait_ms = ms_arg(name, o, "timeoutMs")?.unwrap_or(DEFAULT_WAIT_MS);
-                Ok(self.reply_or_wait(op, wait_ms))
+                Ok(self.reply_or_wait(now, op, wait_ms, caller))
             }
             "inspect" => {
                 let o = args_of(name, args, &["operation", "calc"])?;
@@ -387,16 +506,101 @@ impl<V: OpsValue> App<V> {
         }
     }
 
-    fn reply_or_wait(&self, op: OpId, wait_ms: Millis) -> ToolReply {
+    fn reply_or_wait(
+        &mut self,
+        now: Millis,
+        op: OpId,
+        wait_ms: Millis,
+        caller: ToolCaller,
+    ) -> ToolReply {
         if self.operation(op).is_some_and(|o| o.is_finished()) {
-            ToolReply::Ready(self.outcome_json(op))
-        } else {
-            ToolReply::Wait { op, wait_ms }
+            return ToolReply::Ready(self.outcome_json(op));
+        }
+        let call = self.tool_waits.add(op, now.saturating_add(wait_ms), caller);
+        ToolReply::Wait { call, op, wait_ms }
+    }
+
+    /// Ends a waiting tool call without a reply (its caller gave up: an aborted signal); its
+    /// timer is cleared and the operation continues. False when the call is not waiting (it
+    /// already replied, or was never issued).
+    pub fn cancel_tool_wait(&mut self, call: ToolCallId) -> bool {
+        self.tool_waits.remove(call).is_some()
+    }
+
+    /// Replies to the calls waiting on `op`, which just finished (its `OpFinished` output is
+    /// the last one queued). With a registered selector to run, the replies wait for its
+    /// result (see [`ToolWait::result_after`]).
+    pub(crate) fn tool_op_finished(&mut self, op: OpId, selector: bool) {
+        let at = (self.outputs_taken + self.outputs.len() as u64).saturating_sub(1);
+        for call in self.tool_waits.on_op(op) {
+            if selector {
+                if let Some(w) = self.tool_waits.calls.get_mut(&call) {
+                    w.result_after = Some(at);
+                }
+            } else {
+                self.reply_finished(call);
+            }
         }
     }
 
-    /// The answer to an `observe`/`wait` call once the host stopped waiting: the outcome, or —
-    /// for an operation still waiting — a handle (the operation is hosted as a job of `owner`).
+    /// The host recorded `op`'s selector result: the calls waiting for it reply.
+    pub(crate) fn tool_result_recorded(&mut self, op: OpId) {
+        for call in self.tool_waits.on_op(op) {
+            self.reply_finished(call);
+        }
+    }
+
+    /// At the start of a host call: calls whose operation's `OpFinished` output the host
+    /// already took without recording a selector result reply without one.
+    pub(crate) fn release_tool_results(&mut self) {
+        let taken = self.outputs_taken;
+        let ready: Vec<ToolCallId> = self
+            .tool_waits
+            .calls
+            .iter()
+            .filter(|(_, w)| w.result_after.is_some_and(|a| a < taken))
+            .map(|(c, _)| *c)
+            .collect();
+        for call in ready {
+            self.reply_finished(call);
+        }
+    }
+
+    fn reply_finished(&mut self, call: ToolCallId) {
+        if let Some(w) = self.tool_waits.remove(call) {
+            let reply = Ok(self.outcome_json(w.op));
+            self.outputs.push_back(AppOutput::ToolReplied {
+                call,
+                op: w.op,
+                reply,
+            });
+        }
+    }
+
+    /// Fires the tool calls whose wait elapsed at `now`: each replies with its operation's
+    /// outcome or, while it still waits, a handle (see [`App::tool_op_reply`]).
+    /// Returns whether any fired.
+    pub(crate) fn fire_tool_timers(&mut self, now: Millis, reg: &mut Registry<V>) -> bool {
+        let mut fired = false;
+        while let Some(call) = self.tool_waits.due(now) {
+            fired = true;
+            let Some(w) = self.tool_waits.remove(call) else {
+                break;
+            };
+            let reply = self.tool_op_reply(now, reg, w.op, &w.owner, w.origin);
+            self.outputs.push_back(AppOutput::ToolReplied {
+                call,
+                op: w.op,
+                reply,
+            });
+        }
+        fired
+    }
+
+    /// What an `observe`/`wait` call replies when its wait ends: the outcome, or — for an
+    /// operation still waiting — a handle (the operation is hosted as a job of `owner`). The
+    /// app calls it itself at a waiting call's deadline; a host may call it to answer for an
+    /// operation now.
     pub fn tool_op_reply(
         &mut self,
         now: Millis,

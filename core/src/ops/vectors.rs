@@ -9,13 +9,15 @@
 //! the app emitted during the step), matched as subsets (see [`crate::conformance::subset`]).
 //! A calculation is named by `"calc": "instance:generation"` or by `"cell"` (its current one).
 //! An optional `"retention": {"operations", "calculations", "writes"}` sets the app's limits;
-//! the `retained` step reports what is kept and what was pruned.
+//! the `retained` step reports what is kept and what was pruned. A `tool` step calls a published
+//! tool (`owner`: whom a still-waiting operation is hosted for, default `agent`); when it waits,
+//! the app's reply is what the caller receives, not an output: `tool_reply` takes it.
 
 use serde_json::{Value, json};
 
 use super::claims::Claims;
 use super::operation::{ObserveRequest, Selection};
-use super::tools::ToolReply;
+use super::tools::{ToolCallId, ToolCaller, ToolReply};
 use super::*;
 use crate::conformance::{VectorResult, check_final, check_step, each_step, subset, vector_name};
 use crate::jobs::{
@@ -94,12 +96,15 @@ pub fn run_vector(v: &Value) -> VectorResult {
     {
         failures.push(e);
     }
+    let mut calls = ToolCalls::default();
     each_step(v, &mut failures, |step, failures| {
         while let Some(d) = app.poll_timeout(reg).filter(|d| *d <= step.at) {
             app.handle_timeout(d, reg);
         }
-        let result = apply_step(&mut app, reg, step.at, step.op, step.json);
-        let outputs: Vec<Value> = app.drain_outputs().map(|o| output_json(&o)).collect();
+        // Replies that came with the timers are taken before the step (a `tool_reply` reads them).
+        let mut outputs = calls.take_outputs(&mut app);
+        let result = apply_step(&mut app, reg, &mut calls, step.at, step.op, step.json);
+        outputs.extend(calls.take_outputs(&mut app));
         check_step(&step.ctx, step.json, &result, outputs, failures);
     });
     check_final(v, &mut failures, || state_json(&app, reg));
@@ -128,6 +133,33 @@ fn open_endpoint(reg: &mut Registry<Value>, e: &Value) -> Result<EndpointId, Ste
         spec.max_concurrent = Some(m as usize);
     }
     Ok(reg.open_endpoint(0, spec))
+}
+
+/// The runner's side of the tool calls that wait, kept as a host keeps them: the latest call
+/// waiting on each operation, and the replies the app gave ([`AppOutput::ToolReplied`]). The
+/// replies are what the caller receives, not outputs a vector lists: a `tool_reply` step takes
+/// the reply of the latest call that waited on its `operation`.
+#[derive(Default)]
+struct ToolCalls {
+    waiting: std::collections::HashMap<u64, ToolCallId>,
+    replies: std::collections::HashMap<ToolCallId, Result<Value, StepErr>>,
+}
+
+impl ToolCalls {
+    /// Drains the app's outputs: tool replies are kept, the rest returned as JSON, in order.
+    fn take_outputs(&mut self, app: &mut App<Value>) -> Vec<Value> {
+        let mut out = Vec::new();
+        for o in app.drain_outputs() {
+            match o {
+                AppOutput::ToolReplied { call, reply, .. } => {
+                    let reply = reply.map_err(|e| (e.code().to_owned(), e.to_string()));
+                    self.replies.insert(call, reply);
+                }
+                other => out.push(output_json(&other)),
+            }
+        }
+        out
+    }
 }
 
 /// Calls the registry directly, then hands its outputs to the app.
@@ -167,6 +199,11 @@ pub fn output_json<V: Payload>(o: &AppOutput<V>) -> Value {
             ..
         } => json!({"output": "op_finished", "op": op.0,
             "outcome": outcome.as_str(), "snapshot": snapshot.as_ref().map(|s| s.to_json())}),
+        AppOutput::ToolReplied { call, op, reply } => match reply {
+            Ok(v) => json!({"output": "tool_replied", "call": call.0, "op": op.0, "reply": v}),
+            Err(e) => json!({"output": "tool_replied", "call": call.0, "op": op.0,
+                "error": {"code": e.code(), "message": e.to_string()}}),
+        },
     }
 }
 
@@ -244,6 +281,7 @@ fn names(v: &Value) -> Vec<String> {
 fn apply_step(
     app: &mut App<Value>,
     reg: &mut Registry<Value>,
+    calls: &mut ToolCalls,
     at: u64,
     op: &str,
     s: &Value,
@@ -412,23 +450,34 @@ fn apply_step(
         }
         "tool" => {
             let name = s["name"].as_str().ok_or_else(|| verr("needs `name`"))?;
+            let mut caller = ToolCaller::from(actor(s));
+            if let Some(owner) = s["owner"].as_str() {
+                caller.owner = owner.into();
+            }
             match app
-                .call_tool(at, reg, name, &s["args"], actor(s))
+                .call_tool(at, reg, name, &s["args"], caller)
                 .map_err(err)?
             {
                 ToolReply::Ready(v) => v,
-                ToolReply::Wait { op, wait_ms } => json!({"wait": op.0, "waitMs": wait_ms}),
+                ToolReply::Wait { call, op, wait_ms } => {
+                    calls.waiting.insert(op.0, call);
+                    json!({"wait": op.0, "waitMs": wait_ms})
+                }
             }
         }
-        "tool_reply" => app
-            .tool_op_reply(
-                at,
-                reg,
-                op_id(s)?,
-                s["owner"].as_str().unwrap_or("agent"),
-                Origin::default(),
-            )
-            .map_err(err)?,
+        "tool_reply" => {
+            let op = op_id(s)?;
+            let call = *calls
+                .waiting
+                .get(&op.0)
+                .ok_or_else(|| verr(format!("no tool call waits on operation {}", op.0)))?;
+            let reply = calls
+                .replies
+                .remove(&call)
+                .ok_or_else(|| verr("the waiting tool call has not replied"))?;
+            calls.waiting.remove(&op.0);
+            reply?
+        }
         "tools" => json!(
             app.tool_definitions()
                 .iter()

@@ -62,3 +62,15 @@ test('the JS step driver reports every kind of mismatch the core driver reports'
   assert.equal(f[4], 'step 4: time goes backwards (1 < 3)');
   assert.ok(f[5].startsWith('final.endpoints.1.state'), f[5]);
 });
+
+test('a granted tool wait is checked by when the call replies: a wrong waitMs fails', async () => {
+  const s = suite('ops');
+  const v = structuredClone(s.vectors.find((x) => x.steps?.some((st) => st.op === 'tool' && st.expect?.waitMs === 50)));
+  for (const st of v.steps) if (st.expect?.waitMs === 50) st.expect.waitMs = 49;
+  for (const st of v.steps) if (st.expect?.waitMs === 1000) st.expect.waitMs = 0;
+  const { results } = await runSuite(weft, { ...s, vectors: [v] });
+  assert.deepEqual(results[0].failures, [
+    'step 13 (tool): granted 49 ms, the call replied with a handle after 50 ms',
+    'step 18 (tool): granted 0 ms, the call replied with its outcome after 1 ms',
+  ]);
+});

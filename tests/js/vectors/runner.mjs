@@ -82,12 +82,6 @@ export const UNSEEN_RESULTS = {
       fields: ['pruned'],
       reason: '`App.retained()` returns what is kept (`{calcs, writes, operations}`), not the pruned counts',
     },
-    tool: {
-      fields: ['waitMs'],
-      reason:
-        'a published tool call that waits is one Promise in JS (it replies once the operation ends or its wait ' +
-        'elapses); the runner sees which operation it waits on, not the wait the core granted it',
-    },
   },
 };
 
@@ -139,7 +133,7 @@ export const KNOWN_DISAGREEMENTS = {
 export const EXPECTED = {
   jobs: { total: 23, passed: 22, skipped: 1, disagrees: 0, skippedSteps: 0, unseenResults: 0 },
   tools: { total: 23, passed: 23, skipped: 0, disagrees: 0, skippedSteps: 5, unseenResults: 0 },
-  ops: { total: 36, passed: 30, skipped: 6, disagrees: 0, skippedSteps: 0, unseenResults: 9 },
+  ops: { total: 36, passed: 30, skipped: 6, disagrees: 0, skippedSteps: 0, unseenResults: 7 },
 };
 
 /** The counts of a `runSuite` report, in the shape of EXPECTED. */
@@ -712,6 +706,8 @@ class OpsHarness {
     this.calcs = new Map(); // calc -> { resolve, reject, ctx }
     this.snapshots = new Map(); // op -> the snapshot its selector was given
     this.toolWaits = new Map(); // op -> the tool call waiting on it
+    this.grants = []; // the waits granted to tool calls, checked when they reply (checkGrants)
+    this.time = time;
     this.vector = v;
   }
 
@@ -928,16 +924,18 @@ class OpsHarness {
 
   /**
    * A published tool call (`app.tools.call`). It answers once microtasks ran: with its reply,
-   * or, while it waits on an operation (one it started, or `args.operation`), with `{wait}`;
-   * `tool_reply` then takes the reply it gives when the operation ends or the wait elapses.
+   * or, while it waits on an operation (one it started, or `args.operation`), with `{wait}`
+   * and the `grant` the step's `waitMs` is checked against (checkGrants); `tool_reply` then
+   * takes the reply it gives when the operation ends or the wait elapses.
    */
   tool(s, actor) {
-    const app = this.app;
+    const { app, time } = this;
+    const since = time.now;
     const before = new Set(app.operations().map((o) => o.operation));
     const call = { settled: false };
-    app.tools.call(s.name, s.args ?? {}, { ...actor, owner: 'agent' }).then(
-      (value) => Object.assign(call, { settled: true, value }),
-      (error) => Object.assign(call, { settled: true, error }),
+    app.tools.call(s.name, s.args ?? {}, { ...actor, owner: s.owner ?? 'agent' }).then(
+      (value) => Object.assign(call, { settled: true, value, at: time.now }),
+      (error) => Object.assign(call, { settled: true, error, at: time.now }),
     );
     const started = app.operations().map((o) => o.operation).filter((id) => !before.has(id));
     for (const id of started) this.follow(app.operation(id));
@@ -946,9 +944,28 @@ class OpsHarness {
         if (call.settled) return call.error ? { error: errorOf(call.error) } : { value: call.value };
         const op = started[0] ?? s.args?.operation;
         this.toolWaits.set(op, call);
-        return { value: { wait: op } };
+        return { value: { wait: op }, grant: { call, since } };
       },
     };
+  }
+
+  /**
+   * The waits granted to tool calls (a waiting `tool` step's `waitMs`), from when each call
+   * replied — the only public effect of a grant: with a handle exactly when the wait elapsed,
+   * with an outcome no later; a call still waiting at the end must be within its wait.
+   */
+  checkGrants(failures) {
+    for (const { ctx, waitMs, call, since } of this.grants) {
+      if (!call.settled) {
+        if (this.time.now - since >= waitMs) failures.push(`${ctx}: the granted wait of ${waitMs} ms elapsed without a reply`);
+        continue;
+      }
+      const elapsed = call.at - since;
+      const handle = call.value?.status === 'waiting';
+      if (handle ? elapsed !== waitMs : elapsed > waitMs) {
+        failures.push(`${ctx}: granted ${waitMs} ms, the call replied with ${handle ? 'a handle' : 'its outcome'} after ${elapsed} ms`);
+      }
+    }
   }
 
   /** ops::vectors::state_json, as far as the public API lists it. */
@@ -1002,6 +1019,7 @@ async function runOpsVector(weft, time, v, stepSkips, tally) {
       const due = time.advance(step.at);
       return due ? due.then(() => opsStep(h, v, step, failures, stepSkips, tally)) : opsStep(h, v, step, failures, stepSkips, tally);
     });
+    h.checkGrants(failures);
     checkFinal(v, failures, () => h.state());
   } finally {
     h.app.dispose();
@@ -1025,6 +1043,15 @@ function opsStep(h, v, step, failures, stepSkips, tally) {
   const check = () => {
     if (typeof result.value?.[LATER] === 'function') result = result.value[LATER]();
     let json = step.json;
+    if (result.grant) {
+      // The granted wait is checked when the call replies (OpsHarness.checkGrants).
+      if (isObject(json.expect) && 'waitMs' in json.expect) {
+        const { waitMs, ...expect } = json.expect;
+        h.grants.push({ ctx: step.ctx, waitMs, ...result.grant });
+        json = { ...json, expect };
+      }
+      result = { value: result.value };
+    }
     const u = tally.unseen[step.op];
     if (u && 'expect' in json && !result.error) {
       if (u.fields === null) {
