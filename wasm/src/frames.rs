@@ -9,7 +9,7 @@ use wasm_bindgen::prelude::*;
 use weft_core::frames::controller::Step;
 use weft_core::frames::types::{AssessmentResult, Decision, Frame, Mode, Resolver};
 use weft_core::frames::{
-    Engine, EngineConfig, FramesError, Principal, RecordKind, Role, ScriptedApp, Write,
+    Done, Engine, EngineConfig, FramesError, Principal, RecordKind, Role, ScriptedApp, Write,
 };
 use weft_core::frames::{controller, fixtures, validate};
 
@@ -87,10 +87,9 @@ impl FramesEngine {
             }
         }
         let done = Engine::open(app, config, recs).map_err(|e| error(&e))?;
-        Ok(FramesEngine {
-            inner: done.value,
-            pending: done.writes,
-        })
+        let mut pending = Vec::new();
+        let inner = hand_off(&mut pending, done);
+        Ok(FramesEngine { inner, pending })
     }
 
     /// The discovery document (JSON).
@@ -130,8 +129,8 @@ impl FramesEngine {
                 horizon.as_deref(),
             )
             .map_err(|e| error(&e))?;
-        self.pending.extend(d.writes);
-        Ok(String::from_utf8(d.value).expect("JSON is UTF-8"))
+        let bytes = hand_off(&mut self.pending, d);
+        Ok(String::from_utf8(bytes).expect("JSON is UTF-8"))
     }
 
     /// The exact stored frame (JSON).
@@ -151,8 +150,7 @@ impl FramesEngine {
             .inner
             .assess_bytes(now as u64, &p, body.as_bytes())
             .map_err(|e| error(&e))?;
-        self.pending.extend(d.writes);
-        Ok(text(&*d.value))
+        Ok(text(&*hand_off(&mut self.pending, d)))
     }
 
     /// Commits an assessment under an idempotency key; `body` is JSON text.
@@ -168,16 +166,14 @@ impl FramesEngine {
             .inner
             .commit_bytes(now as u64, &p, key.as_deref(), body.as_bytes())
             .map_err(|e| error(&e))?;
-        self.pending.extend(d.writes);
-        Ok(text(&*d.value))
+        Ok(text(&*hand_off(&mut self.pending, d)))
     }
 
     /// Changes the shared policy (every earlier frame becomes stale); returns its revision.
     #[wasm_bindgen(js_name = bumpPolicy)]
     pub fn bump_policy(&mut self) -> f64 {
         let d = self.inner.bump_policy();
-        self.pending.extend(d.writes);
-        d.value as f64
+        hand_off(&mut self.pending, d) as f64
     }
 
     /// Entries of an app read view, e.g. `bulletin` (JSON).
@@ -216,6 +212,16 @@ impl FramesEngine {
             })
             .collect()
     }
+}
+
+/// The binding's persistence rule: a call's writes join `pending` (the JS host drains them
+/// with `takeWrites()` and persists them before relying on the results), and its value is
+/// released to JS.
+fn hand_off<T>(pending: &mut Vec<Write>, done: Done<T>) -> T {
+    let (persist, value) = done.split();
+    let (writes, handed) = persist.hand_off();
+    pending.extend(writes);
+    value.release(handed)
 }
 
 /// A JS `Error` with `.code` and the HTTP `.status` a server answers the same problem with

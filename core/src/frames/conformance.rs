@@ -70,6 +70,15 @@ impl Run {
         }
     }
 
+    /// Makes a call's writes durable in the runner's store, then releases its value; the
+    /// writes come back for the step's `writes` check.
+    fn persisted<T>(&mut self, done: Done<T>) -> (T, Vec<Write>) {
+        let (persist, pending) = done.split();
+        self.persist(persist.writes());
+        let writes = persist.writes().to_vec();
+        (pending.release(persist.ack()), writes)
+    }
+
     fn open(&mut self) -> Result<Vec<Write>, FramesError> {
         let app = ScriptedApp::from_json(&self.app)?;
         let records: Vec<_> = self
@@ -78,8 +87,8 @@ impl Run {
             .filter(|((k, _), _)| *k != RecordKind::Blob)
             .map(|((k, key), v)| (*k, key.clone(), v.clone()))
             .collect();
-        let Done { value, writes } = Engine::open(app, self.config.clone(), records)?;
-        self.engine = value;
+        let (engine, writes) = self.persisted(Engine::open(app, self.config.clone(), records)?);
+        self.engine = engine;
         Ok(writes)
     }
 }
@@ -156,14 +165,19 @@ fn run_vector(suite: &Value, v: &Value) -> VectorResult {
         Ok(d) => d,
         Err(e) => return VectorResult::unusable(name, format!("open: {e}")),
     };
+    let (persist, engine) = engine.split();
+    let store = persist
+        .writes()
+        .iter()
+        .map(|w| ((w.kind, w.key.clone()), w.value.clone()))
+        .collect();
     let mut run = Run {
         app,
         config,
-        engine: engine.value,
-        store: BTreeMap::new(),
+        engine: engine.release(persist.ack()),
+        store,
         saved: HashMap::new(),
     };
-    run.persist(&engine.writes);
     each_step(v, &mut failures, |s, failures| {
         let (op, step, ctx) = (s.op, s.json, &s.ctx);
         let result = apply_step(&mut run, EPOCH_MS + s.at, op, step, s.index);
@@ -180,7 +194,6 @@ fn run_vector(suite: &Value, v: &Value) -> VectorResult {
                 ));
             }
         }
-        run.persist(&writes);
         match (&result, step.get("expectError")) {
             (Err(StepError::Frames(e)), Some(want)) => {
                 if want.as_str() != Some(e.code()) {
@@ -264,8 +277,9 @@ fn apply_step(
                 s["disclosure"].as_str(),
                 horizon.as_deref(),
             )?;
-            let v: Value = serde_json::from_slice(&d.value)
-                .map_err(|e| vec_err(format!("frame JSON: {e}")))?;
+            let (d, writes) = run.persisted(d);
+            let v: Value =
+                serde_json::from_slice(&d).map_err(|e| vec_err(format!("frame JSON: {e}")))?;
             let typed = json_of(
                 &run.engine
                     .stored_frame(v["frame_id"].as_str().unwrap_or_default())?,
@@ -275,7 +289,7 @@ fn apply_step(
                     "template rendering differs from the typed frame: {v} vs {typed}"
                 )));
             }
-            (v, d.writes)
+            (v, writes)
         }
         "stored_frame" => {
             let id = resolve(&s["frame"], &run.saved).map_err(vec_err)?;
@@ -293,11 +307,12 @@ fn apply_step(
                 };
                 run.engine.assess(now, &who, body)?
             };
-            let v = json_of(&*d.value);
+            let (d, writes) = run.persisted(d);
+            let v = json_of(&*d);
             if s.get("save").is_none() {
-                run.saved.insert(d.value.assessment_id.clone(), v.clone());
+                run.saved.insert(d.assessment_id.clone(), v.clone());
             }
-            (v, d.writes)
+            (v, writes)
         }
         "commit" => {
             let who = principal(s["as"].as_str().unwrap_or("agent"));
@@ -316,11 +331,13 @@ fn apply_step(
                 };
                 run.engine.commit(now, &who, key.as_deref(), body)?
             };
-            (json_of(&*d.value), d.writes)
+            let (d, writes) = run.persisted(d);
+            (json_of(&*d), writes)
         }
         "bump_policy" => {
             let d = run.engine.bump_policy();
-            (json!({"policy_revision": d.value}), d.writes)
+            let (d, writes) = run.persisted(d);
+            (json!({"policy_revision": d}), writes)
         }
         "restart" => {
             let writes = run.open()?;

@@ -1,5 +1,47 @@
 //! The DGP 0.1 engine: surfaces, immutable frames, assessments, guarded commits and receipts,
 //! held in memory and expressed as write batches for the host's store (sans-IO).
+//!
+//! Every call that changes state returns a [`Done`]: its value is released only against the
+//! acknowledgement of its writes ([`Done::split`] → [`Persist::ack`] → [`Pending::release`]),
+//! so a host cannot answer before what it answers is durable. Calls that wrote nothing give
+//! their value back through [`Done::into_value_if_clean`]; retention deletions may be written
+//! in the background ([`Persist::hand_off`]).
+//!
+//! # Call order
+//!
+//! ```text
+//! let (persist, engine) = Engine::open(app, config, stored_records)?.split();
+//! store.write(persist.writes()); fsync;               // the seed (id seed, policy, surfaces)
+//! let mut engine = engine.release(persist.ack());
+//! per request (one at a time, under the engine's lock):
+//!     for (kind, key) in Engine::named_records(body)    // frames / assessments it names
+//!         if engine.needs(kind, key) && let Some(bytes) = store.get(kind, key)
+//!             if let Some(dep) = engine.admit(now, kind, key, bytes)?   // evicted records
+//!                 admit dep first (a frame's snapshot), then this one again
+//!     let done = engine.frame_json(now, ..)? | assess(now, ..)? | commit(now, ..)?
+//!              | bump_policy() | ..;
+//!     let (persist, pending) = done.split();
+//!     store.write(persist.writes()); fsync;            // in order, atomically, per batch
+//!     answer(pending.release(persist.ack()));          // only now
+//! several instances on one database (`instance: Some(..)`), a commit:
+//!     let scopes = engine.scopes(frame_id);            // the read set's rows, in lock order
+//!     BEGIN; SELECT .. FOR UPDATE each of scopes;
+//!     engine.refresh(kind, key, row) for each row      // log items before their surface
+//!     let prepared = engine.prepare_commit_locked_bytes(now, .., &scopes, attempt)?;
+//!     write prepared.writes (a replay has none); COMMIT  // or ROLLBACK and drop `prepared`
+//!     let (persist, pending) = engine.apply_commit(prepared).split();
+//!     let (deletions, handed) = persist.hand_off();     // retention: in the background
+//!     answer(pending.release(handed));
+//! on the host's timer (e.g. every second):
+//!     let (persist, pending) = engine.sweep(now, limit).split();
+//!     background-write persist.hand_off() (deletions only)
+//! walking stored frames / assessments the engine may never have loaded:
+//!     store.write(engine.compact(now, kind, rows))    // deletions past retention
+//! ```
+//!
+//! `now` is wall-clock [`UnixMillis`] (frames and receipts carry timestamps). A policy change
+//! on a shared database is [`Engine::prepare_bump_policy`] under the policy row's lock, its
+//! write COMMITted, then taken in with [`Engine::refresh`] before its value is released.
 
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::sync::Arc;
@@ -166,12 +208,139 @@ impl Write {
     }
 }
 
-/// A result plus the writes the host must make durable before releasing it.
+/// A result the host may release only once its writes are durable.
+///
+/// The fields are private: the value comes out through [`Done::split`] — a [`Persist`] holding
+/// the writes and a [`Pending`] holding the value — and [`Pending::release`], which takes the
+/// [`Persisted`] token that only [`Persist::ack`] (the writes are durable) and
+/// [`Persist::hand_off`] (the host takes the writes to make durable under its own, documented
+/// rule) make. A call that wrote nothing gives its value back at once through
+/// [`Done::into_value_if_clean`].
+///
+/// ```text
+/// let (persist, pending) = engine.frame(now, surface, None, None)?.split();
+/// store.write(persist.writes())?;              // durable: fsync, COMMIT
+/// let frame = pending.release(persist.ack());  // only now may it be answered
+/// ```
 #[derive(Debug)]
-#[must_use = "make `writes` durable before releasing `value`"]
+#[must_use = "persist the writes, then release the value: `split` → `ack` → `release`"]
 pub struct Done<T> {
-    pub value: T,
-    pub writes: Vec<Write>,
+    value: T,
+    writes: Vec<Write>,
+}
+
+impl<T> Done<T> {
+    /// A result with no writes (e.g. a host wrapping a read-only call in a write path).
+    pub fn clean(value: T) -> Self {
+        Done {
+            value,
+            writes: Vec::new(),
+        }
+    }
+
+    /// The writes to make durable, in order (the value stays held).
+    pub fn writes(&self) -> &[Write] {
+        &self.writes
+    }
+
+    /// Whether the call wrote nothing.
+    pub fn is_clean(&self) -> bool {
+        self.writes.is_empty()
+    }
+
+    /// Separates the writes (to persist and acknowledge) from the value (released with the
+    /// acknowledgement).
+    pub fn split(self) -> (Persist, Pending<T>) {
+        (
+            Persist {
+                writes: self.writes,
+            },
+            Pending(self.value),
+        )
+    }
+
+    /// The value, when the call wrote nothing (an idempotent replay, a sweep with nothing
+    /// due, a read); otherwise the `Done` back, to [`split`](Done::split) and persist.
+    pub fn into_value_if_clean(self) -> Result<T, Done<T>> {
+        if self.writes.is_empty() {
+            Ok(self.value)
+        } else {
+            Err(self)
+        }
+    }
+
+    /// The same writes with the value mapped (e.g. serialized for an answer).
+    pub fn map<U>(self, f: impl FnOnce(T) -> U) -> Done<U> {
+        Done {
+            value: f(self.value),
+            writes: self.writes,
+        }
+    }
+}
+
+/// The writes of a [`Done`], to make durable atomically and in order before acknowledging
+/// them.
+#[derive(Debug)]
+#[must_use = "make the writes durable, then `ack` them to release the value"]
+pub struct Persist {
+    writes: Vec<Write>,
+}
+
+impl Persist {
+    /// The writes, in order.
+    pub fn writes(&self) -> &[Write] {
+        &self.writes
+    }
+
+    /// Whether there is nothing to write.
+    pub fn is_empty(&self) -> bool {
+        self.writes.is_empty()
+    }
+
+    /// Moves the writes out (into a store's write queue) while this stays to be
+    /// [`ack`](Persist::ack)ed once the queue reports them durable.
+    pub fn take_writes(&mut self) -> Vec<Write> {
+        std::mem::take(&mut self.writes)
+    }
+
+    /// The writes are durable: the token that releases the value.
+    pub fn ack(self) -> Persisted {
+        Persisted(())
+    }
+
+    /// The host takes the writes and releases the value before they are durable, making them
+    /// durable under its own rule. The sound rules: the writes are retention deletions (those
+    /// of [`Engine::apply_commit`] and [`Engine::sweep`]: losing them only delays a deletion a
+    /// later sweep or [`Engine::compact`] repeats), written in the background; the host is a
+    /// binding whose own host drains them and persists them before relying on the results
+    /// (wasm `takeWrites()`); or there is no store at all (an in-memory engine in a test).
+    pub fn hand_off(self) -> (Vec<Write>, Persisted) {
+        (self.writes, Persisted(()))
+    }
+}
+
+/// Proof that a [`Persist`]'s writes are durable (or handed off): only [`Persist`] makes it.
+#[derive(Debug)]
+#[must_use = "pass it to `Pending::release`"]
+pub struct Persisted(());
+
+/// The value of a [`Done`], held until its writes are acknowledged.
+#[derive(Debug)]
+#[must_use = "release it with the `Persisted` of its writes"]
+pub struct Pending<T>(T);
+
+impl<T> Pending<T> {
+    /// The value, now that its writes are durable.
+    pub fn release(self, _persisted: Persisted) -> T {
+        self.0
+    }
+
+    /// The value, still held: only to write it into the same durable write as its records
+    /// (the PostgreSQL policy bump names the new revision in a notice inside the transaction
+    /// that holds the bump), never to answer with it before [`Pending::release`].
+    pub fn peek(&self) -> &T {
+        &self.0
+    }
 }
 
 /// A commit decided by [`Engine::prepare_commit`] and not yet applied.

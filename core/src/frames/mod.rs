@@ -41,7 +41,7 @@ mod tests_multi;
 pub use app::{App, Applied, ApplyCtx, Principal, Role, Summary, SurfaceCtx};
 pub use engine::{
     BlobMeta, COMMIT_LOCK_ATTEMPTS, Done, Engine, EngineConfig, EngineStats, Entry, LogWindow,
-    Prepared, RecordKind, Refreshed, Snapshot, Write,
+    Pending, Persist, Persisted, Prepared, RecordKind, Refreshed, Snapshot, Write,
 };
 pub use error::FramesError;
 pub use scripted::ScriptedApp;

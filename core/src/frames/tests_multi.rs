@@ -108,6 +108,20 @@ fn persist(db: &mut Db, writes: &[Write]) {
     }
 }
 
+/// Makes a call's writes durable in `db`, then releases its value.
+fn persisted<T>(db: &mut Db, done: Done<T>) -> T {
+    let (p, pending) = done.split();
+    persist(db, p.writes());
+    pending.release(p.ack())
+}
+
+/// A call's value whose writes this test never reads back (they are dropped).
+fn unpersisted<T>(done: Done<T>) -> T {
+    let (p, pending) = done.split();
+    let (_dropped, handed) = p.hand_off();
+    pending.release(handed)
+}
+
 fn open(db: &mut Db, instance: u64) -> E {
     let records: Vec<_> = db
         .iter()
@@ -123,8 +137,7 @@ fn open(db: &mut Db, instance: u64) -> E {
         records,
     )
     .unwrap();
-    persist(db, &d.writes);
-    d.value
+    persisted(db, d)
 }
 
 /// The host's step under the surface row lock: the surface's log items in index order, then
@@ -206,14 +219,13 @@ fn sync_all(e: &mut E, db: &Db, kind: RecordKind) {
 fn frame_and_note(e: &mut E, db: &mut Db, now: u64, p: &Principal, sid: &str, text: &str) -> Value {
     sync_surface(e, db, sid);
     let f = e.frame(now, sid, None, None).unwrap();
-    persist(db, &f.writes);
-    let fid = f.value.frame_id;
+    let fid = persisted(db, f).frame_id;
     let aid = format!("a-{fid}");
     let body = json!({"dgp": "0.1", "assessment_id": aid, "frame_id": fid,
         "decision_id": format!("{fid}:note"), "mode": "live", "resolver": {"kind": "rule"},
         "result": {"status": "answered", "answer": {"value": {"text": text}}}});
     let d = e.assess(now, p, body).unwrap();
-    persist(db, &d.writes);
+    persisted(db, d);
     json!({"dgp": "0.1", "frame_id": fid, "decision_id": format!("{fid}:note"), "assessment_id": aid})
 }
 
@@ -232,8 +244,7 @@ fn host_commit(
     let prepared = e.prepare_commit(now, p, Some(key), body.clone())?;
     persist(db, &prepared.writes);
     let done = e.apply_commit(prepared);
-    persist(db, &done.writes);
-    Ok(done.value)
+    Ok(persisted(db, done))
 }
 
 const NOW: u64 = 1_790_000_000_000;
@@ -270,7 +281,7 @@ fn the_commit_applied_first_wins_and_the_other_is_stale_after_refresh() {
     assert_eq!(a.log_len("s1", "notes"), 0);
     // A's transaction commits first; B's waited on the row lock, then re-reads it.
     persist(&mut db, &pa.writes);
-    let receipt = a.apply_commit(pa).value;
+    let receipt = unpersisted(a.apply_commit(pa));
     assert_eq!(receipt.state_revision, 2);
     drop(pb);
     let err = host_commit(&mut b, &mut db, NOW + 3, &bob, "kb", &body_b).unwrap_err();
@@ -278,13 +289,13 @@ fn the_commit_applied_first_wins_and_the_other_is_stale_after_refresh() {
     // B now holds A's commit: its next frame shows revision 2 and A's note (caches cleared).
     assert_eq!(b.surface_state("s1").unwrap().1, 2);
     assert_eq!(b.log_len("s1", "notes"), 1);
-    let fb = b.frame(NOW + 4, "s1", None, None).unwrap().value;
-    let fa2 = a.frame(NOW + 4, "s1", None, None).unwrap().value;
+    let fb = unpersisted(b.frame(NOW + 4, "s1", None, None).unwrap());
+    let fa2 = unpersisted(a.frame(NOW + 4, "s1", None, None).unwrap());
     assert_eq!(fb.read_set, fa2.read_set);
     assert_eq!(fb.observations, fa2.observations);
     assert!(fb.observations.iter().any(|e| e.evidence_id == "notes-0"));
     // A policy bump on A reaches B's decisions through refresh.
-    persist(&mut db, &a.bump_policy().writes);
+    persisted(&mut db, a.bump_policy());
     let body_b2 = frame_and_note(&mut b, &mut db, NOW + 5, &bob, "s1", "b again");
     let err = host_commit(&mut b, &mut db, NOW + 6, &bob, "kb2", &body_b2).unwrap_err();
     assert_eq!(err.code(), "STALE_FRAME");
@@ -313,10 +324,11 @@ fn replays_across_instances_return_the_identical_receipt() {
     assert!(p.writes.is_empty());
     let replay = p.replay.clone().expect("a replay");
     let done = b.apply_commit(p);
-    assert!(done.writes.is_empty());
+    assert!(done.is_clean());
+    let done = done.into_value_if_clean().expect("a replay writes nothing");
     assert_eq!(serde_json::to_vec(&*replay).unwrap(), stored);
     assert_eq!(
-        serde_json::to_vec(&*done.value).unwrap(),
+        serde_json::to_vec(&*done).unwrap(),
         serde_json::to_vec(&*first).unwrap()
     );
     assert_eq!(b.receipt(&first.receipt_id).unwrap(), first);
@@ -339,15 +351,15 @@ fn ids_of_two_instances_never_collide() {
             let f = e
                 .frame(NOW + i, ["s1", "s2"][i as usize % 2], None, None)
                 .unwrap();
-            persist(&mut db, &f.writes);
-            assert!(f.value.frame_id.starts_with("f-") && f.value.frame_id.len() == 34);
-            assert!(ids.insert(f.value.frame_id), "an id minted twice");
+            let f = persisted(&mut db, f);
+            assert!(f.frame_id.starts_with("f-") && f.frame_id.len() == 34);
+            assert!(ids.insert(f.frame_id), "an id minted twice");
         }
     }
     assert_eq!(ids.len(), 600);
     // A third process (a restart draws a new number) mints none of them either.
     let mut c = open(&mut db, 3);
-    let f = c.frame(NOW, "s1", None, None).unwrap().value;
+    let f = unpersisted(c.frame(NOW, "s1", None, None).unwrap());
     assert!(!ids.contains(&f.frame_id));
     // Without an instance the ids are those of the id block (the vectors pin them).
     let solo = Engine::open(
@@ -359,11 +371,11 @@ fn ids_of_two_instances_never_collide() {
         vec![],
     )
     .unwrap();
-    assert!(solo.writes.iter().all(|w| w.key != "reserved"));
-    let mut solo = solo.value;
+    assert!(solo.writes().iter().all(|w| w.key != "reserved"));
+    let mut solo = unpersisted(solo);
     let d = solo.frame(NOW, "s1", None, None).unwrap();
-    assert!(d.writes.iter().any(|w| w.key == "reserved"));
-    assert!(!ids.contains(&d.value.frame_id));
+    assert!(d.writes().iter().any(|w| w.key == "reserved"));
+    assert!(!ids.contains(&unpersisted(d).frame_id));
 }
 
 #[test]
@@ -396,7 +408,7 @@ fn interleaved_commits_keep_log_indexes_contiguous() {
     assert_eq!(b.surface_state("s1").unwrap().1, 9);
     sync_surface(&mut a, &db, "s1");
     assert_eq!(a.surface_state("s1").unwrap().1, 9);
-    let receipt = a.apply_commit(pa).value;
+    let receipt = unpersisted(a.apply_commit(pa));
     assert_eq!(receipt.state_revision, 8);
     assert_eq!(a.surface_state("s1").unwrap().1, 9, "apply never goes back");
     assert_eq!(a.receipt(&receipt.receipt_id).unwrap(), receipt);
@@ -435,12 +447,7 @@ fn interleaved_commits_keep_log_indexes_contiguous() {
     // The frames agree, item for item.
     let obs: Vec<Vec<Evidence>> = [&mut a, &mut b, &mut c]
         .into_iter()
-        .map(|e| {
-            e.frame(now + 9, "s1", None, None)
-                .unwrap()
-                .value
-                .observations
-        })
+        .map(|e| unpersisted(e.frame(now + 9, "s1", None, None).unwrap()).observations)
         .collect();
     assert_eq!(obs[0], obs[1]);
     assert_eq!(obs[0], obs[2]);
@@ -527,12 +534,12 @@ fn a_commit_whose_read_set_is_not_locked_is_refused() {
         .unwrap();
     assert!(p.replay.is_none());
     persist(&mut db, &p.writes);
-    let done = b.apply_commit(p);
+    let done = unpersisted(b.apply_commit(p));
     // A replay needs no row lock.
     let p = b
         .prepare_commit_locked_bytes(NOW + 2, &alice, Some("k"), &bytes, &[], 0)
         .unwrap();
-    assert_eq!(p.replay.as_deref(), Some(&*done.value));
+    assert_eq!(p.replay.as_deref(), Some(&*done));
 }
 
 /// A policy change on a shared database: decided without touching memory, applied by the
@@ -542,13 +549,13 @@ fn a_prepared_policy_change_moves_memory_only_when_refreshed() {
     let mut db = Db::new();
     let mut a = open(&mut db, 1);
     let before = a.policy_revision();
-    let d = a.prepare_bump_policy();
-    assert_eq!(d.value, before + 1);
+    let (persist, pending) = a.prepare_bump_policy().split();
     assert_eq!(a.policy_revision(), before, "nothing changes before COMMIT");
-    let w = &d.writes[0];
+    let w = &persist.writes()[0];
     assert_eq!(
         a.refresh(w.kind, &w.key, &w.value).unwrap(),
         Refreshed::Changed
     );
+    assert_eq!(pending.release(persist.ack()), before + 1);
     assert_eq!(a.policy_revision(), before + 1);
 }

@@ -4,7 +4,7 @@
 use serde_json::{Value, json};
 use weft_core::frames::controller::evidence_for;
 use weft_core::frames::types::{Frame, Receipt};
-use weft_core::frames::{Engine, EngineConfig, FramesError, Principal};
+use weft_core::frames::{Done, Engine, EngineConfig, FramesError, Principal};
 
 use super::*;
 
@@ -17,6 +17,14 @@ struct Desk {
     n: u32,
 }
 
+/// The value of an engine call: this desk keeps no store, so the writes are handed off and
+/// dropped.
+fn memory<T>(done: Done<T>) -> T {
+    let (persist, pending) = done.split();
+    let (_dropped, handed) = persist.hand_off();
+    pending.release(handed)
+}
+
 impl Desk {
     fn new() -> Self {
         let e = Engine::open(
@@ -27,8 +35,8 @@ impl Desk {
             },
             vec![],
         )
-        .unwrap()
-        .value;
+        .unwrap();
+        let e = memory(e);
         Desk {
             e,
             now: 1_789_840_714_000,
@@ -37,7 +45,7 @@ impl Desk {
     }
     fn frame(&mut self, sid: &str) -> Frame {
         self.now += 1;
-        self.e.frame(self.now, sid, None, None).unwrap().value
+        memory(self.e.frame(self.now, sid, None, None).unwrap())
     }
     fn assess(
         &mut self,
@@ -54,14 +62,14 @@ impl Desk {
             "result": {"status": "answered", "answer": answer}});
         self.e
             .assess(self.now, who, body)
-            .map(|a| a.value.assessment_id.clone())
+            .map(|a| memory(a).assessment_id.clone())
     }
     fn commit(&mut self, who: &Principal, aid: &str) -> Result<Receipt, FramesError> {
         let a = self.e.assessment(aid)?;
         let body = json!({"dgp": "0.1", "frame_id": a.frame_id, "decision_id": a.decision_id, "assessment_id": aid});
         self.e
             .commit(self.now, who, Some(&format!("k-{aid}")), body)
-            .map(|r| (*r.value).clone())
+            .map(|r| (*memory(r)).clone())
     }
     fn choose(
         &mut self,

@@ -21,29 +21,25 @@ struct Desk {
 
 impl Desk {
     fn new(config: EngineConfig) -> Self {
-        let Done { value, writes } = Engine::open(ThreadDesk::new(), config, vec![]).unwrap();
-        let mut d = Desk {
-            e: value,
-            store: BTreeMap::new(),
+        let (persist, engine) = Engine::open(ThreadDesk::new(), config, vec![])
+            .unwrap()
+            .split();
+        let mut store = BTreeMap::new();
+        apply(&mut store, persist.writes());
+        Desk {
+            e: engine.release(persist.ack()),
+            store,
             now: T0,
             n: 0,
-        };
-        d.persist(writes);
-        d
+        }
     }
 
-    /// Applies writes; returns the bytes they put.
-    fn persist(&mut self, writes: Vec<Write>) -> usize {
-        let mut bytes = 0;
-        for w in writes {
-            if w.is_delete() {
-                self.store.remove(&(w.kind, w.key));
-            } else {
-                bytes += w.key.len() + w.value.len();
-                self.store.insert((w.kind, w.key), w.value);
-            }
-        }
-        bytes
+    /// Makes a call's writes durable in the store, then releases its value; returns it and
+    /// the bytes the writes put.
+    fn persist<T>(&mut self, done: Done<T>) -> (T, usize) {
+        let (persist, pending) = done.split();
+        let bytes = apply(&mut self.store, persist.writes());
+        (pending.release(persist.ack()), bytes)
     }
 
     fn store_bytes(&self) -> usize {
@@ -57,8 +53,8 @@ impl Desk {
     /// A new frame, as its JSON bytes and parsed; `(frame, bytes, written)`.
     fn frame(&mut self, sid: &str, disclosure: Option<&str>) -> (Frame, usize, usize) {
         self.now += 1;
-        let Done { value, writes } = self.e.frame_json(self.now, sid, disclosure, None).unwrap();
-        let written = self.persist(writes);
+        let done = self.e.frame_json(self.now, sid, disclosure, None).unwrap();
+        let (value, written) = self.persist(done);
         (
             serde_json::from_slice(&value).unwrap(),
             value.len(),
@@ -76,14 +72,14 @@ impl Desk {
             "resolver": {"kind": "rule"},
             "result": {"status": "answered", "answer": {"value": {"text": text}}}});
         let a = self.e.assess(self.now, &who, body).unwrap();
-        let mut written = self.persist(a.writes);
+        let mut written = self.persist(a).1;
         let c = json!({"dgp": "0.1", "frame_id": f.frame_id,
             "decision_id": format!("{}:note", f.frame_id), "assessment_id": aid});
         let r = self
             .e
             .commit(self.now, &who, Some(&format!("k-{}", self.n)), c)
             .unwrap();
-        written += self.persist(r.writes);
+        written += self.persist(r).1;
         written
     }
 
@@ -93,10 +89,23 @@ impl Desk {
             .iter()
             .map(|((k, key), v)| (*k, key.clone(), v.clone()))
             .collect();
-        let Done { value, writes } = Engine::open(ThreadDesk::new(), config, records).unwrap();
-        self.e = value;
-        self.persist(writes);
+        let done = Engine::open(ThreadDesk::new(), config, records).unwrap();
+        self.e = self.persist(done).0;
     }
+}
+
+/// Applies writes to a store (an empty value deletes); returns the bytes they put.
+fn apply(store: &mut BTreeMap<(RecordKind, String), Vec<u8>>, writes: &[Write]) -> usize {
+    let mut bytes = 0;
+    for w in writes {
+        if w.is_delete() {
+            store.remove(&(w.kind, w.key.clone()));
+        } else {
+            bytes += w.key.len() + w.value.len();
+            store.insert((w.kind, w.key.clone()), w.value.clone());
+        }
+    }
+    bytes
 }
 
 fn summary<'a>(f: &'a Frame, log: &str) -> &'a Value {
@@ -227,7 +236,7 @@ fn frames_and_assessments_past_their_ttl_leave_memory_and_the_store() {
             "decision_id": format!("{}:note", f.frame_id), "mode": "live", "resolver": {"kind": "rule"},
             "result": {"status": "answered", "answer": {"value": {"text": "x"}}}});
         let a = d.e.assess(d.now, &Principal::agent("agent"), body).unwrap();
-        d.persist(a.writes);
+        d.persist(a);
     }
     let s = d.e.stats();
     assert_eq!((s.frames, s.assessments, s.receipts), (1000, 3, 1));
@@ -235,13 +244,13 @@ fn frames_and_assessments_past_their_ttl_leave_memory_and_the_store() {
     // Past expiry but within retention: still readable, nothing released.
     d.now += 10_000;
     let done = d.e.sweep(d.now, usize::MAX);
-    assert_eq!(done.value, 0);
+    assert_eq!(d.persist(done).0, 0);
     assert!(d.e.stored_frame(&frames[0].frame_id).is_ok());
     // Past retention: everything but the receipt's frame and assessment leaves memory, and
     // their records are deleted.
     d.now += 6_000;
     let done = d.e.sweep(d.now, usize::MAX);
-    d.persist(done.writes);
+    d.persist(done);
     let s = d.e.stats();
     assert_eq!((s.frames, s.assessments, s.receipts), (0, 0, 1));
     assert_eq!(s.expired_released, 999 + 2);
@@ -307,9 +316,8 @@ fn past_the_cache_bound_live_frames_are_read_back_and_stale_records_compacted() 
         .filter(|((k, _), _)| !matches!(k, RecordKind::Frame | RecordKind::Assessment))
         .map(|((k, key), v)| (*k, key.clone(), v.clone()))
         .collect();
-    d.e = Engine::open(ThreadDesk::new(), config, engine_only)
-        .unwrap()
-        .value;
+    let done = Engine::open(ThreadDesk::new(), config, engine_only).unwrap();
+    d.e = d.persist(done).0;
     let rows: Vec<(String, Vec<u8>)> = d
         .store
         .iter()

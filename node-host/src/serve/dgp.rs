@@ -111,11 +111,12 @@ where
                 .ok_or_else(|| format!("unknown record kind `{kind}` in the store"))?;
             records.push((k, key, value));
         }
-        let Done {
-            value: engine,
-            writes,
-        } = Engine::open(app, config, records).map_err(|e| e.to_string())?;
-        store.write(puts(writes)).durable().await?;
+        let (mut persist, engine) = Engine::open(app, config, records)
+            .map_err(|e| e.to_string())?
+            .split();
+        // The seed is durable before the engine serves anything.
+        store.write(puts(persist.take_writes())).durable().await?;
+        let engine = engine.release(persist.ack());
         let limit = engine.config().max_message_bytes;
         let dgp = Arc::new(Dgp {
             engine: Mutex::new(engine),
@@ -253,13 +254,18 @@ where
             let mut engine = self.engine.lock().expect("engine lock");
             engine.apply_commit(prepared)
         };
-        if !done.writes.is_empty() {
-            self.store.background(puts(done.writes));
+        // The commit's own records were COMMITted; what follows are retention deletions,
+        // written in the background (the receipt does not wait for them).
+        let (persist, pending) = done.split();
+        let (writes, handed) = persist.hand_off();
+        if !writes.is_empty() {
+            self.store.background(puts(writes));
         }
+        let receipt = pending.release(handed);
         if let Some((surface, revision)) = change {
-            self.publish_commit(&surface, revision, &done.value.receipt_id);
+            self.publish_commit(&surface, revision, &receipt.receipt_id);
         }
-        Ok(done.value)
+        Ok(receipt)
     }
 
     /// The transaction of [`Dgp::commit_pg`] up to and including COMMIT (the caller rolls
@@ -429,11 +435,14 @@ where
                 if let Some(v) = &row {
                     e.refresh(RecordKind::Meta, "policy_revision", v)?;
                 }
-                e.prepare_bump_policy()
+                e.prepare_bump_policy().split()
             };
-            let notice = serde_json::json!({"i": format!("{:016x}", pg.instance), "p": done.value})
-                .to_string();
-            pg::write_in(&mut c, puts(done.writes.clone()))
+            // The revision the bump decides goes into the notice of the same transaction; it
+            // is answered only after COMMIT.
+            let notice =
+                serde_json::json!({"i": format!("{:016x}", pg.instance), "p": done.1.peek()})
+                    .to_string();
+            pg::write_in(&mut c, puts(done.0.writes().to_vec()))
                 .await
                 .map_err(storage)?;
             c.client
@@ -444,7 +453,7 @@ where
             Ok::<_, FramesError>(done)
         }
         .await;
-        let done = match decided {
+        let (persist, pending) = match decided {
             Ok(d) => d,
             Err(e) => {
                 c.poisoned = c.client.batch_execute("ROLLBACK").await.is_err();
@@ -455,12 +464,14 @@ where
         drop(c);
         {
             let mut e = self.engine.lock().expect("engine lock");
-            for w in &done.writes {
+            for w in persist.writes() {
                 e.refresh(w.kind, &w.key, &w.value)?;
             }
         }
-        self.publish("policy", serde_json::json!({"revision": done.value}));
-        Ok(done.value)
+        // COMMITted and taken in: the revision may be answered.
+        let revision = pending.release(persist.ack());
+        self.publish("policy", serde_json::json!({"revision": revision}));
+        Ok(revision)
     }
 
     /// Takes another instance's notice into memory: the records it names (or, for a notice
@@ -575,13 +586,7 @@ where
         names: Vec<(RecordKind, String)>,
         f: impl FnOnce(&Engine<A>) -> Result<T, FramesError>,
     ) -> Result<T, FramesError> {
-        self.run(names, |e, _| {
-            f(e).map(|value| Done {
-                value,
-                writes: vec![],
-            })
-        })
-        .await
+        self.run(names, |e, _| f(e).map(Done::clean)).await
     }
 
     /// Reads the named records the engine lacks from the store (a frame may need its snapshot
@@ -623,20 +628,25 @@ where
         let (result, ticket) = {
             let mut engine = self.engine.lock().expect("engine lock");
             let now = now_ms();
-            let (result, writes) = match fetched.and_then(|()| f(&mut engine, now)) {
-                Ok(Done { value, writes }) => (Ok(value), writes),
-                Err(e) => (Err(e), vec![]),
-            };
-            // Submitted under the lock, so batches reach the store in the order they were made.
-            let ticket = if writes.is_empty() {
-                self.store.barrier()
-            } else {
-                self.store.write(puts(writes))
+            let (result, ticket) = match fetched.and_then(|()| f(&mut engine, now)) {
+                Ok(done) => {
+                    let (mut persist, pending) = done.split();
+                    // Submitted under the lock, so batches reach the store in the order they
+                    // were made.
+                    let ticket = if persist.is_empty() {
+                        self.store.barrier()
+                    } else {
+                        self.store.write(puts(persist.take_writes()))
+                    };
+                    (Ok((persist, pending)), ticket)
+                }
+                Err(e) => (Err(e), self.store.barrier()),
             };
             (result, ticket)
         };
         ticket.durable().await.map_err(storage)?;
-        result
+        // Durable (fsync, or every earlier batch for an error): the value may be answered.
+        result.map(|(persist, pending)| pending.release(persist.ack()))
     }
 
     /// What the engine holds in memory and has released.
@@ -669,10 +679,13 @@ where
         n += 1;
         if n % 10 == 0 {
             let mut e = d.engine.lock().expect("engine lock");
-            let done = e.sweep(now_ms(), 50_000);
-            if !done.writes.is_empty() {
-                d.store.background(puts(done.writes));
+            // Retention deletions: written in the background.
+            let (persist, pending) = e.sweep(now_ms(), 50_000).split();
+            let (writes, handed) = persist.hand_off();
+            if !writes.is_empty() {
+                d.store.background(puts(writes));
             }
+            let _swept = pending.release(handed);
         }
         let kind = kinds[which];
         // Several instances on one database: only the holder of the retention lock walks.

@@ -7,7 +7,9 @@ use serde_json::{Value, json};
 
 use super::http::{BaseUrl, HttpAnswer, Problem};
 use super::run::*;
-use crate::frames::{Engine, EngineConfig, FramesError, Principal, Role, ScriptedApp, fixtures};
+use crate::frames::{
+    Done, Engine, EngineConfig, FramesError, Principal, Role, ScriptedApp, fixtures,
+};
 
 fn app() -> ScriptedApp {
     let suite: Value =
@@ -38,11 +40,17 @@ struct Pair {
     failing_judge: bool,
 }
 
+/// The value of a server call: this in-memory server keeps no store, so its writes are
+/// handed off and dropped.
+fn served<T>(done: Done<T>) -> T {
+    let (persist, pending) = done.split();
+    let (_dropped, handed) = persist.hand_off();
+    pending.release(handed)
+}
+
 impl Pair {
     fn new(surface: &str, options: RunOptions, budget: u32) -> Pair {
-        let server = Engine::open(app(), EngineConfig::default(), vec![])
-            .unwrap()
-            .value;
+        let server = served(Engine::open(app(), EngineConfig::default(), vec![]).unwrap());
         let mut config = RunConfig::new(surface, [7; 32]);
         config.options = options;
         Pair {
@@ -93,16 +101,16 @@ impl Pair {
                     .unwrap();
                 self.server
                     .frame_json(self.now, sid, None, None)
-                    .map(|d| d.value)
+                    .map(served)
             }
             (Method::Post, "/dgp/assessments") => self
                 .server
                 .assess_bytes(self.now, &agent, body)
-                .map(|d| serde_json::to_vec(&*d.value).unwrap()),
+                .map(|d| serde_json::to_vec(&*served(d)).unwrap()),
             (Method::Post, "/dgp/commits") => self
                 .server
                 .commit_bytes(self.now, &agent, key.map(|(_, v)| v.as_str()), body)
-                .map(|d| serde_json::to_vec(&*d.value).unwrap()),
+                .map(|d| serde_json::to_vec(&*served(d)).unwrap()),
             other => panic!("unexpected request {other:?}"),
         };
         match answer {
