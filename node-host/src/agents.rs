@@ -1,8 +1,11 @@
 //! The native agent runtime: every node of a `$CHAT_ROOT` may have a
 //! [`NodeAgent`](weft_core::agents::NodeAgent), driven here in the core's call order (see
-//! `weft_core::agents`). The host only carries bytes: [`Runtime::pump`] makes each batch of
-//! lines durable (through the caller's `flush`, which applies, fsyncs and acknowledges), syncs
-//! every agent, and turns the outputs the durable lines allow into work:
+//! `weft_core::agents`). The host only carries bytes: after a change it syncs the agents
+//! ([`Runtime::sync_open`]) and starts the reads they release before any flush
+//! ([`Runtime::release`]: a model step is asked while its lines become durable); then
+//! [`Runtime::pump`] makes each batch of lines durable (through the caller's `flush`, which
+//! applies, fsyncs and acknowledges), syncs every agent, and turns the outputs the lines
+//! allow into work:
 //!
 //! - a released model step becomes a [`ModelJob`] (the request built from the node slice with
 //!   `ModelInput::chat_request`) that the host runs with its model client ([`run_model`]); its
@@ -421,121 +424,152 @@ impl Runtime {
                 None => false,
             };
             flush(graph)?;
-            let Runtime {
-                agents,
-                builtin,
-                system,
-                running,
-                to_open,
-                sink,
-                ends,
-                handled,
-                calls,
-                aborts,
-                jobs: job_tools,
-                ..
-            } = self;
-            for (n, a) in agents.iter_mut() {
-                while let Some(o) = a.poll_output(graph) {
-                    sink(AgentEvent::Output {
-                        node: n.clone(),
-                        output: o.to_json(),
-                    });
-                    match o {
-                        AgentOutput::Session(Output::ModelRequest { turn, step }) => {
-                            let Some(mut input) = a.model_input(graph) else {
-                                continue;
-                            };
-                            if *builtin {
-                                let r = input.builtin_answer();
-                                if let Some(text) = &r.text {
-                                    sink(AgentEvent::Delta {
-                                        node: n.clone(),
-                                        turn: turn.0,
-                                        step: step.0,
-                                        text: text.clone(),
-                                    });
-                                }
-                                ignore_stale(a.on_model_response(now, graph, step, r))?;
-                                progressed = true;
-                            } else {
-                                if let Some(s) = system.as_deref() {
-                                    input.system = format!("{s}\n\n{}", input.system);
-                                }
-                                let (tx, rx) = oneshot::channel();
-                                running.insert(n.clone(), (step, tx));
-                                jobs.push(ModelJob {
-                                    node: n.clone(),
-                                    turn,
-                                    step,
-                                    chat: input.chat_request(),
-                                    abort: rx,
-                                });
-                            }
-                        }
-                        AgentOutput::Session(Output::AbortModel { step })
-                            if running.get(n).is_some_and(|r| r.0 == step) =>
-                        {
-                            running.remove(n);
-                        }
-                        AgentOutput::Session(Output::StartCall {
-                            invocation,
-                            tool,
-                            arguments,
-                            ..
-                        }) if job_tools.as_ref().is_some_and(|j| j.handles(&tool)) => {
-                            let j = job_tools.as_ref().expect("checked");
-                            j.start(now, graph, n, a, invocation, &tool, arguments)?;
-                            progressed = true;
-                        }
-                        AgentOutput::Session(Output::StartCall {
-                            invocation,
-                            tool,
-                            arguments,
-                            ..
-                        }) if handled.contains(&tool) => {
-                            let (tx, rx) = watch::channel(false);
-                            aborts.insert((n.clone(), invocation), tx);
-                            calls.push(CallJob {
-                                node: n.clone(),
-                                invocation,
-                                tool,
-                                arguments,
-                                abort: rx,
-                            });
-                        }
-                        AgentOutput::Session(Output::AbortCall { invocation, .. }) => {
-                            if let Some(tx) = aborts.get(&(n.clone(), invocation)) {
-                                tx.send_replace(true);
-                            }
-                        }
-                        AgentOutput::Session(Output::StartCall {
-                            invocation, tool, ..
-                        }) => {
-                            // No host handler is registered for this tool on this host.
-                            a.on_call_settled(
-                                now,
-                                graph,
-                                invocation,
-                                Settlement::from(HandlerFailure::UnknownTool(tool)),
-                            )?;
-                            progressed = true;
-                        }
-                        AgentOutput::Session(Output::TurnEnded { end, .. }) => {
-                            ends.insert(n.clone(), end);
-                        }
-                        AgentOutput::Spawned { child } => {
-                            to_open.push(child);
-                            progressed = true;
-                        }
-                        _ => {}
-                    }
-                }
-            }
+            progressed |= self.poll_all(now, graph, &mut jobs)?;
             if !progressed && !graph.has_batches() && self.to_open.is_empty() {
                 break;
             }
         }
+        Ok(jobs)
+    }
+
+    /// Releases what the agents' lines allow now (see `NodeAgent::poll_output`): called
+    /// before a flush it releases the reads — a model request becomes a [`ModelJob`] the host
+    /// starts while it makes the lines before it durable —; after one, also the effects the
+    /// acknowledged lines allow. Returns the model steps to run (appended to `jobs`) and
+    /// whether anything moved (an answer, a settlement, an agent to open).
+    fn poll_all(
+        &mut self,
+        now: Millis,
+        graph: &mut ActorGraph,
+        jobs: &mut Vec<ModelJob>,
+    ) -> Result<bool, AgentsError> {
+        let mut progressed = false;
+        let Runtime {
+            agents,
+            builtin,
+            system,
+            running,
+            to_open,
+            sink,
+            ends,
+            handled,
+            calls,
+            aborts,
+            jobs: job_tools,
+            ..
+        } = self;
+        for (n, a) in agents.iter_mut() {
+            while let Some(o) = a.poll_output(graph) {
+                sink(AgentEvent::Output {
+                    node: n.clone(),
+                    output: o.to_json(),
+                });
+                match o {
+                    AgentOutput::Session(Output::ModelRequest { turn, step }) => {
+                        let Some(mut input) = a.model_input(graph) else {
+                            continue;
+                        };
+                        if *builtin {
+                            let r = input.builtin_answer();
+                            if let Some(text) = &r.text {
+                                sink(AgentEvent::Delta {
+                                    node: n.clone(),
+                                    turn: turn.0,
+                                    step: step.0,
+                                    text: text.clone(),
+                                });
+                            }
+                            ignore_stale(a.on_model_response(now, graph, step, r))?;
+                            progressed = true;
+                        } else {
+                            if let Some(s) = system.as_deref() {
+                                input.system = format!("{s}\n\n{}", input.system);
+                            }
+                            let (tx, rx) = oneshot::channel();
+                            running.insert(n.clone(), (step, tx));
+                            jobs.push(ModelJob {
+                                node: n.clone(),
+                                turn,
+                                step,
+                                chat: input.chat_request(),
+                                abort: rx,
+                            });
+                        }
+                    }
+                    AgentOutput::Session(Output::AbortModel { step })
+                        if running.get(n).is_some_and(|r| r.0 == step) =>
+                    {
+                        running.remove(n);
+                    }
+                    AgentOutput::Session(Output::StartCall {
+                        invocation,
+                        tool,
+                        arguments,
+                        ..
+                    }) if job_tools.as_ref().is_some_and(|j| j.handles(&tool)) => {
+                        let j = job_tools.as_ref().expect("checked");
+                        j.start(now, graph, n, a, invocation, &tool, arguments)?;
+                        progressed = true;
+                    }
+                    AgentOutput::Session(Output::StartCall {
+                        invocation,
+                        tool,
+                        arguments,
+                        ..
+                    }) if handled.contains(&tool) => {
+                        let (tx, rx) = watch::channel(false);
+                        aborts.insert((n.clone(), invocation), tx);
+                        calls.push(CallJob {
+                            node: n.clone(),
+                            invocation,
+                            tool,
+                            arguments,
+                            abort: rx,
+                        });
+                    }
+                    AgentOutput::Session(Output::AbortCall { invocation, .. }) => {
+                        if let Some(tx) = aborts.get(&(n.clone(), invocation)) {
+                            tx.send_replace(true);
+                        }
+                    }
+                    AgentOutput::Session(Output::StartCall {
+                        invocation, tool, ..
+                    }) => {
+                        // No host handler is registered for this tool on this host.
+                        a.on_call_settled(
+                            now,
+                            graph,
+                            invocation,
+                            Settlement::from(HandlerFailure::UnknownTool(tool)),
+                        )?;
+                        progressed = true;
+                    }
+                    AgentOutput::Session(Output::TurnEnded { end, .. }) => {
+                        ends.insert(n.clone(), end);
+                    }
+                    AgentOutput::Spawned { child } => {
+                        to_open.push(child);
+                        progressed = true;
+                    }
+                    _ => {}
+                }
+            }
+        }
+        Ok(progressed)
+    }
+
+    /// The model steps the agents release before a flush (reads: see
+    /// `NodeAgent::poll_output`). Hosts call it after [`sync_open`](Self::sync_open) and
+    /// start the jobs before they flush, so that the model is asked while the lines that
+    /// precede the request become durable; [`pump`](Self::pump) then flushes and releases
+    /// the rest.
+    pub fn release(
+        &mut self,
+        now: Millis,
+        graph: &mut ActorGraph,
+    ) -> Result<Vec<ModelJob>, AgentsError> {
+        let mut jobs = Vec::new();
+        self.poll_all(now, graph, &mut jobs)?;
         Ok(jobs)
     }
 
@@ -739,6 +773,74 @@ mod tests {
                 .any(|l| l.text == "late")
         );
         assert!(rt.interrupt(3_002, &mut g, "nobody", "x").is_none());
+    }
+
+    #[test]
+    fn a_model_step_is_released_before_its_lines_are_flushed_and_the_turn_ends_after() {
+        let (mut g, mut store) = graph();
+        let (mut rt, seen) = runtime(false);
+        rt.open(2_000, &mut g, "coordinator").unwrap();
+        flusher(&mut store)(&mut g).unwrap();
+        let acked = g.acked();
+        // The host's order: the change, `sync_open`, `release` (start the model), the flush.
+        g.append(2_000, "coordinator", NewLine::user("hi")).unwrap();
+        rt.sync_open(2_000, &mut g).unwrap();
+        let jobs = rt.release(2_000, &mut g).unwrap();
+        assert_eq!(jobs.len(), 1, "the model is asked before the flush");
+        assert_eq!(g.acked(), acked, "nothing is acknowledged yet");
+        assert!(
+            g.has_batches(),
+            "the person's line and `turn_start` are still queued"
+        );
+        let mut batches = g.take_batches();
+        assert_eq!(
+            batches.len(),
+            1,
+            "one batch: the person's line and `turn_start`"
+        );
+        // The answer arrives while that batch is being written: its lines queue behind it and
+        // the turn's end is not released.
+        let step = jobs[0].step;
+        rt.finish(
+            2_001,
+            &mut g,
+            "coordinator",
+            step,
+            Ok(ModelResponse::text("hello")),
+        )
+        .unwrap();
+        assert!(rt.release(2_001, &mut g).unwrap().is_empty());
+        assert_eq!(
+            rt.last_end("coordinator"),
+            None,
+            "the end waits for the acks"
+        );
+        let first = batches.remove(0);
+        store.apply(&first).unwrap();
+        g.ack(first.id).unwrap();
+        assert!(rt.release(2_001, &mut g).unwrap().is_empty());
+        assert_eq!(
+            rt.last_end("coordinator"),
+            None,
+            "the answer's lines are not durable yet"
+        );
+        rt.pump(2_002, &mut g, &mut flusher(&mut store)).unwrap();
+        assert_eq!(rt.last_end("coordinator"), Some(&TurnEnd::Completed));
+        let outputs: Vec<Value> = seen
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|e| matches!(e, AgentEvent::Output { .. }))
+            .map(|e| e.to_json()["output"].clone())
+            .collect();
+        assert_eq!(
+            outputs,
+            [
+                json!("turn_started"),
+                json!("model_request"),
+                json!("turn_ended")
+            ]
+        );
     }
 
     #[test]

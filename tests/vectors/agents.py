@@ -131,6 +131,39 @@ vec("restart mid-stream: an answer that was not durable is lost with the step, n
   {"op":"crash","expect":{C:{"interruptedTurn":1,"modelStepInterrupted":True}},
    "files":{"nodes/coordinator/chat.jsonl":[{},{"role":"user"},{"agent":{"entry":"turn_start"}},{"agent":{"entry":"turn_end","end":"interrupted"}}]}},
 ])
+vec("a model request is a read: released before its lines are durable; a crash before they are leaves no turn", [
+  {"op":"agent","node":C},
+  # The host's order: sync, poll (the request goes out), then flush. Here the flush never comes.
+  {"op":"say","node":C,"text":"hello","hold":True,
+   "outputs":[{"node":C,"output":"turn_started","turn":1},{"node":C,"output":"model_request","turn":1,"step":1}],
+   "input":{C:{"turn":1,"step":1,"messages":[{"role":"user","text":"hello"}]}},
+   "files":{"nodes/coordinator/chat.jsonl":[{}]}},
+  # The answer's lines are effects: the turn's end waits for every line before it.
+  {"op":"model","node":C,"text":"Hi","hold":True,"outputs":[],"state":{C:{"phase":"idle"}}},
+  # Killed before the store wrote anything: the person's line was never durable (never
+  # acknowledged to them), the turn never happened; nothing to recover, nothing re-asked.
+  {"op":"crash","expect":{C:{"interruptedTurn":None,"modelStepInterrupted":False,"pendingTasks":0,"uncertainCalls":[]}},
+   "outputs":[],"lines":{C:[]},
+   "files":{"nodes/coordinator/chat.jsonl":[{}]},
+   "state":{C:{"phase":"idle","queuedTasks":0}}},
+])
+vec("a model request is a read: once its lines are durable, a crash mid-stream interrupts the step", [
+  {"op":"agent","node":C},
+  {"op":"say","node":C,"text":"hello","hold":True,"outputs":["turn_started","model_request"]},
+  # The lines become durable while the model streams: nothing more is released.
+  {"op":"flush","outputs":[],
+   "files":{"nodes/coordinator/chat.jsonl":[{},{"role":"user","text":"hello"},{"agent":{"entry":"turn_start","turn":1}}]}},
+  {"op":"crash","expect":{C:{"interruptedTurn":1,"modelStepInterrupted":True,"pendingTasks":0}},
+   "lines":{C:[{"role":"system","agent":{"entry":"turn_end","turn":1,"end":"interrupted","reason":"host restarted during a model step"}}]}},
+])
+vec("a read queued behind a held effect waits with it (outputs keep their order)", [
+  {"op":"agent","node":C},
+  {"op":"say","node":C,"text":"first","outputs":["turn_started","model_request"]},
+  {"op":"say","node":C,"text":"second","outputs":[]},
+  # The answer ends turn 1 and starts turn 2: its end is an effect, so turn 2's request waits too.
+  {"op":"model","node":C,"text":"one","hold":True,"outputs":[]},
+  {"op":"flush","outputs":["turn_ended","turn_started","model_request"]},
+])
 vec("restart with a call started: uncertain, evidence host_restarted", [
   {"op":"spawn","parent":C,"type":"task","id":"task-a","title":"Task A"},
   {"op":"agent","node":"task-a","tools":[{"name":"deploy"}]},

@@ -23,9 +23,15 @@
 //!   model step whose node waits on a non-terminal mailbox is not released to the host; the
 //!   agent is `waiting` (a `wait` line), stays cancellable, and the step is released by itself
 //!   when the target turns terminal. A node paused by a disambiguation child waits the same way.
-//! - **Durability before effects**: an output is released to the host only once every line
-//!   written before it is acknowledged by the store ([`ActorGraph::ack`]), so a model is never
-//!   asked, and a call never started, on the strength of lines a crash could lose.
+//! - **Durability before effects**: an effect (a call to start, a turn's end, a spawned
+//!   child, ...) is released to the host only once every line written before it is
+//!   acknowledged by the store ([`ActorGraph::ack`]), so a call is never started, and a turn
+//!   never reported ended, on the strength of lines a crash could lose. A model request is a
+//!   read ([`is_read`]): it is released as soon as the lines before it are queued, and the host
+//!   asks the model while it makes them durable (one fsync round off the turn's critical
+//!   path); the answer's lines are acknowledged after them. A crash before they are durable
+//!   leaves no turn (and the person's line, not durable, was never acknowledged); after, the
+//!   step is interrupted like any step that was streaming.
 //! - **Graph tools** (`spawn`, `resolve`, `wait_on`, `set_status`, `read_mailbox`) are
 //!   performed by the core against the graph's rules; a spawn's routing marker is its result
 //!   line. A spawned child gets its own agent (the host opens it on [`AgentOutput::Spawned`]),
@@ -47,8 +53,10 @@
 //!                                          // a status, an ack): takes new user lines, re-checks waits
 //!     on_model_response / on_model_error / on_call_settled / on_call_job /
 //!     deliver_note / post_observation / wake / interrupt / handle_timeout (now, graph, ...)
+//!     while let Some(o) = poll_output(graph) { ... }   // reads (a model request) now:
+//!                                                      // ask the model while flushing
 //!     perform graph.take_batches(), graph.ack(id)
-//!     while let Some(o) = poll_output(graph) { ... }   // only what durable lines allow
+//!     while let Some(o) = poll_output(graph) { ... }   // effects once their lines are durable
 //!     model_input(graph) when ModelRequest was polled; poll_timeout() for the next deadline
 //! }
 //! ```
@@ -145,7 +153,8 @@ impl Default for AgentConfig {
     }
 }
 
-/// Work for the host, released only when the lines written before it are durable.
+/// Work for the host, released when the lines written before it allow (an effect once they
+/// are durable, a read once they are queued: [`NodeAgent::poll_output`]).
 #[derive(Clone, Debug, PartialEq)]
 pub enum AgentOutput {
     /// A session output. `ModelRequest`: read [`NodeAgent::model_input`] and answer with
@@ -845,11 +854,17 @@ impl NodeAgent {
         self.pump(now, graph)
     }
 
-    /// The next output whose lines are durable, oldest first.
+    /// The next output its lines allow, oldest first: an effect (a call to start, a turn's
+    /// end, a spawned child, ...) once the lines written before it are acknowledged; a read
+    /// ([`is_read`]: a turn's start and its model request) as soon as they are queued, so the
+    /// host asks the model while it makes them durable. Outputs keep their order: a read
+    /// queued behind a held effect is held with it.
     #[must_use]
     pub fn poll_output(&mut self, graph: &ActorGraph) -> Option<AgentOutput> {
         match self.queue.front() {
-            Some((b, _)) if *b <= graph.acked() => self.queue.pop_front().map(|(_, o)| o),
+            Some((b, o)) if *b <= graph.acked() || is_read(o) => {
+                self.queue.pop_front().map(|(_, o)| o)
+            }
             _ => None,
         }
     }
@@ -1267,6 +1282,21 @@ impl OrReason for Value {
             self
         }
     }
+}
+
+/// Whether `output` is a read the host may perform before the lines written before it are
+/// durable (see [`NodeAgent::poll_output`]): the start of a turn and its model request. A
+/// model request only reads the node's lines; if a crash loses them, the turn never happened
+/// on disk (no `turn_start`, and a person's line that was not durable was never
+/// acknowledged), and if they were durable the step is recorded interrupted, as for any step
+/// that was streaming. Everything the step's answer writes is acknowledged after them (acks
+/// are cumulative), so nothing that follows the request is released on lines a crash could
+/// lose.
+pub fn is_read(output: &AgentOutput) -> bool {
+    matches!(
+        output,
+        AgentOutput::Session(Output::TurnStarted { .. } | Output::ModelRequest { .. })
+    )
 }
 
 /// Whether `status` ends a node's work (re-exported for hosts deciding nothing themselves).

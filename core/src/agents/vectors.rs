@@ -11,8 +11,9 @@
 //! `state` (`{node: subset}`) and `files` (`{path: subset}` of the store).
 //!
 //! After each step the queued batches are applied to the memory store and acknowledged and
-//! every agent is synced, unless the step says `"hold": true` (the batches stay unapplied;
-//! `flush` applies them; `crash` drops them, as a host killed before its store wrote them).
+//! every agent is synced, unless the step says `"hold": true` (every agent is synced and what
+//! it releases before a flush is drained, then the batches stay unapplied; `flush` applies
+//! them; `crash` drops them, as a host killed before its store wrote them).
 //!
 //! Ops: `graph {call, args}` (any actor operation), `spawn {parent, type, id, title?}` and `status {node, status, summary?}` (the graph,
 //! as another writer), `say {node, text}` (a user line), `agent {node, tools?: [{name,
@@ -129,6 +130,14 @@ impl Run {
             }
         }
         Err(verr("agents did not settle in 16 rounds"))
+    }
+
+    /// Syncs every agent with the graph (nothing is applied).
+    fn sync_all(&mut self) -> Result<(), (String, String)> {
+        for a in self.agents.values_mut() {
+            a.sync(self.now, &mut self.g).map_err(aerr)?;
+        }
+        Ok(())
     }
 
     fn drain(&mut self) {
@@ -419,8 +428,15 @@ pub fn run_vector(v: &Value) -> VectorResult {
         run.outputs.clear();
         let mut result = run.step(step);
         if step["hold"].as_bool() == Some(true) {
-            run.held.extend(run.g.take_batches());
+            // The host's order: the agents see the change, release what may go before the
+            // flush (reads), then the batches are taken (and here held).
+            if result.is_ok()
+                && let Err(e) = run.sync_all()
+            {
+                result = Err(e);
+            }
             run.drain();
+            run.held.extend(run.g.take_batches());
         } else if (step["op"] != "crash" || result.is_ok())
             && let Err(e) = run.settle()
         {

@@ -145,6 +145,25 @@ impl Inner {
         }
     }
 
+    /// What the agents release before a flush (reads: their model steps, see
+    /// `Runtime::release`); an agent's error is logged as in [`pump_agents`](Self::pump_agents).
+    fn release_agents(&mut self) -> Work {
+        let Some(rt) = self.agents.as_mut() else {
+            return Work::default();
+        };
+        let models = match rt.release(wall_ms(), &mut self.graph) {
+            Ok(jobs) => jobs,
+            Err(e) => {
+                eprintln!("weft desk: agents: error[{}]: {e}", e.code());
+                Vec::new()
+            }
+        };
+        Work {
+            models,
+            calls: rt.take_calls(),
+        }
+    }
+
     /// Runs the agents' call order until quiet; returns the model steps and host tool calls
     /// to run.
     fn pump_agents(&mut self) -> Work {
@@ -375,8 +394,9 @@ impl DeskState {
         Ok(self)
     }
 
-    /// Runs `f` under the lock (blocking), performs what it queued, pumps the agents and
-    /// signals live views; returns `f`'s result and the model steps to start.
+    /// Runs `f` under the lock (blocking), starts the model steps the agents release before a
+    /// flush, performs what `f` queued, pumps the agents and signals live views; returns `f`'s
+    /// result and the work to start.
     fn locked<T>(
         &self,
         f: impl FnOnce(&mut Inner) -> Result<T, ActorsError>,
@@ -384,6 +404,10 @@ impl DeskState {
         let mut g = self.inner.lock().unwrap_or_else(|p| p.into_inner());
         let out = f(&mut g);
         g.sync_agents();
+        // Reads go out before the flush: a released model step is asked while its lines (a
+        // person's line and the `turn_start`) become durable (the core's rule, `poll_output`).
+        let early = g.release_agents();
+        self.start_jobs(early);
         let flushed = g.flush();
         let jobs = g.pump_agents();
         // The agent lines now on disk go to the event streams (under the lock: in the

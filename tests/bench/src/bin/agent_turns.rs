@@ -5,8 +5,10 @@
 //!     written), both asking the same local streaming model over the same HTTP path (the
 //!     native reqwest client, `ReqwestModel::ask`). A turn is one user line and one streamed
 //!     model answer; the node's turn also makes its lines durable (the user line, the turn
-//!     boundaries and the answer). Reports bytes written, batches and fsyncs per turn (the
-//!     fsyncs are the store's own counter, `FsStore::stats`). Target: ≤ 2× the RAM-only turn.
+//!     boundaries and the answer) in the hosts' order: the model request is a read, asked
+//!     while the person's line and `turn_start` are flushed; the turn ends once the answer's
+//!     lines are durable. Reports bytes written, batches and fsyncs per turn (the fsyncs are
+//!     the store's own counter, `FsStore::stats`). Target: ≤ 2× the RAM-only turn.
 //! (b) Resume time of a root with 1,000 agent nodes, each with a few finished agent turns:
 //!     opening the store and the graph, then `NodeAgent::open` for all 1,000. Target: < 1 s.
 //!     (The root is generated through the core over a memory store, then written out file by
@@ -19,11 +21,13 @@
 //!
 //! Prints figures; asserts nothing.
 //! `cargo run --release -p weft-bench --bin agent_turns -- [--dir DIR] [--turns N]
-//! [--rounds R] [--nodes N] [--chunk-ms MS]` (defaults: the system temp dir, 40 turns, 5
-//! rounds, 1,000 nodes, 0 ms).
+//! [--rounds R] [--nodes N] [--chunk-ms MS] [--serial]` (defaults: the system temp dir, 40
+//! turns, 5 rounds, 1,000 nodes, 0 ms; `--serial` flushes before asking, the order before a
+//! model request was a read, for comparison).
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use serde_json::json;
@@ -34,12 +38,16 @@ use weft_core::actors::store::{ActorStore, MemoryStore, Op, WriteBatch};
 use weft_core::actors::{ActorGraph, HarnessConfig, NewLine, NodeType, SpawnRequest};
 use weft_core::agents::{AgentConfig, AgentOutput, NodeAgent};
 use weft_core::model::{ChatRequest, ModelChoice, ModelConfig, StreamEvent, ToolSpec};
-use weft_core::tools::{ModelResponse, Output, Session, SessionConfig};
+use weft_core::tools::{ModelResponse, Output, Session, SessionConfig, StepId};
 use weft_host::actors::{FsStore, wall_ms};
 use weft_host::model::ReqwestModel;
 
 /// Text deltas per streamed answer.
 const DELTAS: usize = 8;
+
+/// `--serial`: the order before a model request was a read — flush, then ask — for a
+/// comparison on the same disk in the same minute. The default is the hosts' order.
+static SERIAL: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
 fn arg(name: &str, default: u64) -> u64 {
     let args: Vec<String> = std::env::args().collect();
@@ -170,6 +178,8 @@ struct Written {
     bytes: u64,
     /// Batches by label (its first word, e.g. `append`), for the breakdown.
     labels: std::collections::BTreeMap<String, u64>,
+    /// Time spent in `ActorStore::apply`.
+    apply_ns: u64,
 }
 
 fn op_bytes(op: &Op) -> u64 {
@@ -192,7 +202,9 @@ fn count(w: &mut Written, b: &WriteBatch) {
 fn flush<S: ActorStore>(g: &mut ActorGraph, store: &mut S, w: &mut Written) {
     for b in g.take_batches() {
         count(w, &b);
+        let t = Instant::now();
         store.apply(&b).unwrap_or_else(|e| panic!("store: {e}"));
+        w.apply_ns += t.elapsed().as_nanos() as u64;
         g.ack(b.id).expect("ack");
     }
 }
@@ -205,11 +217,31 @@ enum Answer<'a> {
     Builtin,
 }
 
+/// What an agent released: its model step, and whether its turn ended.
+fn poll(agent: &mut NodeAgent, g: &ActorGraph) -> (Option<StepId>, bool) {
+    let (mut step, mut ended) = (None, false);
+    while let Some(o) = agent.poll_output(g) {
+        match o {
+            AgentOutput::Session(Output::ModelRequest { step: s, .. }) => step = Some(s),
+            AgentOutput::Session(Output::TurnEnded { .. }) => ended = true,
+            _ => {}
+        }
+    }
+    (step, ended)
+}
+
 /// One turn of the agent on `node`: a user line, the model's answer, every line durable.
 /// Returns the deltas streamed and the request's tool specs and system text.
-async fn node_turn<S: ActorStore>(
+///
+/// The host's order (the desk's `locked`): after a change the agent syncs
+/// (`Runtime::sync_open`: the person's line and the `turn_start` share one batch), the reads
+/// it releases go out before the flush (`Runtime::release`: the model is asked now, on a task,
+/// while the flush makes the lines durable in the blocking pool), then the flush and what the
+/// acknowledged lines release (`Runtime::pump`); the answer is handed back once the flush is
+/// done (in the desk it waits for the graph's lock).
+async fn node_turn<S: ActorStore + Send + 'static>(
     g: &mut ActorGraph,
-    store: &mut S,
+    store: &Arc<Mutex<S>>,
     agent: &mut NodeAgent,
     node: &str,
     text: &str,
@@ -221,32 +253,74 @@ async fn node_turn<S: ActorStore>(
     let mut deltas = 0;
     let mut spec = (Vec::new(), None);
     for _ in 0..64 {
-        // The host's order (`Runtime::sync_open`, then flush): the agent sees the change before
-        // it is flushed, so the person's line and the agent's `turn_start` share one round.
         agent.sync(wall_ms(), g).expect("sync");
-        flush(g, store, w);
-        let (mut step, mut ended) = (None, false);
-        while let Some(o) = agent.poll_output(g) {
-            match o {
-                AgentOutput::Session(Output::ModelRequest { step: s, .. }) => step = Some(s),
-                AgentOutput::Session(Output::TurnEnded { .. }) => ended = true,
-                _ => {}
-            }
+        if SERIAL.load(Ordering::Relaxed) {
+            flush(g, &mut *store.lock().expect("store"), w);
         }
-        if let Some(step) = step {
+        let (mut step, mut ended) = poll(agent, g);
+        let mut asked = None;
+        if let Some(st) = step.take() {
             let input = agent.model_input(g).expect("the released step's input");
             let chat = input.chat_request();
-            let r = match answer {
+            spec = (chat.tools.clone(), chat.system.clone());
+            match answer {
                 Answer::Model(m) => {
-                    let (r, d) = ask(m, &chat).await;
-                    deltas += d;
-                    r
+                    let m = (*m).clone();
+                    asked = Some((st, tokio::spawn(async move { ask(&m, &chat).await })));
                 }
-                Answer::Builtin => input.builtin_answer(),
-            };
-            spec = (chat.tools, chat.system);
+                Answer::Builtin => {
+                    // The runtime's built-in model answers inside the pump, before the flush.
+                    let r = input.builtin_answer();
+                    agent
+                        .on_model_response(wall_ms(), g, st, r)
+                        .expect("the answer");
+                }
+            }
+        }
+        // The flush: in the blocking pool while the model is asked, inline otherwise.
+        let batches = g.take_batches();
+        for b in &batches {
+            count(w, b);
+        }
+        let nothing = batches.is_empty();
+        let apply = {
+            let store = store.clone();
+            move || {
+                let mut s = store.lock().expect("store");
+                let t = Instant::now();
+                for b in &batches {
+                    s.apply(b).unwrap_or_else(|e| panic!("store: {e}"));
+                }
+                let ns = t.elapsed().as_nanos() as u64;
+                (batches.iter().map(|b| b.id).collect::<Vec<_>>(), ns)
+            }
+        };
+        let (acks, answered) = match asked {
+            Some((st, asking)) if nothing => (
+                (Vec::new(), 0),
+                Some((st, asking.await.expect("the model task"))),
+            ),
+            Some((st, asking)) => {
+                let (acks, r) = tokio::join!(tokio::task::spawn_blocking(apply), asking);
+                (acks.expect("flush"), Some((st, r.expect("the model task"))))
+            }
+            None => (apply(), None),
+        };
+        let (acks, ns) = acks;
+        w.apply_ns += ns;
+        for id in acks {
+            g.ack(id).expect("ack");
+        }
+        let (later, e) = poll(agent, g);
+        assert!(
+            later.is_none(),
+            "a model request is released before the flush"
+        );
+        ended |= e;
+        if let Some((st, (r, d))) = answered {
+            deltas += d;
             agent
-                .on_model_response(wall_ms(), g, step, r)
+                .on_model_response(wall_ms(), g, st, r)
                 .expect("the answer");
         } else if ended && !g.has_batches() {
             return (deltas, spec.0, spec.1);
@@ -306,6 +380,7 @@ async fn turns(dir: &Path, turns: u64, rounds: u64, model: &ReqwestModel) {
     let (mut node_ms, mut ram_ms, mut ratios) = (Vec::new(), Vec::new(), Vec::new());
     let mut mem_ms = Vec::new();
     let (mut raw_rates, mut fsyncs, mut fs_rounds) = (Vec::new(), 0u64, 0u64);
+    let (mut round_ns, mut apply_ns) = (0u64, 0u64);
     let mut w = Written::default();
     let mut chat_bytes = 0u64;
     let (mut node_deltas, mut ram_deltas) = (0usize, 0usize);
@@ -337,15 +412,29 @@ async fn turns(dir: &Path, turns: u64, rounds: u64, model: &ReqwestModel) {
         flush(&mut g, &mut store, &mut scratch);
         let chat0 =
             std::fs::metadata(root.join("nodes/coordinator/chat.jsonl")).map_or(0, |m| m.len());
-        let f0 = store.stats.fsyncs.load(Ordering::Relaxed);
-        let r0 = store.stats.rounds.load(Ordering::Relaxed);
+        // Shared with the blocking pool that flushes while the model is asked (as the desk's).
+        let store = Arc::new(Mutex::new(store));
+        let stat = |s: &Arc<Mutex<FsStore>>| {
+            let s = s.lock().expect("store");
+            (
+                s.stats.fsyncs.load(Ordering::Relaxed),
+                s.stats.rounds.load(Ordering::Relaxed),
+                s.stats
+                    .round_ns
+                    .iter()
+                    .map(|n| n.load(Ordering::Relaxed))
+                    .sum::<u64>(),
+            )
+        };
+        let (f0, r0, n0) = stat(&store);
+        let a0 = w.apply_ns;
         let t = Instant::now();
         let mut tools = Vec::new();
         let mut system = None;
         for i in 0..turns {
             let (d, t, s) = node_turn(
                 &mut g,
-                &mut store,
+                &store,
                 &mut agent,
                 "coordinator",
                 &line(i),
@@ -357,8 +446,11 @@ async fn turns(dir: &Path, turns: u64, rounds: u64, model: &ReqwestModel) {
             (tools, system) = (t, s);
         }
         let node_t = t.elapsed().as_secs_f64() * 1000.0 / turns as f64;
-        fsyncs += store.stats.fsyncs.load(Ordering::Relaxed) - f0;
-        fs_rounds += store.stats.rounds.load(Ordering::Relaxed) - r0;
+        let (f1, r1, n1) = stat(&store);
+        fsyncs += f1 - f0;
+        fs_rounds += r1 - r0;
+        round_ns += n1 - n0;
+        apply_ns += w.apply_ns - a0;
         chat_bytes += std::fs::metadata(root.join("nodes/coordinator/chat.jsonl"))
             .map_or(0, |m| m.len())
             - chat0;
@@ -381,12 +473,13 @@ async fn turns(dir: &Path, turns: u64, rounds: u64, model: &ReqwestModel) {
             NodeAgent::open(wall_ms(), &mut g, "coordinator", AgentConfig::default())
                 .expect("open");
         flush(&mut g, &mut mem, &mut scratch);
+        let mem = Arc::new(Mutex::new(mem));
         let t = Instant::now();
         for i in 0..turns {
             let answer = Answer::Model(model);
             node_turn(
                 &mut g,
-                &mut mem,
+                &mem,
                 &mut agent,
                 "coordinator",
                 &line(i),
@@ -454,6 +547,12 @@ async fn turns(dir: &Path, turns: u64, rounds: u64, model: &ReqwestModel) {
         chat_bytes as f64 / n
     );
     println!(
+        "  per node turn in FsStore::apply: {:.3} ms, of which {:.3} ms in its fsync rounds \
+         (the rest: writes, opens, stats)",
+        apply_ns as f64 / n / 1e6,
+        round_ns as f64 / n / 1e6
+    );
+    println!(
         "  node turn batches by label: {}",
         w.labels
             .iter()
@@ -500,12 +599,13 @@ async fn resume(dir: &Path, nodes: u64, rounds: u64) {
         g.spawn_batch(wall_ms(), reqs).expect("spawn batch");
         flush(&mut g, &mut mem, &mut w);
     }
+    let shared = Arc::new(Mutex::new(mem));
     for id in &ids {
         let (mut a, _) = NodeAgent::open(wall_ms(), &mut g, id, AgentConfig::default()).unwrap();
         for i in 0..TURNS {
             node_turn(
                 &mut g,
-                &mut mem,
+                &shared,
                 &mut a,
                 id,
                 &line(i),
@@ -515,6 +615,10 @@ async fn resume(dir: &Path, nodes: u64, rounds: u64) {
             .await;
         }
     }
+    let mem = Arc::try_unwrap(shared)
+        .unwrap_or_else(|_| panic!("the turns are done"))
+        .into_inner()
+        .expect("store");
     let root = dir.join("resume-root");
     let mut bytes = 0usize;
     for (p, b) in &mem.files {
@@ -586,6 +690,7 @@ async fn main() {
     let rounds = arg("--rounds", 5);
     let nodes = arg("--nodes", 1000);
     let gap = Duration::from_millis(arg("--chunk-ms", 0));
+    SERIAL.store(args.iter().any(|a| a == "--serial"), Ordering::Relaxed);
     let dir = base.join(format!("weft-agent-turns-bench-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("bench dir");
     let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
@@ -611,6 +716,14 @@ async fn main() {
     println!(
         "model: in-process OpenAI stream server, {DELTAS} text deltas per answer, {} ms between events",
         gap.as_millis()
+    );
+    println!(
+        "order: {}",
+        if SERIAL.load(Ordering::Relaxed) {
+            "--serial: the turn's first lines are flushed, then the model is asked"
+        } else {
+            "the hosts': the model is asked while the turn's first lines are flushed"
+        }
     );
     turns(&dir, turns_n, rounds, &model).await;
     resume(&dir, nodes, rounds).await;
