@@ -10,6 +10,7 @@ mod common;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use common::*;
@@ -84,19 +85,34 @@ fn lazy(root: &Path, targets: &[&str], spawns: bool) -> Session {
 /// Files opened and bytes read by a spawn, a message and a status change, one writer each (as
 /// the CLI runs them), after one spawn that finds the logs rewritten by [`generate`] (and reads
 /// them whole once).
-fn costs(root: &Path, tag: &str) -> [(u64, u64); 3] {
+fn costs(root: &Path, tag: &str) -> ([(u64, u64); 3], u64) {
     let spawn_one = |id: String| {
         let mut s = lazy(root, &["coordinator"], true);
         let mut r = SpawnRequest::new("coordinator", NodeType::Task);
         r.id = Some(id);
         s.graph.spawn(NOW, r).unwrap();
         s.flush().unwrap();
-        (s.store.opens(), s.store.bytes_read())
+        let written = s.store.stats.bytes_written.load(Ordering::Relaxed);
+        (
+            (s.store.opens(), s.store.bytes_read()),
+            written,
+            s.graph.opened_trusted(),
+        )
     };
-    spawn_one(format!("warm-{tag}"));
-    let spawn = spawn_one(format!("new-{tag}"));
+    // The first spawn also rewrites graph.json and the coordinator's record whole: generate
+    // wrote them with sorted keys, not in the canonical form a spawn grows in place.
+    // It leaves stamps of graph.json and nodes/ that the next commands trust: they neither
+    // parse graph.json nor list nodes/.
+    let (_, _, trusted) = spawn_one(format!("warm-{tag}"));
+    assert!(
+        !trusted,
+        "generate changed graph.json and nodes/ behind the stamps"
+    );
+    let (spawn, written, trusted) = spawn_one(format!("new-{tag}"));
+    assert!(trusted, "the spawn after a lazy spawn trusts its stamps");
     let child = format!("new-{tag}");
     let mut s = lazy(root, &[&child], false);
+    assert!(s.graph.opened_trusted());
     let line = s.graph.append(NOW, &child, NewLine::user("hello")).unwrap();
     assert_eq!(line, 2, "the child's addendum, then this line");
     s.flush().unwrap();
@@ -108,7 +124,7 @@ fn costs(root: &Path, tag: &str) -> [(u64, u64); 3] {
         .unwrap();
     s.flush().unwrap();
     let status = (s.store.opens(), s.store.bytes_read());
-    [spawn, message, status]
+    ([spawn, message, status], written)
 }
 
 fn size(root: &Path, rel: &str) -> u64 {
@@ -119,8 +135,15 @@ fn size(root: &Path, rel: &str) -> u64 {
 fn a_spawn_a_message_and_a_status_change_open_as_many_files_at_10_as_at_10000_nodes() {
     let small = generate("scale-10", 10);
     let big = generate("scale-10k", 10_000);
-    let at_10 = costs(&small, "a");
-    let at_10k = costs(&big, "a");
+    let (at_10, written_10) = costs(&small, "a");
+    let (at_10k, written_10k) = costs(&big, "a");
+    // Bytes written by a spawn: the child, the patches growing graph.json and the parent's
+    // record, the marker and the record — the same at 10,000 nodes as at 10 (a few digits of
+    // line numbers apart), never the records that grow with the root.
+    assert!(
+        written_10k <= written_10 + 64 && written_10k < 4096,
+        "a spawn wrote {written_10k} bytes at 10,000 nodes, {written_10} at 10"
+    );
     let opens = |c: &[(u64, u64); 3]| c.map(|(o, _)| o);
     assert_eq!(
         opens(&at_10),
@@ -177,6 +200,88 @@ fn a_spawn_a_message_and_a_status_change_open_as_many_files_at_10_as_at_10000_no
     assert!(lineage_problems(&read_disk(&small)).is_empty());
     let _ = std::fs::remove_dir_all(&big);
     let _ = std::fs::remove_dir_all(&small);
+}
+
+/// The long-lived writer (desk, `weft serve`) holds the whole graph: its spawns grow
+/// graph.json and the parent's record in place too, so the 300th spawn writes as many bytes as
+/// the second (a few digits of line numbers apart), while graph.json alone has grown past what
+/// a whole rewrite would cost.
+#[test]
+fn a_long_lived_writer_spawn_writes_as_many_bytes_at_300_nodes_as_at_3() {
+    let root = generate("scale-long", 2);
+    let mut s = Session::writer(&root, config(), Duration::from_secs(5)).unwrap();
+    let mut per_spawn = Vec::new();
+    for i in 0..300 {
+        let before = s.store.stats.bytes_written.load(Ordering::Relaxed);
+        let mut r = SpawnRequest::new("coordinator", NodeType::Task);
+        r.id = Some(format!("long-{i:03}"));
+        s.graph.spawn(NOW, r).unwrap();
+        s.flush().unwrap();
+        per_spawn.push(s.store.stats.bytes_written.load(Ordering::Relaxed) - before);
+    }
+    drop(s);
+    let (second, last) = (per_spawn[1], per_spawn[299]);
+    let graph = size(&root, "graph.json");
+    assert!(
+        graph > 15_000,
+        "graph.json holds 302 entries: {graph} bytes"
+    );
+    assert!(
+        last <= second + 64 && last < 4096,
+        "the 300th spawn wrote {last} bytes, the second {second}"
+    );
+    let s = Session::reader(&root, config()).unwrap();
+    assert!(
+        s.report.diagnostics.is_empty(),
+        "{:?}",
+        s.report.diagnostics
+    );
+    assert_eq!(s.graph.node_ids().len(), 303);
+    assert_eq!(s.graph.node("coordinator").unwrap().spawned.len(), 302);
+    assert!(lineage_problems(&read_disk(&root)).is_empty());
+    let _ = std::fs::remove_dir_all(&root);
+}
+
+/// What a power loss can leave of a spawn's in-place writes: the parent's record and
+/// graph.json cut inside the bytes the patch added. The next writer's open repairs both
+/// (`TORN_RECORD`, graph.json rebuilt from the records) and links the child again.
+#[test]
+fn a_torn_patch_of_the_parent_and_graph_json_is_repaired_on_open() {
+    let root = generate("scale-torn", 3);
+    for id in ["p-1", "p-2"] {
+        let mut s = lazy(&root, &["coordinator"], true);
+        let mut r = SpawnRequest::new("coordinator", NodeType::Task);
+        r.id = Some(id.into());
+        s.graph.spawn(NOW, r).unwrap();
+        s.flush().unwrap();
+    }
+    let cut = |rel: &str, needle: &str| {
+        let p = root.join(rel);
+        let text = std::fs::read_to_string(&p).unwrap();
+        let at = text.rfind(needle).unwrap() + needle.len() / 2;
+        let mut b = text.as_bytes()[..at].to_vec();
+        b.extend_from_slice(&[0u8; 9]);
+        std::fs::write(&p, b).unwrap();
+    };
+    cut("nodes/coordinator/meta.json", "\"p-2\"");
+    cut("graph.json", "\"p-2\": {");
+    let s = Session::writer(&root, config(), Duration::from_secs(5)).unwrap();
+    let codes: Vec<&str> = s.report.diagnostics.iter().map(|d| d.code).collect();
+    assert!(codes.contains(&"TORN_RECORD"), "{codes:?}");
+    assert!(
+        s.report
+            .repairs
+            .iter()
+            .any(|r| r.contains("linked `p-2` into `coordinator`")),
+        "{:?}",
+        s.report.repairs
+    );
+    assert_eq!(s.graph.node("coordinator").unwrap().spawned.len(), 5);
+    drop(s);
+    assert!(lineage_problems(&read_disk(&root)).is_empty());
+    let s = Session::reader(&root, config()).unwrap();
+    assert!(s.report.repairs.is_empty(), "{:?}", s.report.repairs);
+    let _ = std::fs::remove_dir_all(&root);
 }
 
 /// Every file of `root`, with the paths of `roots` spelled out replaced (node addresses).

@@ -13,6 +13,9 @@
 // * `put`: write `<path>.weft-tmp-<batch>-<stage>-<op>`, fsync it, rename it over the record,
 //   fsync the directory;
 // * `append`: one write of whole lines, fsync (a new log also fsyncs its directory);
+// * `patch` (a spawn growing `graph.json` or a parent's record): the record's first `at` bytes
+//   and the patch text written as a `put` (the native store writes in place under the readers'
+//   lock, which Node cannot take);
 // * `truncate` / `rename`: fsync the file / the directories.
 // A stage's fsyncs are issued together, in two rounds (new files and directories before their
 // rename, then appends and the directories that changed).
@@ -532,6 +535,22 @@ export class FsBackend {
             throw ioError('append', op.path, e);
           }
           second.push([op.path, fh]);
+          break;
+        }
+        case 'patch': {
+          // Node cannot take the readers' lock the native store patches under, so the record
+          // is replaced whole (its first `at` bytes and the patch, as a put): readers see it
+          // change atomically.
+          checkPath(op.path);
+          const [parent] = split(op.path);
+          const cur = await this.#read(op.path);
+          if (cur === undefined || cur.length !== op.size || op.at > op.size)
+            throw new WeftError('STORE_IO', `${op.path} is not the ${op.size} bytes a patch at ${op.at} expects`);
+          const tmp = `${op.path}${TMP_SUFFIX}-${batch.id}-${si}-${oi}`;
+          const text = Buffer.concat([cur.subarray(0, op.at), Buffer.from(op.text)]);
+          first.push([tmp, await this.#writeNew(tmp, text, handles, false)]);
+          dirty.add(parent);
+          moves.push({ put: op.path, tmp });
           break;
         }
         case 'truncate': {

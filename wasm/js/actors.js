@@ -56,6 +56,15 @@ function applyOp(m, op) {
     case 'append':
       m.set(op.path, (m.get(op.path) ?? '') + op.text);
       break;
+    case 'patch': {
+      // Replace the bytes from `at` to the end (the record must be `size` bytes long).
+      const cur = m.get(op.path);
+      const bytes = cur === undefined ? undefined : enc.encode(cur);
+      if (bytes === undefined || bytes.length !== op.size || op.at > op.size)
+        throw new WeftError('STORE_IO', `${op.path} is not the ${op.size} bytes a patch at ${op.at} expects`);
+      m.set(op.path, dec.decode(bytes.subarray(0, op.at)) + op.text);
+      break;
+    }
     case 'truncate': {
       const cur = m.get(op.path);
       if (cur !== undefined) m.set(op.path, dec.decode(enc.encode(cur).slice(0, op.len)));

@@ -151,6 +151,8 @@ fn parse_json<T: DeserializeOwned>(
 struct Tails {
     torn: Vec<(String, u64, u64, Vec<u8>)>,
     newline: Vec<String>,
+    /// Node records a crash tore during a patch, repaired in memory: recovery rewrites them.
+    records: Vec<NodeId>,
 }
 
 impl Tails {
@@ -198,7 +200,25 @@ fn read_nodes(
             });
             continue;
         };
-        let meta: Node = match serde_json::from_slice::<Node>(mb) {
+        let parsed = serde_json::from_slice::<Node>(mb);
+        let repaired = match &parsed {
+            Err(_) => super::patch::repair_torn_meta(mb).filter(|m| m.id == id),
+            Ok(_) => None,
+        };
+        if let Some(m) = &repaired {
+            diags.push(Diagnostic {
+                code: "TORN_RECORD",
+                file: mpath.clone(),
+                line: None,
+                message: format!(
+                    "{mpath} ends in a spawn's torn in-place write; its `spawned` was cut back to the last whole child ({}) and the record is rewritten",
+                    m.spawned.len()
+                ),
+                repaired: true,
+            });
+            tails.records.push(id.clone());
+        }
+        let meta: Node = match repaired.map(Ok).unwrap_or(parsed) {
             Ok(m) if m.id == id => m,
             Ok(m) => {
                 let error = format!("its id is `{}`, not `{id}`", m.id);
@@ -263,6 +283,11 @@ fn read_nodes(
                 chain.insert(n, parse_json::<Mailbox>(p, b, diags));
             }
         }
+        let meta_at = if meta.spawned.is_empty() {
+            None
+        } else {
+            super::patch::meta_patch_at(mb, meta.last_event_at.is_some())
+        };
         nodes.insert(
             id,
             NodeState {
@@ -271,6 +296,7 @@ fn read_nodes(
                 chat_base,
                 mailbox: latest,
                 chain,
+                meta_at,
             },
         );
     }
@@ -354,6 +380,10 @@ impl ActorGraph {
             g.graph_version = gr.version;
             g.graph_extra = gr.extra.clone();
             g.index = gr.nodes.clone();
+            g.graph_at = snap
+                .files
+                .get(GRAPH)
+                .and_then(|b| super::patch::graph_patch_at(b));
         }
         g.nodes = nodes;
         g.broken = broken;
@@ -453,7 +483,7 @@ impl ActorGraph {
             repairs.push(format!("moved the unreadable graph.json to {aside}"));
         }
 
-        let mut dirty: BTreeSet<NodeId> = BTreeSet::new();
+        let mut dirty: BTreeSet<NodeId> = tails.records.iter().cloned().collect();
         // Children in creation order, so that roll-forward appends keep spawn order.
         let mut order: Vec<(Option<Millis>, NodeId)> = self
             .nodes
@@ -840,6 +870,10 @@ pub struct LazyRead<'a> {
     /// The whole metathread is needed (into [`LazySnapshot::snap`], `meta_mark` cleared): what
     /// the mark summarises does not agree with `graph.json`, and the open must see why.
     pub metathread: bool,
+    /// The listing of `nodes/` is needed (into [`LazySnapshot::snap`]'s `dirs`): the host
+    /// trusted its stamps and did not list, but the open cannot use that trust (`graph.json`
+    /// is not in canonical form, or `GIT_CLOSEOUT` is now `per-node`).
+    pub listing: bool,
 }
 
 /// What a lazy open learnt of a log's first `len` bytes (whole lines). A host may keep it and
@@ -873,6 +907,13 @@ pub struct LazySnapshot {
     /// bytes before (a mark an earlier lazy open returned, see
     /// [`ActorGraph::lazy_marks`]).
     pub meta_mark: Option<LogMark>,
+    /// The host vouches that `graph.json` and the `nodes/` directory are exactly as a writer
+    /// left them whose graph said [`ActorGraph::lazy_trusted`] after its last write (file
+    /// stamps it kept match: device, inode, size, modification time). The open then does not
+    /// parse `graph.json` (it reads its root, and looks ids up in its bytes) and needs no
+    /// listing of `nodes/` in `snap.dirs`: it costs the same at any node count. The metathread
+    /// and the records read are checked as always.
+    pub trusted: bool,
 }
 
 /// A string field of a metathread record, or `None` when it holds anything else.
@@ -1108,6 +1149,14 @@ impl ActorGraph {
     /// `GIT_CLOSEOUT=per-node`, or when a task's spawn record does not show a close-out other
     /// than `per-node` (recovered or foreign records). Otherwise the rule cannot change any node
     /// it did not read, and no task is read.
+    ///
+    /// From a trusted head ([`LazySnapshot::trusted`]) the checks of `graph.json` against the
+    /// listing, against the metathread's digests and against the records read are skipped
+    /// (the records' own checks are not): the writer that kept the stamps made them, and
+    /// nothing changed either file since. The open reads the
+    /// root from `graph.json`'s bytes and looks ids up in them, so its cost does not grow with
+    /// the node count. A trusted head it cannot use (not canonical, `GIT_CLOSEOUT=per-node`)
+    /// makes it ask for the listing ([`LazyRead::listing`]) and check as usual.
     pub fn open_lazy<E>(
         config: HarnessConfig,
         root_address: &str,
@@ -1119,29 +1168,69 @@ impl ActorGraph {
         let mut head = head;
         let meta_bytes = head.snap.files.remove(METATHREAD);
         let full = |why: String| Ok(LazyOpen::Full(why));
-        let snap = &head.snap;
-        let Some(gb) = snap.files.get(GRAPH) else {
+        let Some(gb) = head.snap.files.remove(GRAPH) else {
             return full("graph.json is missing".into());
         };
-        let index: GraphIndex = match serde_json::from_slice(gb) {
-            Ok(g) => g,
-            Err(e) => return full(format!("graph.json is unreadable ({e})")),
-        };
-        let listed: BTreeSet<&str> = snap
-            .dirs
-            .iter()
-            .filter_map(|d| d.strip_prefix("nodes/"))
-            .filter(|d| !d.contains('/'))
-            .collect();
-        if !listed
-            .iter()
-            .copied()
-            .eq(index.nodes.keys().map(String::as_str))
+        let graph_at = super::patch::graph_patch_at(&gb);
+        // Trusted (see `LazySnapshot::trusted`): graph.json is neither parsed nor compared
+        // with a listing, only its root read; what this open would check of it held when the
+        // writer that left it checked it last.
+        let trusted_root = if head.trusted
+            && graph_at.is_some()
+            && config.git_closeout != super::CloseoutDefault::PerNode
         {
-            return full("nodes/ and graph.json list different nodes".into());
+            super::patch::graph_root(&gb)
+        } else {
+            None
+        };
+        let trusted = trusted_root.is_some();
+        if head.trusted && !trusted {
+            let ask = LazyRead {
+                nodes: &[],
+                tail_lines: LAZY_TAIL_LINES,
+                metathread: false,
+                listing: true,
+            };
+            read(&ask, &mut head)?;
+        }
+        let index: GraphIndex = match &trusted_root {
+            Some(root) => GraphIndex {
+                version: 1,
+                root: root.clone(),
+                nodes: BTreeMap::new(),
+                related: Vec::new(),
+                extra: Default::default(),
+            },
+            None => match serde_json::from_slice(&gb) {
+                Ok(g) => g,
+                Err(e) => return full(format!("graph.json is unreadable ({e})")),
+            },
+        };
+        let lists = |id: &str| {
+            if trusted {
+                super::patch::graph_lists(&gb, id)
+            } else {
+                index.nodes.contains_key(id)
+            }
+        };
+        if !trusted {
+            let listed: BTreeSet<&str> = head
+                .snap
+                .dirs
+                .iter()
+                .filter_map(|d| d.strip_prefix("nodes/"))
+                .filter(|d| !d.contains('/'))
+                .collect();
+            if !listed
+                .iter()
+                .copied()
+                .eq(index.nodes.keys().map(String::as_str))
+            {
+                return full("nodes/ and graph.json list different nodes".into());
+            }
         }
         let root = index.root.clone();
-        if !index.nodes.contains_key(root.as_str()) {
+        if !lists(root.as_str()) {
             return full("graph.json does not list its root".into());
         }
         let mut diags = Vec::new();
@@ -1174,13 +1263,15 @@ impl ActorGraph {
         };
         // Equal sums: every child has exactly one record, naming its parent, and every
         // disambiguation one resolution; no task's record leaves the wave rule a node to move.
-        let agrees = first.mark.spawns == want_spawns && first.mark.resolutions == want_resolutions;
+        let agrees = trusted
+            || first.mark.spawns == want_spawns && first.mark.resolutions == want_resolutions;
         let mut whole = None;
         if !agrees && head.meta_mark.is_some() {
             let ask = LazyRead {
                 nodes: &[],
                 tail_lines: LAZY_TAIL_LINES,
                 metathread: true,
+                listing: false,
             };
             head.meta_mark = None;
             read(&ask, &mut head)?;
@@ -1194,6 +1285,10 @@ impl ActorGraph {
             None => None,
         };
         let scan = rescan.as_ref().unwrap_or(&first);
+        let agreed = agrees
+            || rescan.as_ref().is_some_and(|r| {
+                r.mark.spawns == want_spawns && r.mark.resolutions == want_resolutions
+            });
         if !agrees {
             // The records as the whole metathread has them: why the sums differ.
             for (id, e) in &index.nodes {
@@ -1212,7 +1307,7 @@ impl ActorGraph {
         }
         let mut want: BTreeSet<String> = targets
             .iter()
-            .filter(|t| index.nodes.contains_key(**t))
+            .filter(|t| lists(t))
             .map(|t| (*t).to_owned())
             .collect();
         let tasks = index
@@ -1240,6 +1335,7 @@ impl ActorGraph {
                 nodes: &missing,
                 tail_lines: LAZY_TAIL_LINES,
                 metathread: false,
+                listing: false,
             };
             read(&ask, &mut head)?;
         }
@@ -1265,6 +1361,17 @@ impl ActorGraph {
         }
         for (id, st) in &nodes {
             let m = &st.meta;
+            if m.routing_paused_by.is_some() {
+                // Every disambiguation has its resolution record (checked above, or when the
+                // trusted state was left): the pause is stale, which open reports.
+                return full(format!("`{id}` has a stale pause"));
+            }
+            if m.status == super::Status::AwaitingUser && !m.awaiting_user {
+                return full(format!("`{id}`: status and awaitingUser disagree"));
+            }
+            if trusted {
+                continue;
+            }
             let e = &index.nodes[id.as_str()];
             if e.node_type != m.node_type || e.spawned_by != m.spawned_by {
                 return full(format!("graph.json and nodes/{id}/meta.json disagree"));
@@ -1283,14 +1390,6 @@ impl ActorGraph {
             let children = child_count.get(id.as_str()).copied().unwrap_or(0);
             if children != m.spawned.len() {
                 return full(format!("`{id}`.spawned and graph.json disagree"));
-            }
-            if m.routing_paused_by.is_some() {
-                // Every disambiguation has its resolution record (checked above): the pause
-                // is stale, which open reports.
-                return full(format!("`{id}` has a stale pause"));
-            }
-            if m.status == super::Status::AwaitingUser && !m.awaiting_user {
-                return full(format!("`{id}`: status and awaitingUser disagree"));
             }
         }
         let unloaded: BTreeSet<String> = index
@@ -1331,8 +1430,14 @@ impl ActorGraph {
                 .cloned()
                 .collect(),
             unloaded,
+            agreed,
+            raw: trusted.then_some(gb),
+            raw_ids: Default::default(),
+            raw_lookups: Default::default(),
+            trusted,
         });
         g.index = index.nodes;
+        g.graph_at = graph_at;
         g.nodes = nodes;
         g.meta_base = scan.mark.lines;
         Ok(LazyOpen::Ready(Box::new(g)))

@@ -24,6 +24,7 @@ mod lineage;
 mod load;
 pub mod model;
 mod ops;
+mod patch;
 pub mod proposer;
 pub mod store;
 pub mod time;
@@ -261,6 +262,9 @@ pub(crate) struct NodeState {
     pub mailbox: Option<Mailbox>,
     /// Compaction chain versions present (None = present but unreadable).
     pub chain: BTreeMap<u64, Option<Mailbox>>,
+    /// `meta.json` on disk, when it is canonical with a non-empty `spawned` (see
+    /// [`patch`]): where a patch adding a child starts, and the record's length.
+    pub meta_at: Option<(u64, u64)>,
 }
 
 impl NodeState {
@@ -301,6 +305,9 @@ pub struct ActorGraph {
     graph_extra: Map<String, Value>,
     /// `graph.json`'s entries as loaded (extra fields preserved), updated on spawn.
     index: BTreeMap<String, GraphEntry>,
+    /// `graph.json` on disk, when it holds `index` in canonical form (see [`patch`]): where a
+    /// patch adding entries starts.
+    graph_at: Option<u64>,
     nodes: BTreeMap<NodeId, NodeState>,
     broken: BTreeMap<String, Broken>,
     meta: Vec<Entry<Map<String, Value>>>,
@@ -330,6 +337,19 @@ pub(crate) struct Lazy {
     pub related: Vec<Edge>,
     /// What the open learnt of the logs it read, for the host to hand back next time.
     pub marks: BTreeMap<String, LogMark>,
+    /// The metathread's records agreed with `graph.json` (every child has its record, every
+    /// task's close-out is one the wave rule leaves alone, every disambiguation is resolved).
+    pub agreed: bool,
+    /// `graph.json` as a trusted open found it, not parsed (`index` then holds only the
+    /// entries added since): ids are looked up in it, and it is parsed when the whole index
+    /// is needed ([`ActorGraph::ensure_index`]).
+    pub raw: Option<Vec<u8>>,
+    /// Digests of the ids `raw` lists, computed once look-ups become many.
+    pub raw_ids: std::cell::OnceCell<std::collections::HashSet<u64>>,
+    /// Look-ups in `raw` so far.
+    pub raw_lookups: std::cell::Cell<u32>,
+    /// The open trusted the host's stamps ([`LazySnapshot::trusted`]).
+    pub trusted: bool,
 }
 
 /// A change to the graph, for live views: `{"seq", "kind", "node"}`.
@@ -496,6 +516,7 @@ impl ActorGraph {
             graph_version: 1,
             graph_extra: Map::new(),
             index: BTreeMap::new(),
+            graph_at: None,
             nodes: BTreeMap::new(),
             broken: BTreeMap::new(),
             meta: Vec::new(),
@@ -692,6 +713,9 @@ impl ActorGraph {
             }
         }
         let stages: Vec<Vec<Op>> = stages.into_iter().map(join_appends).collect();
+        for op in stages.iter().flatten() {
+            self.note_written(op);
+        }
         if !tx.gates.is_empty() {
             self.gate_labels.insert(id, tx.label.clone());
         }
@@ -709,6 +733,32 @@ impl ActorGraph {
             _ => self.outbox.push(batch),
         }
         id
+    }
+
+    /// Keeps what the graph knows of the records on disk (see [`patch`]) true after `op`:
+    /// a whole record written says where the next patch starts (patches update it where
+    /// they are made).
+    fn note_written(&mut self, op: &Op) {
+        match op {
+            Op::Put { path, text } if path == GRAPH => {
+                self.graph_at = patch::graph_patch_at(text.as_bytes());
+            }
+            Op::Put { path, text } => {
+                let node = path
+                    .strip_prefix("nodes/")
+                    .and_then(|r| r.strip_suffix("/meta.json"))
+                    .and_then(|id| self.nodes.get_mut(id));
+                if let Some(st) = node {
+                    st.meta_at = if st.meta.spawned.is_empty() {
+                        None
+                    } else {
+                        patch::meta_patch_at(text.as_bytes(), st.meta.last_event_at.is_some())
+                    };
+                }
+            }
+            Op::Rename { from, .. } if from == GRAPH => self.graph_at = None,
+            _ => {}
+        }
     }
 
     pub(crate) fn address_of(&self, id: &NodeId) -> String {
@@ -754,7 +804,87 @@ impl ActorGraph {
 
     /// Whether `id` is a node a lazy open knows of but did not read.
     pub(crate) fn is_unloaded(&self, id: &str) -> bool {
-        self.lazy.as_ref().is_some_and(|l| l.unloaded.contains(id))
+        self.lazy.as_ref().is_some_and(|l| {
+            l.unloaded.contains(id)
+                || l.raw.as_ref().is_some_and(|raw| {
+                    // A few look-ups search the bytes; more (a derived id trying candidates)
+                    // digest every id once.
+                    let n = l.raw_lookups.get() + 1;
+                    l.raw_lookups.set(n);
+                    let listed = match l.raw_ids.get() {
+                        None if n <= 4 => true,
+                        None => l
+                            .raw_ids
+                            .get_or_init(|| patch::graph_ids(raw))
+                            .contains(&patch::id_digest(id)),
+                        Some(ids) => ids.contains(&patch::id_digest(id)),
+                    };
+                    listed && patch::graph_lists(raw, id)
+                })
+        })
+    }
+
+    /// Parses `graph.json` when a trusted lazy open left it unparsed (see [`Lazy::raw`]):
+    /// before anything needs the whole index (a rewrite of `graph.json`).
+    pub(crate) fn ensure_index(&mut self) {
+        let Some(l) = self.lazy.as_mut() else {
+            return;
+        };
+        let Some(raw) = l.raw.take() else {
+            return;
+        };
+        l.raw_ids = Default::default();
+        let Ok(g) = serde_json::from_slice::<GraphIndex>(&raw) else {
+            // Not what the trusted open was told; the rewrite holds what is known, and a full
+            // open rebuilds the rest from the node records.
+            return;
+        };
+        let mut index = g.nodes;
+        index.extend(std::mem::take(&mut self.index));
+        l.unloaded = index
+            .keys()
+            .filter(|k| !self.nodes.contains_key(k.as_str()))
+            .cloned()
+            .collect();
+        l.related = g
+            .related
+            .into_iter()
+            .filter(|e| l.unloaded.contains(e.from.as_str()))
+            .collect();
+        self.index = index;
+        self.graph_version = g.version;
+        self.graph_extra = g.extra;
+    }
+
+    /// Whether the graph was opened lazily from a trusted head ([`LazySnapshot::trusted`]):
+    /// `graph.json` was neither parsed nor compared with a listing of `nodes/`.
+    pub fn opened_trusted(&self) -> bool {
+        self.lazy.as_ref().is_some_and(|l| l.trusted)
+    }
+
+    /// Whether a later lazy open may trust `graph.json` and `nodes/` as this graph leaves them
+    /// (see [`LazySnapshot::trusted`]), provided nothing else changed them: the graph was
+    /// opened lazily and everything its open checks agreed, `graph.json` is in canonical form
+    /// (see [`patch`]), the store never failed, the wave
+    /// rule reads no task (`GIT_CLOSEOUT` is not `per-node`, every task read has a close-out
+    /// other than `per-node`), and no node read is paused or an unresolved disambiguation.
+    /// A host keeps stamps of both only when this holds after its last write.
+    pub fn lazy_trusted(&self) -> bool {
+        let Some(l) = &self.lazy else {
+            return false;
+        };
+        l.agreed
+            && self.graph_at.is_some()
+            && self.failed.is_none()
+            && self.config.git_closeout != CloseoutDefault::PerNode
+            && self.nodes.values().all(|n| {
+                let m = &n.meta;
+                let closeout_ok = m.node_type != NodeType::Task
+                    || matches!(&m.git_closeout, Some(c) if *c != GitCloseout::PerNode && !matches!(c, GitCloseout::Other(_)));
+                closeout_ok
+                    && m.routing_paused_by.is_none()
+                    && !(m.node_type == NodeType::Disambiguation && m.resolved_into.is_none())
+            })
     }
 
     /// Whether the graph was opened lazily (it holds only the nodes the host loaded).
@@ -878,6 +1008,7 @@ impl ActorGraph {
     }
 
     pub(crate) fn put_graph(&mut self) -> Op {
+        self.ensure_index();
         let g = self.graph_index();
         let text = pretty(&g);
         self.index = g.nodes;

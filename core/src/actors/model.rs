@@ -189,9 +189,6 @@ pub struct Node {
     pub address: String,
     #[serde(rename = "spawnedBy", default, skip_serializing_if = "Option::is_none")]
     pub spawned_by: Option<NodeId>,
-    /// Every child this node forked, in spawn order.
-    #[serde(default)]
-    pub spawned: Vec<NodeId>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub related: Vec<Related>,
     #[serde(default)]
@@ -250,12 +247,6 @@ pub struct Node {
     #[serde(rename = "createdAt", default, skip_serializing_if = "Option::is_none")]
     pub created_at: Option<String>,
     #[serde(
-        rename = "lastEventAt",
-        default,
-        skip_serializing_if = "Option::is_none"
-    )]
-    pub last_event_at: Option<String>,
-    #[serde(
         rename = "lastTouchedAt",
         default,
         skip_serializing_if = "Option::is_none"
@@ -263,6 +254,17 @@ pub struct Node {
     pub last_touched_at: Option<String>,
     #[serde(flatten)]
     pub extra: Map<String, Value>,
+    /// Every child this node forked, in spawn order. Written last but one (a spawn grows the
+    /// record in place: see `Op::Patch`).
+    #[serde(default)]
+    pub spawned: Vec<NodeId>,
+    /// Written last, after `spawned` (a spawn rewrites it with the closing bytes).
+    #[serde(
+        rename = "lastEventAt",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub last_event_at: Option<String>,
 }
 
 fn is_false(b: &bool) -> bool {
@@ -294,12 +296,13 @@ pub struct GraphIndex {
     #[serde(default = "one")]
     pub version: u64,
     pub root: NodeId,
-    #[serde(default)]
-    pub nodes: std::collections::BTreeMap<String, GraphEntry>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub related: Vec<Edge>,
     #[serde(flatten)]
     pub extra: Map<String, Value>,
+    /// Written last (a spawn adds its entry in place: see `Op::Patch`).
+    #[serde(default)]
+    pub nodes: std::collections::BTreeMap<String, GraphEntry>,
 }
 
 fn one() -> u64 {

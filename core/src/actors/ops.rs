@@ -8,16 +8,16 @@ use serde_json::{Map, Value, json};
 use super::closeout::{default_closeout, system_addendum};
 use super::config::AgenticUi;
 use super::model::{
-    ChatLine, GitCloseout, Mailbox, Node, NodeType, Related, RelatedKind, Role, Status, WaitMode,
-    WaitOn,
+    ChatLine, GitCloseout, GraphEntry, Mailbox, Node, NodeType, Related, RelatedKind, Role, Status,
+    WaitMode, WaitOn,
 };
 use super::proposer::{Proposal, ProposalContext, SpawnProposer, is_task_utterance};
 use super::store::{BatchId, Op, Snapshot};
 use super::time::format_rfc3339;
 use super::views::Scope;
 use super::{
-    ActorGraph, ActorsError, BOOKMARKS, Entry, HarnessConfig, INDEX, NodeId, NodeState, THREAD, Tx,
-    line, obj, pretty, slugify,
+    ActorGraph, ActorsError, BOOKMARKS, Entry, GRAPH, HarnessConfig, INDEX, NodeId, NodeState,
+    THREAD, Tx, line, obj, pretty, slugify,
 };
 use crate::Millis;
 
@@ -259,6 +259,7 @@ impl ActorGraph {
                 chat_base: 0,
                 mailbox: None,
                 chain: Default::default(),
+                meta_at: None,
             },
         );
         let mut tx = Tx::new("init");
@@ -521,6 +522,7 @@ impl ActorGraph {
                 chat_base: 0,
                 mailbox: None,
                 chain: Default::default(),
+                meta_at: None,
             },
         );
         let parent = self.state_mut(&p.parent);
@@ -730,9 +732,16 @@ impl ActorGraph {
         }
         let mid = mid_ops(self);
         let (more, more_records) = later_ops(self);
+        // A plain spawn changes the parent's record and graph.json only by its children:
+        // both grow in place (see `patch`). Anything else rewrites them whole.
+        let plain = mid.is_empty() && more.is_empty() && more_records.is_empty();
         later.extend(more);
         records.extend(more_records);
         self.wave_downgrade(now, &mut later);
+        let children: Vec<NodeId> = outs
+            .iter()
+            .map(|o: &SpawnOutcome| o.child.clone())
+            .collect();
         let mut tx = Tx::new(label);
         for op in first {
             tx.op(op);
@@ -742,8 +751,17 @@ impl ActorGraph {
             tx.op(op);
         }
         tx.barrier();
-        tx.op(self.put_meta(parent));
-        let g = self.put_graph();
+        let parent_path = super::meta_path(parent.as_str());
+        let rewritten = later.iter().any(|op| op.paths().contains(&parent_path));
+        let meta_op = match self.spawn_meta_patch(parent, &children) {
+            Some(op) if plain && !rewritten => op,
+            _ => self.put_meta(parent),
+        };
+        tx.op(meta_op);
+        let g = match self.spawn_graph_patch(parent, &children) {
+            Some(op) if plain => op,
+            _ => self.put_graph(),
+        };
         tx.op(g);
         for op in later {
             tx.op(op);
@@ -755,6 +773,64 @@ impl ActorGraph {
         let id = self.commit(tx);
         debug_assert_eq!(id, batch);
         (outs, batch)
+    }
+
+    /// The patch growing `parent`'s record by `children` (just spawned: already in its
+    /// `spawned`), when the record on disk is canonical, nothing else of it changed and no
+    /// child pauses it; updates what the graph knows of the record on disk.
+    fn spawn_meta_patch(&mut self, parent: &NodeId, children: &[NodeId]) -> Option<Op> {
+        let st = self.state(parent);
+        let (at, size) = st.meta_at?;
+        let m = &st.meta;
+        let old = m.spawned.len().checked_sub(children.len())?;
+        if old == 0 || m.spawned[old..] != *children || m.routing_paused_by.is_some() {
+            return None;
+        }
+        let text = super::patch::meta_patch_text(
+            children.iter().map(NodeId::as_str),
+            m.last_event_at.as_deref(),
+        );
+        let close = at + text.find("\n  ]").expect("the patch closes `spawned`") as u64;
+        let new_size = at + text.len() as u64;
+        self.state_mut(parent).meta_at = Some((close, new_size));
+        Some(Op::Patch {
+            path: super::meta_path(parent.as_str()),
+            at,
+            size,
+            text,
+        })
+    }
+
+    /// The patch adding `children`'s entries to `graph.json`, when it is canonical on disk and
+    /// the children add no related edge; records the entries in the index.
+    fn spawn_graph_patch(&mut self, parent: &NodeId, children: &[NodeId]) -> Option<Op> {
+        let at = self.graph_at?;
+        let mut entries = Vec::with_capacity(children.len());
+        for c in children {
+            let m = &self.state(c).meta;
+            if !m.wait_on.is_empty() || !m.related.is_empty() || self.index.contains_key(c.as_str())
+            {
+                return None;
+            }
+            entries.push((
+                c.to_string(),
+                GraphEntry {
+                    node_type: m.node_type.clone(),
+                    spawned_by: Some(parent.clone()),
+                    extra: Default::default(),
+                },
+            ));
+        }
+        let text = super::patch::graph_patch_text(entries.iter().map(|(k, e)| (k.as_str(), e)));
+        let suffix = super::patch::GRAPH_SUFFIX.len() as u64;
+        self.graph_at = Some(at + text.len() as u64 - suffix);
+        self.index.extend(entries);
+        Some(Op::Patch {
+            path: GRAPH.to_owned(),
+            at,
+            size: at + suffix,
+            text,
+        })
     }
 
     /// Cadence separation: worker cadence never lands on the discussion surface, and lines

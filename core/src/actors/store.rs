@@ -12,6 +12,21 @@
 //! out: a store may finish the last step of an op while performing the next stage, provided
 //! it can tell, when it opens, whether the op's own stage was durable and then finishes it
 //! before loading (the filesystem store renames a node directory into place that way).
+//!
+//! [`Op::Patch`] is the one op a crash may leave half done inside a record: the record's
+//! bytes before `at` as they were, then any prefix of the patch (or, on a power loss, stale
+//! or zeroed bytes) after them — a record that may not parse. The core emits patches only in
+//! a spawn's second stage, on the two records that stage rewrites and that stage 1 makes
+//! rebuildable: `graph.json` (open moves an unreadable one aside and rebuilds it from the
+//! node records) and the parent's `meta.json` (open cuts a torn one back to its last whole
+//! child in `spawned`, reports `TORN_RECORD` and rewrites it; roll-forward then links the
+//! children that name the parent). A store that cannot write in place may perform a patch as
+//! a whole replace of the record (its first `at` bytes and `text`), atomically like a `put`.
+//! Readers of a filesystem store see no torn patch: it is written under the readers' lock.
+//! A patch is one positioned write of a few hundred bytes, which process death does not cut
+//! (short of a write straddling a page boundary at the instant of a `SIGKILL`); a power loss
+//! can, so after one the parent's directory under `nodes/` may hold a torn `meta.json` until
+//! the next writer opens the root and repairs it.
 
 use std::collections::BTreeMap;
 
@@ -40,6 +55,20 @@ pub enum Op {
     Truncate { path: String, len: u64 },
     /// Moves a record aside (recovery keeps a corrupt record instead of overwriting it).
     Rename { from: String, to: String },
+    /// Grows a JSON record in place: the record is `size` bytes long, and its bytes from
+    /// offset `at` to the end are replaced with `text`, durably (file stores: a positioned
+    /// write at `at`, the length set to `at + text.len()`, fsync). The bytes before `at` are
+    /// never written. The core emits it only for records it wrote in its canonical form (a
+    /// spawn adds an entry to `graph.json`'s `nodes`, a child to the parent's `spawned`), so a
+    /// spawn writes O(1) bytes however many nodes the root holds. A store whose record is not
+    /// `size` bytes long refuses the op (the record changed under the writer). See the module
+    /// documentation for what a crash may leave.
+    Patch {
+        path: String,
+        at: u64,
+        size: u64,
+        text: String,
+    },
 }
 
 impl Op {
@@ -57,6 +86,12 @@ impl Op {
             Op::Append { path, text } => json!({"op": "append", "path": path, "text": text}),
             Op::Truncate { path, len } => json!({"op": "truncate", "path": path, "len": len}),
             Op::Rename { from, to } => json!({"op": "rename", "path": from, "to": to}),
+            Op::Patch {
+                path,
+                at,
+                size,
+                text,
+            } => json!({"op": "patch", "path": path, "at": at, "size": size, "text": text}),
         }
     }
 
@@ -67,9 +102,10 @@ impl Op {
                 .iter()
                 .map(|(n, _)| format!("nodes/{id}/{n}"))
                 .collect(),
-            Op::Put { path, .. } | Op::Append { path, .. } | Op::Truncate { path, .. } => {
-                vec![path.clone()]
-            }
+            Op::Put { path, .. }
+            | Op::Append { path, .. }
+            | Op::Truncate { path, .. }
+            | Op::Patch { path, .. } => vec![path.clone()],
             Op::Rename { from, to } => vec![from.clone(), to.clone()],
         }
     }
@@ -272,6 +308,20 @@ impl MemoryStore {
                 if let Some(f) = self.files.remove(from) {
                     self.files.insert(to.clone(), f);
                 }
+            }
+            Op::Patch {
+                path,
+                at,
+                size,
+                text,
+            } => {
+                let f = self
+                    .files
+                    .get_mut(path)
+                    .filter(|f| f.len() as u64 == *size && *at <= *size)
+                    .ok_or_else(|| format!("{path} is not the {size} bytes a patch expects"))?;
+                f.truncate(*at as usize);
+                f.extend_from_slice(text.as_bytes());
             }
         }
         Ok(())

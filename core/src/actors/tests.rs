@@ -1350,6 +1350,17 @@ fn lazy_open(
     targets: &[&str],
     spawns: bool,
 ) -> (Result<LazyOpen, ActorsError>, Vec<String>) {
+    lazy_open_with(w, targets, spawns, false)
+}
+
+/// [`lazy_open`], from a head the host `trusted` (no listing of `nodes/`: it is asked for
+/// when the open cannot use the trust).
+fn lazy_open_with(
+    w: &mut World,
+    targets: &[&str],
+    spawns: bool,
+    trusted: bool,
+) -> (Result<LazyOpen, ActorsError>, Vec<String>) {
     let full = w.store.load().unwrap();
     let mut head = LazySnapshot {
         snap: Snapshot {
@@ -1359,10 +1370,15 @@ fn lazy_open(
                 .filter(|(p, _)| *p == GRAPH || *p == METATHREAD)
                 .map(|(p, b)| (p.clone(), b.clone()))
                 .collect(),
-            dirs: full.dirs.clone(),
+            dirs: if trusted {
+                Vec::new()
+            } else {
+                full.dirs.clone()
+            },
         },
         tails: Default::default(),
         meta_mark: None,
+        trusted,
     };
     head.snap.dirs.sort();
     let mut asked = Vec::new();
@@ -1373,6 +1389,10 @@ fn lazy_open(
         targets,
         spawns,
         |ask, head| {
+            if ask.listing {
+                asked.push("(listing)".into());
+                head.snap.dirs = full.dirs.clone();
+            }
             for id in ask.nodes {
                 asked.push(id.clone());
                 let prefix = format!("nodes/{id}/");
@@ -1398,6 +1418,79 @@ fn lazy_open(
         },
     );
     (out, asked)
+}
+
+#[test]
+fn a_trusted_lazy_open_keeps_ids_taken_and_grows_the_records_in_place() {
+    let mut w = World::new();
+    let a = w.spawn("coordinator", NodeType::Task, "alpha");
+    w.spawn("coordinator", NodeType::Task, "beta");
+    let now = w.tick();
+    let (out, asked) = lazy_open_with(&mut w, &["coordinator"], true, true);
+    let LazyOpen::Ready(mut lazy) = out.unwrap() else {
+        panic!("a trusted head opens lazily")
+    };
+    assert!(lazy.opened_trusted());
+    assert_eq!(asked, ["coordinator"], "no listing, no other node");
+    // Ids of nodes not read stay taken; a derived id skips them.
+    let mut r = SpawnRequest::new("coordinator", NodeType::Task);
+    r.id = Some(a.to_string());
+    assert_eq!(code(lazy.spawn(now, r)), "NODE_EXISTS");
+    let mut r = SpawnRequest::new("coordinator", NodeType::Task);
+    r.title = "alpha".into();
+    let o = lazy.spawn(now, r).unwrap();
+    assert_eq!(o.child.as_str(), "alpha-2");
+    assert_eq!(
+        code(lazy.append(now, a.as_str(), NewLine::user("x"))),
+        "NOT_LOADED"
+    );
+    let batches = lazy.take_batches();
+    let ops: Vec<(&str, String)> = batches[0].stages[1]
+        .iter()
+        .map(|op| {
+            (
+                op.to_json()["op"].as_str().unwrap().to_owned(),
+                op.paths()[0].clone(),
+            )
+        })
+        .map(|(k, p)| (if k == "patch" { "patch" } else { "other" }, p))
+        .collect();
+    assert!(ops.contains(&("patch", "graph.json".into())), "{ops:?}");
+    assert!(
+        ops.contains(&("patch", "nodes/coordinator/meta.json".into())),
+        "{ops:?}"
+    );
+    for b in batches {
+        w.store.apply(&b).unwrap();
+        lazy.ack(b.id).unwrap();
+    }
+    assert!(lazy.lazy_trusted());
+    // A spawn that rewrites graph.json whole (a wait is a related edge) parses it first, so
+    // the rewrite keeps every entry.
+    let (out, _) = lazy_open_with(&mut w, &["coordinator", a.as_str()], true, true);
+    let LazyOpen::Ready(mut lazy) = out.unwrap() else {
+        panic!("opens lazily")
+    };
+    let mut r = SpawnRequest::new("coordinator", NodeType::Discussion);
+    r.id = Some("gamma".into());
+    r.wait_on.push((a.to_string(), WaitMode::Warn));
+    lazy.spawn(now, r).unwrap();
+    for b in lazy.take_batches() {
+        w.store.apply(&b).unwrap();
+        lazy.ack(b.id).unwrap();
+    }
+    let r = w.reopen();
+    assert!(r.diagnostics.is_empty() && r.repairs.is_empty(), "{r:?}");
+    assert_eq!(w.g.node_ids().len(), 5);
+    assert!(w.g.lineage_violations().is_empty());
+    // A trusted head the open cannot use (GIT_CLOSEOUT=per-node now): it asks for the listing.
+    w.config.git_closeout = crate::actors::CloseoutDefault::PerNode;
+    let (out, asked) = lazy_open_with(&mut w, &["coordinator"], true, true);
+    let LazyOpen::Ready(lazy) = out.unwrap() else {
+        panic!("opens lazily")
+    };
+    assert!(!lazy.opened_trusted() && !lazy.lazy_trusted());
+    assert_eq!(asked[0], "(listing)");
 }
 
 #[test]

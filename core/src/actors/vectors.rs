@@ -148,10 +148,9 @@ impl Run {
                 )));
             }
             for mask in 0u32..(1 << ops.len()) {
-                let left_out_append = ops
-                    .iter()
-                    .enumerate()
-                    .any(|(i, op)| mask & (1 << i) == 0 && matches!(op, Op::Append { .. }));
+                let left_out_append = ops.iter().enumerate().any(|(i, op)| {
+                    mask & (1 << i) == 0 && matches!(op, Op::Append { .. } | Op::Patch { .. })
+                });
                 for torn in [false, true] {
                     if torn && !(tear && left_out_append) {
                         continue;
@@ -173,6 +172,14 @@ impl Run {
                                 .entry(path.clone())
                                 .or_default()
                                 .extend_from_slice(half);
+                        } else if let (true, Op::Patch { path, at, text, .. }) = (torn, op) {
+                            // A positioned write cut short: the bytes before `at` as they
+                            // were, then half the patch.
+                            let half = &text.as_bytes()[..text.len() / 2];
+                            if let Some(f) = store.files.get_mut(path) {
+                                f.truncate(*at as usize);
+                                f.extend_from_slice(half);
+                            }
                         }
                     }
                     let kept: Vec<usize> =

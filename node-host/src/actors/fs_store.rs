@@ -19,6 +19,11 @@
 //!   short in its own stage, which nothing durable names yet, and is removed. When the node is
 //!   created by a batch's last stage (or its file names cannot be spelled in a manifest), it is
 //!   renamed in its own stage, as before: the node appears whole or not at all;
+//! * `patch` (a spawn growing `graph.json` and the parent's record by their last bytes): a
+//!   positioned write at the patch offset and the new length, while holding the readers' lock
+//!   exclusively for an instant (no reader that takes it sees the record half written), then
+//!   fsync in the stage's round. When a reader holds the lock, the record is replaced whole
+//!   instead (temporary, fsync, rename), so the writer never waits for a reader;
 //! * `truncate` / `rename`: fsync the file / the directory.
 //!
 //! A stage's fsyncs are issued concurrently (the file system commits them together), in at
@@ -186,6 +191,8 @@ pub struct FsStats {
     pub fsyncs: AtomicU64,
     /// Rounds of concurrent fsyncs (each waits for the slowest of its fsyncs).
     pub rounds: AtomicU64,
+    /// Bytes written to records and logs (puts' temporaries, appends, patches, new nodes).
+    pub bytes_written: AtomicU64,
     pub batches: AtomicU64,
     /// Nanoseconds spent in `apply` (writes, renames and the rounds).
     pub apply_ns: AtomicU64,
@@ -229,6 +236,8 @@ pub struct FsStore {
     /// [`MARKS_FILE`] as a lazy open read it, and per log read since: its length and the
     /// digest of the [`MARK_CHECK_BYTES`] before it, and whether its kept mark was refused.
     marks: BTreeMap<String, KeptMark>,
+    /// The stamps of `graph.json` and `nodes/` kept in [`MARKS_FILE`] (see [`Trust`]).
+    trust: Option<Trust>,
     seen: BTreeMap<String, (u64, u64, bool)>,
     /// Durability steps counted for crash injection (inert unless armed: `set_failpoint`).
     crash: Steps,
@@ -383,6 +392,7 @@ impl FsStore {
             stats: FsStats::default(),
             bytes_read: 0,
             marks: BTreeMap::new(),
+            trust: None,
             seen: BTreeMap::new(),
             crash: Steps::default(),
         }
@@ -457,6 +467,7 @@ impl FsStore {
             .open(READERS_FILE, Mode::ReadWriteCreate)
             .map_err(|e| io("open", READERS_FILE, e))?;
         let mut s = FsStore::new(root, dir, Some(f), Some(readers));
+        s.marks = s.read_marks();
         s.clean_staging()?;
         Ok(s)
     }
@@ -580,6 +591,14 @@ impl FsStore {
             let Some(d) = self.dir_at(area, None)? else {
                 continue;
             };
+            // `nodes/` is listed for the pending directories of older versions, unless it is
+            // as the last lazy writer left it (which had listed it: its stamp is kept).
+            if area == "nodes"
+                && let Some(t) = &self.trust
+                && d.stamp().is_ok_and(|st| st == t.nodes)
+            {
+                continue;
+            }
             let entries = d.list().map_err(|e| io("list", area, e))?;
             for (name, kind) in entries {
                 let staged = area == STAGING_DIR;
@@ -715,6 +734,9 @@ impl FsStore {
                         format!("{path}{TMP_SUFFIX}-{}-{si}-{oi}", batch.id)
                     };
                     self.step();
+                    self.stats
+                        .bytes_written
+                        .fetch_add(text.len() as u64, Ordering::Relaxed);
                     let f = match self.spares.remove(path) {
                         Some(s) if s == tmp && quiet => Self::overwrite(&d, &tmp, text)?,
                         _ => Self::write_fresh(&d, &tmp, text)?,
@@ -822,11 +844,86 @@ impl FsStore {
                 ));
             }
             self.step();
+            self.stats
+                .bytes_written
+                .fetch_add(text.len() as u64, Ordering::Relaxed);
             let frel = join(&rel, name);
             first.push(SyncJob(frel.clone(), Self::write_new(&d, &frel, text)?));
         }
         first.push(SyncJob(rel, top.into_file()));
         Ok(())
+    }
+
+    /// Grows record `rel` in place (`Op::Patch`): checks it is `size` bytes long, then writes
+    /// `text` at `at` and sets the length to `at + text.len()`, while holding the readers'
+    /// lock exclusively for an instant, so that no reader that takes the lock (every reader of
+    /// this store does) sees the record half written. When a reader holds the lock, the record
+    /// is replaced whole instead (its first `at` bytes and `text` in a temporary, fsynced,
+    /// renamed over it: what readers see changes atomically), which costs the record's size
+    /// but never waits for a reader. Returns the file for the stage's fsync round. A reader
+    /// that ignores the lock may see the record torn for the microseconds of an in-place write.
+    fn patch(
+        &mut self,
+        rel: &str,
+        at: u64,
+        size: u64,
+        text: &str,
+        dirty: &mut BTreeSet<String>,
+    ) -> Result<File, ActorsError> {
+        use std::os::unix::fs::FileExt;
+        let (parent, name) = split(rel);
+        let d = self
+            .dir_at(parent, None)?
+            .ok_or_else(|| ActorsError::StoreIo(format!("{parent} is missing")))?;
+        let f = d
+            .open(name, Mode::ReadWrite)
+            .map_err(|e| io("open", rel, e))?;
+        let len = f.metadata().map_err(|e| io("stat", rel, e))?.len();
+        if len != size || at > size {
+            return Err(ActorsError::StoreIo(format!(
+                "{rel} is {len} bytes, not the {size} a patch at {at} expects (changed under the writer)"
+            )));
+        }
+        let bytes = text.as_bytes();
+        let quiet = self.readers.as_ref().is_some_and(|r| r.try_lock().is_ok());
+        if !quiet {
+            let mut whole = vec![0u8; at as usize];
+            f.read_exact_at(&mut whole, 0)
+                .map_err(|e| io("read", rel, e))?;
+            whole.extend_from_slice(bytes);
+            let whole = String::from_utf8(whole).map_err(|_| {
+                ActorsError::StoreIo(format!("{rel}: a patch at {at} splits a character"))
+            })?;
+            let tmp = format!("{rel}{TMP_SUFFIX}-patch");
+            self.step();
+            let t = Self::write_fresh(&d, &tmp, &whole)?;
+            self.stats
+                .bytes_written
+                .fetch_add(whole.len() as u64, Ordering::Relaxed);
+            t.sync_all().map_err(|e| io("fsync", &tmp, e))?;
+            self.stats.fsyncs.fetch_add(1, Ordering::Relaxed);
+            self.step();
+            d.rename(split(&tmp).1, &d, name)
+                .map_err(|e| io("rename", rel, e))?;
+            dirty.insert(parent.to_owned());
+            return Ok(t);
+        }
+        // No torn variant for crash injection: process death does not cut a positioned write
+        // of a few hundred bytes within a page (a power loss can; open repairs that, see the
+        // core's store contract).
+        self.step();
+        let out = f
+            .write_all_at(bytes, at)
+            .and_then(|_| f.set_len(at + bytes.len() as u64))
+            .map_err(|e| io("write", rel, e));
+        if let Some(r) = &self.readers {
+            let _ = r.unlock();
+        }
+        out?;
+        self.stats
+            .bytes_written
+            .fetch_add(bytes.len() as u64, Ordering::Relaxed);
+        Ok(f)
     }
 
     /// Renames `.weft/<staged>` to `nodes/<id>`.
@@ -926,6 +1023,9 @@ impl FsStore {
                     }
                     self.step();
                     f.write_all(bytes).map_err(|e| io("append", path, e))?;
+                    self.stats
+                        .bytes_written
+                        .fetch_add(bytes.len() as u64, Ordering::Relaxed);
                     second.push(SyncJob(path.clone(), f));
                 }
                 Op::Truncate { path, len } => {
@@ -937,6 +1037,16 @@ impl FsStore {
                     let f = d.open(name, Mode::Write).map_err(|e| io("open", path, e))?;
                     self.step();
                     f.set_len(*len).map_err(|e| io("truncate", path, e))?;
+                    second.push(SyncJob(path.clone(), f));
+                }
+                Op::Patch {
+                    path,
+                    at,
+                    size,
+                    text,
+                } => {
+                    check_path(path).map_err(ActorsError::InvalidArgument)?;
+                    let f = self.patch(path, *at, *size, text, dirty)?;
                     second.push(SyncJob(path.clone(), f));
                 }
                 Op::Rename { from, to } => {
@@ -1302,9 +1412,44 @@ impl FsStore {
             meta_mark = r.mark;
             snap.files.insert(METATHREAD_FILE.into(), r.bytes);
         }
-        if let Some(b) = self.read_file(GRAPH_FILE)? {
-            snap.files.insert(GRAPH_FILE.into(), b);
+        let mut graph_stamp = None;
+        match self.dir.open(GRAPH_FILE, Mode::Read) {
+            Ok(mut f) => {
+                let meta = f.metadata().map_err(|e| io("stat", GRAPH_FILE, e))?;
+                let mut b = Vec::with_capacity(meta.len() as usize + 1);
+                f.read_to_end(&mut b)
+                    .map_err(|e| io("read", GRAPH_FILE, e))?;
+                self.bytes_read += b.len() as u64;
+                graph_stamp = Some(super::walls::stamp(&meta));
+                snap.files.insert(GRAPH_FILE.into(), b);
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(io("read", GRAPH_FILE, e)),
         }
+        let nodes = self.dir_at("nodes", None)?;
+        let nodes_stamp = match &nodes {
+            Some(d) => Some(d.stamp().map_err(|e| io("stat", "nodes", e))?),
+            None => None,
+        };
+        // Both as this store's last lazy writer left them (it kept their stamps only when its
+        // graph was consistent): no listing needed.
+        let trusted = matches!(
+            (&self.trust, &graph_stamp, &nodes_stamp),
+            (Some(t), Some(g), Some(n)) if t.graph == *g && t.nodes == *n
+        );
+        if !trusted {
+            self.list_nodes(&mut snap)?;
+        }
+        Ok(LazySnapshot {
+            snap,
+            tails: BTreeMap::new(),
+            meta_mark,
+            trusted,
+        })
+    }
+
+    /// Lists `nodes/` into `snap.dirs` (sorted), refusing links.
+    fn list_nodes(&mut self, snap: &mut Snapshot) -> Result<(), ActorsError> {
         if let Some(d) = self.dir_at("nodes", None)? {
             for (name, kind) in d.list().map_err(|e| io("list", "nodes", e))? {
                 match kind {
@@ -1317,11 +1462,7 @@ impl FsStore {
             }
         }
         snap.dirs.sort();
-        Ok(LazySnapshot {
-            snap,
-            tails: BTreeMap::new(),
-            meta_mark,
-        })
+        Ok(())
     }
 
     /// Adds what a lazy open asks for to `head`: the records of nodes `ask.nodes` (`meta.json`,
@@ -1332,6 +1473,10 @@ impl FsStore {
         ask: &LazyRead<'_>,
         head: &mut LazySnapshot,
     ) -> Result<(), ActorsError> {
+        if ask.listing {
+            head.snap.dirs.clear();
+            self.list_nodes(&mut head.snap)?;
+        }
         if ask.metathread {
             head.meta_mark = None;
             head.snap.files.remove(METATHREAD_FILE);
@@ -1362,16 +1507,26 @@ impl FsStore {
         self.read_node_with(snap, id, &format!("nodes/{id}"), false)
     }
 
-    /// [`MARKS_FILE`], or nothing when it is missing or unreadable (it is a cache).
+    /// [`MARKS_FILE`], or nothing when it is missing or unreadable (it is a cache); also sets
+    /// the kept stamps (`trust`).
     fn read_marks(&mut self) -> BTreeMap<String, KeptMark> {
-        match self.read_file(MARKS_FILE) {
+        let file = match self.read_file(MARKS_FILE) {
             Ok(Some(b)) => serde_json::from_slice::<MarksFile>(&b)
                 .ok()
-                .filter(|m| m.v == 1)
-                .map(|m| m.logs)
-                .unwrap_or_default(),
-            _ => BTreeMap::new(),
-        }
+                .filter(|m| m.v == 1),
+            _ => None,
+        };
+        let (logs, trust) = file.map(|m| (m.logs, m.graph)).unwrap_or_default();
+        self.trust = trust;
+        logs
+    }
+
+    /// The stamps of `graph.json` and `nodes/` as they are now.
+    fn stamps(&mut self) -> Option<Trust> {
+        let g = self.dir.open(GRAPH_FILE, Mode::Read).ok()?;
+        let graph = super::walls::stamp(&g.metadata().ok()?);
+        let nodes = self.dir_at("nodes", None).ok()??.stamp().ok()?;
+        Some(Trust { graph, nodes })
     }
 
     /// Reads log `rel` from the end of what `mark` summarises (when the bytes before it are
@@ -1472,8 +1627,15 @@ impl FsStore {
     /// Keeps the marks a lazy open returned in [`MARKS_FILE`] (without fsync: a cache)
     /// when one is new, was refused, or lies [`MARK_STRIDE`] past the kept one. Errors are
     /// ignored: the next open reads more, nothing else.
-    pub fn keep_marks(&mut self, marks: &BTreeMap<String, LogMark>) {
-        let mut changed = false;
+    ///
+    /// With `trusted` (the graph said [`weft_core::actors::ActorGraph::lazy_trusted`] after
+    /// this writer's last write) it also keeps the stamps `graph.json` and `nodes/` have now,
+    /// so that the next lazy open that finds them unchanged skips the listing of `nodes/` and
+    /// the parse of `graph.json`; otherwise it drops any stamps kept.
+    pub fn keep_marks(&mut self, marks: &BTreeMap<String, LogMark>, trusted: bool) {
+        let trust = if trusted { self.stamps() } else { None };
+        let mut changed = trust != self.trust;
+        self.trust = trust;
         for (path, m) in marks {
             let Some(&(size, check, refused)) = self.seen.get(path) else {
                 continue;
@@ -1500,6 +1662,7 @@ impl FsStore {
         let file = MarksFile {
             v: 1,
             logs: std::mem::take(&mut self.marks),
+            graph: self.trust.clone(),
         };
         let text = serde_json::to_string(&file).expect("marks serialize");
         self.marks = file.logs;
@@ -1549,6 +1712,20 @@ struct KeptMark {
 struct MarksFile {
     v: u32,
     logs: BTreeMap<String, KeptMark>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    graph: Option<Trust>,
+}
+
+/// Stamps ([`super::walls::stamp`]) of `graph.json` and of the `nodes/` directory, taken
+/// right after the last write of a lazy writer whose graph was consistent: while both still
+/// match, a lazy open trusts what that writer checked
+/// ([`weft_core::actors::LazySnapshot::trusted`]). Any change to either (a spawn, a repair,
+/// another tool adding a node or editing the index) changes a stamp, and the open checks in
+/// full again.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+struct Trust {
+    graph: String,
+    nodes: String,
 }
 
 /// What [`FsStore::read_log`] read.

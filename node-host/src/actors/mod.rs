@@ -158,7 +158,8 @@ impl Session {
     pub fn flush(&mut self) -> Result<usize, ActorsError> {
         let n = flush(&mut self.graph, &mut self.store)?;
         if n > 0 && self.graph.is_lazy() {
-            self.store.keep_marks(self.graph.lazy_marks());
+            let trusted = self.graph.lazy_trusted();
+            self.store.keep_marks(self.graph.lazy_marks(), trusted);
         }
         Ok(n)
     }

@@ -79,6 +79,26 @@ pub enum Mode {
     Create,
     /// Write an existing file.
     Write,
+    /// Read and write an existing file (records grown in place).
+    ReadWrite,
+}
+
+/// A stamp of a file or directory as `fstat` describes it: device, inode, size, modification
+/// and change times (nanoseconds). Equal stamps mean the entry was not replaced or changed
+/// since (the idea of git's index; a change within the file system's timestamp granularity
+/// that keeps the size is the case it cannot see).
+pub fn stamp(m: &std::fs::Metadata) -> String {
+    use std::os::unix::fs::MetadataExt;
+    format!(
+        "{}:{}:{}:{}.{:09}:{}.{:09}",
+        m.dev(),
+        m.ino(),
+        m.size(),
+        m.mtime(),
+        m.mtime_nsec(),
+        m.ctime(),
+        m.ctime_nsec()
+    )
 }
 
 /// An open directory. Every method names one entry of it. Handles opened from one root share
@@ -197,6 +217,7 @@ impl Dir {
             Mode::Append => libc::O_WRONLY | libc::O_APPEND | libc::O_CREAT,
             Mode::Create => libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC,
             Mode::Write => libc::O_WRONLY,
+            Mode::ReadWrite => libc::O_RDWR,
         };
         // O_NONBLOCK: a FIFO planted in the root must not hang the store; it is then refused
         // below like any other non-regular file.
@@ -223,7 +244,9 @@ impl Dir {
         use std::io::Read;
         match self.open(name, Mode::Read) {
             Ok(mut f) => {
-                let mut out = Vec::new();
+                // Sized from the file (one read, no regrowing copies); it may still grow.
+                let len = f.metadata().map_or(0, |m| m.len() as usize);
+                let mut out = Vec::with_capacity(len + 1);
                 f.read_to_end(&mut out)?;
                 Ok(Some(out))
             }
@@ -386,6 +409,11 @@ impl Dir {
     /// Makes the directory's entries durable.
     pub fn sync(&self) -> io::Result<()> {
         self.fd.sync_all()
+    }
+
+    /// A stamp of the directory itself (see [`stamp`]).
+    pub fn stamp(&self) -> io::Result<String> {
+        Ok(stamp(&self.fd.metadata()?))
     }
 
     /// The handle as a file (for `fsync` by a worker).
