@@ -3,7 +3,9 @@
 //!
 //! Every call that changes state returns a [`Done`]: its value is released only against the
 //! acknowledgement of its writes ([`Done::split`] → [`Persist::ack`] → [`Pending::release`]),
-//! so a host cannot answer before what it answers is durable. Calls that wrote nothing give
+//! so answering before the writes are durable takes a visible, named step in the host's code
+//! (the types prove the host held the writes, not that an fsync happened: `ack` is the host's
+//! word that they are durable). Calls that wrote nothing give
 //! their value back through [`Done::into_value_if_clean`]; retention deletions may be written
 //! in the background ([`Persist::hand_off`]).
 //!
@@ -303,7 +305,8 @@ impl Persist {
         std::mem::take(&mut self.writes)
     }
 
-    /// The writes are durable: the token that releases the value.
+    /// The writes are durable: the token that releases the value. Nothing checks that they
+    /// are: this is the host's word, given after its store confirmed them (an fsync, a COMMIT).
     pub fn ack(self) -> Persisted {
         Persisted(())
     }
