@@ -562,15 +562,34 @@ impl Runtime {
     /// `NodeAgent::poll_output`). Hosts call it after [`sync_open`](Self::sync_open) and
     /// start the jobs before they flush, so that the model is asked while the lines that
     /// precede the request become durable; [`pump`](Self::pump) then flushes and releases
-    /// the rest.
+    /// the rest. The jobs are appended to `jobs`, also those released before an error (their
+    /// steps are running: the host starts them or [aborts](Self::abort_released) them).
+    ///
+    /// With the built-in model it releases nothing: its answer is computed inside the
+    /// runtime, so asking it early gains nothing, and [`pump`](Self::pump) answers it after
+    /// the person's line is durable (its lines then go in a batch of their own).
     pub fn release(
         &mut self,
         now: Millis,
         graph: &mut ActorGraph,
-    ) -> Result<Vec<ModelJob>, AgentsError> {
-        let mut jobs = Vec::new();
-        self.poll_all(now, graph, &mut jobs)?;
-        Ok(jobs)
+        jobs: &mut Vec<ModelJob>,
+    ) -> Result<(), AgentsError> {
+        if self.builtin {
+            return Ok(());
+        }
+        self.poll_all(now, graph, jobs).map(|_| ())
+    }
+
+    /// Forgets the released model steps `steps` (node, step) that are still running: their
+    /// abort senders are dropped, so [`run_model`] returns `None`. Hosts call it when the
+    /// flush that had to follow [`release`](Self::release) failed: nobody may see a step
+    /// whose request is not durable.
+    pub fn abort_released(&mut self, steps: &[(String, StepId)]) {
+        for (node, step) in steps {
+            if self.running.get(node).is_some_and(|r| r.0 == *step) {
+                self.running.remove(node);
+            }
+        }
     }
 
     /// The host's model answered (or failed) `node`'s `step`; a stale answer (the step was
@@ -691,6 +710,66 @@ mod tests {
         }
     }
 
+    fn released(rt: &mut Runtime, now: Millis, g: &mut ActorGraph) -> Vec<ModelJob> {
+        let mut jobs = Vec::new();
+        rt.release(now, g, &mut jobs).unwrap();
+        jobs
+    }
+
+    #[test]
+    fn the_builtin_model_is_not_released_before_the_flush_but_answered_by_the_pump() {
+        let (mut g, mut store) = graph();
+        let (mut rt, _) = runtime(true);
+        rt.open(2_000, &mut g, "coordinator").unwrap();
+        flusher(&mut store)(&mut g).unwrap();
+        g.append(2_000, "coordinator", NewLine::user("hi")).unwrap();
+        rt.sync_open(2_000, &mut g).unwrap();
+        let batches = g.take_batches();
+        assert_eq!(batches.len(), 1, "the person's line and `turn_start`");
+        assert!(released(&mut rt, 2_000, &mut g).is_empty());
+        assert!(
+            !g.has_batches(),
+            "no answer was written before the person's line is durable"
+        );
+        for b in batches {
+            store.apply(&b).unwrap();
+            g.ack(b.id).unwrap();
+        }
+        assert_eq!(rt.last_end("coordinator"), None);
+        rt.pump(2_001, &mut g, &mut flusher(&mut store)).unwrap();
+        assert_eq!(rt.last_end("coordinator"), Some(&TurnEnd::Completed));
+    }
+
+    #[test]
+    fn aborting_a_released_step_fires_its_abort_and_forgets_it() {
+        let (mut g, mut store) = graph();
+        let (mut rt, _) = runtime(false);
+        rt.open(2_000, &mut g, "coordinator").unwrap();
+        flusher(&mut store)(&mut g).unwrap();
+        g.append(2_000, "coordinator", NewLine::user("hi")).unwrap();
+        rt.sync_open(2_000, &mut g).unwrap();
+        let mut jobs = released(&mut rt, 2_000, &mut g);
+        assert_eq!(jobs.len(), 1);
+        assert_eq!(rt.running(), 1);
+        let job = jobs.remove(0);
+        // Another step of the same node is not touched.
+        rt.abort_released(&[("coordinator".into(), StepId(job.step.0 + 1))]);
+        assert_eq!(rt.running(), 1);
+        let mut abort = job.abort;
+        assert!(
+            abort
+                .try_recv()
+                .is_err_and(|e| e == oneshot::error::TryRecvError::Empty)
+        );
+        rt.abort_released(&[("coordinator".into(), job.step)]);
+        assert_eq!(rt.running(), 0);
+        assert_eq!(
+            abort.try_recv(),
+            Err(oneshot::error::TryRecvError::Closed),
+            "run_model sees the abort"
+        );
+    }
+
     #[test]
     fn the_builtin_model_answers_a_wanted_node_inside_the_pump() {
         let (mut g, mut store) = graph();
@@ -785,7 +864,8 @@ mod tests {
         // The host's order: the change, `sync_open`, `release` (start the model), the flush.
         g.append(2_000, "coordinator", NewLine::user("hi")).unwrap();
         rt.sync_open(2_000, &mut g).unwrap();
-        let jobs = rt.release(2_000, &mut g).unwrap();
+        let mut jobs = Vec::new();
+        rt.release(2_000, &mut g, &mut jobs).unwrap();
         assert_eq!(jobs.len(), 1, "the model is asked before the flush");
         assert_eq!(g.acked(), acked, "nothing is acknowledged yet");
         assert!(
@@ -809,7 +889,7 @@ mod tests {
             Ok(ModelResponse::text("hello")),
         )
         .unwrap();
-        assert!(rt.release(2_001, &mut g).unwrap().is_empty());
+        assert!(released(&mut rt, 2_001, &mut g).is_empty());
         assert_eq!(
             rt.last_end("coordinator"),
             None,
@@ -818,7 +898,7 @@ mod tests {
         let first = batches.remove(0);
         store.apply(&first).unwrap();
         g.ack(first.id).unwrap();
-        assert!(rt.release(2_001, &mut g).unwrap().is_empty());
+        assert!(released(&mut rt, 2_001, &mut g).is_empty());
         assert_eq!(
             rt.last_end("coordinator"),
             None,

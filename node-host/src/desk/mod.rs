@@ -115,6 +115,137 @@ pub const MAX_PARTIAL: usize = 256 * 1024;
 
 type Partials = Arc<Mutex<HashMap<String, Partial>>>;
 
+/// The text a model step streamed while its request was not durable yet (its gate is
+/// closed): nobody sees it until the flush before the request succeeded.
+#[derive(Default, Debug, PartialEq)]
+struct Held {
+    text: String,
+    /// The text's length in UTF-16 code units (kept text or not).
+    units: u64,
+    /// Deltas beyond [`MAX_PARTIAL`] bytes were not kept.
+    truncated: bool,
+}
+
+impl Held {
+    /// Holds `text` back (up to [`MAX_PARTIAL`] bytes in all).
+    fn push(&mut self, text: &str) {
+        self.units += text.encode_utf16().count() as u64;
+        if self.text.len() + text.len() <= MAX_PARTIAL {
+            self.text.push_str(text);
+        } else {
+            self.truncated = true;
+        }
+    }
+}
+
+/// Where a model step's deltas go: held back while its gate is closed (`Some`), then to the
+/// partials and the event streams.
+struct StepStream {
+    node: String,
+    turn: u64,
+    step: u64,
+    held: Mutex<Option<Held>>,
+    partials: Partials,
+    events: broadcast::Sender<Live>,
+}
+
+impl StepStream {
+    /// A stream that holds its deltas back until [`open`](Self::open) when `gated`.
+    fn new(
+        node: String,
+        turn: u64,
+        step: u64,
+        gated: bool,
+        partials: Partials,
+        events: broadcast::Sender<Live>,
+    ) -> StepStream {
+        let s = StepStream {
+            node,
+            turn,
+            step,
+            held: Mutex::new(Some(Held::default())),
+            partials,
+            events,
+        };
+        if !gated {
+            s.open();
+        }
+        s
+    }
+
+    /// The gate opened: the step's partial text starts with what was held, sent as one
+    /// delta at 0; later deltas go out as they come.
+    fn open(&self) {
+        let mut held = lock(&self.held);
+        let Some(h) = held.take() else {
+            return;
+        };
+        let text = h.text.clone();
+        lock(&self.partials).insert(
+            self.node.clone(),
+            Partial {
+                turn: self.turn,
+                step: self.step,
+                text: h.text,
+                units: h.units,
+                truncated: h.truncated,
+            },
+        );
+        if !text.is_empty() {
+            self.send(text, 0);
+        }
+    }
+
+    /// A text delta of the step: held back, or kept in the partials and sent.
+    fn delta(&self, text: &str) {
+        {
+            let mut held = lock(&self.held);
+            if let Some(h) = held.as_mut() {
+                h.push(text);
+                return;
+            }
+        }
+        let at = {
+            let mut ps = lock(&self.partials);
+            match ps.get_mut(&self.node).filter(|p| p.step == self.step) {
+                Some(p) => {
+                    let at = p.units;
+                    p.units += text.encode_utf16().count() as u64;
+                    if p.text.len() + text.len() <= MAX_PARTIAL {
+                        p.text.push_str(text);
+                    } else {
+                        p.truncated = true;
+                    }
+                    at
+                }
+                None => 0,
+            }
+        };
+        self.send(text.to_owned(), at);
+    }
+
+    fn send(&self, text: String, at: u64) {
+        let _ = self.events.send(Live::Delta {
+            event: AgentEvent::Delta {
+                node: self.node.clone(),
+                turn: self.turn,
+                step: self.step,
+                text,
+            },
+            at,
+        });
+    }
+}
+
+/// Waits for `gate` to open (`true`); `false` when it was dropped closed (the flush before
+/// the step's request failed). No gate: open.
+async fn gate_opens(gate: Option<watch::Receiver<bool>>) -> bool {
+    match gate {
+        None => true,
+        Some(mut g) => g.wait_for(|open| *open).await.is_ok(),
+    }
+}
+
 /// Applies (fsyncs) and acknowledges every queued batch.
 fn flush_store(graph: &mut ActorGraph, store: &mut Store) -> Result<(), ActorsError> {
     match store {
@@ -151,13 +282,11 @@ impl Inner {
         let Some(rt) = self.agents.as_mut() else {
             return Work::default();
         };
-        let models = match rt.release(wall_ms(), &mut self.graph) {
-            Ok(jobs) => jobs,
-            Err(e) => {
-                eprintln!("weft desk: agents: error[{}]: {e}", e.code());
-                Vec::new()
-            }
-        };
+        // The steps released before an error run too (the runtime counts them running).
+        let mut models = Vec::new();
+        if let Err(e) = rt.release(wall_ms(), &mut self.graph, &mut models) {
+            eprintln!("weft desk: agents: error[{}]: {e}", e.code());
+        }
         Work {
             models,
             calls: rt.take_calls(),
@@ -406,9 +535,23 @@ impl DeskState {
         g.sync_agents();
         // Reads go out before the flush: a released model step is asked while its lines (a
         // person's line and the `turn_start`) become durable (the core's rule, `poll_output`).
+        // Their deltas reach nobody until the flush succeeded (the gate): a person never
+        // sees a step whose request a crash could lose. A failed flush aborts them.
         let early = g.release_agents();
-        self.start_jobs(early);
+        let steps: Vec<_> = early
+            .models
+            .iter()
+            .map(|j| (j.node.clone(), j.step))
+            .collect();
+        let (gate, gated) = watch::channel(false);
+        self.start_jobs(early, Some(&gated));
+        drop(gated);
         let flushed = g.flush();
+        if flushed.is_err()
+            && let Some(rt) = g.agents.as_mut()
+        {
+            rt.abort_released(&steps);
+        }
         let jobs = g.pump_agents();
         // The agent lines now on disk go to the event streams (under the lock: in the
         // journal's order).
@@ -425,6 +568,11 @@ impl DeskState {
                 }
             }
         }
+        if flushed.is_ok() {
+            // After the person's lines went to the event streams: then the deltas.
+            gate.send_replace(true);
+        }
+        drop(gate);
         let v = g.graph.version();
         drop(g);
         self.changes.send_if_modified(|old| {
@@ -444,7 +592,7 @@ impl DeskState {
         let (out, jobs) = tokio::task::spawn_blocking(move || s.locked(f))
             .await
             .map_err(|e| ActorsError::StoreIo(format!("desk task: {e}")))?;
-        self.start_jobs(jobs);
+        self.start_jobs(jobs, None);
         out
     }
 
@@ -457,8 +605,10 @@ impl DeskState {
     }
 
     /// Runs each released model step on a Tokio task: deltas go to the event streams, the
-    /// answer back to the agent (under the lock), which may release the next steps.
-    fn start_jobs(&self, work: Work) {
+    /// answer back to the agent (under the lock), which may release the next steps. With a
+    /// `gate`, a step's deltas are held back until it opens (`true`), and its answer is
+    /// dropped if it closes without opening (the runtime aborted the step).
+    fn start_jobs(&self, work: Work, gate: Option<&watch::Receiver<bool>>) {
         let Work { models, calls } = work;
         let stopping = self.stopping.load(std::sync::atomic::Ordering::SeqCst);
         if !stopping {
@@ -475,52 +625,35 @@ impl DeskState {
             }
             let state = self.clone();
             let model = model.clone();
+            let gate = gate.cloned();
             tokio::spawn(async move {
                 let Some(remote) = model.remote.as_ref() else {
                     return;
                 };
                 let (node, turn, step) = (job.node.clone(), job.turn.0, job.step);
-                let events = state.events.clone();
-                let partials = state.partials.clone();
-                lock(&partials).insert(
+                let stream = StepStream::new(
                     node.clone(),
-                    Partial {
-                        turn,
-                        step: step.0,
-                        text: String::new(),
-                        units: 0,
-                        truncated: false,
-                    },
+                    turn,
+                    step.0,
+                    gate.is_some(),
+                    state.partials.clone(),
+                    state.events.clone(),
                 );
-                let n = node.clone();
-                let result = crate::agents::run_model(remote, job, move |text| {
-                    let at = {
-                        let mut ps = lock(&partials);
-                        match ps.get_mut(&n).filter(|p| p.step == step.0) {
-                            Some(p) => {
-                                let at = p.units;
-                                p.units += text.encode_utf16().count() as u64;
-                                if p.text.len() + text.len() <= MAX_PARTIAL {
-                                    p.text.push_str(text);
-                                } else {
-                                    p.truncated = true;
-                                }
-                                at
-                            }
-                            None => 0,
-                        }
-                    };
-                    let _ = events.send(Live::Delta {
-                        event: AgentEvent::Delta {
-                            node: n.clone(),
-                            turn,
-                            step: step.0,
-                            text: text.to_owned(),
-                        },
-                        at,
-                    });
-                })
-                .await;
+                let opened = async {
+                    let open = gate_opens(gate).await;
+                    if open {
+                        stream.open();
+                    }
+                    open
+                };
+                let (result, opened) = tokio::join!(
+                    crate::agents::run_model(remote, job, |text| stream.delta(text)),
+                    opened
+                );
+                if !opened {
+                    // Its request is not durable: the runtime forgot the step, nobody saw it.
+                    return;
+                }
                 let Some(result) = result else {
                     // Interrupted: the agent already knows.
                     forget_partial(&state.partials, &node, step.0);
@@ -1329,3 +1462,72 @@ root_op!(bookmark, "bookmark");
 root_op!(epoch, "epoch");
 root_op!(reset, "reset");
 root_op!(export, "export");
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn deltas(rx: &mut broadcast::Receiver<Live>) -> Vec<(String, u64)> {
+        let mut out = Vec::new();
+        while let Ok(l) = rx.try_recv() {
+            if let Live::Delta {
+                event: AgentEvent::Delta { text, .. },
+                at,
+            } = l
+            {
+                out.push((text, at));
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn a_gated_step_streams_to_nobody_until_its_gate_opens() {
+        let (events, mut rx) = broadcast::channel(16);
+        let partials = Partials::default();
+        let s = StepStream::new("n".into(), 1, 2, true, partials.clone(), events);
+        s.delta("hé");
+        s.delta("llo");
+        assert!(deltas(&mut rx).is_empty(), "no delta before the gate opens");
+        assert!(lock(&partials).is_empty(), "no partial text either");
+        s.open();
+        assert_eq!(deltas(&mut rx), [("héllo".to_owned(), 0)]);
+        s.delta("!");
+        assert_eq!(deltas(&mut rx), [("!".to_owned(), 5)]);
+        let ps = lock(&partials);
+        let p = ps.get("n").unwrap();
+        assert_eq!((p.step, p.text.as_str(), p.units), (2, "héllo!", 6));
+    }
+
+    #[test]
+    fn an_ungated_step_streams_at_once() {
+        let (events, mut rx) = broadcast::channel(16);
+        let partials = Partials::default();
+        let s = StepStream::new("n".into(), 1, 2, false, partials.clone(), events);
+        assert_eq!(lock(&partials).get("n").map(|p| p.units), Some(0));
+        s.delta("a");
+        assert_eq!(deltas(&mut rx), [("a".to_owned(), 0)]);
+    }
+
+    #[test]
+    fn held_text_is_bounded() {
+        let mut h = Held::default();
+        h.push(&"x".repeat(MAX_PARTIAL));
+        h.push("yz");
+        assert_eq!(h.text.len(), MAX_PARTIAL);
+        assert_eq!(h.units, MAX_PARTIAL as u64 + 2);
+        assert!(h.truncated);
+    }
+
+    #[tokio::test]
+    async fn a_gate_dropped_closed_does_not_open() {
+        assert!(gate_opens(None).await);
+        let (tx, rx) = watch::channel(false);
+        drop(tx);
+        assert!(!gate_opens(Some(rx)).await, "the flush failed");
+        let (tx, rx) = watch::channel(false);
+        tx.send_replace(true);
+        drop(tx);
+        assert!(gate_opens(Some(rx)).await, "opened, then dropped");
+    }
+}
