@@ -255,6 +255,7 @@ export class App {
   async #callTool(name, args = {}, { by = 'agent', toolCall, owner = 'agent', signal } = {}) {
     // Not pumped until the reply's receiver is registered: the operation may end while the
     // call's outputs are carried out (a synchronous cell), and the reply with it.
+    this.#live(); // after dispose: rejects DISPOSED
     let r;
     try {
       r = this.#rt._raw((core, now) => core.callTool(now, name, args, { by, toolCall, owner }));
@@ -476,10 +477,19 @@ export class App {
     if (o.selector && o.outcome === 'settled') {
       const fn = this.#selectors.get(o.selector);
       try {
+        if (typeof fn !== 'function') {
+          throw new WeftError('UNKNOWN_SELECTOR', `no selector function \`${o.selector}\` is registered`);
+        }
         const value = fn(o.snapshot, this.#core.outcome(o.op));
         this.#core.recordResult(o.op, value);
       } catch (err) {
-        // A selector that throws leaves the settled outcome without a result; report loudly.
+        // A selector that throws (or is absent) leaves the settled outcome without a result:
+        // the core is told, so tool calls waiting on it reply now; report loudly.
+        try {
+          this.#core.recordNoResult(o.op);
+        } catch {
+          // Its record is gone (pruned): no call waits on it any more; `err` says why.
+        }
         queueMicrotask(() => {
           throw err;
         });

@@ -433,6 +433,13 @@ impl OpsApp {
             .map_err(ops_err)
     }
 
+    /// Tells the app a settled operation's selector gave no result (it threw, or there is no
+    /// selector of that name): tool calls waiting on it reply now, without one.
+    #[wasm_bindgen(js_name = recordNoResult)]
+    pub fn record_no_result(&mut self, op: f64) -> Result<(), JsValue> {
+        self.app.record_no_result(OpId(op as u64)).map_err(ops_err)
+    }
+
     /// The whole operation record (as `inspect` returns it).
     pub fn operation(&self, op: f64) -> Result<JsValue, JsValue> {
         Ok(jv(&self

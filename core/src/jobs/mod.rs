@@ -231,6 +231,8 @@ pub struct Registry<V> {
     retired: VecDeque<EndpointId>,
     /// Watched jobs whose journal changed since the last [`Registry::take_changed_jobs`].
     changed: BTreeSet<JobId>,
+    /// Whether a consumer took the journal watches ([`Registry::attach_journal_consumer`]).
+    journal_consumer: bool,
 }
 
 /// Retired endpoints a registry keeps. An endpoint is retired once it is closed, its owner
@@ -270,6 +272,7 @@ impl<V: Payload> Registry<V> {
             links: VecMap::new(),
             retired: VecDeque::new(),
             changed: BTreeSet::new(),
+            journal_consumer: false,
         }
     }
 
@@ -979,10 +982,26 @@ impl<V: Payload> Registry<V> {
     /// released since ([`Registry::forget`], [`Registry::close_owner_step`]) is reported too,
     /// so the consumer learns it is gone ([`Registry::job`] is then `None`; so it is as soon as
     /// the owner's close begins, which records every unfinished job's outcome). Bounded: at
-    /// most one entry per watched job.
+    /// most one entry per job watched since the previous take (a released job stays until
+    /// this take; an unwatched job's pending entry too).
+    ///
+    /// There is one set for the registry: its consumer takes it whole, so a registry has one
+    /// journal consumer ([`Registry::attach_journal_consumer`]), as it has one output stream.
     #[must_use]
     pub fn take_changed_jobs(&mut self) -> Vec<JobId> {
         std::mem::take(&mut self.changed).into_iter().collect()
+    }
+
+    /// Claims the journal watches for one consumer (the ops app does, at load): `false` when
+    /// another consumer already has them — the changed set ([`Registry::take_changed_jobs`])
+    /// and the outputs ([`Registry::drain_outputs`]) are each one stream, read by one consumer.
+    pub fn attach_journal_consumer(&mut self) -> bool {
+        !std::mem::replace(&mut self.journal_consumer, true)
+    }
+
+    /// Whether a consumer claimed the journal watches ([`Registry::attach_journal_consumer`]).
+    pub fn has_journal_consumer(&self) -> bool {
+        self.journal_consumer
     }
 
     /// Whether a watched job's journal changed since the last [`Registry::take_changed_jobs`].

@@ -196,8 +196,11 @@ pub(crate) struct Calc {
 ///
 /// # Call order
 ///
-/// 1. Construct with [`App::new`] beside a [`Registry`]; open the Worker endpoints the cells
-///    use on the registry directly (`Registry::open_endpoint`), then [`App::load`].
+/// 1. Construct with [`App::new`] beside a [`Registry`] of its own (one app per registry:
+///    [`App::load`] fails with `REGISTRY_IN_USE` on a registry another app loaded on — the
+///    registry's outputs and changed journals are each one stream, read by one app); open the
+///    Worker endpoints the cells use on the registry directly (`Registry::open_endpoint`),
+///    then [`App::load`].
 /// 2. Inputs: writes ([`App::set`], [`App::act`], [`App::observe`], ... then [`App::flush`]),
 ///    host-cell reports (`calc_*`), Worker traffic ([`App::on_worker_message`],
 ///    [`App::on_endpoint_closed`]), tool calls. Each takes the registry for the call, submits
@@ -214,16 +217,20 @@ pub(crate) struct Calc {
 ///    granted to published tool calls — and the registry's), [`App::handle_timeout`] (fires
 ///    them: the registry's, operation timeouts, then tool-call waits; then reacts as in 2). A
 ///    host arms one timer for `poll_timeout`, and no other.
-/// 5. Outputs: [`App::poll_output`] / [`App::drain_outputs`] until empty. An
-///    [`AppOutput::OpFinished`] naming a selector is answered with [`App::record_result`]
-///    before the host's next call (tool calls waiting on it reply with that result; without
-///    one, at that next call).
+/// 5. Outputs: [`App::poll_output`] / [`App::drain_outputs`] until empty (answering one can
+///    queue more). An [`AppOutput::OpFinished`] naming a selector is answered with
+///    [`App::record_result`] (the selector's value) or [`App::record_no_result`] (it threw,
+///    or the host has none): tool calls waiting on the operation reply at that answer — not
+///    earlier, whatever else the host calls first. Without an answer they reply without a
+///    result at their deadline when the operation settled before it, and not at all when it
+///    settled at or after it (the end wins).
 ///
 /// A tool call ([`App::call_tool`]) that waits returns [`ToolReply::Wait`]: the app owns its
 /// deadline (`now + waitMs`) and replies once, as [`AppOutput::ToolReplied`], when the
 /// operation ends or the deadline passes (then with a handle: the operation hosted as a job of
-/// the caller's owner); the host forwards the reply, or ends the wait with
-/// [`App::cancel_tool_wait`] when its caller gives up.
+/// the caller's owner; the operation ending at that instant wins, with its outcome); the host
+/// forwards the reply, or ends the wait with [`App::cancel_tool_wait`] when its caller gives
+/// up.
 #[derive(Debug)]
 pub struct App<V> {
     pub(crate) instance: u64,
@@ -270,8 +277,6 @@ pub struct App<V> {
     /// Published tool calls that wait for an operation, with their deadlines.
     pub(crate) tool_waits: ToolWaits,
     pub(crate) outputs: VecDeque<AppOutput<V>>,
-    /// How many outputs the host took (the position of the next one in the output sequence).
-    pub(crate) outputs_taken: u64,
     pub(crate) loaded: bool,
 }
 
@@ -311,7 +316,6 @@ impl<V: OpsValue> App<V> {
             journals_read: 0,
             tool_waits: ToolWaits::default(),
             outputs: VecDeque::new(),
-            outputs_taken: 0,
             loaded: false,
         }
     }
@@ -338,6 +342,11 @@ impl<V: OpsValue> App<V> {
             return Err(OpsError::InvalidArgument(
                 "the surface is already loaded; replace cells with replace_graph".into(),
             ));
+        }
+        // One app per registry: another app's pumps would take this one's registry outputs
+        // and changed journals.
+        if reg.has_journal_consumer() {
+            return Err(OpsError::RegistryInUse);
         }
         let mut names = HashMap::new();
         let mut controls = Vec::new();
@@ -392,6 +401,7 @@ impl<V: OpsValue> App<V> {
         self.selectors = selectors;
         self.install_cells(cells.0, cells.1);
         self.loaded = true;
+        reg.attach_journal_consumer();
         self.begin(reg);
         self.schedule_all(now, reg, Trigger::Initial);
         self.settle(now, reg);

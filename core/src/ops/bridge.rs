@@ -41,11 +41,13 @@ impl<V: OpsValue> App<V> {
     }
 
     /// Drains the registry: messages for the operations endpoint are handled here, everything
-    /// else goes to the host; then Worker-cell journals are read for new events.
+    /// else goes to the host; then Worker-cell journals are read for new events. Repeats until
+    /// the registry has no output and no changed journal, and no pass left a job for the next
+    /// one: on return, everything the registry did is applied.
     pub(crate) fn pump_registry(&mut self, now: Millis, reg: &mut Registry<V>) {
         loop {
             let outs: Vec<jobs::Output<V>> = reg.drain_outputs().collect();
-            if outs.is_empty() {
+            if outs.is_empty() && self.changed_jobs.is_empty() && !reg.has_changed_jobs() {
                 break;
             }
             for o in outs {
@@ -60,7 +62,6 @@ impl<V: OpsValue> App<V> {
             }
             self.sync_jobs(now, reg);
         }
-        self.sync_jobs(now, reg);
     }
 
     /// Reads new journal events of the Worker-cell jobs whose journals changed (the registry
@@ -69,8 +70,9 @@ impl<V: OpsValue> App<V> {
     ///
     /// One pass takes the jobs in id order, each read to its journal's end. A job that changes
     /// during the pass is read in this pass when its turn has not come yet and it was
-    /// submitted before the pass began; otherwise in the next pass (the caller loops until
-    /// the registry has nothing more).
+    /// submitted before the pass began; otherwise it is kept (`changed_jobs`, only jobs the
+    /// app still follows) for the next pass, which [`App::pump_registry`] runs before it
+    /// returns (it loops while a pass kept one).
     pub(crate) fn sync_jobs(&mut self, now: Millis, reg: &mut Registry<V>) {
         let mut pending = std::mem::take(&mut self.changed_jobs);
         pending.extend(reg.take_changed_jobs());
@@ -253,15 +255,12 @@ impl<V: OpsValue> App<V> {
     /// The next output for the host.
     #[must_use]
     pub fn poll_output(&mut self) -> Option<AppOutput<V>> {
-        let o = self.outputs.pop_front();
-        self.outputs_taken += u64::from(o.is_some());
-        o
+        self.outputs.pop_front()
     }
 
     /// All pending outputs, in order.
     #[must_use]
     pub fn drain_outputs(&mut self) -> std::collections::vec_deque::Drain<'_, AppOutput<V>> {
-        self.outputs_taken += self.outputs.len() as u64;
         self.outputs.drain(..)
     }
 }

@@ -87,6 +87,12 @@ pub enum OpsError {
     InvalidGraph(String),
     #[error("invalid argument: {0}")]
     InvalidArgument(String),
+    /// The registry already serves another app: one app per registry (its outputs and its
+    /// changed-journal set are each read by one consumer).
+    #[error(
+        "the job registry already serves another app; give each app its own registry (one app per registry)"
+    )]
+    RegistryInUse,
     #[error(transparent)]
     Jobs(#[from] JobsError),
 }
@@ -115,6 +121,7 @@ impl OpsError {
             OpsError::UnknownTool { .. } => "UNKNOWN_TOOL",
             OpsError::InvalidGraph(_) => "INVALID_GRAPH",
             OpsError::InvalidArgument(_) => "INVALID_ARGUMENT",
+            OpsError::RegistryInUse => "REGISTRY_IN_USE",
             OpsError::Jobs(e) => e.code(),
         }
     }

@@ -770,7 +770,7 @@ impl<V: OpsValue> App<V> {
             snapshot,
             selector,
         });
-        self.tool_op_finished(id, with_selector);
+        self.tool_op_finished(now, id, with_selector);
         if let (Some(_job), Some(wire), Some(ep)) = (job, wire, self.ops_endpoint) {
             let msg = match kind {
                 OpOutcomeKind::Settled => {
@@ -918,6 +918,19 @@ impl<V: OpsValue> App<V> {
         origin: Origin,
     ) -> Result<JobId, OpsError> {
         self.begin(reg);
+        self.host_op_as_job(now, reg, id, owner, origin)
+    }
+
+    /// [`App::host_as_job`] without starting a new input (the deadline of a waiting tool call
+    /// hosts its operation in the middle of [`App::handle_timeout`]).
+    pub(crate) fn host_op_as_job(
+        &mut self,
+        now: Millis,
+        reg: &mut Registry<V>,
+        id: OpId,
+        owner: &str,
+        origin: Origin,
+    ) -> Result<JobId, OpsError> {
         let op = self.ops.get(&id).ok_or_else(|| self.op_missing(id))?;
         if let Some(j) = op.job {
             return Ok(j);
@@ -974,25 +987,38 @@ impl<V: OpsValue> App<V> {
         }
     }
 
-    /// Stores what the host's selector returned for a settled operation.
+    /// Stores what the host's selector returned for a settled operation (the answer to an
+    /// [`super::AppOutput::OpFinished`] naming a selector): tool calls waiting on it reply now,
+    /// with the result.
     pub fn record_result(&mut self, id: OpId, value: V) -> Result<(), OpsError> {
+        let o = self.selector_outcome(id)?;
+        o.result = Some(value);
+        self.tool_result_recorded(id);
+        Ok(())
+    }
+
+    /// The host's selector gave no result for a settled operation (it threw, or the host has
+    /// no function of that name): the other answer to an [`super::AppOutput::OpFinished`]
+    /// naming a selector. Tool calls waiting on it reply now, without a result. Without either
+    /// answer they reply at their deadline (when the operation settled before it) or not at all.
+    pub fn record_no_result(&mut self, id: OpId) -> Result<(), OpsError> {
+        self.selector_outcome(id)?;
+        self.tool_result_recorded(id);
+        Ok(())
+    }
+
+    /// The outcome of a settled operation with a selector, or why there is none.
+    fn selector_outcome(&mut self, id: OpId) -> Result<&mut OpOutcome<V>, OpsError> {
         if !self.ops.contains_key(&id) {
             return Err(self.op_missing(id));
         }
         let op = self.ops.get_mut(&id).expect("checked");
         match (&op.select, op.outcome.as_mut()) {
-            (Selection::Selector(_), Some(o)) if o.kind == OpOutcomeKind::Settled => {
-                o.result = Some(value);
-            }
-            _ => {
-                return Err(OpsError::InvalidArgument(format!(
-                    "{id} is not a settled operation with a selector"
-                )));
-            }
+            (Selection::Selector(_), Some(o)) if o.kind == OpOutcomeKind::Settled => Ok(o),
+            _ => Err(OpsError::InvalidArgument(format!(
+                "{id} is not a settled operation with a selector"
+            ))),
         }
-        // Tool calls waiting on it reply now, with the result.
-        self.tool_result_recorded(id);
-        Ok(())
     }
 
     /// After a graph replacement or disposal: waiting operations continue on the new instance

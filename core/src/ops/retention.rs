@@ -245,6 +245,9 @@ impl<V: OpsValue> App<V> {
         let limits = self.retention.limits;
         while self.retention.finished_ops.len() > limits.operations {
             let id = self.retention.finished_ops.pop_front().expect("non-empty");
+            // A tool call still waiting for its selector's answer replies now (without it):
+            // the record it would answer from is going.
+            self.tool_result_recorded(id);
             let Some(op) = self.ops.remove(&id) else {
                 continue;
             };

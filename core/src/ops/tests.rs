@@ -1040,8 +1040,9 @@ fn a_tool_call_on_a_selector_replies_with_the_result_the_host_recorded() {
                             tool_replies(&outs).is_empty(),
                             "waits for the selector's result"
                         );
-                        if let Some(r) = &result {
-                            app.record_result(op, r.clone()).unwrap();
+                        match &result {
+                            Some(r) => app.record_result(op, r.clone()).unwrap(),
+                            None => app.record_no_result(op).unwrap(),
                         }
                     }
                     _ => {}
@@ -1058,13 +1059,241 @@ fn a_tool_call_on_a_selector_replies_with_the_result_the_host_recorded() {
     assert_eq!(r.len(), 1, "{r:?}");
     assert_eq!((r[0].0, &r[0].2["result"]), (c1, &json!({"sum": 1})));
 
-    // It records none (the selector threw): the reply comes once, without a result, at the
-    // host's next call after it took the operation's outcome.
+    // It records none (the selector threw): the reply comes once, without a result, at that
+    // answer.
     let (c2, op2, _) = call(&mut app, reg, 0.4);
     let r = tool_replies(&drive(&mut app, reg, op2, None));
     assert_eq!(r.len(), 1, "{r:?}");
     assert_eq!(r[0].0, c2);
     assert_eq!(r[0].2["outcome"], "settled");
     assert!(r[0].2.get("result").is_none());
+    assert_eq!(app.poll_timeout(reg), None);
+}
+
+/// A host that takes outputs in batches and carries each out in order (as wasm/js's runtime
+/// does): a synchronous cell's report, made before the host meets the `OpFinished` in the
+/// same batch, does not release the call waiting for the selector's result.
+#[test]
+fn a_batch_draining_host_keeps_the_selector_result_of_a_waiting_call() {
+    let mut app: App<Value> = App::new(AppConfig::default());
+    let reg = &mut Registry::new(RegistryConfig::default());
+    app.load(0, reg, lab_spec()).unwrap();
+    run_host(&mut app, reg, 0);
+    let args = json!({"writes": {"kappa": 0.3}, "waitFor": ["evolution"], "selector": "summary"});
+    let (c, op, _) = waits(
+        app.call_tool(1, reg, "observe", &args, Actor::new("agent"))
+            .unwrap(),
+    );
+    let mut seen = Vec::new();
+    let mut calls_after_finished = 0;
+    loop {
+        let batch: Vec<_> = app.drain_outputs().collect();
+        if batch.is_empty() {
+            break;
+        }
+        let finished = batch
+            .iter()
+            .any(|o| matches!(o, AppOutput::OpFinished { op: id, .. } if *id == op));
+        // Host calls made after the host took the `OpFinished`, before it answers it.
+        for o in &batch {
+            if let AppOutput::Compute { calc, inputs, .. } = o {
+                app.calc_done(2, reg, *calc, inputs.clone()).unwrap();
+                calls_after_finished += u32::from(finished);
+            }
+        }
+        if finished {
+            app.on_registry_outputs(2, reg);
+            calls_after_finished += 1;
+            assert!(tool_replies(&app.outputs.iter().cloned().collect::<Vec<_>>()).is_empty());
+            app.record_result(op, json!({"sum": 1})).unwrap();
+        }
+        seen.extend(batch);
+    }
+    assert!(calls_after_finished >= 2, "{calls_after_finished}");
+    let r = tool_replies(&seen);
+    assert_eq!(r.len(), 1, "{r:?}");
+    assert_eq!((r[0].0, &r[0].2["result"]), (c, &json!({"sum": 1})));
+    assert_eq!(app.poll_timeout(reg), None);
+}
+
+/// Without the host's answer the deadline is the backstop: reported by `poll_timeout`, the
+/// reply (without a result) comes at it, once; an operation that settles at the deadline
+/// instant wins: its timer is cleared and the reply waits for the answer, with the result.
+#[test]
+fn an_unanswered_selector_replies_at_the_deadline_and_an_end_at_the_deadline_wins() {
+    let mut app: App<Value> = App::new(AppConfig::default());
+    let reg = &mut Registry::new(RegistryConfig::default());
+    app.load(0, reg, lab_spec()).unwrap();
+    run_host(&mut app, reg, 0);
+    let args = json!({"writes": {"label": "x"}, "waitFor": ["banner"], "selector": "summary", "waitMs": 5000});
+    let (c1, op1, _) = waits(
+        app.call_tool(1, reg, "observe", &args, Actor::new("agent"))
+            .unwrap(),
+    );
+    let seen = run_host(&mut app, reg, 2);
+    assert!(
+        seen.iter()
+            .any(|o| matches!(o, AppOutput::OpFinished { op, .. } if *op == op1))
+    );
+    app.on_registry_outputs(3, reg);
+    assert!(tool_replies(&app.drain_outputs().collect::<Vec<_>>()).is_empty());
+    assert_eq!(
+        app.poll_timeout(reg),
+        Some(5001),
+        "no reply is due before the deadline"
+    );
+    app.handle_timeout(5001, reg);
+    let r = tool_replies(&app.drain_outputs().collect::<Vec<_>>());
+    assert_eq!(r.len(), 1, "{r:?}");
+    assert_eq!((r[0].0, r[0].2["outcome"].as_str()), (c1, Some("settled")));
+    assert!(r[0].2.get("result").is_none());
+    // A late answer replies nothing more.
+    app.record_result(op1, json!(1)).unwrap();
+    assert!(tool_replies(&app.drain_outputs().collect::<Vec<_>>()).is_empty());
+    assert_eq!(app.poll_timeout(reg), None);
+
+    // The operation settles at the wait's deadline (the host computes at that instant, before
+    // its timer fires): the end wins — no timer, no reply until the answer, then the result.
+    let args = json!({"writes": {"label": "y"}, "waitFor": ["banner"], "selector": "summary", "waitMs": 100});
+    let (c2, op2, _) = waits(
+        app.call_tool(6000, reg, "observe", &args, Actor::new("agent"))
+            .unwrap(),
+    );
+    let outs = run_host(&mut app, reg, 6100);
+    assert!(
+        outs.iter()
+            .any(|o| matches!(o, AppOutput::OpFinished { op, .. } if *op == op2))
+    );
+    assert_eq!(
+        app.poll_timeout(reg),
+        None,
+        "the end at the deadline cleared its timer"
+    );
+    app.handle_timeout(6100, reg);
+    assert!(tool_replies(&app.drain_outputs().collect::<Vec<_>>()).is_empty());
+    app.record_result(op2, json!({"sum": 2})).unwrap();
+    let r = tool_replies(&app.drain_outputs().collect::<Vec<_>>());
+    assert_eq!(r.len(), 1, "{r:?}");
+    assert_eq!((r[0].0, &r[0].2["result"]), (c2, &json!({"sum": 2})));
+    // Answers for an operation that is not a settled selector operation are refused.
+    assert_eq!(
+        app.record_no_result(OpId(999)).unwrap_err().code(),
+        "UNKNOWN_OPERATION"
+    );
+}
+
+/// One app per registry: a second app loading on a registry another app loaded on is refused
+/// with a coded error, before anything changes (the registry's outputs and changed journals
+/// are each read by one app).
+#[test]
+fn a_second_app_on_one_registry_is_refused() {
+    let reg = &mut Registry::new(RegistryConfig::default());
+    let mut a: App<Value> = App::new(AppConfig::default());
+    let mut b: App<Value> = App::new(AppConfig::default());
+    // An invalid spec changes nothing: the registry is still free.
+    let bad: GraphSpec =
+        serde_json::from_value(json!({"cells": [{"name": "x", "deps": ["nope"]}]})).unwrap();
+    assert!(a.load(0, reg, bad).is_err());
+    assert!(!reg.has_journal_consumer());
+    a.load(0, reg, lab_spec()).unwrap();
+    let e = b.load(0, reg, lab_spec()).unwrap_err();
+    assert_eq!(e.code(), "REGISTRY_IN_USE");
+    assert!(b.report(false)["controls"].as_object().unwrap().is_empty());
+    // The first app is unaffected.
+    run_host(&mut a, reg, 1);
+    assert_eq!(a.cell_view("banner").unwrap().state, CellState::Ready);
+}
+
+/// With a windowed registry journal (older progress events dropped), the app's read
+/// position is the journal's sequence number: events recorded while it was not reading are
+/// neither skipped nor read twice, and the final result lands.
+#[test]
+fn a_windowed_worker_journal_is_read_from_the_last_sequence_number() {
+    use crate::jobs::{EndpointSpec, Hello, wire::Capabilities};
+    let mut app: App<Value> = App::new(AppConfig::default());
+    let reg = &mut Registry::new(RegistryConfig::default());
+    reg.set_journal_window(Some(2));
+    let mut ep = EndpointSpec::new("cells", "worker");
+    ep.hello = Hello::Declared(Capabilities::default());
+    let endpoint = reg.open_endpoint(0, ep);
+    let spec: GraphSpec = serde_json::from_value(json!({
+        "controls": [{"name": "k", "type": "number", "min": 0, "max": 10, "value": 1}],
+        "cells": [{"name": "w", "deps": ["k"], "compute": {"kind": "worker", "endpoint": endpoint.0}}],
+    }))
+    .unwrap();
+    app.load(0, reg, spec).unwrap();
+    let _ = app.drain_outputs().count();
+    let job = app.calcs[&app.calcs_of("w")[0]].job.unwrap();
+    let wire = reg.job(job).unwrap().wire_id.unwrap();
+    let msg = |v: Value| json!({"id": wire, "type": "progress", "value": v});
+    app.on_worker_message(1, reg, endpoint, &msg(json!(0.1)))
+        .unwrap();
+    assert_eq!(app.cell_view("w").unwrap().progress, Some(0.1));
+    // Many events while the app does not read: the registry trims the journal's window.
+    let len_before = reg.job(job).unwrap().journal().len();
+    for i in 2..=9 {
+        reg.on_message(2, endpoint, &msg(json!(f64::from(i) / 10.0)))
+            .unwrap();
+    }
+    let journal = reg.job(job).unwrap().journal();
+    assert!(
+        journal.len() < len_before + 8,
+        "the window dropped events: {} of {}",
+        journal.len(),
+        len_before + 8
+    );
+    app.on_registry_outputs(3, reg);
+    assert_eq!(app.cell_view("w").unwrap().progress, Some(0.9));
+    // The result recorded after the trim is read (an index position would be past it).
+    reg.on_message(
+        4,
+        endpoint,
+        &json!({"id": wire, "type": "done", "value": 7}),
+    )
+    .unwrap();
+    app.on_registry_outputs(5, reg);
+    let view = app.cell_view("w").unwrap();
+    assert_eq!(
+        (view.state, view.value.as_deref()),
+        (CellState::Ready, Some(&json!(7)))
+    );
+    // Nothing more to read.
+    app.journals_read = 0;
+    app.on_registry_outputs(6, reg);
+    assert_eq!(app.journals_read, 0);
+}
+
+/// A finished operation pruned (retention) before the host answered its selector: the call
+/// waiting on it replies then, once, without a result — it never waits on a record that is
+/// gone.
+#[test]
+fn a_pruned_operation_releases_the_call_waiting_for_its_selector() {
+    let mut app: App<Value> = App::new(AppConfig {
+        retention: Retention {
+            operations: 0,
+            ..Retention::default()
+        },
+        ..AppConfig::default()
+    });
+    let reg = &mut Registry::new(RegistryConfig::default());
+    app.load(0, reg, lab_spec()).unwrap();
+    run_host(&mut app, reg, 0);
+    let args = json!({"writes": {"label": "x"}, "waitFor": ["banner"], "selector": "summary"});
+    let (c, op, _) = waits(
+        app.call_tool(1, reg, "observe", &args, Actor::new("agent"))
+            .unwrap(),
+    );
+    let mut outs = run_host(&mut app, reg, 2);
+    assert!(tool_replies(&outs).is_empty());
+    app.on_registry_outputs(3, reg); // prunes the finished operation
+    outs.extend(app.drain_outputs());
+    let r = tool_replies(&outs);
+    assert_eq!(r.len(), 1, "{r:?}");
+    assert_eq!(
+        (r[0].0, r[0].1, r[0].2["outcome"].as_str()),
+        (c, op, Some("settled"))
+    );
+    assert!(r[0].2.get("result").is_none());
+    assert_eq!(app.tool_waits.len(), 0);
     assert_eq!(app.poll_timeout(reg), None);
 }

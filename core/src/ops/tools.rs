@@ -91,11 +91,12 @@ struct ToolWait {
     deadline: Millis,
     owner: String,
     origin: Origin,
-    /// Set once the operation settled with a registered selector: the position of its
-    /// `OpFinished` output in the app's output sequence. The reply then waits for the host's
-    /// [`App::record_result`] — or, if it records none, for the host's first call after it took
-    /// that output — so that it carries the selector's result.
-    result_after: Option<u64>,
+    /// Set once the operation settled with a registered selector: the reply waits for the
+    /// host's answer — [`App::record_result`] (the reply carries it) or
+    /// [`App::record_no_result`] (it has none). If the operation settled before the deadline,
+    /// the deadline stays as the backstop (the reply then goes without a result); if it
+    /// settled at or after it, the timer is cleared (the end wins) and only the answer replies.
+    awaiting_result: bool,
 }
 
 /// The tool calls that wait: each one's operation, deadline and the owner to host it for (a
@@ -118,14 +119,14 @@ impl ToolWaits {
                 deadline,
                 owner: caller.owner,
                 origin: caller.origin,
-                result_after: None,
+                awaiting_result: false,
             },
         );
         self.timers.insert((deadline, call), ());
         call
     }
 
-    /// Removes a call and its timer.
+    /// Removes a call and its timer (if it still has one).
     fn remove(&mut self, call: ToolCallId) -> Option<ToolWait> {
         let w = self.calls.remove(&call)?;
         self.timers.remove(&(w.deadline, call));
@@ -141,7 +142,9 @@ impl ToolWaits {
             .collect()
     }
 
-    /// The earliest deadline.
+    /// The earliest deadline (every one is a reply [`App::handle_timeout`] gives at that time:
+    /// a reply due now is always reported — no reply waits on anything but a timer or an
+    /// explicit host answer).
     pub(crate) fn next_deadline(&self) -> Option<Millis> {
         self.timers.first_key().map(|(t, _)| *t)
     }
@@ -527,41 +530,31 @@ impl<V: OpsValue> App<V> {
         self.tool_waits.remove(call).is_some()
     }
 
-    /// Replies to the calls waiting on `op`, which just finished (its `OpFinished` output is
-    /// the last one queued). With a registered selector to run, the replies wait for its
-    /// result (see [`ToolWait::result_after`]).
-    pub(crate) fn tool_op_finished(&mut self, op: OpId, selector: bool) {
-        let at = (self.outputs_taken + self.outputs.len() as u64).saturating_sub(1);
+    /// Replies to the calls waiting on `op`, which just finished at `now`. With a registered
+    /// selector to run, the replies wait for the host's answer (see
+    /// [`ToolWait::awaiting_result`]).
+    pub(crate) fn tool_op_finished(&mut self, now: Millis, op: OpId, selector: bool) {
         for call in self.tool_waits.on_op(op) {
-            if selector {
-                if let Some(w) = self.tool_waits.calls.get_mut(&call) {
-                    w.result_after = Some(at);
-                }
-            } else {
+            if !selector {
                 self.reply_finished(call);
+                continue;
+            }
+            let Some(w) = self.tool_waits.calls.get_mut(&call) else {
+                continue;
+            };
+            w.awaiting_result = true;
+            if w.deadline <= now {
+                // It ended at (or after) the wait's deadline: the end wins, with its result.
+                let deadline = w.deadline;
+                self.tool_waits.timers.remove(&(deadline, call));
             }
         }
     }
 
-    /// The host recorded `op`'s selector result: the calls waiting for it reply.
+    /// The host answered for `op`'s selector (a result, or none): the calls waiting for it
+    /// reply now.
     pub(crate) fn tool_result_recorded(&mut self, op: OpId) {
         for call in self.tool_waits.on_op(op) {
-            self.reply_finished(call);
-        }
-    }
-
-    /// At the start of a host call: calls whose operation's `OpFinished` output the host
-    /// already took without recording a selector result reply without one.
-    pub(crate) fn release_tool_results(&mut self) {
-        let taken = self.outputs_taken;
-        let ready: Vec<ToolCallId> = self
-            .tool_waits
-            .calls
-            .iter()
-            .filter(|(_, w)| w.result_after.is_some_and(|a| a < taken))
-            .map(|(c, _)| *c)
-            .collect();
-        for call in ready {
             self.reply_finished(call);
         }
     }
@@ -578,7 +571,10 @@ impl<V: OpsValue> App<V> {
     }
 
     /// Fires the tool calls whose wait elapsed at `now`: each replies with its operation's
-    /// outcome or, while it still waits, a handle (see [`App::tool_op_reply`]).
+    /// outcome (without a selector result the host has not recorded by then: the backstop of
+    /// [`ToolWait::awaiting_result`]) or, while it still waits, a handle (see
+    /// [`App::tool_op_reply`]). Runs inside [`App::handle_timeout`], so it does not start a new
+    /// input.
     /// Returns whether any fired.
     pub(crate) fn fire_tool_timers(&mut self, now: Millis, reg: &mut Registry<V>) -> bool {
         let mut fired = false;
@@ -599,9 +595,9 @@ impl<V: OpsValue> App<V> {
 
     /// What an `observe`/`wait` call replies when its wait ends: the outcome, or — for an
     /// operation still waiting — a handle (the operation is hosted as a job of `owner`). The
-    /// app calls it itself at a waiting call's deadline; a host may call it to answer for an
-    /// operation now.
-    pub fn tool_op_reply(
+    /// app calls it at a waiting call's deadline, inside [`App::handle_timeout`] (no new input
+    /// begins); hosts receive the reply as [`AppOutput::ToolReplied`].
+    pub(crate) fn tool_op_reply(
         &mut self,
         now: Millis,
         reg: &mut Registry<V>,
@@ -613,7 +609,7 @@ impl<V: OpsValue> App<V> {
         if o.is_finished() {
             return Ok(self.outcome_json(op));
         }
-        let job = self.host_as_job(now, reg, op, owner, origin)?;
+        let job = self.host_op_as_job(now, reg, op, owner, origin)?;
         let o = &self.ops[&op];
         let cells = crate::value::map_of(o.wait.iter().map(|&x| {
             let v = self.view(x);

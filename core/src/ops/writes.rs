@@ -15,7 +15,6 @@ impl<V: OpsValue> App<V> {
     /// Starts a new input: the first state change of this input bumps the revision once.
     pub(crate) fn begin(&mut self, reg: &mut Registry<V>) {
         self.bumped = false;
-        self.release_tool_results();
         self.prune(reg);
     }
 

@@ -521,3 +521,84 @@ test("an app's runtime has the registry surface a plain runtime has (forget, gra
   );
   assert.equal(report.unreadNotes.length, 3, "the owner's unread notes are handed back");
 });
+
+test('app tools: a selector over synchronous cells reaches a waiting call; a throwing selector replies without a result', async () => {
+  const app = createApp();
+  let calls = 0;
+  app.load({
+    controls: [{ name: 'k', type: 'number', min: 0, max: 10, step: 1, value: 1 }],
+    cells: [
+      { name: 'one', deps: ['k'], compute: ({ k }) => k + 1 },
+      { name: 'two', deps: ['one'], compute: ({ one }) => one * 2 },
+      { name: 'three', deps: ['two'], compute: ({ two }) => two * 3 },
+    ],
+    selectors: {
+      sum: () => ({ n: ++calls }),
+      broken: () => {
+        throw new Error('selector bug');
+      },
+    },
+  });
+  await tick();
+  // The operation settles while the runtime carries out a batch that also holds the next
+  // synchronous cell's calculation: the reply still carries the selector's result.
+  const r = await app.tools.call('observe', { writes: { k: 3 }, waitFor: ['one'], selector: 'sum' });
+  assert.equal(r.outcome, 'settled');
+  assert.deepEqual(r.result, { n: 1 });
+  // A selector that throws: the call replies (without a result), it does not hang to waitMs.
+  // (It is reported as an uncaught error: captured here so the test runner does not fail.)
+  const thrown = [];
+  process.setUncaughtExceptionCaptureCallback((e) => thrown.push(e));
+  try {
+    const t0 = Date.now();
+    const b = await app.tools.call('observe', { writes: { k: 4 }, waitFor: ['one'], selector: 'broken', waitMs: 20_000 });
+    assert.equal(b.outcome, 'settled');
+    assert.equal(b.result, undefined);
+    assert.ok(Date.now() - t0 < 10_000);
+    await tick();
+    assert.equal(thrown.length, 1);
+    assert.match(thrown[0].message, /selector bug/);
+  } finally {
+    process.setUncaughtExceptionCaptureCallback(null);
+  }
+  app.dispose();
+});
+
+test('app tools: aborting a waiting call ends that wait only; dispose rejects a pending call DISPOSED', async () => {
+  const { app, runs } = hostApp();
+  await tick();
+  runs[0].resolve(2);
+  await until(() => app.cell('stream').state === 'ready', 'initial');
+  // Aborted: the call rejects WAIT_CANCELLED, the calculation and the operation continue.
+  const ac = new AbortController();
+  const aborted = app.tools.call('observe', { writes: { a: 3 }, waitFor: ['slow'] }, { signal: ac.signal });
+  await tick();
+  assert.equal(runs.length, 2);
+  ac.abort();
+  await assert.rejects(aborted, (e) => e.code === 'WAIT_CANCELLED');
+  assert.equal(runs[1].ctx.signal.aborted, false);
+  runs[1].resolve(5);
+  await until(() => app.cell('slow').state === 'ready' && app.cell('slow').value === 5, 'the run continued');
+  const last = app.operations().at(-1);
+  assert.equal(last.state, 'settled', 'the observation continued without its caller');
+  // Replied: the call's abort listener is removed (a later abort does nothing).
+  const ac2 = new AbortController();
+  let removed = 0;
+  const remove = ac2.signal.removeEventListener.bind(ac2.signal);
+  ac2.signal.removeEventListener = (...args) => {
+    removed += 1;
+    return remove(...args);
+  };
+  const replied = app.tools.call('observe', { writes: { a: 4 }, waitFor: ['slow'] }, { signal: ac2.signal });
+  await tick();
+  runs[2].resolve(6);
+  assert.equal((await replied).outcome, 'settled');
+  assert.equal(removed, 1);
+  ac2.abort();
+  // Disposed while a call waits: it rejects DISPOSED; a call after dispose rejects DISPOSED.
+  const pending = app.tools.call('observe', { writes: { a: 7 }, waitFor: ['slow'] });
+  await tick();
+  app.dispose();
+  await assert.rejects(pending, (e) => e.code === 'DISPOSED');
+  await assert.rejects(app.tools.call('report', {}), (e) => e.code === 'DISPOSED');
+});
