@@ -209,7 +209,9 @@ export class ActorStore {
 
   /**
    * Persists every queued batch in order and acknowledges each to the core; then every agent
-   * syncs and handles the outputs its now-durable lines release, until nothing new is queued.
+   * syncs and handles the outputs its now-durable lines release (a model request the core
+   * released while its lines were still queued is asked at the agent's next pump, after they
+   * are durable), until nothing new is queued.
    */
   async #persist() {
     for (let round = 0; ; round++) {

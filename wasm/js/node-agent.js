@@ -77,6 +77,10 @@ export class NodeAgent {
   #tools = new Map();
   #options;
   #modelCall = null;
+  // A model request the core released while the lines before it were still queued (a read
+  // needs no ack): it is asked at the next pump, once the store made them durable, so no
+  // reply is ever shown for a line that was not.
+  #deferred = null;
   #calls = new Map();
   #listeners = new Map();
   #idleWaiters = new Waiters();
@@ -193,6 +197,7 @@ export class NodeAgent {
     clearTimeout(this.#timer);
     this.#modelCall?.ac.abort(new WeftError('CLOSED', 'the agent was closed'));
     this.#modelCall = null;
+    this.#deferred = null;
     for (const c of this.#calls.values()) c.ac.abort(new WeftError('CLOSED', 'the agent was closed'));
     this.#calls.clear();
     // The jobs continue (their owner is the runtime's to close); the agent stops following them.
@@ -219,7 +224,7 @@ export class NodeAgent {
 
   #isIdle() {
     if (this.#closed) return true;
-    if (this.#modelCall || this.#calls.size) return false;
+    if (this.#modelCall || this.#deferred || this.#calls.size) return false;
     const s = this.#raw.state();
     return s.phase === 'idle' && s.queuedTasks === 0 && this.#raw.heldOutputs() === 0;
   }
@@ -262,6 +267,11 @@ export class NodeAgent {
   pump(core, now) {
     if (this.#closed) return;
     try {
+      // The store persists and acknowledges every batch it took before it pumps: the lines
+      // before a deferred request are durable now.
+      const deferred = this.#deferred;
+      this.#deferred = null;
+      if (deferred) this.#ask(core, deferred);
       this.#raw.sync(core, now);
       for (let o = this.#raw.pollOutput(core); o !== undefined; o = this.#raw.pollOutput(core)) {
         this.#handle(core, o);
@@ -277,11 +287,13 @@ export class NodeAgent {
     const out = { node: this.node, ...o };
     switch (o.output) {
       case 'model_request':
-        this.#ask(core, o);
+        if (core.hasBatches()) this.#deferred = o;
+        else this.#ask(core, o);
         break;
       case 'abort_model':
         this.#modelCall?.ac.abort(new WeftError('ABORTED', 'the turn was interrupted'));
         this.#modelCall = null;
+        this.#deferred = null;
         break;
       case 'start_call':
         this.#start(o);

@@ -156,6 +156,12 @@ impl ActorGraphJs {
         self.inner.take_batches().iter().map(batch_js).collect()
     }
 
+    /// Whether batches are queued and not yet taken (lines written since the last take).
+    #[wasm_bindgen(js_name = hasBatches)]
+    pub fn has_batches(&self) -> bool {
+        self.inner.has_batches()
+    }
+
     /// The store performed batch `id` (and every earlier one) durably.
     pub fn ack(&mut self, id: f64) -> Result<(), JsValue> {
         self.inner.ack(ms(id)).map_err(|e| error(&e))
