@@ -399,13 +399,10 @@ pub async fn main_with(args: ActorsArgs, failpoint: Option<Failpoint>) -> ExitCo
         };
     }
     let json = args.command.common().json;
-    let (config, notes) = match config_from_env() {
+    let config = match configured(json) {
         Ok(c) => c,
-        Err(e) => return fail(&e, json),
+        Err(code) => return code,
     };
-    for n in &notes {
-        eprintln!("weft actors: note: {n}");
-    }
     let ActorsCommand::Desk {
         c,
         listen,
@@ -434,17 +431,24 @@ pub async fn main_with(args: ActorsArgs, failpoint: Option<Failpoint>) -> ExitCo
     }
 }
 
+/// The harness configuration from the environment, its notes printed; a bad value is the
+/// command's failure (in `--json` form when asked).
+fn configured(json: bool) -> Result<HarnessConfig, ExitCode> {
+    let (config, notes) = config_from_env().map_err(|e| fail(&e, json))?;
+    for n in &notes {
+        eprintln!("weft actors: note: {n}");
+    }
+    Ok(config)
+}
+
 /// A one-shot command (not `desk`), synchronously on this thread: the configuration, the
 /// command, its output.
 fn one_shot(args: ActorsArgs, failpoint: Option<Failpoint>) -> ExitCode {
     let json = args.command.common().json;
-    let (config, notes) = match config_from_env() {
+    let config = match configured(json) {
         Ok(c) => c,
-        Err(e) => return fail(&e, json),
+        Err(code) => return code,
     };
-    for n in &notes {
-        eprintln!("weft actors: note: {n}");
-    }
     if config.node_store == weft_core::actors::NodeStoreMode::Off {
         return fail(
             &ActorsError::InvalidArgument(
