@@ -153,17 +153,21 @@ fn a_spawn_a_message_and_a_status_change_open_as_many_files_at_10_as_at_10000_no
     for c in opens(&at_10) {
         assert!(c <= 30, "a command opened {c} files: {at_10:?}");
     }
-    // Bytes: what grows with the root is graph.json (every command) and the coordinator's
-    // meta.json (the spawn); the logs (1.9 MB of metathread, 1.2 MB of coordinator chat at
-    // 10,000 nodes) are read from a kept mark and their last lines — within a few stride
-    // lengths of what the small root reads.
+    // Bytes: what grows with the root is the coordinator's meta.json (the spawn); graph.json
+    // is read by its ends only (trusted stamps: ids are looked up in nodes/), and the logs
+    // (1.9 MB of metathread, 1.2 MB of coordinator chat at 10,000 nodes) are read from a kept
+    // mark and their last lines — within a few stride lengths of what the small root reads.
     let grown = |rel: &str| size(&big, rel) - size(&small, rel);
     let graph = grown("graph.json");
     let coord = grown("nodes/coordinator/meta.json");
     let logs = size(&big, "orchestrator/meta.jsonl") + size(&big, "nodes/coordinator/chat.jsonl");
     let slack = 64 * 1024;
     assert!(logs > 20 * slack, "the big root's logs are big: {logs}");
-    for (i, extra) in [graph + coord, graph, graph].into_iter().enumerate() {
+    assert!(
+        graph > 10 * slack,
+        "the big root's graph.json is big: {graph}"
+    );
+    for (i, extra) in [coord, 0, 0].into_iter().enumerate() {
         let (small_b, big_b) = (at_10[i].1, at_10k[i].1);
         assert!(
             big_b <= small_b + extra + slack,
@@ -174,14 +178,33 @@ fn a_spawn_a_message_and_a_status_change_open_as_many_files_at_10_as_at_10000_no
     // The big root holds the four changes (read without weft: a full open of 10,000 nodes
     // is not what this test pays for); the small one opens whole, in full, without a
     // diagnostic.
+    // Trusted at 10,000 nodes, ids are still looked up: an id taken is refused, a derived id
+    // skips the ids taken.
+    let mut s = lazy(&big, &["coordinator"], true);
+    assert!(s.graph.opened_trusted());
+    let mut r = SpawnRequest::new("coordinator", NodeType::Task);
+    r.id = Some("gen-09999".into());
+    let e = s.graph.spawn(NOW, r).unwrap_err();
+    assert_eq!(e.code(), "NODE_EXISTS", "{e}");
+    let mut r = SpawnRequest::new("coordinator", NodeType::Task);
+    r.title = "new a".into();
+    let out = s.graph.spawn(NOW, r).unwrap();
+    let derived = out.child.to_string();
+    assert!(
+        derived.starts_with("new-a") && derived != "new-a",
+        "{derived}"
+    );
+    s.flush().unwrap();
+    drop(s);
     let graph: Value =
         serde_json::from_slice(&std::fs::read(big.join("graph.json")).unwrap()).unwrap();
-    assert_eq!(graph["nodes"].as_object().unwrap().len(), 10_003);
+    assert_eq!(graph["nodes"].as_object().unwrap().len(), 10_004);
+    assert_eq!(graph["nodes"][&derived]["spawnedBy"], "coordinator");
     assert_eq!(graph["nodes"]["new-a"]["spawnedBy"], "coordinator");
     let coord: Value =
         serde_json::from_slice(&std::fs::read(big.join("nodes/coordinator/meta.json")).unwrap())
             .unwrap();
-    assert_eq!(coord["spawned"].as_array().unwrap().len(), 10_002);
+    assert_eq!(coord["spawned"].as_array().unwrap().len(), 10_003);
     let chat = std::fs::read_to_string(big.join("nodes/new-a/chat.jsonl")).unwrap();
     assert_eq!(chat.lines().count(), 2);
     let done: Value =
@@ -310,7 +333,12 @@ fn files(root: &Path, roots: &[&Path]) -> BTreeMap<String, Vec<u8>> {
 
 #[test]
 fn a_lazy_command_writes_what_a_full_open_writes() {
-    let a = generate("scale-lazy", 12);
+    // 150 nodes: graph.json is past what a trusted open reads whole (it reads its ends).
+    let a = generate("scale-lazy", 150);
+    assert!(
+        size(&a, "graph.json") > 2 * 4096,
+        "graph.json is read by its ends"
+    );
     let b = scratch("scale-full").join("root");
     copy_dir(&a, &b);
     let run = |root: &Path, lazy_open: bool| {
@@ -321,6 +349,14 @@ fn a_lazy_command_writes_what_a_full_open_writes() {
                 Session::writer(root, config(), Duration::from_secs(5)).unwrap()
             }
         };
+        // A first spawn rewrites graph.json (generate's sorted keys) in canonical form: the
+        // next lazy opens trust the stamps it keeps.
+        let mut s = open(&["coordinator"], true);
+        let mut r = SpawnRequest::new("coordinator", NodeType::Task);
+        r.id = Some("warm".into());
+        s.graph.spawn(NOW, r).unwrap();
+        s.flush().unwrap();
+        drop(s);
         let mut s = open(&["gen-00002"], false);
         s.graph
             .set_status(NOW, "gen-00002", Status::Running, None, None)
@@ -328,6 +364,9 @@ fn a_lazy_command_writes_what_a_full_open_writes() {
         s.flush().unwrap();
         drop(s);
         let mut s = open(&["coordinator", "gen-00002"], true);
+        // Trusted, with graph.json handed by its ends: the wait edge makes the spawn rewrite
+        // graph.json whole, which reads it whole first.
+        assert_eq!(s.graph.opened_trusted(), lazy_open);
         let mut r = SpawnRequest::new("coordinator", NodeType::Discussion);
         r.title = "Docs sync".into();
         r.wait_on

@@ -914,6 +914,37 @@ pub struct LazySnapshot {
     /// listing of `nodes/` in `snap.dirs`: it costs the same at any node count. The metathread
     /// and the records read are checked as always.
     pub trusted: bool,
+    /// With `trusted`, a host may hand `graph.json` as its two ends instead of whole (not in
+    /// `snap`): the open reads the root from the first bytes and checks the canonical tail,
+    /// and looks ids up through the host ([`GraphLookup`]) rather than in the bytes, so a
+    /// spawn reads a bounded number of bytes of it at any node count.
+    pub graph_ends: Option<GraphEnds>,
+}
+
+/// `graph.json` as a host hands a trusted lazy open without reading it whole
+/// ([`LazySnapshot::graph_ends`]).
+#[derive(Clone, Debug)]
+pub struct GraphEnds {
+    /// Its first bytes (enough to hold `version` and `root`, its first keys).
+    pub head: Vec<u8>,
+    /// Its last bytes.
+    pub tail: Vec<u8>,
+    /// Its size in bytes (from the stamp the host checked).
+    pub size: u64,
+    /// How the core asks the host about the rest.
+    pub lookup: std::sync::Arc<dyn GraphLookup>,
+}
+
+/// What a host answers about a `graph.json` it handed as its ends ([`GraphEnds`]). With
+/// trusted stamps `graph.json` and `nodes/` list the same nodes, so a node is listed exactly
+/// when its directory exists.
+pub trait GraphLookup: std::fmt::Debug + Send + Sync {
+    /// Whether `nodes/<id>` exists (no link followed). When the host cannot tell (an I/O
+    /// error), `true`: the id is then treated as taken.
+    fn exists(&self, id: &str) -> bool;
+    /// `graph.json` whole, when the core needs the whole index (a rewrite), or `None` when
+    /// it cannot be read.
+    fn graph(&self) -> Option<Vec<u8>>;
 }
 
 /// A string field of a metathread record, or `None` when it holds anything else.
@@ -1168,21 +1199,44 @@ impl ActorGraph {
         let mut head = head;
         let meta_bytes = head.snap.files.remove(METATHREAD);
         let full = |why: String| Ok(LazyOpen::Full(why));
-        let Some(gb) = head.snap.files.remove(GRAPH) else {
-            return full("graph.json is missing".into());
-        };
-        let graph_at = super::patch::graph_patch_at(&gb);
         // Trusted (see `LazySnapshot::trusted`): graph.json is neither parsed nor compared
         // with a listing, only its root read; what this open would check of it held when the
         // writer that left it checked it last.
-        let trusted_root = if head.trusted
-            && graph_at.is_some()
-            && config.git_closeout != super::CloseoutDefault::PerNode
-        {
-            super::patch::graph_root(&gb)
-        } else {
-            None
+        let may_trust = head.trusted && config.git_closeout != super::CloseoutDefault::PerNode;
+        let trust_root = |bytes: &[u8], at: Option<u64>| {
+            (may_trust && at.is_some())
+                .then(|| super::patch::graph_root(bytes))
+                .flatten()
         };
+        // Handed as its ends (`LazySnapshot::graph_ends`): ids are looked up through the
+        // host; when the ends cannot be trusted, the open reads it whole and goes on as usual.
+        let mut lookup = None;
+        let (gb, graph_at, trusted_root) =
+            match (head.snap.files.remove(GRAPH), head.graph_ends.take()) {
+                (Some(gb), _) => {
+                    let at = super::patch::graph_patch_at(&gb);
+                    let root = trust_root(&gb, at);
+                    (gb, at, root)
+                }
+                (None, Some(ends)) => {
+                    let at = super::patch::graph_patch_at_ends(&ends);
+                    match trust_root(&ends.head, at) {
+                        Some(root) => {
+                            lookup = Some(ends.lookup);
+                            (Vec::new(), at, Some(root))
+                        }
+                        None => {
+                            let Some(gb) = ends.lookup.graph() else {
+                                return full("graph.json is unreadable".into());
+                            };
+                            let at = super::patch::graph_patch_at(&gb);
+                            let root = trust_root(&gb, at);
+                            (gb, at, root)
+                        }
+                    }
+                }
+                (None, None) => return full("graph.json is missing".into()),
+            };
         let trusted = trusted_root.is_some();
         if head.trusted && !trusted {
             let ask = LazyRead {
@@ -1207,7 +1261,9 @@ impl ActorGraph {
             },
         };
         let lists = |id: &str| {
-            if trusted {
+            if let Some(l) = &lookup {
+                NodeId::parse(id).is_ok() && l.exists(id)
+            } else if trusted {
                 super::patch::graph_lists(&gb, id)
             } else {
                 index.nodes.contains_key(id)
@@ -1431,7 +1487,8 @@ impl ActorGraph {
                 .collect(),
             unloaded,
             agreed,
-            raw: trusted.then_some(gb),
+            raw: (trusted && lookup.is_none()).then_some(gb),
+            lookup,
             raw_ids: Default::default(),
             raw_lookups: Default::default(),
             trusted,

@@ -43,7 +43,9 @@ use thiserror::Error;
 
 pub use config::{AgenticUi, CloseoutDefault, HarnessConfig, NodeStoreMode, WaitGraphMode};
 pub use id::{MAX_NODE_ID_BYTES, NodeId, slugify};
-pub use load::{LAZY_TAIL_LINES, LazyOpen, LazyRead, LazySnapshot, LogMark, OpenReport};
+pub use load::{
+    GraphEnds, GraphLookup, LAZY_TAIL_LINES, LazyOpen, LazyRead, LazySnapshot, LogMark, OpenReport,
+};
 pub use model::{
     ChatLine, Edge, GitCloseout, GraphEntry, GraphIndex, Mailbox, Node, NodeType, Related,
     RelatedKind, Role, Status, WaitMode, WaitOn,
@@ -348,6 +350,10 @@ pub(crate) struct Lazy {
     pub raw_ids: std::cell::OnceCell<std::collections::HashSet<u64>>,
     /// Look-ups in `raw` so far.
     pub raw_lookups: std::cell::Cell<u32>,
+    /// In place of `raw`, when the host handed `graph.json` as its ends
+    /// ([`LazySnapshot::graph_ends`]): ids are looked up through the host, and `graph.json`
+    /// is read whole through it when the whole index is needed.
+    pub lookup: Option<std::sync::Arc<dyn GraphLookup>>,
     /// The open trusted the host's stamps ([`LazySnapshot::trusted`]).
     pub trusted: bool,
 }
@@ -821,6 +827,9 @@ impl ActorGraph {
                     };
                     listed && patch::graph_lists(raw, id)
                 })
+                || l.lookup
+                    .as_ref()
+                    .is_some_and(|k| NodeId::parse(id).is_ok() && k.exists(id))
         })
     }
 
@@ -830,8 +839,18 @@ impl ActorGraph {
         let Some(l) = self.lazy.as_mut() else {
             return;
         };
-        let Some(raw) = l.raw.take() else {
-            return;
+        let raw = match (l.raw.take(), l.lookup.take()) {
+            (Some(raw), _) => raw,
+            (None, Some(k)) => match k.graph() {
+                Some(raw) => raw,
+                None => {
+                    // Unreadable now: the rewrite holds what is known, and no later open may
+                    // trust it (a full open rebuilds the rest from the node records).
+                    l.agreed = false;
+                    return;
+                }
+            },
+            (None, None) => return,
         };
         l.raw_ids = Default::default();
         let Ok(g) = serde_json::from_slice::<GraphIndex>(&raw) else {

@@ -56,6 +56,27 @@ pub(crate) fn graph_patch_at(bytes: &[u8]) -> Option<u64> {
     Some((bytes.len() - GRAPH_SUFFIX.len()) as u64)
 }
 
+/// [`graph_patch_at`] for `graph.json` handed as its ends (a trusted open: the writer that
+/// kept the stamps left it canonical): its first bytes open the record, its last bytes close
+/// a non-empty `nodes` and hold no top-level key but `nodes`.
+pub(crate) fn graph_patch_at_ends(ends: &super::GraphEnds) -> Option<u64> {
+    let tail = &ends.tail[..];
+    if !ends.head.starts_with(b"{\n")
+        || !tail.ends_with(b"\n    }\n  }\n}\n")
+        || ends.size < (ends.head.len().max(tail.len())) as u64
+    {
+        return None;
+    }
+    if let Some(k) = memchr::memmem::rfind(tail, b"\n  \"") {
+        // The last top-level key the tail holds must be `nodes`, followed by its entries.
+        let body = k + NODES_KEY.len();
+        if !tail[k..].starts_with(NODES_KEY) || !tail[body..].starts_with(b"    \"") {
+            return None;
+        }
+    }
+    Some(ends.size - GRAPH_SUFFIX.len() as u64)
+}
+
 /// The text of a patch adding `entries` to canonical `graph.json` (at [`graph_patch_at`]):
 /// each entry as the pretty form writes it inside `nodes`, then the closing bytes.
 pub(crate) fn graph_patch_text<'a>(
@@ -293,6 +314,57 @@ mod tests {
             None,
             "nodes is not last"
         );
+    }
+
+    #[derive(Debug)]
+    struct NoLookup;
+    impl crate::actors::GraphLookup for NoLookup {
+        fn exists(&self, _: &str) -> bool {
+            false
+        }
+        fn graph(&self) -> Option<Vec<u8>> {
+            None
+        }
+    }
+
+    fn ends(bytes: &[u8], n: usize) -> crate::actors::GraphEnds {
+        crate::actors::GraphEnds {
+            head: bytes[..n].to_vec(),
+            tail: bytes[bytes.len() - n..].to_vec(),
+            size: bytes.len() as u64,
+            lookup: std::sync::Arc::new(NoLookup),
+        }
+    }
+
+    #[test]
+    fn the_ends_of_graph_json_give_the_patch_offset_the_whole_gives() {
+        let mut g = GraphIndex {
+            version: 1,
+            root: id("coordinator"),
+            nodes: [("coordinator".to_owned(), entry(None))].into(),
+            related: vec![],
+            extra: Default::default(),
+        };
+        for i in 0..40 {
+            g.nodes
+                .insert(format!("n-{i:03}"), entry(Some("coordinator")));
+        }
+        let text = crate::actors::pretty(&g);
+        let b = text.as_bytes();
+        let whole = graph_patch_at(b).expect("canonical");
+        // A tail within the entries, or reaching back over the `nodes` key: the same offset.
+        for n in [64, 200, b.len() - 64, b.len()] {
+            assert_eq!(graph_patch_at_ends(&ends(b, n)), Some(whole), "{n}");
+            assert_eq!(graph_root(&ends(b, n).head), Some(id("coordinator")));
+        }
+        // Not canonical: compact, or a key after `nodes`.
+        let compact = serde_json::to_string(&g).unwrap();
+        assert_eq!(graph_patch_at_ends(&ends(compact.as_bytes(), 40)), None);
+        let tail_key = text.replace(
+            "\n}\n",
+            ",\n  \"later\": {\n    \"q\": {\n      \"r\": 1\n    }\n  }\n}\n",
+        );
+        assert_eq!(graph_patch_at_ends(&ends(tail_key.as_bytes(), 200)), None);
     }
 
     fn node(spawned: &[&str], last: Option<&str>) -> Node {

@@ -1378,6 +1378,7 @@ fn lazy_open_with(
         },
         tails: Default::default(),
         meta_mark: None,
+        graph_ends: None,
         trusted,
     };
     head.snap.dirs.sort();

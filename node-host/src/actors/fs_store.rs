@@ -59,7 +59,8 @@ use weft_core::actors::store::{
     ActorStore, Op, Snapshot, WriteBatch, check_path, is_snapshot_path,
 };
 use weft_core::actors::{
-    ActorsError, LazyRead, LazySnapshot, LogMark, LogTail, NodeId, count_lines, tail_start,
+    ActorsError, GraphEnds, GraphLookup, LazyRead, LazySnapshot, LogMark, LogTail, NodeId,
+    count_lines, tail_start,
 };
 
 use super::failpoint::{Failpoint, Steps};
@@ -233,6 +234,8 @@ pub struct FsStore {
     pub stats: FsStats,
     /// Bytes read from records and logs (see [`FsStore::bytes_read`]).
     bytes_read: u64,
+    /// Bytes read through a [`FsGraphLookup`] this store handed out.
+    lookup_read: std::sync::Arc<AtomicU64>,
     /// [`MARKS_FILE`] as a lazy open read it, and per log read since: its length and the
     /// digest of the [`MARK_CHECK_BYTES`] before it, and whether its kept mark was refused.
     marks: BTreeMap<String, KeptMark>,
@@ -391,6 +394,7 @@ impl FsStore {
             cache: BTreeMap::new(),
             stats: FsStats::default(),
             bytes_read: 0,
+            lookup_read: Default::default(),
             marks: BTreeMap::new(),
             trust: None,
             seen: BTreeMap::new(),
@@ -520,7 +524,7 @@ impl FsStore {
     /// How many bytes of records and logs this store has read: what a command costs in the
     /// size of the root (tests and benchmarks assert it, beside [`opens`](Self::opens)).
     pub fn bytes_read(&self) -> u64 {
-        self.bytes_read
+        self.bytes_read + self.lookup_read.load(Ordering::Relaxed)
     }
 
     /// The directory `rel` (`""`: the root), reached one component at a time from the root's
@@ -1412,31 +1416,58 @@ impl FsStore {
             meta_mark = r.mark;
             snap.files.insert(METATHREAD_FILE.into(), r.bytes);
         }
-        let mut graph_stamp = None;
-        match self.dir.open(GRAPH_FILE, Mode::Read) {
-            Ok(mut f) => {
-                let meta = f.metadata().map_err(|e| io("stat", GRAPH_FILE, e))?;
-                let mut b = Vec::with_capacity(meta.len() as usize + 1);
-                f.read_to_end(&mut b)
-                    .map_err(|e| io("read", GRAPH_FILE, e))?;
-                self.bytes_read += b.len() as u64;
-                graph_stamp = Some(super::walls::stamp(&meta));
-                snap.files.insert(GRAPH_FILE.into(), b);
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(e) => return Err(io("read", GRAPH_FILE, e)),
-        }
         let nodes = self.dir_at("nodes", None)?;
         let nodes_stamp = match &nodes {
             Some(d) => Some(d.stamp().map_err(|e| io("stat", "nodes", e))?),
             None => None,
         };
-        // Both as this store's last lazy writer left them (it kept their stamps only when its
-        // graph was consistent): no listing needed.
-        let trusted = matches!(
-            (&self.trust, &graph_stamp, &nodes_stamp),
-            (Some(t), Some(g), Some(n)) if t.graph == *g && t.nodes == *n
-        );
+        let mut graph_ends = None;
+        let mut trusted = false;
+        match self.dir.open(GRAPH_FILE, Mode::Read) {
+            Ok(mut f) => {
+                let meta = f.metadata().map_err(|e| io("stat", GRAPH_FILE, e))?;
+                // Both as this store's last lazy writer left them (it kept their stamps only
+                // when its graph was consistent): no listing needed, and graph.json is read
+                // by its ends (ids are looked up in nodes/, see `FsGraphLookup`).
+                let graph_stamp = super::walls::stamp(&meta);
+                trusted = matches!(
+                    (&self.trust, &nodes_stamp),
+                    (Some(t), Some(n)) if t.graph == graph_stamp && t.nodes == *n
+                );
+                let size = meta.len();
+                match (&nodes, trusted && size > 2 * GRAPH_END_BYTES) {
+                    (Some(nd), true) => {
+                        use std::os::unix::fs::FileExt;
+                        let mut head = vec![0; GRAPH_END_BYTES as usize];
+                        let mut tail = vec![0; GRAPH_END_BYTES as usize];
+                        f.read_exact_at(&mut head, 0)
+                            .and_then(|()| f.read_exact_at(&mut tail, size - GRAPH_END_BYTES))
+                            .map_err(|e| io("read", GRAPH_FILE, e))?;
+                        self.bytes_read += 2 * GRAPH_END_BYTES;
+                        let lookup = FsGraphLookup {
+                            root: self.dir.try_clone().map_err(|e| io("open", ".", e))?,
+                            nodes: nd.try_clone().map_err(|e| io("open", "nodes", e))?,
+                            read: self.lookup_read.clone(),
+                        };
+                        graph_ends = Some(GraphEnds {
+                            head,
+                            tail,
+                            size,
+                            lookup: std::sync::Arc::new(lookup),
+                        });
+                    }
+                    _ => {
+                        let mut b = Vec::with_capacity(size as usize + 1);
+                        f.read_to_end(&mut b)
+                            .map_err(|e| io("read", GRAPH_FILE, e))?;
+                        self.bytes_read += b.len() as u64;
+                        snap.files.insert(GRAPH_FILE.into(), b);
+                    }
+                }
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(io("read", GRAPH_FILE, e)),
+        }
         if !trusted {
             self.list_nodes(&mut snap)?;
         }
@@ -1445,6 +1476,7 @@ impl FsStore {
             tails: BTreeMap::new(),
             meta_mark,
             trusted,
+            graph_ends,
         })
     }
 
@@ -1714,6 +1746,34 @@ struct MarksFile {
     logs: BTreeMap<String, KeptMark>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     graph: Option<Trust>,
+}
+
+/// How many bytes of each end of `graph.json` a trusted lazy open reads
+/// ([`weft_core::actors::GraphEnds`]); a smaller `graph.json` is read whole.
+const GRAPH_END_BYTES: u64 = 4096;
+
+/// The host's answers about a `graph.json` handed as its ends ([`GraphLookup`]): through the
+/// store's walls (no link followed).
+#[derive(Debug)]
+struct FsGraphLookup {
+    root: Dir,
+    nodes: Dir,
+    /// The store's count of bytes read through lookups ([`FsStore::bytes_read`]).
+    read: std::sync::Arc<AtomicU64>,
+}
+
+impl GraphLookup for FsGraphLookup {
+    fn exists(&self, id: &str) -> bool {
+        // The core asks about valid node ids only (one path component); any entry of that
+        // name (not only a directory), or an error, counts as taken.
+        NodeId::parse(id).is_ok() && !matches!(self.nodes.kind(id), Ok(None))
+    }
+
+    fn graph(&self) -> Option<Vec<u8>> {
+        let b = self.root.read(GRAPH_FILE).ok()??;
+        self.read.fetch_add(b.len() as u64, Ordering::Relaxed);
+        Some(b)
+    }
 }
 
 /// Stamps ([`super::walls::stamp`]) of `graph.json` and of the `nodes/` directory, taken

@@ -6,7 +6,7 @@
 //!
 //! `cargo build --release -p weft-host --bin weft && cargo run --release -p weft-bench --bin
 //! actors_cli -- [--weft target/release/weft] [--dir DIR] [--spawns N] [--sizes 10,1000,10000]
-//! [--harness PATH]` (default: 40 CLI spawns per size, in the system temp dir).
+//! [--harness PATH] [--keep]` (default: 40 CLI spawns per size, in the system temp dir).
 //!
 //! The roots are generated on disk (a template task spawned through the CLI, copied under new
 //! ids with the parent's `spawned[]`, routing markers, `graph.json` entries and metathread
@@ -235,6 +235,8 @@ fn main() {
         .split(',')
         .filter_map(|s| s.parse().ok())
         .collect();
+    // `--keep`: leave the generated roots on disk (for profiling a spawn on them).
+    let keep = std::env::args().any(|a| a == "--keep");
     let dir = base.join(format!("weft-actors-cli-bench-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("bench dir");
     // The harness joins node paths onto the root: give it an absolute one.
@@ -336,8 +338,13 @@ fn main() {
             );
         }
         println!();
+        if keep {
+            continue;
+        }
         let _ = std::fs::remove_dir_all(&root);
         let _ = std::fs::remove_dir_all(&h_root);
     }
-    let _ = std::fs::remove_dir_all(&dir);
+    if !keep {
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }
