@@ -484,6 +484,18 @@ fn spawn(
     if let Some((conninfo, pool)) = store {
         cmd.args(["--store", conninfo, "--store-pool", &pool.to_string()]);
     }
+    // The server must not outlive the benchmark however it ends (a signal, `| head`): the
+    // kernel sends it SIGTERM (a graceful stop) when this thread, the main one, exits.
+    // SAFETY: prctl is async-signal-safe and touches no memory of the parent.
+    unsafe {
+        use std::os::unix::process::CommandExt;
+        cmd.pre_exec(|| {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
     let mut c = cmd
         .env("WEFT_AGENT_TOKEN", "bench-agent-token")
         .env("WEFT_HUMAN_TOKEN", "bench-human-token")
