@@ -63,11 +63,10 @@ fn run(bin: &Path, args: &[&str]) {
     );
 }
 
-/// A root with the coordinator and `n` task children, written directly.
-fn generate(bin: &Path, root: &Path, n: usize) {
-    let r = root.to_str().expect("utf-8 path");
-    run(bin, &["actors", "init", r, "--json"]);
-    run(bin, &["actors", "spawn", r, "--id", TEMPLATE, "--json"]);
+/// Copies the template task `TEMPLATE` of `root` (spawned through a CLI, weft's or the
+/// harness's) under `n - 1` new ids, with the coordinator's `spawned[]`, routing markers,
+/// `graph.json` entries and metathread records a spawn writes.
+fn replicate(root: &Path, n: usize) {
     let read = |rel: &str| std::fs::read_to_string(root.join(rel)).expect("template file");
     let t_meta = read(&format!("nodes/{TEMPLATE}/meta.json"));
     let t_chat = read(&format!("nodes/{TEMPLATE}/chat.jsonl"));
@@ -111,6 +110,14 @@ fn generate(bin: &Path, root: &Path, n: usize) {
     );
 }
 
+/// A root with the coordinator and `n` task children, written directly.
+fn generate(bin: &Path, root: &Path, n: usize) {
+    let r = root.to_str().expect("utf-8 path");
+    run(bin, &["actors", "init", r, "--json"]);
+    run(bin, &["actors", "spawn", r, "--id", TEMPLATE, "--json"]);
+    replicate(root, n);
+}
+
 /// Runs the harness CLI (`h`) with `args`; panics with its stderr if it fails.
 fn run_harness(h: &Path, args: &[&str]) {
     let out = Command::new(h).args(args).output().expect("harness runs");
@@ -139,47 +146,7 @@ fn generate_harness(h: &Path, root: &Path, n: usize) {
             &format!("--title={TEMPLATE}"),
         ],
     );
-    let read = |rel: &str| std::fs::read_to_string(root.join(rel)).expect("harness file");
-    let t_meta = read(&format!("nodes/{TEMPLATE}/meta.json"));
-    let t_chat = read(&format!("nodes/{TEMPLATE}/chat.jsonl"));
-    let mut c_chat = read("nodes/coordinator/chat.jsonl");
-    let t_marker = c_chat.lines().last().expect("marker").to_owned();
-    let mut meta_log = read("orchestrator/meta.jsonl");
-    let t_record = meta_log.lines().last().expect("record").to_owned();
-    let mut graph: Value = serde_json::from_str(&read("graph.json")).expect("graph");
-    let mut coord: Value =
-        serde_json::from_str(&read("nodes/coordinator/meta.json")).expect("coordinator");
-    let mut lines = c_chat.lines().count() as u64;
-    for i in 1..n {
-        let id = format!("gen-{i:05}");
-        let dir = root.join("nodes").join(&id);
-        std::fs::create_dir(&dir).expect("node dir");
-        std::fs::write(dir.join("meta.json"), t_meta.replace(TEMPLATE, &id)).expect("meta");
-        std::fs::write(dir.join("chat.jsonl"), &t_chat).expect("chat");
-        lines += 1;
-        c_chat.push_str(&t_marker.replace(TEMPLATE, &id));
-        c_chat.push('\n');
-        let mut rec: Value = serde_json::from_str(&t_record.replace(TEMPLATE, &id)).expect("rec");
-        rec["parentLine"] = json!(lines);
-        meta_log.push_str(&serde_json::to_string(&rec).expect("json"));
-        meta_log.push('\n');
-        graph["nodes"][&id] = graph["nodes"][TEMPLATE].clone();
-        coord["spawned"]
-            .as_array_mut()
-            .expect("spawned")
-            .push(json!(id));
-    }
-    let write = |rel: &str, text: String| std::fs::write(root.join(rel), text).expect("write");
-    write("nodes/coordinator/chat.jsonl", c_chat);
-    write("orchestrator/meta.jsonl", meta_log);
-    write(
-        "graph.json",
-        serde_json::to_string_pretty(&graph).expect("json") + "\n",
-    );
-    write(
-        "nodes/coordinator/meta.json",
-        serde_json::to_string_pretty(&coord).expect("json") + "\n",
-    );
+    replicate(root, n);
 }
 
 /// Files opened, bytes read and bytes written by one spawn: through the CLI's lazy writer
