@@ -11,6 +11,7 @@
 
 use serde_json::{Value, json};
 
+use crate::Mono;
 use crate::jobs::wire::Capabilities;
 use crate::jobs::{
     EndpointId, EndpointSpec, Hello, JobId, Origin, OwnerId, Registry, Submit, SubscriptionId,
@@ -216,10 +217,11 @@ fn run_jobs_vector(v: &Value) -> VectorResult {
     let mut failures = Vec::new();
     let mut reg: Registry<Value> = Registry::default();
     each_step(v, &mut failures, |step, failures| {
-        while let Some(d) = reg.poll_timeout().filter(|d| *d <= step.at) {
+        let at = Mono::from_ms(step.at);
+        while let Some(d) = reg.poll_timeout().filter(|d| *d <= at) {
             reg.handle_timeout(d);
         }
-        let result = apply_jobs_step(&mut reg, step.at, step.op, step.json);
+        let result = apply_jobs_step(&mut reg, at, step.op, step.json);
         let outputs: Vec<Value> = reg.drain_outputs().map(|o| o.to_json()).collect();
         check_step(&step.ctx, step.json, &result, outputs, failures);
     });
@@ -245,7 +247,7 @@ fn str_arg(step: &Value, key: &str, default: &str) -> String {
 /// Applies one registry op of a vector (shared by suites that drive a registry too).
 pub(crate) fn apply_jobs_step(
     reg: &mut Registry<Value>,
-    at: u64,
+    at: Mono,
     op: &str,
     s: &Value,
 ) -> Result<Value, (String, String)> {

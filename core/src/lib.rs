@@ -14,6 +14,8 @@
 //! * [`model`] — model providers as codecs: OpenAI and Anthropic streaming wire formats,
 //!   error classification and the retry rule.
 //! * [`tools`] — agent sessions: the parallel tool scheduler, turn state and mailbox admission.
+//! * [`codes`] — every error code the product exposes, listed once, and the host-boundary
+//!   outcomes (`HostError`: `DISPOSED`, `WAIT_TIMED_OUT`, ...) so that no host makes one up.
 //! * `conformance` (cargo feature `conformance`: test machinery, not product API) — the
 //!   data-driven vectors every host runs against this core, one step driver for every suite.
 
@@ -39,6 +41,7 @@ macro_rules! numeric_id {
 pub mod actors;
 pub mod agents;
 mod calendar;
+pub mod codes;
 #[cfg(feature = "conformance")]
 pub mod conformance;
 pub mod fields;
@@ -46,12 +49,12 @@ pub mod frames;
 pub mod jobs;
 pub mod model;
 pub mod ops;
+pub mod time;
 pub mod tools;
 pub mod value;
 pub mod vecmap;
 
-/// Milliseconds on the host's monotonic clock. The core never reads a clock itself.
-pub type Millis = u64;
+pub use time::{Mono, Wall};
 
 /// Errors with a stable, machine-readable code (`STALE_FRAME`, `INPUT_UNSUPPORTED`, ...):
 /// hosts expose it as JS `Error.code` and HTTP problem `code`.

@@ -25,6 +25,7 @@ use super::app::{Principal, Role};
 use super::engine::{Done, Engine, EngineConfig, RecordKind, Write};
 use super::scripted::ScriptedApp;
 use super::{FramesError, controller};
+use crate::Wall;
 use crate::conformance::{VectorResult, each_step, subset, vector_name};
 
 /// The vector clock's epoch: 2026-09-19T17:58:34Z.
@@ -180,7 +181,7 @@ fn run_vector(suite: &Value, v: &Value) -> VectorResult {
     };
     each_step(v, &mut failures, |s, failures| {
         let (op, step, ctx) = (s.op, s.json, &s.ctx);
-        let result = apply_step(&mut run, EPOCH_MS + s.at, op, step, s.index);
+        let result = apply_step(&mut run, Wall::from_ms(EPOCH_MS + s.at), op, step, s.index);
         let (result, writes) = match result {
             Ok((value, writes)) => (Ok(value), writes),
             Err(e) => (Err(e), vec![]),
@@ -255,7 +256,7 @@ fn json_of<T: serde::Serialize>(v: &T) -> Value {
 
 fn apply_step(
     run: &mut Run,
-    now: u64,
+    now: Wall,
     op: &str,
     s: &Value,
     index: usize,

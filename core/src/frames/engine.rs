@@ -29,9 +29,11 @@
 //!     let scopes = engine.scopes(frame_id);            // the read set's rows, in lock order
 //!     BEGIN; SELECT .. FOR UPDATE each of scopes;
 //!     engine.refresh(kind, key, row) for each row      // log items before their surface
-//!     let prepared = engine.prepare_commit_locked_bytes(now, .., &scopes, attempt)?;
-//!     write prepared.writes (a replay has none); COMMIT  // or ROLLBACK and drop `prepared`
-//!     let (persist, pending) = engine.apply_commit(prepared).split();
+//!     let (persist, pending) = engine.prepare_commit_locked_bytes(now, .., &scopes, attempt)?
+//!         .split();
+//!     write persist.writes() (a replay has none); COMMIT  // or ROLLBACK and drop both
+//!     let committed = pending.release(persist.ack());    // only after COMMIT
+//!     let (persist, pending) = engine.apply_commit(committed).split();
 //!     let (deletions, handed) = persist.hand_off();     // retention: in the background
 //!     answer(pending.release(handed));
 //! on the host's timer (e.g. every second):
@@ -41,7 +43,7 @@
 //!     store.write(engine.compact(now, kind, rows))    // deletions past retention
 //! ```
 //!
-//! `now` is wall-clock [`UnixMillis`] (frames and receipts carry timestamps). A policy change
+//! `now` is wall-clock [`Wall`] (frames and receipts carry timestamps). A policy change
 //! on a shared database is [`Engine::prepare_bump_policy`] under the policy row's lock, its
 //! write COMMITted, then taken in with [`Engine::refresh`] before its value is released.
 
@@ -53,10 +55,11 @@ use serde_json::{Map, Value, json};
 
 use super::app::{App, ApplyCtx, Principal, Role, SurfaceCtx};
 use super::graph::preview;
-use super::time::{UnixMillis, rfc3339};
+use super::time::rfc3339;
 use super::types::*;
 use super::validate::{self, fingerprint, parse_strict, sha256_hex, typed};
 use super::{FramesError, features};
+use crate::Wall;
 
 /// How many times a host deciding in a shared database tries a commit whose read set was
 /// not locked ([`FramesError::ScopesNotLocked`]) before answering with that error.
@@ -301,6 +304,7 @@ impl Persist {
 
     /// Moves the writes out (into a store's write queue) while this stays to be
     /// [`ack`](Persist::ack)ed once the queue reports them durable.
+    #[must_use = "the writes must reach the store before this is acked"]
     pub fn take_writes(&mut self) -> Vec<Write> {
         std::mem::take(&mut self.writes)
     }
@@ -346,8 +350,17 @@ impl<T> Pending<T> {
     }
 }
 
-/// A commit decided by [`Engine::prepare_commit`] and not yet applied.
-#[must_use = "persist `writes`, then pass it to `Engine::apply_commit`"]
+/// A commit decided by [`Engine::prepare_commit`] and not yet applied. Its writes are private,
+/// like a [`Done`]'s: [`Prepared::split`] separates them ([`Persist`]) from the decision
+/// ([`Pending`]`<`[`Committed`]`>`), which comes out only against their acknowledgement and is
+/// then applied:
+///
+/// ```text
+/// let (persist, pending) = engine.prepare_commit(now, principal, key, body)?.split();
+/// tx.write(persist.writes())?; COMMIT;                  // or ROLLBACK and drop both
+/// let done = engine.apply_commit(pending.release(persist.ack()));
+/// ```
+#[must_use = "persist the writes, then apply: `split` → `ack` → `release` → `Engine::apply_commit`"]
 pub struct Prepared<S> {
     /// The receipt to answer with: the new one, or the replayed one.
     pub receipt: Arc<Receipt>,
@@ -363,9 +376,38 @@ pub struct Prepared<S> {
     /// The records to persist, in order: exactly the writes of [`Engine::commit`] before its
     /// retention deletions (receipt, entries, log items, blobs, surface, idempotency record;
     /// the id block when `instance` is `None`).
-    pub writes: Vec<Write>,
-    now: UnixMillis,
+    writes: Vec<Write>,
+    now: Wall,
     change: Option<Box<Change<S>>>,
+}
+
+impl<S> Prepared<S> {
+    /// The records to persist, in order (empty for a replay); the decision stays held.
+    pub fn writes(&self) -> &[Write] {
+        &self.writes
+    }
+
+    /// Separates the writes (to persist in the deciding transaction and acknowledge after its
+    /// COMMIT) from the decision, released with the acknowledgement as a [`Committed`] for
+    /// [`Engine::apply_commit`].
+    pub fn split(mut self) -> (Persist, Pending<Committed<S>>) {
+        let writes = std::mem::take(&mut self.writes);
+        (Persist { writes }, Pending(Committed(self)))
+    }
+}
+
+/// A [`Prepared`] commit whose writes are acknowledged (COMMITted): what
+/// [`Engine::apply_commit`] takes. Only [`Pending::release`] of a [`Prepared::split`] makes
+/// one. It reads as the `Prepared` it came from (its receipt, surface and revisions).
+#[must_use = "apply it with `Engine::apply_commit`"]
+pub struct Committed<S>(Prepared<S>);
+
+impl<S> std::ops::Deref for Committed<S> {
+    type Target = Prepared<S>;
+
+    fn deref(&self) -> &Prepared<S> {
+        &self.0
+    }
 }
 
 /// The in-memory side of a prepared commit.
@@ -441,8 +483,8 @@ pub struct EngineStats {
 struct FrameRecord {
     surface: String,
     snapshot: String,
-    created: UnixMillis,
-    expires: UnixMillis,
+    created: Wall,
+    expires: Wall,
     requested: DisclosureLevel,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     horizon: Option<u32>,
@@ -526,7 +568,7 @@ struct AssessmentRecord {
     fingerprint: String,
     /// When its frame expires (0: unknown, kept).
     #[serde(default)]
-    expires: UnixMillis,
+    expires: Wall,
     record: Assessment,
 }
 
@@ -598,7 +640,7 @@ pub struct Engine<A: App> {
     /// Per surface, per log name: the items, oldest first (index = position).
     logs: HashMap<String, BTreeMap<String, Vec<Arc<Evidence>>>>,
     /// Frames and assessments in memory, in the order they came in: `(expires, kind, id)`.
-    queue: VecDeque<(UnixMillis, RecordKind, String)>,
+    queue: VecDeque<(Wall, RecordKind, String)>,
     /// Frames and assessments a receipt names: kept forever.
     receipt_frames: HashSet<String>,
     receipt_assessments: HashSet<String>,
@@ -1283,7 +1325,7 @@ impl<A: App> Engine<A> {
     /// Creates and records a new frame of `surface_id`; returns its id.
     fn new_frame(
         &mut self,
-        now: UnixMillis,
+        now: Wall,
         surface_id: &str,
         disclosure: Option<&str>,
         horizon: Option<&str>,
@@ -1338,7 +1380,7 @@ impl<A: App> Engine<A> {
     /// `disclosure` is `next` (default), `horizon` or `full`; `horizon` is 0..=20 (default 2).
     pub fn frame(
         &mut self,
-        now: UnixMillis,
+        now: Wall,
         surface_id: &str,
         disclosure: Option<&str>,
         horizon: Option<&str>,
@@ -1356,7 +1398,7 @@ impl<A: App> Engine<A> {
     /// `serde_json::to_vec(&frame)` gives, without rebuilding the frame each read.
     pub fn frame_json(
         &mut self,
-        now: UnixMillis,
+        now: Wall,
         surface_id: &str,
         disclosure: Option<&str>,
         horizon: Option<&str>,
@@ -1431,7 +1473,7 @@ impl<A: App> Engine<A> {
     /// `POST /dgp/assessments` with a raw body: strict JSON, then [`Engine::assess`].
     pub fn assess_bytes(
         &mut self,
-        now: UnixMillis,
+        now: Wall,
         principal: &Principal,
         body: &[u8],
     ) -> Result<Done<Arc<Assessment>>, FramesError> {
@@ -1443,7 +1485,7 @@ impl<A: App> Engine<A> {
     /// Reusing an id with identical content by the same principal returns the original record.
     pub fn assess(
         &mut self,
-        now: UnixMillis,
+        now: Wall,
         principal: &Principal,
         body: Value,
     ) -> Result<Done<Arc<Assessment>>, FramesError> {
@@ -1509,7 +1551,7 @@ impl<A: App> Engine<A> {
     /// `POST /dgp/commits` with a raw body: strict JSON, then [`Engine::commit`].
     pub fn commit_bytes(
         &mut self,
-        now: UnixMillis,
+        now: Wall,
         principal: &Principal,
         idempotency_key: Option<&str>,
         body: &[u8],
@@ -1525,14 +1567,15 @@ impl<A: App> Engine<A> {
     /// [`Engine::apply_commit`].
     pub fn commit(
         &mut self,
-        now: UnixMillis,
+        now: Wall,
         principal: &Principal,
         idempotency_key: Option<&str>,
         body: Value,
     ) -> Result<Done<Arc<Receipt>>, FramesError> {
         let mut prepared = self.prepare_commit(now, principal, idempotency_key, body)?;
+        // Both parts are returned in one `Done`, acknowledged together by the host.
         let mut writes = std::mem::take(&mut prepared.writes);
-        let done = self.apply_commit(prepared);
+        let done = self.apply_commit(Committed(prepared));
         writes.extend(done.writes);
         Ok(Done {
             value: done.value,
@@ -1543,7 +1586,7 @@ impl<A: App> Engine<A> {
     /// [`Engine::prepare_commit`] with a raw body: size limit and strict JSON first.
     pub fn prepare_commit_bytes(
         &mut self,
-        now: UnixMillis,
+        now: Wall,
         principal: &Principal,
         idempotency_key: Option<&str>,
         body: &[u8],
@@ -1562,7 +1605,7 @@ impl<A: App> Engine<A> {
     /// needs no row lock (its record is immutable under the key's lock).
     pub fn prepare_commit_locked_bytes(
         &mut self,
-        now: UnixMillis,
+        now: Wall,
         principal: &Principal,
         idempotency_key: Option<&str>,
         body: &[u8],
@@ -1598,11 +1641,12 @@ impl<A: App> Engine<A> {
     /// record and their writes) on copies. Its only mutations are burning ids and caching the
     /// current snapshot of the surface. Nothing is visible until [`Engine::apply_commit`]; a
     /// host that decides in a shared database (PostgreSQL) writes [`Prepared::writes`] in its
-    /// transaction and applies after COMMIT, or drops the `Prepared` on failure. With
+    /// transaction and applies after COMMIT ([`Prepared::split`] → [`Persist::ack`] →
+    /// [`Pending::release`] → [`Engine::apply_commit`]), or drops the `Prepared` on failure. With
     /// `instance: None` a `Prepared` must be applied (its writes may hold the id block).
     pub fn prepare_commit(
         &mut self,
-        now: UnixMillis,
+        now: Wall,
         principal: &Principal,
         idempotency_key: Option<&str>,
         body: Value,
@@ -1871,21 +1915,21 @@ impl<A: App> Engine<A> {
         })
     }
 
-    /// Applies a [`Prepared`] commit to memory (after the host made its writes durable, or
-    /// COMMITted them). Returns the receipt and only the writes of the retention run that
-    /// follows (deletions; `Prepared::writes` are not repeated). Each part is taken like a
+    /// Applies a prepared commit to memory once the host made its writes durable (COMMITted
+    /// them and acknowledged them: [`Committed`]). Returns the receipt and only the writes of
+    /// the retention run that follows (deletions; the [`Prepared::writes`] are not repeated). Each part is taken like a
     /// [`Engine::refresh`] of its record, so applying after the memory already moved on (a
     /// later commit refreshed from another instance) never goes back: the surface is replaced
     /// only by a newer revision, log items only at the end of their log, the rest only when
     /// absent. A replay applies nothing.
-    pub fn apply_commit(&mut self, prepared: Prepared<A::State>) -> Done<Arc<Receipt>> {
+    pub fn apply_commit(&mut self, committed: Committed<A::State>) -> Done<Arc<Receipt>> {
         let Prepared {
             receipt,
             surface_id,
             now,
             change,
             ..
-        } = prepared;
+        } = committed.0;
         let Some(change) = change else {
             return Done {
                 value: receipt,
@@ -2029,7 +2073,7 @@ impl<A: App> Engine<A> {
             }
             RecordKind::Snapshot => {
                 let held = self.snapshots.contains_key(key);
-                self.admit(0, kind, key, value)?;
+                self.admit(Wall::ZERO, kind, key, value)?;
                 changed(!held)
             }
             RecordKind::Frame | RecordKind::Assessment | RecordKind::Blob => Unchanged,
@@ -2222,8 +2266,8 @@ impl<A: App> Engine<A> {
         }
     }
 
-    fn past_retention(&self, now: UnixMillis, expires: UnixMillis) -> bool {
-        expires != 0 && now >= expires.saturating_add(self.config.expired_retention_ms)
+    fn past_retention(&self, now: Wall, expires: Wall) -> bool {
+        expires != Wall::ZERO && now >= expires.plus(self.config.expired_retention_ms)
     }
 
     /// Retention (run by every request for a few records, and by [`Engine::sweep`]): frames
@@ -2231,7 +2275,7 @@ impl<A: App> Engine<A> {
     /// names them, their records are deleted; past `max_cached_records` the oldest live ones
     /// leave memory only (the host reads them back on demand). A snapshot no frame in memory
     /// uses leaves memory too (its record is kept: it is small and read back on demand).
-    fn sweep_some(&mut self, now: UnixMillis, limit: usize, writes: &mut Vec<Write>) -> usize {
+    fn sweep_some(&mut self, now: Wall, limit: usize, writes: &mut Vec<Write>) -> usize {
         let mut n = 0;
         // Snapshots the surfaces hold as their current one (counted only when it matters).
         let current = if self.snapshots.len() > self.config.max_cached_snapshots {
@@ -2291,7 +2335,7 @@ impl<A: App> Engine<A> {
 
     /// Runs retention over at most `limit` records due at `now` (hosts call it on a timer);
     /// returns how many records left memory, and the deletions to persist.
-    pub fn sweep(&mut self, now: UnixMillis, limit: usize) -> Done<usize> {
+    pub fn sweep(&mut self, now: Wall, limit: usize) -> Done<usize> {
         // Snapshots no frame and no surface holds any more (e.g. built for a commit's check).
         self.snapshots.retain(|_, a| Arc::strong_count(a) > 1);
         let mut writes = Vec::new();
@@ -2337,7 +2381,7 @@ impl<A: App> Engine<A> {
     /// their retention are not taken back (they are about to be deleted).
     pub fn admit(
         &mut self,
-        now: UnixMillis,
+        now: Wall,
         kind: RecordKind,
         key: &str,
         value: &[u8],
@@ -2392,12 +2436,8 @@ impl<A: App> Engine<A> {
     /// Compaction of stored records the engine may never have loaded (e.g. frames of earlier
     /// runs): the deletions for those of `rows` (frame or assessment records of `kind`) that
     /// are past their retention and named by no receipt.
-    pub fn compact(
-        &self,
-        now: UnixMillis,
-        kind: RecordKind,
-        rows: &[(String, Vec<u8>)],
-    ) -> Vec<Write> {
+    #[must_use = "the deletions must be applied to the store"]
+    pub fn compact(&self, now: Wall, kind: RecordKind, rows: &[(String, Vec<u8>)]) -> Vec<Write> {
         rows.iter()
             .filter(|(key, value)| {
                 let expires = match kind {

@@ -40,9 +40,8 @@ mod tests_multi;
 
 pub use app::{App, Applied, ApplyCtx, Principal, Role, Summary, SurfaceCtx};
 pub use engine::{
-    BlobMeta, COMMIT_LOCK_ATTEMPTS, Done, Engine, EngineConfig, EngineStats, Entry, LogWindow,
-    Pending, Persist, Persisted, Prepared, RecordKind, Refreshed, Snapshot, Write,
+    BlobMeta, COMMIT_LOCK_ATTEMPTS, Committed, Done, Engine, EngineConfig, EngineStats, Entry,
+    LogWindow, Pending, Persist, Persisted, Prepared, RecordKind, Refreshed, Snapshot, Write,
 };
 pub use error::FramesError;
 pub use scripted::ScriptedApp;
-pub use time::UnixMillis;

@@ -4,6 +4,7 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
+use crate::Wall;
 use proptest::prelude::*;
 use serde_json::{Value, json};
 
@@ -99,7 +100,7 @@ proptest! {
             now += 7;
             match op {
                 Op::Frame(s) => {
-                    let d = e.frame(now, ["s1", "s2"][s], None, None).unwrap();
+                    let d = e.frame(Wall::from_ms(now), ["s1", "s2"][s], None, None).unwrap();
                     frames.push(persist(&mut store, d));
                 }
                 Op::Assess { frame, answer, who } => {
@@ -112,7 +113,7 @@ proptest! {
                         "decision_id": format!("{}:{node}", f.frame_id), "mode": "live", "resolver": {"kind": "rule"},
                         "result": {"status": "answered", "answer": ans}});
                     let p = Principal { id: WHO[who].0.into(), role: WHO[who].1 };
-                    if let Ok(d) = e.assess(now, &p, body.clone()) {
+                    if let Ok(d) = e.assess(Wall::from_ms(now), &p, body.clone()) {
                         persist(&mut store, d);
                         assessments.push((p.id, body));
                     }
@@ -132,7 +133,7 @@ proptest! {
                         e.surface_state(sid).map_or(e.policy_revision(), |(_, rev)| rev)
                     }).collect();
                     let snapshot = e.surface_state(&frame.surface_id).map(|(s, r)| (s.clone(), r));
-                    match e.commit(now, &p, Some(&k), body.clone()) {
+                    match e.commit(Wall::from_ms(now), &p, Some(&k), body.clone()) {
                         Ok(d) => {
                             let clean = d.is_clean();
                             let r = (*persist(&mut store, d)).clone();

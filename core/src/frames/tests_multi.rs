@@ -5,6 +5,7 @@
 use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 
+use crate::Wall;
 use serde_json::{Map, Value, json};
 
 use super::types::*;
@@ -115,6 +116,14 @@ fn persisted<T>(db: &mut Db, done: Done<T>) -> T {
     pending.release(p.ack())
 }
 
+/// Writes a prepared commit's records to `db` (the transaction), then hands back its decision
+/// acknowledged (after COMMIT), for `apply_commit`.
+fn committed<S>(db: &mut Db, prepared: Prepared<S>) -> Committed<S> {
+    let (p, pending) = prepared.split();
+    persist(db, p.writes());
+    pending.release(p.ack())
+}
+
 /// A call's value whose writes this test never reads back (they are dropped).
 fn unpersisted<T>(done: Done<T>) -> T {
     let (p, pending) = done.split();
@@ -186,7 +195,7 @@ fn prefetch(e: &mut E, db: &Db, body: &Value) {
             continue;
         }
         if let Some(v) = db.get(&(kind, key.clone()))
-            && let Some(dep) = e.admit(NOW, kind, &key, v).unwrap()
+            && let Some(dep) = e.admit(Wall::from_ms(NOW), kind, &key, v).unwrap()
         {
             todo.push((kind, key));
             todo.push(dep);
@@ -202,7 +211,8 @@ fn sync_idem(e: &mut E, db: &Db, p: &Principal, key: &str) {
         let rid = e.idempotent_receipt(&p.id, key).unwrap().to_owned();
         if e.needs(RecordKind::Receipt, &rid) {
             let r = &db[&(RecordKind::Receipt, rid.clone())];
-            e.admit(0, RecordKind::Receipt, &rid, r).unwrap();
+            e.admit(Wall::from_ms(0), RecordKind::Receipt, &rid, r)
+                .unwrap();
         }
     }
 }
@@ -218,13 +228,13 @@ fn sync_all(e: &mut E, db: &Db, kind: RecordKind) {
 /// returns the commit body.
 fn frame_and_note(e: &mut E, db: &mut Db, now: u64, p: &Principal, sid: &str, text: &str) -> Value {
     sync_surface(e, db, sid);
-    let f = e.frame(now, sid, None, None).unwrap();
+    let f = e.frame(Wall::from_ms(now), sid, None, None).unwrap();
     let fid = persisted(db, f).frame_id;
     let aid = format!("a-{fid}");
     let body = json!({"dgp": "0.1", "assessment_id": aid, "frame_id": fid,
         "decision_id": format!("{fid}:note"), "mode": "live", "resolver": {"kind": "rule"},
         "result": {"status": "answered", "answer": {"value": {"text": text}}}});
-    let d = e.assess(now, p, body).unwrap();
+    let d = e.assess(Wall::from_ms(now), p, body).unwrap();
     persisted(db, d);
     json!({"dgp": "0.1", "frame_id": fid, "decision_id": format!("{fid}:note"), "assessment_id": aid})
 }
@@ -241,9 +251,8 @@ fn host_commit(
     prefetch(e, db, body);
     sync_idem(e, db, p, key);
     sync_scopes(e, db, body["frame_id"].as_str().unwrap());
-    let prepared = e.prepare_commit(now, p, Some(key), body.clone())?;
-    persist(db, &prepared.writes);
-    let done = e.apply_commit(prepared);
+    let prepared = e.prepare_commit(Wall::from_ms(now), p, Some(key), body.clone())?;
+    let done = e.apply_commit(committed(db, prepared));
     Ok(persisted(db, done))
 }
 
@@ -268,11 +277,11 @@ fn the_commit_applied_first_wins_and_the_other_is_stale_after_refresh() {
     // Both decide against revision 1.
     sync_scopes(&mut a, &db, fa);
     let pa = a
-        .prepare_commit(NOW + 2, &alice, Some("ka"), body_a.clone())
+        .prepare_commit(Wall::from_ms(NOW + 2), &alice, Some("ka"), body_a.clone())
         .unwrap();
     sync_scopes(&mut b, &db, body_b["frame_id"].as_str().unwrap());
     let pb = b
-        .prepare_commit(NOW + 2, &bob, Some("kb"), body_b.clone())
+        .prepare_commit(Wall::from_ms(NOW + 2), &bob, Some("kb"), body_b.clone())
         .unwrap();
     assert_eq!((pa.base_revision, pb.base_revision), (1, 1));
     assert!(pa.replay.is_none() && pb.replay.is_none());
@@ -280,8 +289,7 @@ fn the_commit_applied_first_wins_and_the_other_is_stale_after_refresh() {
     assert_eq!(a.surface_state("s1").unwrap().1, 1);
     assert_eq!(a.log_len("s1", "notes"), 0);
     // A's transaction commits first; B's waited on the row lock, then re-reads it.
-    persist(&mut db, &pa.writes);
-    let receipt = unpersisted(a.apply_commit(pa));
+    let receipt = unpersisted(a.apply_commit(committed(&mut db, pa)));
     assert_eq!(receipt.state_revision, 2);
     drop(pb);
     let err = host_commit(&mut b, &mut db, NOW + 3, &bob, "kb", &body_b).unwrap_err();
@@ -289,8 +297,8 @@ fn the_commit_applied_first_wins_and_the_other_is_stale_after_refresh() {
     // B now holds A's commit: its next frame shows revision 2 and A's note (caches cleared).
     assert_eq!(b.surface_state("s1").unwrap().1, 2);
     assert_eq!(b.log_len("s1", "notes"), 1);
-    let fb = unpersisted(b.frame(NOW + 4, "s1", None, None).unwrap());
-    let fa2 = unpersisted(a.frame(NOW + 4, "s1", None, None).unwrap());
+    let fb = unpersisted(b.frame(Wall::from_ms(NOW + 4), "s1", None, None).unwrap());
+    let fa2 = unpersisted(a.frame(Wall::from_ms(NOW + 4), "s1", None, None).unwrap());
     assert_eq!(fb.read_set, fa2.read_set);
     assert_eq!(fb.observations, fa2.observations);
     assert!(fb.observations.iter().any(|e| e.evidence_id == "notes-0"));
@@ -312,18 +320,20 @@ fn replays_across_instances_return_the_identical_receipt() {
     let first = host_commit(&mut a, &mut db, NOW + 1, &alice, "k", &body).unwrap();
     let stored = db[&(RecordKind::Receipt, first.receipt_id.clone())].clone();
     // B has neither the frame nor the assessment: the replay needs only the key's records.
-    let p = b.prepare_commit(NOW + 2, &alice, Some("k"), body.clone());
+    let p = b.prepare_commit(Wall::from_ms(NOW + 2), &alice, Some("k"), body.clone());
     assert!(
         p.is_err(),
         "without the idempotency record B would decide afresh"
     );
     sync_idem(&mut b, &db, &alice, "k");
     let p = b
-        .prepare_commit(NOW + 2, &alice, Some("k"), body.clone())
+        .prepare_commit(Wall::from_ms(NOW + 2), &alice, Some("k"), body.clone())
         .unwrap();
-    assert!(p.writes.is_empty());
+    assert!(p.writes().is_empty());
     let replay = p.replay.clone().expect("a replay");
-    let done = b.apply_commit(p);
+    let (persist, pending) = p.split();
+    assert!(persist.is_empty());
+    let done = b.apply_commit(pending.release(persist.ack()));
     assert!(done.is_clean());
     let done = done.into_value_if_clean().expect("a replay writes nothing");
     assert_eq!(serde_json::to_vec(&*replay).unwrap(), stored);
@@ -349,7 +359,12 @@ fn ids_of_two_instances_never_collide() {
     for i in 0..300u64 {
         for e in [&mut a, &mut b] {
             let f = e
-                .frame(NOW + i, ["s1", "s2"][i as usize % 2], None, None)
+                .frame(
+                    Wall::from_ms(NOW + i),
+                    ["s1", "s2"][i as usize % 2],
+                    None,
+                    None,
+                )
                 .unwrap();
             let f = persisted(&mut db, f);
             assert!(f.frame_id.starts_with("f-") && f.frame_id.len() == 34);
@@ -359,7 +374,7 @@ fn ids_of_two_instances_never_collide() {
     assert_eq!(ids.len(), 600);
     // A third process (a restart draws a new number) mints none of them either.
     let mut c = open(&mut db, 3);
-    let f = unpersisted(c.frame(NOW, "s1", None, None).unwrap());
+    let f = unpersisted(c.frame(Wall::from_ms(NOW), "s1", None, None).unwrap());
     assert!(!ids.contains(&f.frame_id));
     // Without an instance the ids are those of the id block (the vectors pin them).
     let solo = Engine::open(
@@ -373,7 +388,7 @@ fn ids_of_two_instances_never_collide() {
     .unwrap();
     assert!(solo.writes().iter().all(|w| w.key != "reserved"));
     let mut solo = unpersisted(solo);
-    let d = solo.frame(NOW, "s1", None, None).unwrap();
+    let d = solo.frame(Wall::from_ms(NOW), "s1", None, None).unwrap();
     assert!(d.writes().iter().any(|w| w.key == "reserved"));
     assert!(!ids.contains(&unpersisted(d).frame_id));
 }
@@ -399,16 +414,18 @@ fn interleaved_commits_keep_log_indexes_contiguous() {
     let body = frame_and_note(&mut a, &mut db, now, &alice, "s1", "late");
     sync_scopes(&mut a, &db, body["frame_id"].as_str().unwrap());
     let pa = a
-        .prepare_commit(now + 1, &alice, Some("klate"), body)
+        .prepare_commit(Wall::from_ms(now + 1), &alice, Some("klate"), body)
         .unwrap();
-    persist(&mut db, &pa.writes);
     assert_eq!(pa.base_revision, 7);
+    // A's transaction COMMITs; B commits before A applies to memory.
+    let (persist_a, pending_a) = pa.split();
+    persist(&mut db, persist_a.writes());
     let body = frame_and_note(&mut b, &mut db, now + 2, &bob, "s1", "later");
     host_commit(&mut b, &mut db, now + 3, &bob, "klater", &body).unwrap();
     assert_eq!(b.surface_state("s1").unwrap().1, 9);
     sync_surface(&mut a, &db, "s1");
     assert_eq!(a.surface_state("s1").unwrap().1, 9);
-    let receipt = unpersisted(a.apply_commit(pa));
+    let receipt = unpersisted(a.apply_commit(pending_a.release(persist_a.ack())));
     assert_eq!(receipt.state_revision, 8);
     assert_eq!(a.surface_state("s1").unwrap().1, 9, "apply never goes back");
     assert_eq!(a.receipt(&receipt.receipt_id).unwrap(), receipt);
@@ -447,7 +464,9 @@ fn interleaved_commits_keep_log_indexes_contiguous() {
     // The frames agree, item for item.
     let obs: Vec<Vec<Evidence>> = [&mut a, &mut b, &mut c]
         .into_iter()
-        .map(|e| unpersisted(e.frame(now + 9, "s1", None, None).unwrap()).observations)
+        .map(|e| {
+            unpersisted(e.frame(Wall::from_ms(now + 9), "s1", None, None).unwrap()).observations
+        })
         .collect();
     assert_eq!(obs[0], obs[1]);
     assert_eq!(obs[0], obs[2]);
@@ -483,10 +502,10 @@ fn a_frame_read_on_one_instance_commits_on_the_other() {
     // A takes B's commit in and refuses the same transition as stale, replays the key.
     sync_idem(&mut a, &db, &alice, "k");
     let p = a
-        .prepare_commit(NOW + 2, &alice, Some("k"), body.clone())
+        .prepare_commit(Wall::from_ms(NOW + 2), &alice, Some("k"), body.clone())
         .unwrap();
     assert_eq!(p.replay.as_deref(), Some(&*receipt));
-    let _ = a.apply_commit(p);
+    let _ = a.apply_commit(committed(&mut db, p));
     let err = host_commit(&mut a, &mut db, NOW + 2, &alice, "k2", &body).unwrap_err();
     assert_eq!(err.code(), "STALE_FRAME");
     assert_eq!(a.surface_state("s2").unwrap().1, 2);
@@ -507,13 +526,13 @@ fn a_commit_whose_read_set_is_not_locked_is_refused() {
     // B never held the frame (as after an eviction): no scopes, nothing locked.
     assert!(b.scopes(fid).is_empty());
     let err = b
-        .prepare_commit_locked_bytes(NOW + 1, &alice, Some("k"), &bytes, &[], 0)
+        .prepare_commit_locked_bytes(Wall::from_ms(NOW + 1), &alice, Some("k"), &bytes, &[], 0)
         .err()
         .unwrap();
     assert_eq!((err.code(), err.http_status()), ("SCOPES_NOT_LOCKED", 503));
     let last = COMMIT_LOCK_ATTEMPTS - 1;
     let err = b
-        .prepare_commit_locked_bytes(NOW + 1, &alice, Some("k"), &bytes, &[], last)
+        .prepare_commit_locked_bytes(Wall::from_ms(NOW + 1), &alice, Some("k"), &bytes, &[], last)
         .err()
         .unwrap();
     assert_eq!(err.code(), "NOT_FOUND");
@@ -523,21 +542,34 @@ fn a_commit_whose_read_set_is_not_locked_is_refused() {
     assert_eq!(scopes.len(), 2, "{scopes:?}");
     for locked in [&[][..], &scopes[..1]] {
         let err = b
-            .prepare_commit_locked_bytes(NOW + 1, &alice, Some("k"), &bytes, locked, last)
+            .prepare_commit_locked_bytes(
+                Wall::from_ms(NOW + 1),
+                &alice,
+                Some("k"),
+                &bytes,
+                locked,
+                last,
+            )
             .err()
             .unwrap();
         assert_eq!(err.code(), "SCOPES_NOT_LOCKED");
     }
     sync_scopes(&mut b, &db, fid);
     let p = b
-        .prepare_commit_locked_bytes(NOW + 1, &alice, Some("k"), &bytes, &scopes, 0)
+        .prepare_commit_locked_bytes(
+            Wall::from_ms(NOW + 1),
+            &alice,
+            Some("k"),
+            &bytes,
+            &scopes,
+            0,
+        )
         .unwrap();
     assert!(p.replay.is_none());
-    persist(&mut db, &p.writes);
-    let done = unpersisted(b.apply_commit(p));
+    let done = unpersisted(b.apply_commit(committed(&mut db, p)));
     // A replay needs no row lock.
     let p = b
-        .prepare_commit_locked_bytes(NOW + 2, &alice, Some("k"), &bytes, &[], 0)
+        .prepare_commit_locked_bytes(Wall::from_ms(NOW + 2), &alice, Some("k"), &bytes, &[], 0)
         .unwrap();
     assert_eq!(p.replay.as_deref(), Some(&*done));
 }

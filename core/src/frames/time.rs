@@ -3,11 +3,11 @@
 
 use crate::calendar::{civil_from_days, days_from_civil};
 
-/// Milliseconds since the Unix epoch, UTC, as supplied by the host's wall clock.
-pub type UnixMillis = u64;
+use crate::Wall;
 
 /// RFC 3339 UTC text with millisecond precision, e.g. `2026-09-19T17:58:34.261Z`.
-pub fn rfc3339(ms: UnixMillis) -> String {
+pub fn rfc3339(at: Wall) -> String {
+    let ms = at.as_ms();
     let secs = ms / 1000;
     let (days, rem) = ((secs / 86_400) as i64, secs % 86_400);
     let (y, m, d) = civil_from_days(days);
@@ -22,7 +22,7 @@ pub fn rfc3339(ms: UnixMillis) -> String {
 
 /// Parses the text [`rfc3339`] writes (and any `...Z` / `+00:00` RFC 3339 UTC timestamp with
 /// optional fraction) back to milliseconds.
-pub fn parse_rfc3339(s: &str) -> Option<UnixMillis> {
+pub fn parse_rfc3339(s: &str) -> Option<Wall> {
     let b = s.as_bytes();
     if b.len() < 20
         || b[4] != b'-'
@@ -58,7 +58,7 @@ pub fn parse_rfc3339(s: &str) -> Option<UnixMillis> {
     }
     let days = days_from_civil(y, mo, d);
     let t = ((days * 86_400 + h * 3600 + mi * 60 + se) * 1000) + frac_ms;
-    u64::try_from(t).ok()
+    u64::try_from(t).ok().map(Wall::from_ms)
 }
 
 #[cfg(test)]
@@ -67,15 +67,16 @@ mod tests {
 
     #[test]
     fn formats_and_parses_known_instants() {
-        assert_eq!(rfc3339(0), "1970-01-01T00:00:00.000Z");
-        assert_eq!(rfc3339(1_789_840_714_261), "2026-09-19T17:58:34.261Z");
-        assert_eq!(rfc3339(951_782_400_000), "2000-02-29T00:00:00.000Z");
+        let w = Wall::from_ms;
+        assert_eq!(rfc3339(w(0)), "1970-01-01T00:00:00.000Z");
+        assert_eq!(rfc3339(w(1_789_840_714_261)), "2026-09-19T17:58:34.261Z");
+        assert_eq!(rfc3339(w(951_782_400_000)), "2000-02-29T00:00:00.000Z");
         assert_eq!(
             parse_rfc3339("2026-09-19T17:58:34.261692Z"),
-            Some(1_789_840_714_261)
+            Some(w(1_789_840_714_261))
         );
         for ms in [0, 1, 86_399_999, 951_782_400_000, 4_102_444_800_123] {
-            assert_eq!(parse_rfc3339(&rfc3339(ms)), Some(ms));
+            assert_eq!(parse_rfc3339(&rfc3339(w(ms))), Some(w(ms)));
         }
         assert_eq!(parse_rfc3339("2026-09-19 17:58:34Z"), None);
     }

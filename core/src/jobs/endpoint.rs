@@ -6,14 +6,14 @@ use serde_json::{Value, json};
 
 use super::types::{EndpointId, JobId, OwnerId};
 use super::wire::{Capabilities, Violation};
-use crate::Millis;
+use crate::Mono;
 
 /// How an endpoint learns its worker's capabilities.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Hello {
     /// Queue runs until the worker's hello arrives, or until `timeout_ms` passes (then the base
     /// AIUI protocol is assumed and the endpoint log says so).
-    Await { timeout_ms: Millis },
+    Await { timeout_ms: u64 },
     /// Ready at once with the base protocol (an unmodified AIUI worker). A later hello still
     /// upgrades the capabilities of runs started after it.
     Skip,
@@ -29,7 +29,7 @@ pub struct EndpointSpec {
     pub label: String,
     pub hello: Hello,
     /// How long a cancelled run without `cancelAck` must stay quiet before it counts as stopped.
-    pub quiet_ms: Millis,
+    pub quiet_ms: u64,
     /// At most this many runs at once; further jobs stay queued.
     pub max_concurrent: Option<usize>,
     /// Messages larger than this are refused as protocol errors.
@@ -59,7 +59,7 @@ pub enum EndpointState {
     Ready,
     /// A remote endpoint whose connection dropped at `since`: nothing is dispatched until it
     /// resumes; its running jobs keep running on the remote host until the window expires.
-    Suspended { since: Millis },
+    Suspended { since: Mono },
     /// Gone; the reason says why.
     Closed { reason: String },
 }
@@ -76,7 +76,7 @@ pub enum EndpointEventKind {
     },
     /// No hello arrived in time; the base protocol is assumed.
     HelloTimedOut {
-        timeout_ms: Millis,
+        timeout_ms: u64,
     },
     /// A malformed message; `id` is set when the message named a run.
     ProtocolError {
@@ -109,7 +109,7 @@ pub enum EndpointEventKind {
     /// A remote endpoint resumed its session `after_ms` after the disconnect, replaying
     /// `replayed_out` of its own frames.
     Resumed {
-        after_ms: Millis,
+        after_ms: u64,
         replayed_out: usize,
     },
     /// The remote host refused the hello or resume with this code.
@@ -128,7 +128,7 @@ pub enum EndpointEventKind {
 #[derive(Clone, Debug, PartialEq)]
 pub struct EndpointEvent {
     pub seq: u64,
-    pub at: Millis,
+    pub at: Mono,
     pub kind: EndpointEventKind,
 }
 
@@ -198,7 +198,7 @@ pub struct Endpoint {
     pub state: EndpointState,
     /// What runs started from now on can do.
     pub capabilities: Capabilities,
-    pub quiet_ms: Millis,
+    pub quiet_ms: u64,
     pub max_concurrent: Option<usize>,
     pub max_message_bytes: usize,
     pub(crate) next_wire: u64,
@@ -207,7 +207,7 @@ pub struct Endpoint {
     pub(crate) queue: VecDeque<JobId>,
     pub(crate) running: BTreeSet<JobId>,
     events: Vec<EndpointEvent>,
-    hello_timeout: Option<Millis>,
+    hello_timeout: Option<u64>,
     /// The registry's journal window (see `Registry::set_journal_window`).
     pub(crate) window: Option<usize>,
     /// Sequence numbers of the log's milestones (opened, the first hello, hello timeout,
@@ -221,7 +221,7 @@ pub struct Endpoint {
 }
 
 impl Endpoint {
-    pub(crate) fn open(id: EndpointId, now: Millis, spec: EndpointSpec) -> (Self, Option<Millis>) {
+    pub(crate) fn open(id: EndpointId, now: Mono, spec: EndpointSpec) -> (Self, Option<Mono>) {
         let (state, capabilities, deadline, hello_timeout) = match spec.hello {
             Hello::Await { timeout_ms } => (
                 EndpointState::Starting,
@@ -300,7 +300,7 @@ impl Endpoint {
         })
     }
 
-    pub(crate) fn record(&mut self, at: Millis, kind: EndpointEventKind) {
+    pub(crate) fn record(&mut self, at: Mono, kind: EndpointEventKind) {
         self.recorded += 1;
         let seq = self.recorded;
         let milestone = match &kind {
@@ -342,7 +342,7 @@ impl Endpoint {
     /// Returns true when the hello made a starting endpoint ready.
     pub(crate) fn on_hello(
         &mut self,
-        now: Millis,
+        now: Mono,
         protocol: Option<String>,
         capabilities: Capabilities,
     ) -> bool {
@@ -363,7 +363,7 @@ impl Endpoint {
     }
 
     /// Returns true when the timeout made a starting endpoint ready.
-    pub(crate) fn on_hello_timeout(&mut self, now: Millis) -> bool {
+    pub(crate) fn on_hello_timeout(&mut self, now: Mono) -> bool {
         if self.state != EndpointState::Starting {
             return false;
         }

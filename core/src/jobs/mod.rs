@@ -28,7 +28,7 @@ pub use types::*;
 pub use wire::Capabilities;
 use wire::{Reply, WireRequest};
 
-use crate::Millis;
+use crate::Mono;
 use crate::value::Payload;
 use crate::vecmap::VecMap;
 
@@ -145,7 +145,7 @@ struct Subscription<V> {
 #[derive(Debug, Clone, Copy)]
 struct Wait {
     job: JobId,
-    deadline: Option<Millis>,
+    deadline: Option<Mono>,
 }
 
 #[derive(Debug, Default)]
@@ -215,7 +215,7 @@ pub struct Registry<V> {
     owners: VecMap<OwnerId, OwnerState>,
     subs: HashMap<SubscriptionId, Subscription<V>>,
     waits: HashMap<WaitId, Wait>,
-    timers: BTreeSet<(Millis, Timer)>,
+    timers: BTreeSet<(Mono, Timer)>,
     outputs: VecDeque<Output<V>>,
     next_job: u64,
     next_endpoint: u64,
@@ -326,7 +326,7 @@ impl<V: Payload> Registry<V> {
     // ----- endpoints ------------------------------------------------------------------------
 
     /// Registers a transport. Runs are dispatched once it is ready (see [`Hello`]).
-    pub fn open_endpoint(&mut self, now: Millis, spec: EndpointSpec) -> EndpointId {
+    pub fn open_endpoint(&mut self, now: Mono, spec: EndpointSpec) -> EndpointId {
         let id = EndpointId(self.next_endpoint);
         self.next_endpoint += 1;
         let owner = spec.owner.clone();
@@ -344,7 +344,7 @@ impl<V: Payload> Registry<V> {
     /// as protocol errors; they never affect another run.
     pub fn on_message(
         &mut self,
-        now: Millis,
+        now: Mono,
         endpoint: EndpointId,
         msg: &V,
     ) -> Result<(), JobsError> {
@@ -493,7 +493,7 @@ impl<V: Payload> Registry<V> {
     /// `messageerror`). Recorded as a protocol error of the endpoint; no run is affected.
     pub fn on_undecodable(
         &mut self,
-        now: Millis,
+        now: Mono,
         endpoint: EndpointId,
         detail: &str,
     ) -> Result<(), JobsError> {
@@ -518,7 +518,7 @@ impl<V: Payload> Registry<V> {
     /// without having started.
     pub fn on_endpoint_closed(
         &mut self,
-        now: Millis,
+        now: Mono,
         endpoint: EndpointId,
         reason: &str,
     ) -> Result<(), JobsError> {
@@ -529,7 +529,7 @@ impl<V: Payload> Registry<V> {
     /// jobs become `lost` (termination is not an acknowledgement: effects are unknown).
     pub fn terminate_endpoint(
         &mut self,
-        now: Millis,
+        now: Mono,
         endpoint: EndpointId,
         reason: &str,
     ) -> Result<(), JobsError> {
@@ -538,7 +538,7 @@ impl<V: Payload> Registry<V> {
 
     fn close_endpoint_inner(
         &mut self,
-        now: Millis,
+        now: Mono,
         endpoint: EndpointId,
         reason: &str,
         terminate: bool,
@@ -550,7 +550,7 @@ impl<V: Payload> Registry<V> {
     /// Closes the endpoint; `extra(job)` may add to a running job's lost reason.
     fn close_endpoint_with(
         &mut self,
-        now: Millis,
+        now: Mono,
         endpoint: EndpointId,
         reason: &str,
         terminate: bool,
@@ -635,7 +635,7 @@ impl<V: Payload> Registry<V> {
 
     /// Accepts a discrete request and returns its identity. Equal requests stay separate
     /// unless a reuse key is given.
-    pub fn submit(&mut self, now: Millis, req: Submit<V>) -> Result<Submitted, JobsError> {
+    pub fn submit(&mut self, now: Mono, req: Submit<V>) -> Result<Submitted, JobsError> {
         let ep = self
             .endpoints
             .get(&req.endpoint)
@@ -724,7 +724,7 @@ impl<V: Payload> Registry<V> {
     /// with evidence (never started, acknowledgement, or quiet period without acknowledgement).
     pub fn cancel(
         &mut self,
-        now: Millis,
+        now: Mono,
         job: JobId,
         reason: &str,
     ) -> Result<CancelStatus, JobsError> {
@@ -787,7 +787,7 @@ impl<V: Payload> Registry<V> {
     /// input id; `input_applied` follows when the worker applies it.
     pub fn send_input(
         &mut self,
-        now: Millis,
+        now: Mono,
         job: JobId,
         input_id: Option<String>,
         value: V,
@@ -1084,9 +1084,9 @@ impl<V: Payload> Registry<V> {
     /// [`Registry::cancel_wait`] ends only the wait.
     pub fn wait(
         &mut self,
-        now: Millis,
+        now: Mono,
         job: JobId,
-        timeout_ms: Option<Millis>,
+        timeout_ms: Option<u64>,
     ) -> Result<WaitId, JobsError> {
         self.live_job(job).ok_or(JobsError::UnknownJob(job))?;
         let j = self.jobs.get_mut(&job).expect("checked");
@@ -1101,7 +1101,7 @@ impl<V: Payload> Registry<V> {
             return Ok(id);
         }
         j.waits.push(id);
-        let deadline = timeout_ms.map(|t| now.saturating_add(t));
+        let deadline = timeout_ms.map(|t| now.plus(t));
         if let Some(d) = deadline {
             self.timers.insert((d, Timer::Wait(id)));
         }
@@ -1158,7 +1158,7 @@ impl<V: Payload> Registry<V> {
     /// unconfirmed. Finished jobs keep their outcome. All of the owner's jobs are then removed.
     /// The work is linear in the owner's jobs; [`Registry::begin_close_owner`] and
     /// [`Registry::close_owner_step`] do the same in bounded slices.
-    pub fn close_owner(&mut self, now: Millis, owner: &OwnerId) -> CloseReport {
+    pub fn close_owner(&mut self, now: Mono, owner: &OwnerId) -> CloseReport {
         let ClosingOwner {
             close, mut report, ..
         } = self.begin_close_owner(now, owner);
@@ -1174,7 +1174,7 @@ impl<V: Payload> Registry<V> {
     /// unknown to `job`, `cancel`, `wait`, `observe`, and late replies count as replies for
     /// disposed runs). The work is linear in the owner's unfinished jobs and endpoints only;
     /// the records are released by [`Registry::close_owner_step`], a slice at a time.
-    pub fn begin_close_owner(&mut self, now: Millis, owner: &OwnerId) -> ClosingOwner {
+    pub fn begin_close_owner(&mut self, now: Mono, owner: &OwnerId) -> ClosingOwner {
         let Some(state) = self.owners.get(owner) else {
             return ClosingOwner {
                 close: CloseId(0),
@@ -1353,12 +1353,12 @@ impl<V: Payload> Registry<V> {
 
     /// The earliest time at which [`Registry::handle_timeout`] has something to do.
     #[must_use]
-    pub fn poll_timeout(&self) -> Option<Millis> {
+    pub fn poll_timeout(&self) -> Option<Mono> {
         self.timers.first().map(|(t, _)| *t)
     }
 
     /// Fires every timer due at `now`: wait timeouts, quiet periods, hello timeouts.
-    pub fn handle_timeout(&mut self, now: Millis) {
+    pub fn handle_timeout(&mut self, now: Mono) {
         while let Some(&(at, timer)) = self.timers.first() {
             if at > now {
                 break;
@@ -1421,7 +1421,7 @@ impl<V: Payload> Registry<V> {
     // ----- internals ------------------------------------------------------------------------
 
     /// Dispatches queued jobs while the endpoint is ready and under its concurrency limit.
-    fn pump(&mut self, endpoint: EndpointId, now: Millis) {
+    fn pump(&mut self, endpoint: EndpointId, now: Mono) {
         loop {
             let ep = self.endpoints.get_mut(&endpoint).expect("exists");
             let EndpointState::Ready = ep.state else {
@@ -1472,7 +1472,7 @@ impl<V: Payload> Registry<V> {
         self.outputs.push_back(Output::Send { endpoint, request });
     }
 
-    fn set_quiet(&mut self, job: JobId, deadline: Option<Millis>) {
+    fn set_quiet(&mut self, job: JobId, deadline: Option<Mono>) {
         let j = self.jobs.get_mut(&job).expect("exists");
         if let Some(old) = j.quiet_deadline.take() {
             self.timers.remove(&(old, Timer::Quiet(job)));
@@ -1484,7 +1484,7 @@ impl<V: Payload> Registry<V> {
     }
 
     /// Appends an event to the job's journal and fans it out to observers.
-    fn record(&mut self, job: JobId, at: Millis, source: Source, kind: EventKind<V>) {
+    fn record(&mut self, job: JobId, at: Mono, source: Source, kind: EventKind<V>) {
         let j = self
             .jobs
             .get_mut(&job)
@@ -1542,7 +1542,7 @@ impl<V: Payload> Registry<V> {
     }
 
     /// Records the one terminal outcome and settles everything that depends on it.
-    fn finish(&mut self, job: JobId, at: Millis, source: Source, outcome: Outcome<V>) {
+    fn finish(&mut self, job: JobId, at: Mono, source: Source, outcome: Outcome<V>) {
         let j = self.jobs.get(&job).expect("exists");
         debug_assert!(!j.is_finished(), "a job has exactly one terminal outcome");
         let kind = outcome.kind();

@@ -3,6 +3,7 @@
 
 use std::collections::HashMap;
 
+use crate::Mono;
 use proptest::prelude::*;
 use serde_json::{Value, json};
 
@@ -20,22 +21,29 @@ fn endpoint(reg: &mut Registry<Value>, owner: &str, c: Capabilities) -> Endpoint
     let mut spec = EndpointSpec::new(owner, "test");
     spec.hello = Hello::Declared(c);
     spec.quiet_ms = 100;
-    reg.open_endpoint(0, spec)
+    reg.open_endpoint(Mono::from_ms(0), spec)
 }
 
 #[test]
 fn late_done_after_acknowledged_cancel_is_evidence_not_completion() {
     let mut reg = Registry::default();
     let ep = endpoint(&mut reg, "app", caps(false, true));
-    let job = reg.submit(0, Submit::new("a", ep, json!(1))).unwrap().job;
+    let job = reg
+        .submit(Mono::from_ms(0), Submit::new("a", ep, json!(1)))
+        .unwrap()
+        .job;
     assert_eq!(
-        reg.cancel(5, job, "user").unwrap(),
+        reg.cancel(Mono::from_ms(5), job, "user").unwrap(),
         CancelStatus::Requested { ack_expected: true }
     );
-    reg.on_message(6, ep, &json!({"id": 1, "type": "cancelled"}))
+    reg.on_message(Mono::from_ms(6), ep, &json!({"id": 1, "type": "cancelled"}))
         .unwrap();
-    reg.on_message(7, ep, &json!({"id": 1, "type": "done", "value": 42}))
-        .unwrap();
+    reg.on_message(
+        Mono::from_ms(7),
+        ep,
+        &json!({"id": 1, "type": "done", "value": 42}),
+    )
+    .unwrap();
     let j = reg.job(job).unwrap();
     assert_eq!(j.state, JobState::Finished(OutcomeKind::Cancelled));
     let names: Vec<_> = j.journal().iter().map(|e| e.kind.name()).collect();
@@ -58,10 +66,17 @@ fn late_done_after_acknowledged_cancel_is_evidence_not_completion() {
 fn forget_removes_only_finished_jobs_nothing_refers_to() {
     let mut reg = Registry::default();
     let ep = endpoint(&mut reg, "app", caps(false, false));
-    let a = reg.submit(0, Submit::new("g", ep, json!(1))).unwrap().job;
+    let a = reg
+        .submit(Mono::from_ms(0), Submit::new("g", ep, json!(1)))
+        .unwrap()
+        .job;
     assert!(!reg.forget(a), "a running job stays");
-    reg.on_message(1, ep, &json!({"id": 1, "type": "done", "value": 1}))
-        .unwrap();
+    reg.on_message(
+        Mono::from_ms(1),
+        ep,
+        &json!({"id": 1, "type": "done", "value": 1}),
+    )
+    .unwrap();
     // Observed: kept until the subscription ends.
     let sub = reg.observe(a, Some(1), 8).unwrap();
     assert!(!reg.forget(a));
@@ -73,11 +88,15 @@ fn forget_removes_only_finished_jobs_nothing_refers_to() {
     // A reuse key keeps its job: a resubmission must find it.
     let mut req = Submit::new("g", ep, json!(2));
     req.reuse_key = Some("k".into());
-    let b = reg.submit(2, req.clone()).unwrap().job;
-    reg.on_message(3, ep, &json!({"id": 2, "type": "done", "value": 2}))
-        .unwrap();
+    let b = reg.submit(Mono::from_ms(2), req.clone()).unwrap().job;
+    reg.on_message(
+        Mono::from_ms(3),
+        ep,
+        &json!({"id": 2, "type": "done", "value": 2}),
+    )
+    .unwrap();
     assert!(!reg.forget(b));
-    assert_eq!(reg.submit(4, req).unwrap().job, b);
+    assert_eq!(reg.submit(Mono::from_ms(4), req).unwrap().job, b);
     assert!(!reg.forget(JobId(99)));
 }
 
@@ -89,20 +108,28 @@ fn closing_a_large_owner_in_slices_gives_every_job_its_outcome_and_releases_the_
     let mut spec = EndpointSpec::new("host", "test");
     spec.hello = Hello::Declared(caps(false, true));
     spec.max_concurrent = Some(1);
-    let ep = reg.open_endpoint(0, spec);
+    let ep = reg.open_endpoint(Mono::from_ms(0), spec);
     let other = reg
-        .submit(0, Submit::new("other", ep, json!(0)))
+        .submit(Mono::from_ms(0), Submit::new("other", ep, json!(0)))
         .unwrap()
         .job;
-    reg.on_message(0, ep, &json!({"id": 1, "type": "done", "value": 0}))
-        .unwrap();
+    reg.on_message(
+        Mono::from_ms(0),
+        ep,
+        &json!({"id": 1, "type": "done", "value": 0}),
+    )
+    .unwrap();
     const N: u64 = 1000;
     let mut ids = Vec::new();
     for i in 0..N {
-        ids.push(reg.submit(1, Submit::new("big", ep, json!(i))).unwrap().job);
+        ids.push(
+            reg.submit(Mono::from_ms(1), Submit::new("big", ep, json!(i)))
+                .unwrap()
+                .job,
+        );
         if i < N - 2 {
             let msg = json!({"id": i + 2, "type": "done", "value": i});
-            reg.on_message(1, ep, &msg).unwrap();
+            reg.on_message(Mono::from_ms(1), ep, &msg).unwrap();
         }
     }
     let (running, queued) = (ids[N as usize - 2], ids[N as usize - 1]);
@@ -110,7 +137,7 @@ fn closing_a_large_owner_in_slices_gives_every_job_its_outcome_and_releases_the_
     assert_eq!(reg.retained_jobs(), N as usize + 1);
     reg.drain_outputs().for_each(drop);
 
-    let c = reg.begin_close_owner(2, &OwnerId::new("big"));
+    let c = reg.begin_close_owner(Mono::from_ms(2), &OwnerId::new("big"));
     // Every job and the N - 2 unread notes are handed over in slices.
     assert_eq!(c.pending, 2 * N as usize - 2);
     assert!(c.report.jobs.is_empty() && c.report.unread_notes.is_empty());
@@ -133,18 +160,30 @@ fn closing_a_large_owner_in_slices_gives_every_job_its_outcome_and_releases_the_
     assert!(ids.iter().all(|id| reg.job(*id).is_none()));
     assert_eq!(reg.jobs().count(), 1);
     assert_eq!(
-        reg.cancel(2, ids[0], "x").unwrap_err().code(),
+        reg.cancel(Mono::from_ms(2), ids[0], "x")
+            .unwrap_err()
+            .code(),
         "UNKNOWN_JOB"
     );
-    assert!(reg.wait(2, ids[0], None).is_err() && reg.observe(ids[0], Some(1), 4).is_err());
+    assert!(
+        reg.wait(Mono::from_ms(2), ids[0], None).is_err()
+            && reg.observe(ids[0], Some(1), 4).is_err()
+    );
     assert!(!reg.forget(ids[0]));
     // A late reply for a released run is a reply for a disposed run.
-    reg.on_message(3, ep, &json!({"id": N, "type": "done", "value": 1}))
-        .unwrap();
+    reg.on_message(
+        Mono::from_ms(3),
+        ep,
+        &json!({"id": N, "type": "done", "value": 1}),
+    )
+    .unwrap();
     let last = reg.endpoint(ep).unwrap().events().last().unwrap();
     assert!(matches!(last.kind, EndpointEventKind::DisposedRun { job, .. } if job == running));
     // The owner's name is free at once: a new job of "big" is its own.
-    let fresh = reg.submit(3, Submit::new("big", ep, json!(1))).unwrap().job;
+    let fresh = reg
+        .submit(Mono::from_ms(3), Submit::new("big", ep, json!(1)))
+        .unwrap()
+        .job;
     assert_eq!(reg.jobs_of(&OwnerId::new("big")).count(), 1);
 
     let mut lines = Vec::new();
@@ -210,13 +249,17 @@ fn slow_observer_is_told_exactly_what_it_missed() {
     let mut reg = Registry::default();
     let ep = endpoint(&mut reg, "app", caps(false, false));
     let job = reg
-        .submit(0, Submit::new("a", ep, json!(null)))
+        .submit(Mono::from_ms(0), Submit::new("a", ep, json!(null)))
         .unwrap()
         .job;
     let sub = reg.observe(job, Some(1), 3).unwrap();
     for i in 0..10 {
-        reg.on_message(i, ep, &json!({"id": 1, "type": "progress", "value": i}))
-            .unwrap();
+        reg.on_message(
+            Mono::from_ms(i),
+            ep,
+            &json!({"id": 1, "type": "progress", "value": i}),
+        )
+        .unwrap();
     }
     let d = reg.take_deliveries(sub).unwrap();
     // submitted, started, progress 0 queued; progress 1..9 = seq 4..12 missed.
@@ -234,8 +277,12 @@ fn slow_observer_is_told_exactly_what_it_missed() {
         12,
         "the journal loses nothing"
     );
-    reg.on_message(20, ep, &json!({"id": 1, "type": "done", "value": 1}))
-        .unwrap();
+    reg.on_message(
+        Mono::from_ms(20),
+        ep,
+        &json!({"id": 1, "type": "done", "value": 1}),
+    )
+    .unwrap();
     let d = reg.take_deliveries(sub).unwrap();
     assert!(matches!(&d[0], Delivery::Event(e) if e.seq == 13));
 }
@@ -245,12 +292,12 @@ fn wait_timeout_and_cancel_leave_the_job_running() {
     let mut reg = Registry::default();
     let ep = endpoint(&mut reg, "app", caps(false, false));
     let job = reg
-        .submit(0, Submit::new("a", ep, json!(null)))
+        .submit(Mono::from_ms(0), Submit::new("a", ep, json!(null)))
         .unwrap()
         .job;
-    let w1 = reg.wait(0, job, Some(50)).unwrap();
-    let w2 = reg.wait(0, job, None).unwrap();
-    reg.handle_timeout(50);
+    let w1 = reg.wait(Mono::from_ms(0), job, Some(50)).unwrap();
+    let w2 = reg.wait(Mono::from_ms(0), job, None).unwrap();
+    reg.handle_timeout(Mono::from_ms(50));
     reg.cancel_wait(w2).unwrap();
     assert_eq!(reg.cancel_wait(w2), Err(JobsError::UnknownWait(w2)));
     let outs: Vec<_> = reg.drain_outputs().collect();
@@ -311,7 +358,7 @@ proptest! {
         let mut spec = EndpointSpec::new("b", "late hello");
         spec.hello = Hello::Await { timeout_ms: 40 };
         spec.max_concurrent = Some(2);
-        eps.push(reg.open_endpoint(0, spec));
+        eps.push(reg.open_endpoint(Mono::from_ms(0), spec));
         let mut submitted: Vec<JobId> = Vec::new();
         let mut token = 0u64;
         // token -> (endpoint, wire id) of the reply that carried it
@@ -320,18 +367,18 @@ proptest! {
         let mut disposed: Vec<JobId> = Vec::new();
         for op in ops {
             now += 1;
-            while let Some(d) = reg.poll_timeout().filter(|d| *d <= now) {
+            while let Some(d) = reg.poll_timeout().filter(|d| *d <= Mono::from_ms(now)) {
                 reg.handle_timeout(d);
             }
             match op {
                 Op::Submit { owner, ep } => {
-                    if let Ok(s) = reg.submit(now, Submit::new(owners[owner as usize], eps[ep as usize], json!(token))) {
+                    if let Ok(s) = reg.submit(Mono::from_ms(now), Submit::new(owners[owner as usize], eps[ep as usize], json!(token))) {
                         submitted.push(s.job);
                     }
                 }
                 Op::Cancel { job } => {
                     if let Some(&j) = submitted.get(job as usize) {
-                        let r = reg.cancel(now, j, "prop");
+                        let r = reg.cancel(Mono::from_ms(now), j, "prop");
                         prop_assert_eq!(r.is_err(), disposed.contains(&j));
                     }
                 }
@@ -349,7 +396,7 @@ proptest! {
                         5 => json!({"type": "hello", "capabilities": {"cancelAck": true}}),
                         _ => json!({"id": id, "type": "input_applied", "inputId": "input-1"}),
                     };
-                    reg.on_message(now, e, &msg).unwrap();
+                    reg.on_message(Mono::from_ms(now), e, &msg).unwrap();
                 }
                 Op::Malformed { ep, shape } => {
                     let msg = match shape {
@@ -360,14 +407,14 @@ proptest! {
                         _ => json!({"id": 1, "type": "error", "message": 3}),
                     };
                     let before: Vec<_> = reg.jobs().map(|j| (j.id, j.state)).collect();
-                    reg.on_message(now, eps[ep as usize], &msg).unwrap();
+                    reg.on_message(Mono::from_ms(now), eps[ep as usize], &msg).unwrap();
                     let after: Vec<_> = reg.jobs().map(|j| (j.id, j.state)).collect();
                     prop_assert_eq!(before, after, "a malformed message changes no job state");
                 }
-                Op::Closed { ep } => reg.on_endpoint_closed(now, eps[ep as usize], "crash").unwrap(),
+                Op::Closed { ep } => reg.on_endpoint_closed(Mono::from_ms(now), eps[ep as usize], "crash").unwrap(),
                 Op::CloseOwner { owner } => {
                     let o = OwnerId::new(owners[owner as usize]);
-                    let report = reg.close_owner(now, &o);
+                    let report = reg.close_owner(Mono::from_ms(now), &o);
                     for cj in report.jobs {
                         disposed.push(cj.job);
                         prop_assert!(reg.job(cj.job).is_none());
@@ -375,18 +422,18 @@ proptest! {
                 }
                 Op::Advance { ms } => {
                     now += ms as u64;
-                    while let Some(d) = reg.poll_timeout().filter(|d| *d <= now) {
+                    while let Some(d) = reg.poll_timeout().filter(|d| *d <= Mono::from_ms(now)) {
                         reg.handle_timeout(d);
                     }
                 }
                 Op::Wait { job, timeout } => {
                     if let Some(&j) = submitted.get(job as usize) {
-                        let _ = reg.wait(now, j, timeout.map(u64::from));
+                        let _ = reg.wait(Mono::from_ms(now), j, timeout.map(u64::from));
                     }
                 }
                 Op::Input { job } => {
                     if let Some(&j) = submitted.get(job as usize) {
-                        let _ = reg.send_input(now, j, None, json!(1));
+                        let _ = reg.send_input(Mono::from_ms(now), j, None, json!(1));
                     }
                 }
             }
@@ -452,30 +499,45 @@ fn a_journal_window_keeps_milestones_and_the_latest_events_in_bounded_memory() {
     let mut reg = Registry::default();
     reg.set_journal_window(Some(8));
     let ep = endpoint(&mut reg, "app", caps(false, false));
-    let job = reg.submit(0, Submit::new("a", ep, json!("p"))).unwrap().job;
+    let job = reg
+        .submit(Mono::from_ms(0), Submit::new("a", ep, json!("p")))
+        .unwrap()
+        .job;
     let sub = reg.observe(job, None, 100_000).unwrap();
     for i in 0..10_000u64 {
-        reg.on_message(i, ep, &json!({"id": 1, "type": "progress", "value": i}))
-            .unwrap();
+        reg.on_message(
+            Mono::from_ms(i),
+            ep,
+            &json!({"id": 1, "type": "progress", "value": i}),
+        )
+        .unwrap();
         // Protocol errors and unknown runs flood the endpoint log too.
-        reg.on_message(i, ep, &json!({"id": 99, "type": "progress", "value": i}))
-            .unwrap();
+        reg.on_message(
+            Mono::from_ms(i),
+            ep,
+            &json!({"id": 99, "type": "progress", "value": i}),
+        )
+        .unwrap();
         assert!(reg.job(job).unwrap().journal().len() <= 2 * 8 + 2);
         assert!(reg.endpoint(ep).unwrap().events().len() <= 2 * 8 + 2);
     }
-    reg.cancel(20_000, job, "stop").unwrap();
+    reg.cancel(Mono::from_ms(20_000), job, "stop").unwrap();
     for i in 0..100u64 {
         reg.on_message(
-            20_001,
+            Mono::from_ms(20_001),
             ep,
             &json!({"id": 1, "type": "progress", "value": i}),
         )
         .unwrap();
     }
-    reg.handle_timeout(30_000);
+    reg.handle_timeout(Mono::from_ms(30_000));
     for _ in 0..100 {
-        reg.on_message(30_001, ep, &json!({"id": 1, "type": "done", "value": 1}))
-            .unwrap();
+        reg.on_message(
+            Mono::from_ms(30_001),
+            ep,
+            &json!({"id": 1, "type": "done", "value": 1}),
+        )
+        .unwrap();
     }
     let j = reg.job(job).unwrap();
     // Every milestone is kept, in order, with the latest other events.
@@ -538,7 +600,8 @@ fn closed_endpoints_of_closed_owners_are_forgotten_beyond_a_bounded_window() {
     let mut reg: Registry<Value> = Registry::default();
     // A closed endpoint of an owner still open is kept (its owner may read it).
     let kept = endpoint(&mut reg, "keeper", caps(false, false));
-    reg.on_endpoint_closed(0, kept, "crash").unwrap();
+    reg.on_endpoint_closed(Mono::from_ms(0), kept, "crash")
+        .unwrap();
     // Another owner's finished job on a session's endpoint keeps that endpoint known.
     let mut shared = None;
     let mut other_job = None;
@@ -546,23 +609,25 @@ fn closed_endpoints_of_closed_owners_are_forgotten_beyond_a_bounded_window() {
         let owner = format!("remote:s-{i}");
         let ep = endpoint(&mut reg, &owner, caps(false, true));
         let job = reg
-            .submit(i, Submit::new(owner.as_str(), ep, json!(i)))
+            .submit(Mono::from_ms(i), Submit::new(owner.as_str(), ep, json!(i)))
             .unwrap()
             .job;
         if i == 0 {
             shared = Some(ep);
             other_job = Some(
-                reg.submit(i, Submit::new("keeper", ep, json!(i)))
+                reg.submit(Mono::from_ms(i), Submit::new("keeper", ep, json!(i)))
                     .unwrap()
                     .job,
             );
         }
         if i % 2 == 0 {
-            reg.terminate_endpoint(i, ep, "session ended").unwrap();
+            reg.terminate_endpoint(Mono::from_ms(i), ep, "session ended")
+                .unwrap();
         } else {
-            reg.on_endpoint_closed(i, ep, "worker died").unwrap();
+            reg.on_endpoint_closed(Mono::from_ms(i), ep, "worker died")
+                .unwrap();
         }
-        let report = reg.close_owner(i, &OwnerId::new(owner.as_str()));
+        let report = reg.close_owner(Mono::from_ms(i), &OwnerId::new(owner.as_str()));
         assert_eq!(report.jobs.len(), 1);
         assert!(reg.job(job).is_none());
         assert!(
@@ -591,7 +656,10 @@ fn closed_endpoints_of_closed_owners_are_forgotten_beyond_a_bounded_window() {
     assert!(reg.endpoint(shared).is_some(), "the newest retired one");
     // A forgotten endpoint is unknown.
     assert!(matches!(
-        reg.submit(2_000, Submit::new("x", EndpointId(3), json!(0))),
+        reg.submit(
+            Mono::from_ms(2_000),
+            Submit::new("x", EndpointId(3), json!(0))
+        ),
         Err(JobsError::UnknownEndpoint(_))
     ));
 }
@@ -601,7 +669,11 @@ fn watched_journals_are_reported_once_per_change_in_id_order() {
     let mut reg: Registry<Value> = Registry::new(RegistryConfig::default());
     let ep = endpoint(&mut reg, "o", caps(false, true));
     let ids: Vec<JobId> = (0..4)
-        .map(|i| reg.submit(0, Submit::new("o", ep, json!(i))).unwrap().job)
+        .map(|i| {
+            reg.submit(Mono::from_ms(0), Submit::new("o", ep, json!(i)))
+                .unwrap()
+                .job
+        })
         .collect();
     let _ = reg.drain_outputs().count();
     // Unwatched jobs are never reported, whatever they record.
@@ -615,21 +687,33 @@ fn watched_journals_are_reported_once_per_change_in_id_order() {
     let wire = |reg: &Registry<Value>, j: JobId| reg.job(j).unwrap().wire_id.unwrap();
     for v in [0.1, 0.2, 0.3] {
         let w = wire(&reg, ids[2]);
-        reg.on_message(1, ep, &json!({"id": w, "type": "progress", "value": v}))
-            .unwrap();
+        reg.on_message(
+            Mono::from_ms(1),
+            ep,
+            &json!({"id": w, "type": "progress", "value": v}),
+        )
+        .unwrap();
     }
     let w = wire(&reg, ids[1]);
-    reg.on_message(1, ep, &json!({"id": w, "type": "progress", "value": 0.5}))
-        .unwrap();
+    reg.on_message(
+        Mono::from_ms(1),
+        ep,
+        &json!({"id": w, "type": "progress", "value": 0.5}),
+    )
+    .unwrap();
     assert_eq!(reg.take_changed_jobs(), vec![ids[2]]);
     // Unwatched: no longer reported.
     assert!(reg.unwatch_journal(ids[2]));
-    reg.cancel(2, ids[2], "stop").unwrap();
+    reg.cancel(Mono::from_ms(2), ids[2], "stop").unwrap();
     assert!(reg.take_changed_jobs().is_empty());
     // A watched job that is released is reported once more (it is gone).
     let w = wire(&reg, ids[0]);
-    reg.on_message(3, ep, &json!({"id": w, "type": "done", "value": 1}))
-        .unwrap();
+    reg.on_message(
+        Mono::from_ms(3),
+        ep,
+        &json!({"id": w, "type": "done", "value": 1}),
+    )
+    .unwrap();
     assert_eq!(reg.take_changed_jobs(), vec![ids[0]]);
     assert!(reg.forget(ids[0]));
     assert_eq!(reg.take_changed_jobs(), vec![ids[0]]);

@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 use super::wire::{Capabilities, Reply, Violation};
-use crate::Millis;
+use crate::Mono;
 use crate::value::Payload;
 
 numeric_id!(
@@ -94,7 +94,7 @@ pub enum CancelEvidence {
     /// The worker acknowledged the cancel.
     Acknowledged,
     /// The worker cannot acknowledge; the run stayed quiet for `quiet_ms` after the cancel.
-    Quiet { quiet_ms: Millis },
+    Quiet { quiet_ms: u64 },
 }
 
 impl CancelEvidence {
@@ -306,7 +306,7 @@ pub enum EventKind<V> {
     CancelAcknowledged,
     /// The worker cannot acknowledge cancels; the run stayed quiet for `quiet_ms`.
     NoAcknowledgement {
-        quiet_ms: Millis,
+        quiet_ms: u64,
     },
     /// The execution's host went away (exit, crash, terminate, disconnect).
     Terminated {
@@ -390,7 +390,7 @@ pub fn is_milestone_name(name: &str) -> bool {
 pub struct JobEvent<V> {
     pub job: JobId,
     pub seq: u64,
-    pub at: Millis,
+    pub at: Mono,
     pub source: Source,
     pub kind: EventKind<V>,
 }
@@ -557,7 +557,7 @@ pub struct Job<V> {
     /// What the execution can do, known once dispatched.
     pub capabilities: Option<Capabilities>,
     /// Set when a cancel was requested (time of the request).
-    pub cancel_requested_at: Option<Millis>,
+    pub cancel_requested_at: Option<Mono>,
     /// Queue a completion note in the owner's mailbox when finished.
     pub note: bool,
     /// Ask the host to wake the owning agent when finished.
@@ -572,7 +572,7 @@ pub struct Job<V> {
     /// Non-milestone events in `journal`.
     pub(crate) windowed: usize,
     pub(crate) finished_at: Option<usize>,
-    pub(crate) quiet_deadline: Option<Millis>,
+    pub(crate) quiet_deadline: Option<Mono>,
     pub(crate) subs: Vec<SubscriptionId>,
     pub(crate) waits: Vec<WaitId>,
     pub(crate) input_seq: u64,
@@ -687,7 +687,7 @@ pub struct Note {
     pub origin: Origin,
     pub outcome: OutcomeKind,
     pub summary: String,
-    pub at: Millis,
+    pub at: Mono,
 }
 
 /// How a wait ended.

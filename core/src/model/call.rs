@@ -23,16 +23,16 @@ use super::{
     ChatRequest, HttpRequest, ModelConfig, ModelError, RetryPolicy, StreamDecoder, StreamEvent,
     classify_status, encode_request,
 };
-use crate::Millis;
+use crate::Mono;
 use crate::tools::ModelResponse;
 
 /// Deadlines of a step.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct CallTimeouts {
     /// From sending a request to its head.
-    pub head_ms: Millis,
+    pub head_ms: u64,
     /// Between two body chunks.
-    pub idle_ms: Millis,
+    pub idle_ms: u64,
 }
 
 impl Default for CallTimeouts {
@@ -81,14 +81,14 @@ pub struct ModelCall {
     attempts: u32,
     state: State,
     decoder: Option<StreamDecoder>,
-    deadline: Option<Millis>,
+    deadline: Option<Mono>,
     outputs: VecDeque<CallOutput>,
 }
 
 impl ModelCall {
     /// A step asking `config`'s model `chat`; queues the first `Send`.
     pub fn new(
-        now: Millis,
+        now: Mono,
         config: &ModelConfig,
         chat: &ChatRequest,
         policy: RetryPolicy,
@@ -109,7 +109,7 @@ impl ModelCall {
         c
     }
 
-    fn send(&mut self, now: Millis) {
+    fn send(&mut self, now: Mono) {
         self.attempts += 1;
         self.state = State::AwaitingHead;
         self.deadline = Some(now + self.timeouts.head_ms);
@@ -127,7 +127,7 @@ impl ModelCall {
     }
 
     /// An error before any of the stream was read: retried when the policy says so.
-    fn fail_or_retry(&mut self, now: Millis, e: ModelError) {
+    fn fail_or_retry(&mut self, now: Mono, e: ModelError) {
         match self.policy.delay(self.attempts, &e) {
             Some(d) => {
                 self.state = State::Backoff;
@@ -138,7 +138,7 @@ impl ModelCall {
     }
 
     /// The head of the answer: its status and `Retry-After` header.
-    pub fn on_head(&mut self, now: Millis, status: u16, retry_after: Option<&str>) {
+    pub fn on_head(&mut self, now: Mono, status: u16, retry_after: Option<&str>) {
         if !matches!(self.state, State::AwaitingHead) {
             return;
         }
@@ -162,7 +162,7 @@ impl ModelCall {
     }
 
     /// The body of a non-2xx answer (hosts read at most [`MAX_ERROR_BODY`] bytes of it).
-    pub fn on_error_body(&mut self, now: Millis, body: &[u8]) {
+    pub fn on_error_body(&mut self, now: Mono, body: &[u8]) {
         let State::ErrorBody {
             status,
             retry_after,
@@ -175,7 +175,7 @@ impl ModelCall {
     }
 
     /// The next chunk of a streamed body.
-    pub fn on_body(&mut self, now: Millis, bytes: &[u8]) {
+    pub fn on_body(&mut self, now: Mono, bytes: &[u8]) {
         if !matches!(self.state, State::Streaming) {
             return;
         }
@@ -194,7 +194,7 @@ impl ModelCall {
     }
 
     /// The body ended.
-    pub fn on_end(&mut self, _now: Millis) {
+    pub fn on_end(&mut self, _now: Mono) {
         if !matches!(self.state, State::Streaming) {
             return;
         }
@@ -207,7 +207,7 @@ impl ModelCall {
     }
 
     /// The connection failed (before or during the answer).
-    pub fn on_transport_error(&mut self, now: Millis, message: &str) {
+    pub fn on_transport_error(&mut self, now: Mono, message: &str) {
         match self.state {
             State::AwaitingHead => self.fail_or_retry(now, ModelError::Connect(message.into())),
             State::Streaming | State::ErrorBody { .. } => self.done(Err(ModelError::BadResponse(
@@ -226,12 +226,12 @@ impl ModelCall {
 
     /// The next deadline: a retry, or the end of the model's allowed silence.
     #[must_use]
-    pub fn poll_timeout(&self) -> Option<Millis> {
+    pub fn poll_timeout(&self) -> Option<Mono> {
         self.deadline
     }
 
     /// Time passed: a retry is sent, or a silent model times out.
-    pub fn handle_timeout(&mut self, now: Millis) {
+    pub fn handle_timeout(&mut self, now: Mono) {
         let Some(d) = self.deadline else { return };
         if now < d {
             return;

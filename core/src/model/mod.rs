@@ -44,8 +44,6 @@ pub use status::{RetryPolicy, classify_status, parse_retry_after};
 use serde::Serialize;
 use thiserror::Error;
 
-use crate::Millis;
-
 /// Errors of model providers. Each has a stable code (see [`ModelError::code`]).
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
 #[non_exhaustive]
@@ -57,7 +55,7 @@ pub enum ModelError {
     #[error("the model provider is rate limiting requests: {message}")]
     RateLimited {
         message: String,
-        retry_after_ms: Option<Millis>,
+        retry_after_ms: Option<u64>,
     },
     /// The provider is overloaded (HTTP 529/503, or an overloaded error event).
     #[error("the model provider is overloaded: {0}")]

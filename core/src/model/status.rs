@@ -3,14 +3,13 @@
 use serde_json::Value;
 
 use super::ModelError;
-use crate::Millis;
 
 /// Parses a `Retry-After` value given in seconds (integer or decimal). An HTTP date cannot be
 /// read without a clock; it yields `None` and the backoff rule applies.
-pub fn parse_retry_after(value: &str) -> Option<Millis> {
+pub fn parse_retry_after(value: &str) -> Option<u64> {
     let v = value.trim();
     let secs: f64 = v.parse().ok()?;
-    (secs.is_finite() && secs >= 0.0).then(|| (secs * 1000.0).ceil() as Millis)
+    (secs.is_finite() && secs >= 0.0).then(|| (secs * 1000.0).ceil() as u64)
 }
 
 /// The provider's error message in a JSON error body (`{"error": {"message"}}` in both
@@ -119,8 +118,8 @@ pub(crate) fn classify_stream_error(error: &Value) -> ModelError {
 pub struct RetryPolicy {
     /// Attempts in all, the first included.
     pub max_attempts: u32,
-    pub base_delay_ms: Millis,
-    pub max_delay_ms: Millis,
+    pub base_delay_ms: u64,
+    pub max_delay_ms: u64,
 }
 
 impl Default for RetryPolicy {
@@ -136,7 +135,7 @@ impl Default for RetryPolicy {
 impl RetryPolicy {
     /// The delay before attempt `attempts + 1`, after `attempts` attempts ended with `error`;
     /// `None` when the error stands.
-    pub fn delay(&self, attempts: u32, error: &ModelError) -> Option<Millis> {
+    pub fn delay(&self, attempts: u32, error: &ModelError) -> Option<u64> {
         if attempts >= self.max_attempts {
             return None;
         }

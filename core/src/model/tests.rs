@@ -1,6 +1,7 @@
 //! Unit tests of the model codecs beyond the shared vectors (`tests/vectors/models.json`):
 //! properties over every cut of a stream, and the session transcript mapping.
 
+use crate::Mono;
 use proptest::prelude::*;
 use serde_json::json;
 
@@ -82,7 +83,7 @@ fn session_transcript_becomes_provider_messages() {
         json!({"type": "object", "properties": {"a": {"type": "number"}}}),
     ))
     .unwrap();
-    s.submit_task(0, json!("add one"));
+    s.submit_task(Mono::from_ms(0), json!("add one"));
     let step = match s.drain_outputs().find_map(|o| match o {
         crate::tools::Output::ModelRequest { step, .. } => Some(step),
         _ => None,
@@ -135,7 +136,7 @@ fn local_config() -> ModelConfig {
 /// A step of the local config at time 0 whose first request was sent.
 fn sent(timeouts: CallTimeouts) -> ModelCall {
     let mut c = ModelCall::new(
-        0,
+        Mono::from_ms(0),
         &local_config(),
         &ChatRequest::default(),
         RetryPolicy::default(),
@@ -151,25 +152,28 @@ fn sent(timeouts: CallTimeouts) -> ModelCall {
 #[test]
 fn call_retries_a_rate_limit_then_streams() {
     let mut c = sent(CallTimeouts::default());
-    c.on_head(10, 429, Some("1"));
+    c.on_head(Mono::from_ms(10), 429, Some("1"));
     assert!(c.wants_error_body());
-    c.on_error_body(12, b"{\"error\":{\"message\":\"slow down\"}}");
+    c.on_error_body(
+        Mono::from_ms(12),
+        b"{\"error\":{\"message\":\"slow down\"}}",
+    );
     assert!(drain(&mut c).is_empty(), "a retry waits for its delay");
-    assert_eq!(c.poll_timeout(), Some(1012));
-    c.handle_timeout(1011);
+    assert_eq!(c.poll_timeout(), Some(Mono::from_ms(1012)));
+    c.handle_timeout(Mono::from_ms(1011));
     assert!(drain(&mut c).is_empty());
-    c.handle_timeout(1012);
+    c.handle_timeout(Mono::from_ms(1012));
     assert!(matches!(
         drain(&mut c)[..],
         [CallOutput::Send { attempt: 2, .. }]
     ));
-    c.on_head(1100, 200, None);
+    c.on_head(Mono::from_ms(1100), 200, None);
     c.on_body(
-        1101,
+        Mono::from_ms(1101),
         b"data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"hi\"}}]}\n\n",
     );
-    c.on_body(1102, b"data: {\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}]}\n\ndata: [DONE]\n\n");
-    c.on_end(1103);
+    c.on_body(Mono::from_ms(1102), b"data: {\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}]}\n\ndata: [DONE]\n\n");
+    c.on_end(Mono::from_ms(1103));
     let out = drain(&mut c);
     assert!(matches!(&out[0], CallOutput::Event(StreamEvent::TextDelta { text }) if text == "hi"));
     match out.last() {
@@ -182,8 +186,8 @@ fn call_retries_a_rate_limit_then_streams() {
 #[test]
 fn call_auth_failure_is_final_and_silence_times_out() {
     let mut c = sent(CallTimeouts::default());
-    c.on_head(1, 401, None);
-    c.on_error_body(2, b"");
+    c.on_head(Mono::from_ms(1), 401, None);
+    c.on_error_body(Mono::from_ms(2), b"");
     assert!(matches!(
         drain(&mut c)[..],
         [CallOutput::Done(Err(ModelError::Auth(_)))]
@@ -193,14 +197,14 @@ fn call_auth_failure_is_final_and_silence_times_out() {
         head_ms: 100,
         idle_ms: 50,
     });
-    c.on_head(10, 200, None);
+    c.on_head(Mono::from_ms(10), 200, None);
     c.on_body(
-        20,
+        Mono::from_ms(20),
         b"data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"a\"}}]}\n\n",
     );
     let _ = drain(&mut c);
-    assert_eq!(c.poll_timeout(), Some(70));
-    c.handle_timeout(70);
+    assert_eq!(c.poll_timeout(), Some(Mono::from_ms(70)));
+    c.handle_timeout(Mono::from_ms(70));
     assert!(matches!(
         drain(&mut c)[..],
         [CallOutput::Done(Err(ModelError::Timeout(_)))]
@@ -210,15 +214,15 @@ fn call_auth_failure_is_final_and_silence_times_out() {
 #[test]
 fn an_aborted_call_returns_no_partial_tool_call() {
     let mut c = sent(CallTimeouts::default());
-    c.on_head(1, 200, None);
-    c.on_body(2, &OPENAI_TWO_CALLS.as_bytes()[..300]);
+    c.on_head(Mono::from_ms(1), 200, None);
+    c.on_body(Mono::from_ms(2), &OPENAI_TWO_CALLS.as_bytes()[..300]);
     let _ = drain(&mut c);
     c.abort("the turn was interrupted");
     assert!(matches!(
         drain(&mut c)[..],
         [CallOutput::Done(Err(ModelError::Aborted(_)))]
     ));
-    c.on_body(3, &OPENAI_TWO_CALLS.as_bytes()[300..]);
-    c.on_end(4);
+    c.on_body(Mono::from_ms(3), &OPENAI_TWO_CALLS.as_bytes()[300..]);
+    c.on_end(Mono::from_ms(4));
     assert!(drain(&mut c).is_empty(), "nothing after Done");
 }

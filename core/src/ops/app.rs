@@ -17,7 +17,7 @@ use super::tools::ToolReply;
 use super::tools::{ToolCallId, ToolWaits};
 use super::types::*;
 use super::{OpsError, OpsValue};
-use crate::Millis;
+use crate::Mono;
 use crate::jobs::{self, EndpointId, JobId, Registry};
 use crate::vecmap::VecMap;
 
@@ -261,7 +261,7 @@ pub struct App<V> {
     pub(crate) pending_ops: Vec<OpId>,
     pub(crate) next_op: u64,
     /// Operation deadlines (operations with a timeout: few at a time).
-    pub(crate) op_timers: VecMap<(Millis, OpId), ()>,
+    pub(crate) op_timers: VecMap<(Mono, OpId), ()>,
     pub(crate) ops_endpoint: Option<EndpointId>,
     pub(crate) op_wires: HashMap<u64, OpId>,
     /// Worker-cell jobs the app follows: their calculation and the last journal sequence number
@@ -324,7 +324,7 @@ impl<V: OpsValue> App<V> {
     /// directly): drains its outputs — operations-endpoint requests are answered here, the
     /// rest are passed on as [`AppOutput::Jobs`] — and applies new journal events of Worker-cell
     /// jobs to their calculations, then settles operations.
-    pub fn on_registry_outputs(&mut self, now: Millis, reg: &mut Registry<V>) {
+    pub fn on_registry_outputs(&mut self, now: Mono, reg: &mut Registry<V>) {
         self.begin(reg);
         self.pump_registry(now, reg);
         self.settle(now, reg);
@@ -334,7 +334,7 @@ impl<V: OpsValue> App<V> {
     /// gets its initial calculation. Nothing changes if the spec is invalid.
     pub fn load(
         &mut self,
-        now: Millis,
+        now: Mono,
         reg: &mut Registry<V>,
         spec: GraphSpec,
     ) -> Result<(), OpsError> {
@@ -594,12 +594,7 @@ impl<V: OpsValue> App<V> {
     }
 }
 
-pub(crate) fn push_calc_event(
-    calc: &mut Calc,
-    at: Millis,
-    revision: Revision,
-    kind: CalcEventKind,
-) {
+pub(crate) fn push_calc_event(calc: &mut Calc, at: Mono, revision: Revision, kind: CalcEventKind) {
     let seq = calc.journal.len() as u32 + 1;
     calc.journal.push(CalcEvent {
         seq,

@@ -2,7 +2,7 @@
 
 use super::types::*;
 use super::{OpsError, OpsValue};
-use crate::Millis;
+use crate::Mono;
 use crate::jobs::{self, EndpointId, EventKind, JobId, Registry};
 
 use super::app::*;
@@ -13,7 +13,7 @@ impl<V: OpsValue> App<V> {
     /// A message from a Worker endpoint (forwarded to the registry; Worker cells see it).
     pub fn on_worker_message(
         &mut self,
-        now: Millis,
+        now: Mono,
         reg: &mut Registry<V>,
         endpoint: EndpointId,
         msg: &V,
@@ -28,7 +28,7 @@ impl<V: OpsValue> App<V> {
     /// A Worker endpoint's execution host went away on its own.
     pub fn on_endpoint_closed(
         &mut self,
-        now: Millis,
+        now: Mono,
         reg: &mut Registry<V>,
         endpoint: EndpointId,
         reason: &str,
@@ -44,7 +44,7 @@ impl<V: OpsValue> App<V> {
     /// else goes to the host; then Worker-cell journals are read for new events. Repeats until
     /// the registry has no output and no changed journal, and no pass left a job for the next
     /// one: on return, everything the registry did is applied.
-    pub(crate) fn pump_registry(&mut self, now: Millis, reg: &mut Registry<V>) {
+    pub(crate) fn pump_registry(&mut self, now: Mono, reg: &mut Registry<V>) {
         loop {
             let outs: Vec<jobs::Output<V>> = reg.drain_outputs().collect();
             if outs.is_empty() && self.changed_jobs.is_empty() && !reg.has_changed_jobs() {
@@ -73,7 +73,7 @@ impl<V: OpsValue> App<V> {
     /// submitted before the pass began; otherwise it is kept (`changed_jobs`, only jobs the
     /// app still follows) for the next pass, which [`App::pump_registry`] runs before it
     /// returns (it loops while a pass kept one).
-    pub(crate) fn sync_jobs(&mut self, now: Millis, reg: &mut Registry<V>) {
+    pub(crate) fn sync_jobs(&mut self, now: Mono, reg: &mut Registry<V>) {
         let mut pending = std::mem::take(&mut self.changed_jobs);
         pending.extend(reg.take_changed_jobs());
         // Jobs submitted during this pass have larger ids: they wait for the next pass.
@@ -102,7 +102,7 @@ impl<V: OpsValue> App<V> {
 
     /// Reads one Worker-cell job's new journal events (from the sequence number after the last
     /// one read) and applies them; forgets the job once it is finished and read, or gone.
-    fn sync_job(&mut self, now: Millis, reg: &mut Registry<V>, job: JobId) {
+    fn sync_job(&mut self, now: Mono, reg: &mut Registry<V>, job: JobId) {
         #[cfg(test)]
         if self.job_calcs.contains_key(&job) {
             self.journals_read += 1;
@@ -131,7 +131,7 @@ impl<V: OpsValue> App<V> {
 
     pub(crate) fn apply_job_event(
         &mut self,
-        now: Millis,
+        now: Mono,
         reg: &mut Registry<V>,
         id: CalcId,
         kind: EventKind<V>,
@@ -220,7 +220,7 @@ impl<V: OpsValue> App<V> {
     /// The earliest time at which [`App::handle_timeout`] has something to do: operation
     /// timeouts, the waits of published tool calls and the registry's timers.
     #[must_use]
-    pub fn poll_timeout(&self, reg: &Registry<V>) -> Option<Millis> {
+    pub fn poll_timeout(&self, reg: &Registry<V>) -> Option<Mono> {
         [
             self.op_timers.first_key().map(|(t, _)| *t),
             self.tool_waits.next_deadline(),
@@ -234,7 +234,7 @@ impl<V: OpsValue> App<V> {
     /// Fires every timer due at `now`: the registry's timers, operation timeouts, then the
     /// waits of tool calls (a call whose operation ended at the same time replies with its
     /// outcome, once).
-    pub fn handle_timeout(&mut self, now: Millis, reg: &mut Registry<V>) {
+    pub fn handle_timeout(&mut self, now: Mono, reg: &mut Registry<V>) {
         self.begin(reg);
         reg.handle_timeout(now);
         self.pump_registry(now, reg);

@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use super::types::*;
 use super::{OpsError, OpsValue};
-use crate::Millis;
+use crate::Mono;
 use crate::jobs::Registry;
 
 use super::app::*;
@@ -29,7 +29,7 @@ impl<V: OpsValue> App<V> {
         Ok(calc.state == CalcState::Running)
     }
 
-    pub(crate) fn late(&mut self, now: Millis, id: CalcId, what: &'static str) -> ReportStatus {
+    pub(crate) fn late(&mut self, now: Mono, id: CalcId, what: &'static str) -> ReportStatus {
         let revision = self.revision;
         if let Some(calc) = self.calcs.get_mut(&id) {
             push_calc_event(calc, now, revision, CalcEventKind::Late { what });
@@ -40,7 +40,7 @@ impl<V: OpsValue> App<V> {
     /// The host reports progress in [0, 1] of a host calculation.
     pub fn calc_progress(
         &mut self,
-        now: Millis,
+        now: Mono,
         reg: &mut Registry<V>,
         id: CalcId,
         fraction: f64,
@@ -62,7 +62,7 @@ impl<V: OpsValue> App<V> {
     /// The host reports a partial value (a streaming calculation yielded).
     pub fn calc_partial(
         &mut self,
-        now: Millis,
+        now: Mono,
         reg: &mut Registry<V>,
         id: CalcId,
         value: V,
@@ -79,7 +79,7 @@ impl<V: OpsValue> App<V> {
     /// The host reports the calculation's result.
     pub fn calc_done(
         &mut self,
-        now: Millis,
+        now: Mono,
         reg: &mut Registry<V>,
         id: CalcId,
         value: V,
@@ -100,7 +100,7 @@ impl<V: OpsValue> App<V> {
     /// [`App::calc_failed`].
     pub fn calc_finish(
         &mut self,
-        now: Millis,
+        now: Mono,
         reg: &mut Registry<V>,
         id: CalcId,
     ) -> Result<ReportStatus, OpsError> {
@@ -121,7 +121,7 @@ impl<V: OpsValue> App<V> {
     /// The host reports that the calculation failed. The cell keeps its latest value.
     pub fn calc_failed(
         &mut self,
-        now: Millis,
+        now: Mono,
         reg: &mut Registry<V>,
         id: CalcId,
         message: &str,
@@ -138,13 +138,7 @@ impl<V: OpsValue> App<V> {
         Ok(ReportStatus::Applied)
     }
 
-    pub(crate) fn progress(
-        &mut self,
-        now: Millis,
-        reg: &mut Registry<V>,
-        id: CalcId,
-        fraction: f64,
-    ) {
+    pub(crate) fn progress(&mut self, now: Mono, reg: &mut Registry<V>, id: CalcId, fraction: f64) {
         let revision = self.bump();
         let calc = self.calcs.get_mut(&id).expect("exists");
         push_calc_event(
@@ -164,7 +158,7 @@ impl<V: OpsValue> App<V> {
     /// computed from it take the new provenance and finality.
     pub(crate) fn commit(
         &mut self,
-        now: Millis,
+        now: Mono,
         reg: &mut Registry<V>,
         id: CalcId,
         value: Option<V>,
@@ -265,7 +259,7 @@ impl<V: OpsValue> App<V> {
 
     pub(crate) fn fail_calc(
         &mut self,
-        now: Millis,
+        now: Mono,
         id: CalcId,
         message: String,
         code: Option<String>,

@@ -18,7 +18,7 @@ use std::collections::{BTreeMap, VecDeque};
 
 use serde_json::{Value, json};
 
-use crate::Millis;
+use crate::Mono;
 
 /// A claim's phase.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -65,7 +65,7 @@ pub enum ClaimOutput<D> {
 /// One claim's history record.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ClaimEvent {
-    pub at: Millis,
+    pub at: Mono,
     pub what: &'static str,
     pub attempt: Option<u64>,
     pub detail: Option<String>,
@@ -146,7 +146,7 @@ impl<D: Clone + PartialEq + std::fmt::Debug> Claims<D> {
     }
 
     /// Sets what should exist now (`None`: nothing). An equal desire changes nothing.
-    pub fn desire(&mut self, now: Millis, name: &str, desire: Option<D>) {
+    pub fn desire(&mut self, now: Mono, name: &str, desire: Option<D>) {
         let c = self.claims.entry(name.into()).or_insert_with(|| Claim {
             desired: None,
             actual: None,
@@ -170,7 +170,7 @@ impl<D: Clone + PartialEq + std::fmt::Debug> Claims<D> {
     }
 
     /// Drives one claim towards its newest desire when nothing is in flight.
-    fn step(&mut self, now: Millis, name: &str) {
+    fn step(&mut self, now: Mono, name: &str) {
         let Some(c) = self.claims.get_mut(name) else {
             return;
         };
@@ -229,7 +229,7 @@ impl<D: Clone + PartialEq + std::fmt::Debug> Claims<D> {
 
     /// The host acquired the resource of `attempt`. Adopted only if it is still the newest
     /// desire; otherwise released at once (a late acquisition is never adopted).
-    pub fn acquired(&mut self, now: Millis, name: &str, attempt: u64) -> Result<bool, ClaimsError> {
+    pub fn acquired(&mut self, now: Mono, name: &str, attempt: u64) -> Result<bool, ClaimsError> {
         let desire = self.take_acquiring(name, attempt)?;
         let c = self.claim_mut(name)?;
         if c.desired.as_ref() == Some(&desire) {
@@ -262,7 +262,7 @@ impl<D: Clone + PartialEq + std::fmt::Debug> Claims<D> {
     /// desire; otherwise moves on to the newest desire.
     pub fn acquire_failed(
         &mut self,
-        now: Millis,
+        now: Mono,
         name: &str,
         attempt: u64,
         error: &str,
@@ -287,7 +287,7 @@ impl<D: Clone + PartialEq + std::fmt::Debug> Claims<D> {
     /// dropped anyway: a failing release must not wedge the claim).
     pub fn released(
         &mut self,
-        now: Millis,
+        now: Mono,
         name: &str,
         attempt: u64,
         error: Option<&str>,
@@ -318,7 +318,7 @@ impl<D: Clone + PartialEq + std::fmt::Debug> Claims<D> {
     }
 
     /// Re-attempts a claim parked in `error` with its unchanged desire.
-    pub fn retry(&mut self, now: Millis, name: &str) -> Result<(), ClaimsError> {
+    pub fn retry(&mut self, now: Mono, name: &str) -> Result<(), ClaimsError> {
         let c = self.claim_mut(name)?;
         if c.error.take().is_some() {
             self.step(now, name);

@@ -4,7 +4,7 @@ use std::collections::HashMap;
 
 use super::types::*;
 use super::{OpsError, OpsValue};
-use crate::Millis;
+use crate::Mono;
 use crate::jobs::Registry;
 
 use super::app::*;
@@ -18,7 +18,7 @@ impl<V: OpsValue> App<V> {
     /// staged by actions and not yet flushed are dropped: the new instance computes every cell.
     pub fn replace_graph(
         &mut self,
-        now: Millis,
+        now: Mono,
         reg: &mut Registry<V>,
         instance: u64,
         cells: Vec<CellSpec>,
@@ -61,7 +61,7 @@ impl<V: OpsValue> App<V> {
 
     /// Disposes the graph: every calculation ends as `owner_disposed`, the cells go away (the
     /// controls stay), operations waiting for cells fail.
-    pub fn dispose_graph(&mut self, now: Millis, reg: &mut Registry<V>) {
+    pub fn dispose_graph(&mut self, now: Mono, reg: &mut Registry<V>) {
         self.begin(reg);
         self.bump();
         let inst = self.instance;
@@ -73,7 +73,7 @@ impl<V: OpsValue> App<V> {
         self.settle(now, reg);
     }
 
-    pub(crate) fn dispose_calcs(&mut self, now: Millis, reg: &mut Registry<V>, reason: &str) {
+    pub(crate) fn dispose_calcs(&mut self, now: Mono, reg: &mut Registry<V>, reason: &str) {
         for x in 0..self.cells.len() {
             if let Some(c) = self.cells[x].current.take() {
                 self.end_calc(
@@ -91,7 +91,7 @@ impl<V: OpsValue> App<V> {
     }
 
     /// Runs after every input: ops are evaluated against the new state.
-    pub(crate) fn settle(&mut self, now: Millis, reg: &mut Registry<V>) {
+    pub(crate) fn settle(&mut self, now: Mono, reg: &mut Registry<V>) {
         self.pump_registry(now, reg);
         self.evaluate_ops(now, reg);
         self.pump_registry(now, reg);

@@ -16,7 +16,7 @@ use super::app::App;
 use super::control::ControlValue;
 use super::types::*;
 use super::{OpsError, OpsValue};
-use crate::Millis;
+use crate::Mono;
 use crate::jobs::{JobId, Origin, Registry, Submit, wire::WireRequest};
 use crate::value::Payload;
 
@@ -44,7 +44,7 @@ pub struct ObserveRequest<P> {
     pub on_supersede: OnSupersede,
     pub on_failure: OnFailure,
     /// Ends the observation as `timed_out` (the calculations continue).
-    pub timeout_ms: Option<Millis>,
+    pub timeout_ms: Option<u64>,
     pub actor: Actor,
 }
 
@@ -79,7 +79,7 @@ pub struct SupersedeInfo {
 #[derive(Clone, Debug)]
 pub struct OpOutcome<V> {
     pub kind: OpOutcomeKind,
-    pub at: Millis,
+    pub at: Mono,
     /// The revision of the state the outcome describes (the snapshot's, when settled).
     pub revision: Revision,
     pub message: String,
@@ -112,14 +112,14 @@ pub struct CellOutcome {
 pub struct Operation<V> {
     pub id: OpId,
     pub actor: Actor,
-    pub created_at: Millis,
+    pub created_at: Mono,
     pub writes: Vec<WriteId>,
     pub(crate) wait: Vec<usize>,
     pub wait_names: Vec<String>,
     pub select: Selection,
     pub on_supersede: OnSupersede,
     pub on_failure: OnFailure,
-    pub deadline: Option<Millis>,
+    pub deadline: Option<Mono>,
     pub(crate) relevant: Vec<usize>,
     pub(crate) closure: Vec<usize>,
     /// The revision at which the writes took effect.
@@ -143,7 +143,7 @@ pub struct Operation<V> {
 }
 
 impl<V> Operation<V> {
-    fn push(&mut self, at: Millis, revision: Revision, kind: OpEventKind) {
+    fn push(&mut self, at: Mono, revision: Revision, kind: OpEventKind) {
         let seq = self.journal.len() as u32 + 1;
         self.journal.push(OpEvent {
             seq,
@@ -164,7 +164,7 @@ impl<V: OpsValue> App<V> {
     /// staging anything; the writes become effective at the next [`App::flush`].
     pub fn observe<P: Payload>(
         &mut self,
-        now: Millis,
+        now: Mono,
         reg: &mut Registry<V>,
         req: ObserveRequest<P>,
     ) -> Result<OpId, OpsError> {
@@ -187,7 +187,7 @@ impl<V: OpsValue> App<V> {
     /// [`App::observe`] with the writes read as scalars (compiled once for every payload type).
     fn observe_requested(
         &mut self,
-        now: Millis,
+        now: Mono,
         reg: &mut Registry<V>,
         req: ObserveRequest<super::app::Requested>,
     ) -> Result<OpId, OpsError> {
@@ -245,7 +245,7 @@ impl<V: OpsValue> App<V> {
             self.write_ref(*w);
         }
         let (closure, relevant) = self.scope_of(&wait, &mut controls);
-        let deadline = req.timeout_ms.map(|t| now.saturating_add(t));
+        let deadline = req.timeout_ms.map(|t| now.plus(t));
         let n = wait.len();
         let mut op = Operation {
             id,
@@ -304,13 +304,7 @@ impl<V: OpsValue> App<V> {
         (closure, controls)
     }
 
-    fn make_effective(
-        &mut self,
-        now: Millis,
-        id: OpId,
-        coalesced: Vec<WriteId>,
-        noop: Vec<WriteId>,
-    ) {
+    fn make_effective(&mut self, now: Mono, id: OpId, coalesced: Vec<WriteId>, noop: Vec<WriteId>) {
         let revision = self.revision;
         let op = self.ops.get_mut(&id).expect("exists");
         op.effective = Some(revision);
@@ -319,7 +313,7 @@ impl<V: OpsValue> App<V> {
 
     /// Links the calculations already in flight in the operation's closure: with the request in
     /// effect, they are the ones that will produce its result.
-    fn link_inflight(&mut self, now: Millis, id: OpId) {
+    fn link_inflight(&mut self, now: Mono, id: OpId) {
         let closure = self.ops[&id].closure.clone();
         for x in closure {
             if let Some(c) = self.cells[x].current {
@@ -328,7 +322,7 @@ impl<V: OpsValue> App<V> {
         }
     }
 
-    fn link_one(&mut self, now: Millis, id: OpId, x: usize, calc: CalcId) {
+    fn link_one(&mut self, now: Mono, id: OpId, x: usize, calc: CalcId) {
         let revision = self.revision;
         let cell = self.cells[x].name.clone();
         let op = self.ops.get_mut(&id).expect("exists");
@@ -341,7 +335,7 @@ impl<V: OpsValue> App<V> {
 
     /// A new calculation was scheduled: link it to every effective operation whose closure
     /// holds its cell.
-    pub(crate) fn link_calc(&mut self, now: Millis, x: usize, calc: CalcId) {
+    pub(crate) fn link_calc(&mut self, now: Mono, x: usize, calc: CalcId) {
         for i in 0..self.pending_ops.len() {
             let id = self.pending_ops[i];
             let op = &self.ops[&id];
@@ -354,7 +348,7 @@ impl<V: OpsValue> App<V> {
     /// Progress of a calculation: forwarded to hosted operations that linked it.
     pub(crate) fn op_progress(
         &mut self,
-        now: Millis,
+        now: Mono,
         reg: &mut Registry<V>,
         x: usize,
         calc: CalcId,
@@ -379,7 +373,7 @@ impl<V: OpsValue> App<V> {
     /// batch's calculations are scheduled).
     pub(crate) fn ops_on_batch(
         &mut self,
-        now: Millis,
+        now: Mono,
         reg: &mut Registry<V>,
         staged: &[WriteId],
         changed: &[usize],
@@ -484,7 +478,7 @@ impl<V: OpsValue> App<V> {
         fresh
     }
 
-    pub(crate) fn link_fresh(&mut self, now: Millis, fresh: Vec<OpId>) {
+    pub(crate) fn link_fresh(&mut self, now: Mono, fresh: Vec<OpId>) {
         for id in fresh {
             if self.ops[&id].outcome.is_none() {
                 self.link_inflight(now, id);
@@ -493,7 +487,7 @@ impl<V: OpsValue> App<V> {
     }
 
     /// Under `follow`: records the change and re-opens the cells it affects.
-    fn intervene(&mut self, now: Millis, id: OpId, by: Vec<WriteId>, controls: Vec<String>) {
+    fn intervene(&mut self, now: Mono, id: OpId, by: Vec<WriteId>, controls: Vec<String>) {
         let revision = self.revision;
         let changed: Vec<usize> = by.iter().map(|w| self.write(*w).control).collect();
         let reopen: Vec<bool> = self.ops[&id]
@@ -584,7 +578,7 @@ impl<V: OpsValue> App<V> {
     }
 
     /// Checks every waiting operation against the current state.
-    pub(crate) fn evaluate_ops(&mut self, now: Millis, reg: &mut Registry<V>) {
+    pub(crate) fn evaluate_ops(&mut self, now: Mono, reg: &mut Registry<V>) {
         let pending = self.pending_ops.clone();
         for id in pending {
             let op = &self.ops[&id];
@@ -672,7 +666,7 @@ impl<V: OpsValue> App<V> {
     /// Records the one terminal outcome of an operation.
     pub(crate) fn finish_op(
         &mut self,
-        now: Millis,
+        now: Mono,
         reg: &mut Registry<V>,
         id: OpId,
         kind: OpOutcomeKind,
@@ -874,7 +868,7 @@ impl<V: OpsValue> App<V> {
         }
     }
 
-    pub(crate) fn time_out(&mut self, now: Millis, reg: &mut Registry<V>, id: OpId) {
+    pub(crate) fn time_out(&mut self, now: Mono, reg: &mut Registry<V>, id: OpId) {
         if self.ops.get(&id).is_some_and(|o| o.outcome.is_none()) {
             self.finish_op(now, reg, id, OpOutcomeKind::TimedOut, None, None);
         }
@@ -884,7 +878,7 @@ impl<V: OpsValue> App<V> {
     /// Returns the outcome the operation has (unchanged if it had already finished).
     pub fn cancel_op(
         &mut self,
-        now: Millis,
+        now: Mono,
         reg: &mut Registry<V>,
         id: OpId,
         reason: &str,
@@ -911,7 +905,7 @@ impl<V: OpsValue> App<V> {
     /// cancels the observation only.
     pub fn host_as_job(
         &mut self,
-        now: Millis,
+        now: Mono,
         reg: &mut Registry<V>,
         id: OpId,
         owner: &str,
@@ -925,7 +919,7 @@ impl<V: OpsValue> App<V> {
     /// hosts its operation in the middle of [`App::handle_timeout`]).
     pub(crate) fn host_op_as_job(
         &mut self,
-        now: Millis,
+        now: Mono,
         reg: &mut Registry<V>,
         id: OpId,
         owner: &str,
@@ -954,7 +948,7 @@ impl<V: OpsValue> App<V> {
 
     pub(crate) fn on_ops_request(
         &mut self,
-        now: Millis,
+        now: Mono,
         reg: &mut Registry<V>,
         request: WireRequest<V>,
     ) {
@@ -1023,13 +1017,7 @@ impl<V: OpsValue> App<V> {
 
     /// After a graph replacement or disposal: waiting operations continue on the new instance
     /// when their cells exist there, and fail otherwise.
-    pub(crate) fn ops_on_replace(
-        &mut self,
-        now: Millis,
-        reg: &mut Registry<V>,
-        from: u64,
-        to: u64,
-    ) {
+    pub(crate) fn ops_on_replace(&mut self, now: Mono, reg: &mut Registry<V>, from: u64, to: u64) {
         let pending = self.pending_ops.clone();
         for id in pending {
             let names = self.ops[&id].wait_names.clone();

@@ -7,7 +7,7 @@ use serde_json::{Value, json};
 use super::control::ControlValue;
 use super::types::*;
 use super::{OpsError, OpsValue};
-use crate::Millis;
+use crate::Mono;
 use crate::jobs::{self, EndpointId, EndpointSpec, Hello, JobId, Origin, Registry, Submit};
 use crate::value::Payload;
 
@@ -318,7 +318,7 @@ impl<V: OpsValue> App<V> {
     /// touched. Contrast with writes, where B supersedes A.
     pub fn submit_task<P: Payload>(
         &mut self,
-        now: Millis,
+        now: Mono,
         reg: &mut Registry<V>,
         cell: &str,
         overrides: &[(String, P)],
@@ -376,7 +376,7 @@ impl<V: OpsValue> App<V> {
         Ok(job)
     }
 
-    pub(crate) fn ensure_ops_endpoint(&mut self, now: Millis, reg: &mut Registry<V>) -> EndpointId {
+    pub(crate) fn ensure_ops_endpoint(&mut self, now: Mono, reg: &mut Registry<V>) -> EndpointId {
         if let Some(e) = self.ops_endpoint {
             return e;
         }

@@ -2,7 +2,7 @@
 
 use super::OpsValue;
 use super::types::*;
-use crate::Millis;
+use crate::Mono;
 use crate::jobs::{Origin, Registry, Submit};
 
 use super::app::*;
@@ -17,7 +17,7 @@ impl<V: OpsValue> App<V> {
         }
     }
 
-    pub(crate) fn schedule_all(&mut self, now: Millis, reg: &mut Registry<V>, trigger: Trigger) {
+    pub(crate) fn schedule_all(&mut self, now: Mono, reg: &mut Registry<V>, trigger: Trigger) {
         let seeds = vec![Some(trigger); self.cells.len()];
         self.propagate(now, reg, seeds);
     }
@@ -26,7 +26,7 @@ impl<V: OpsValue> App<V> {
     /// when its gate is closed), and a cell that got a new calculation dirties its dependents.
     pub(crate) fn propagate(
         &mut self,
-        now: Millis,
+        now: Mono,
         reg: &mut Registry<V>,
         mut dirty: Vec<Option<Trigger>>,
     ) {
@@ -52,7 +52,7 @@ impl<V: OpsValue> App<V> {
 
     pub(crate) fn reschedule(
         &mut self,
-        now: Millis,
+        now: Mono,
         reg: &mut Registry<V>,
         x: usize,
         trigger: Trigger,
@@ -160,7 +160,7 @@ impl<V: OpsValue> App<V> {
     /// Ends a calculation with a reason; tells the host (abort) or the registry (cancel).
     pub(crate) fn end_calc(
         &mut self,
-        now: Millis,
+        now: Mono,
         reg: &mut Registry<V>,
         id: CalcId,
         end: CalcEnd,
@@ -223,7 +223,7 @@ impl<V: OpsValue> App<V> {
     }
 
     /// Starts every scheduled calculation whose upstream values are current.
-    pub(crate) fn pump(&mut self, now: Millis, reg: &mut Registry<V>) {
+    pub(crate) fn pump(&mut self, now: Mono, reg: &mut Registry<V>) {
         for i in 0..self.order.len() {
             let x = self.order[i];
             let Some(c) = self.cells[x].current else {
@@ -286,7 +286,7 @@ impl<V: OpsValue> App<V> {
     }
 
     /// Ends a scheduled calculation whose cell's value already is its result (equality gating).
-    pub(crate) fn skip_calc(&mut self, now: Millis, x: usize, id: CalcId) {
+    pub(crate) fn skip_calc(&mut self, now: Mono, x: usize, id: CalcId) {
         let revision = self.revision;
         let calc = self.calcs.get_mut(&id).expect("exists");
         calc.state = CalcState::Ended(CalcEnd::Skipped);
@@ -343,7 +343,7 @@ impl<V: OpsValue> App<V> {
             .is_some_and(|v| !v.partial && v.reads.iter().copied().eq(self.reads_now(x)))
     }
 
-    pub(crate) fn start_calc(&mut self, now: Millis, reg: &mut Registry<V>, x: usize, id: CalcId) {
+    pub(crate) fn start_calc(&mut self, now: Mono, reg: &mut Registry<V>, x: usize, id: CalcId) {
         let provenance = self.provenance_now(x);
         let reads: Vec<u64> = self.reads_now(x).collect();
         let cell = &self.cells[x];

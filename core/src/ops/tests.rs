@@ -3,6 +3,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use crate::Mono;
 use proptest::prelude::*;
 use serde_json::{Value, json};
 
@@ -40,7 +41,8 @@ fn run_host(app: &mut App<Value>, reg: &mut Registry<Value>, now: u64) -> Vec<Ap
     let mut seen = Vec::new();
     while let Some(o) = app.poll_output() {
         if let AppOutput::Compute { calc, inputs, .. } = &o {
-            app.calc_done(now, reg, *calc, inputs.clone()).unwrap();
+            app.calc_done(Mono::from_ms(now), reg, *calc, inputs.clone())
+                .unwrap();
         }
         seen.push(o);
     }
@@ -51,18 +53,18 @@ fn run_host(app: &mut App<Value>, reg: &mut Registry<Value>, now: u64) -> Vec<Ap
 fn a_host_selector_runs_over_the_settled_snapshot_not_the_live_state() {
     let mut app: App<Value> = App::new(AppConfig::default());
     let reg = &mut Registry::new(RegistryConfig::default());
-    app.load(0, reg, lab_spec()).unwrap();
+    app.load(Mono::from_ms(0), reg, lab_spec()).unwrap();
     run_host(&mut app, reg, 0);
     let mut req = ObserveRequest::new(vec![("kappa".into(), json!(0.5))], vec!["errors".into()]);
     req.select = Selection::Selector("summary".into());
-    let op = app.observe(1, reg, req).unwrap();
-    app.flush(1, reg);
+    let op = app.observe(Mono::from_ms(1), reg, req).unwrap();
+    app.flush(Mono::from_ms(1), reg);
     // The host drives computes; the settle output carries the snapshot.
     let mut snapshot = None;
     while let Some(o) = app.poll_output() {
         match o {
             AppOutput::Compute { calc, inputs, .. } => {
-                app.calc_done(2, reg, calc, inputs).unwrap();
+                app.calc_done(Mono::from_ms(2), reg, calc, inputs).unwrap();
             }
             AppOutput::OpFinished {
                 op: id,
@@ -73,9 +75,9 @@ fn a_host_selector_runs_over_the_settled_snapshot_not_the_live_state() {
                 assert_eq!((id, outcome), (op, OpOutcomeKind::Settled));
                 snapshot = s;
                 // A concurrent write lands before the host runs the selector.
-                app.set(3, "kappa", &json!(0.9), Actor::new("user"))
+                app.set(Mono::from_ms(3), "kappa", &json!(0.9), Actor::new("user"))
                     .unwrap();
-                app.flush(3, reg);
+                app.flush(Mono::from_ms(3), reg);
             }
             _ => {}
         }
@@ -100,7 +102,7 @@ fn a_host_selector_runs_over_the_settled_snapshot_not_the_live_state() {
 fn tool_schemas_list_the_live_names() {
     let mut app: App<Value> = App::new(AppConfig::default());
     let reg = &mut Registry::new(RegistryConfig::default());
-    app.load(0, reg, lab_spec()).unwrap();
+    app.load(Mono::from_ms(0), reg, lab_spec()).unwrap();
     let defs = app.tool_definitions();
     let names: Vec<&str> = defs.iter().map(|d| d.name).collect();
     assert_eq!(
@@ -116,7 +118,7 @@ fn tool_schemas_list_the_live_names() {
     );
     let err = app
         .call_tool(
-            0,
+            Mono::from_ms(0),
             reg,
             "observe",
             &json!({"waitFor": ["nope"]}),
@@ -137,7 +139,7 @@ fn app_tool_schemas_are_enforceable_by_the_agent_toolbox() {
     // that enforces the same JSON Schema subset): no keyword the toolbox would refuse.
     let mut app: App<Value> = App::new(AppConfig::default());
     let reg = &mut Registry::new(RegistryConfig::default());
-    app.load(0, reg, lab_spec()).unwrap();
+    app.load(Mono::from_ms(0), reg, lab_spec()).unwrap();
     for t in app.tool_definitions() {
         crate::tools::schema::check_tool_schema(&t.input_schema)
             .unwrap_or_else(|e| panic!("tool `{}`: {e}", t.name));
@@ -282,19 +284,30 @@ fn invalid_graphs_are_rejected_and_change_nothing() {
     let reg = &mut Registry::new(RegistryConfig::default());
     let mut spec = lab_spec();
     spec.cells[1].deps = vec![DepSpec::Same("nowhere".into())];
-    assert_eq!(app.load(0, reg, spec).unwrap_err().code(), "INVALID_GRAPH");
+    assert_eq!(
+        app.load(Mono::from_ms(0), reg, spec).unwrap_err().code(),
+        "INVALID_GRAPH"
+    );
     let mut spec = lab_spec();
     spec.controls[0].value = ControlValue::Text("hot".into());
-    assert_eq!(app.load(0, reg, spec).unwrap_err().code(), "INVALID_GRAPH");
+    assert_eq!(
+        app.load(Mono::from_ms(0), reg, spec).unwrap_err().code(),
+        "INVALID_GRAPH"
+    );
     let mut spec = lab_spec();
     spec.cells[0].compute = ComputeSpec::Worker {
         endpoint: crate::jobs::EndpointId(9),
     };
-    assert_eq!(app.load(0, reg, spec).unwrap_err().code(), "INVALID_GRAPH");
-    assert_eq!(app.report(false)["controls"], json!({}));
-    app.load(0, reg, lab_spec()).unwrap();
     assert_eq!(
-        app.load(0, reg, lab_spec()).unwrap_err().code(),
+        app.load(Mono::from_ms(0), reg, spec).unwrap_err().code(),
+        "INVALID_GRAPH"
+    );
+    assert_eq!(app.report(false)["controls"], json!({}));
+    app.load(Mono::from_ms(0), reg, lab_spec()).unwrap();
+    assert_eq!(
+        app.load(Mono::from_ms(0), reg, lab_spec())
+            .unwrap_err()
+            .code(),
         "INVALID_ARGUMENT"
     );
 }
@@ -477,7 +490,7 @@ fn run_steps(steps: Vec<Step>, retention: Retention) -> Result<(), TestCaseError
         ..AppConfig::default()
     });
     let reg = &mut Registry::new(RegistryConfig::default());
-    app.load(0, reg, lab_spec()).unwrap();
+    app.load(Mono::from_ms(0), reg, lab_spec()).unwrap();
     let mut now = 0u64;
     let mut next_instance = 2u64;
     let mut running: Vec<CalcId> = Vec::new();
@@ -487,12 +500,22 @@ fn run_steps(steps: Vec<Step>, retention: Retention) -> Result<(), TestCaseError
     for s in steps {
         match s {
             Step::Set(c, v) => {
-                app.set(now, NUM_CONTROLS[c], &json!(v), Actor::new("user"))
-                    .unwrap();
+                app.set(
+                    Mono::from_ms(now),
+                    NUM_CONTROLS[c],
+                    &json!(v),
+                    Actor::new("user"),
+                )
+                .unwrap();
             }
             Step::Label(l) => {
-                app.set(now, "label", &json!(format!("l{l}")), Actor::new("user"))
-                    .unwrap();
+                app.set(
+                    Mono::from_ms(now),
+                    "label",
+                    &json!(format!("l{l}")),
+                    Actor::new("user"),
+                )
+                .unwrap();
             }
             Step::Observe {
                 writes,
@@ -524,14 +547,14 @@ fn run_steps(steps: Vec<Step>, retention: Retention) -> Result<(), TestCaseError
                     OnFailure::End
                 };
                 req.timeout_ms = timeout;
-                match app.observe(now, reg, req) {
+                match app.observe(Mono::from_ms(now), reg, req) {
                     Ok(id) => ops.push(id),
                     // The graph is disposed: its cells are gone.
                     Err(e) => prop_assert_eq!(e.code(), "UNKNOWN_CELL"),
                 }
             }
             Step::Flush => {
-                app.flush(now, reg);
+                app.flush(Mono::from_ms(now), reg);
             }
             Step::Report { pick, kind } => {
                 if !running.is_empty() {
@@ -540,13 +563,13 @@ fn run_steps(steps: Vec<Step>, retention: Retention) -> Result<(), TestCaseError
                     let v = json!({"calc": calc.to_string()});
                     let same = json!({"v": 0});
                     let r = match kind {
-                        0 | 2 => app.calc_done(now, reg, calc, v),
-                        1 => app.calc_done(now, reg, calc, same),
-                        3 => app.calc_partial(now, reg, calc, v),
-                        6 => app.calc_partial(now, reg, calc, same),
-                        4 => app.calc_progress(now, reg, calc, 0.5),
-                        7 => app.calc_finish(now, reg, calc),
-                        _ => app.calc_failed(now, reg, calc, "boom", None),
+                        0 | 2 => app.calc_done(Mono::from_ms(now), reg, calc, v),
+                        1 => app.calc_done(Mono::from_ms(now), reg, calc, same),
+                        3 => app.calc_partial(Mono::from_ms(now), reg, calc, v),
+                        6 => app.calc_partial(Mono::from_ms(now), reg, calc, same),
+                        4 => app.calc_progress(Mono::from_ms(now), reg, calc, 0.5),
+                        7 => app.calc_finish(Mono::from_ms(now), reg, calc),
+                        _ => app.calc_failed(Mono::from_ms(now), reg, calc, "boom", None),
                     };
                     let r = match r {
                         Ok(r) => r,
@@ -564,14 +587,14 @@ fn run_steps(steps: Vec<Step>, retention: Retention) -> Result<(), TestCaseError
             Step::Cancel(i) => {
                 if !ops.is_empty() {
                     let op = ops[i % ops.len()];
-                    if let Err(e) = app.cancel_op(now, reg, op, "test") {
+                    if let Err(e) = app.cancel_op(Mono::from_ms(now), reg, op, "test") {
                         prop_assert!(e.code() == "PRUNED" && app.was_pruned(op), "{e}");
                     }
                 }
             }
             Step::Act(a) => {
                 if let Err(e) = app.act::<Value>(
-                    now,
+                    Mono::from_ms(now),
                     ["stop", "start", "recompute"][a as usize],
                     &[],
                     Actor::new("user"),
@@ -581,18 +604,19 @@ fn run_steps(steps: Vec<Step>, retention: Retention) -> Result<(), TestCaseError
             }
             Step::Advance(ms) => {
                 now += ms;
-                app.handle_timeout(now, reg);
+                app.handle_timeout(Mono::from_ms(now), reg);
             }
             Step::Replace => {
-                app.replace_graph(now, reg, next_instance, lab_spec().cells)
+                app.replace_graph(Mono::from_ms(now), reg, next_instance, lab_spec().cells)
                     .unwrap();
                 next_instance += 1;
             }
             Step::Ic(g) => {
                 let v = if g { "gaussian" } else { "step" };
-                app.set(now, "ic", &json!(v), Actor::new("user")).unwrap();
+                app.set(Mono::from_ms(now), "ic", &json!(v), Actor::new("user"))
+                    .unwrap();
             }
-            Step::Dispose => app.dispose_graph(now, reg),
+            Step::Dispose => app.dispose_graph(Mono::from_ms(now), reg),
         }
         prop_assert!(app.revision() >= last_revision, "revisions only grow");
         last_revision = app.revision();
@@ -603,11 +627,16 @@ fn run_steps(steps: Vec<Step>, retention: Retention) -> Result<(), TestCaseError
     // Liveness: once every staged write is flushed and every calculation has reported, no
     // operation is left waiting (each is settled, failed, superseded, cancelled or timed out).
     for _ in 0..256 {
-        app.flush(now, reg);
+        app.flush(Mono::from_ms(now), reg);
         drain(&mut app, &mut running, &mut ended)?;
         let Some(calc) = running.pop() else { break };
-        app.calc_done(now, reg, calc, json!({"calc": calc.to_string()}))
-            .unwrap();
+        app.calc_done(
+            Mono::from_ms(now),
+            reg,
+            calc,
+            json!({"calc": calc.to_string()}),
+        )
+        .unwrap();
         drain(&mut app, &mut running, &mut ended)?;
     }
     prop_assert!(
@@ -837,7 +866,7 @@ fn a_pump_reads_only_the_worker_jobs_that_changed() {
     let reg = &mut Registry::new(RegistryConfig::default());
     let mut ep = EndpointSpec::new("cells", "worker");
     ep.hello = Hello::Declared(Capabilities::default());
-    let endpoint = reg.open_endpoint(0, ep);
+    let endpoint = reg.open_endpoint(Mono::from_ms(0), ep);
     let cells: Vec<Value> = (0..1000)
         .map(|i| json!({"name": format!("c{i}"), "deps": ["k"], "compute": {"kind": "worker", "endpoint": endpoint.0}}))
         .collect();
@@ -846,7 +875,7 @@ fn a_pump_reads_only_the_worker_jobs_that_changed() {
         "cells": cells,
     }))
     .unwrap();
-    app.load(0, reg, spec).unwrap();
+    app.load(Mono::from_ms(0), reg, spec).unwrap();
     let sends = app
         .drain_outputs()
         .filter(|o| matches!(o, AppOutput::Jobs(crate::jobs::Output::Send { .. })))
@@ -855,7 +884,7 @@ fn a_pump_reads_only_the_worker_jobs_that_changed() {
     assert_eq!(app.cell_view("c500").unwrap().state, CellState::Pending);
     // Nothing changed: a pump reads no journal.
     app.journals_read = 0;
-    app.on_registry_outputs(1, reg);
+    app.on_registry_outputs(Mono::from_ms(1), reg);
     assert_eq!(app.journals_read, 0);
     // One run reports progress, then its result: each pump reads exactly that job's journal.
     let wire = reg
@@ -864,7 +893,7 @@ fn a_pump_reads_only_the_worker_jobs_that_changed() {
         .wire_id
         .unwrap();
     app.on_worker_message(
-        2,
+        Mono::from_ms(2),
         reg,
         endpoint,
         &json!({"id": wire, "type": "progress", "value": 0.5}),
@@ -873,7 +902,7 @@ fn a_pump_reads_only_the_worker_jobs_that_changed() {
     assert_eq!(app.journals_read, 1);
     assert_eq!(app.cell_view("c500").unwrap().progress, Some(0.5));
     app.on_worker_message(
-        3,
+        Mono::from_ms(3),
         reg,
         endpoint,
         &json!({"id": wire, "type": "done", "value": 7}),
@@ -888,7 +917,7 @@ fn a_pump_reads_only_the_worker_jobs_that_changed() {
     assert_eq!(app.cell_view("c499").unwrap().state, CellState::Pending);
     // The finished job is no longer followed: its late evidence costs no journal read.
     app.on_worker_message(
-        4,
+        Mono::from_ms(4),
         reg,
         endpoint,
         &json!({"id": wire, "type": "progress", "value": 0.9}),
@@ -921,16 +950,19 @@ fn waits(r: tools::ToolReply) -> (tools::ToolCallId, OpId, u64) {
 fn a_waiting_tool_call_is_a_core_timer_that_replies_once() {
     let mut app: App<Value> = App::new(AppConfig::default());
     let reg = &mut Registry::new(RegistryConfig::default());
-    app.load(0, reg, lab_spec()).unwrap();
+    app.load(Mono::from_ms(0), reg, lab_spec()).unwrap();
     run_host(&mut app, reg, 0);
     assert_eq!(app.poll_timeout(reg), None);
     let agent = || Actor::new("agent");
 
     // The granted wait is the app's deadline; the host computes nothing yet.
     let args = json!({"writes": {"kappa": 0.3}, "waitFor": ["evolution"], "waitMs": 50});
-    let (c1, op, granted) = waits(app.call_tool(10, reg, "observe", &args, agent()).unwrap());
+    let (c1, op, granted) = waits(
+        app.call_tool(Mono::from_ms(10), reg, "observe", &args, agent())
+            .unwrap(),
+    );
     assert_eq!(granted, 50);
-    assert_eq!(app.poll_timeout(reg), Some(60));
+    assert_eq!(app.poll_timeout(reg), Some(Mono::from_ms(60)));
     let held: Vec<CalcId> = app
         .drain_outputs()
         .filter_map(|o| match o {
@@ -939,11 +971,11 @@ fn a_waiting_tool_call_is_a_core_timer_that_replies_once() {
         })
         .collect();
     assert_eq!(held.len(), 1);
-    app.handle_timeout(59, reg);
+    app.handle_timeout(Mono::from_ms(59), reg);
     assert!(tool_replies(&app.drain_outputs().collect::<Vec<_>>()).is_empty());
 
     // At the deadline: one reply, a handle on the operation hosted as a job; the timer is gone.
-    app.handle_timeout(60, reg);
+    app.handle_timeout(Mono::from_ms(60), reg);
     let outs: Vec<_> = app.drain_outputs().collect();
     let r = tool_replies(&outs);
     assert_eq!(r.len(), 1);
@@ -960,12 +992,16 @@ fn a_waiting_tool_call_is_a_core_timer_that_replies_once() {
     // `wait` on it; the operation ends at the call's deadline, before the timer fires: the
     // call replies with the outcome once, and the timer firing afterwards replies nothing.
     let args = json!({"operation": op.0, "timeoutMs": 100});
-    let (c2, _, _) = waits(app.call_tool(61, reg, "wait", &args, agent()).unwrap());
+    let (c2, _, _) = waits(
+        app.call_tool(Mono::from_ms(61), reg, "wait", &args, agent())
+            .unwrap(),
+    );
     assert_ne!(c2, c1);
-    assert_eq!(app.poll_timeout(reg), Some(161));
-    app.calc_done(161, reg, held[0], json!({"k": 0.3})).unwrap();
+    assert_eq!(app.poll_timeout(reg), Some(Mono::from_ms(161)));
+    app.calc_done(Mono::from_ms(161), reg, held[0], json!({"k": 0.3}))
+        .unwrap();
     let mut outs = run_host(&mut app, reg, 161);
-    app.handle_timeout(161, reg);
+    app.handle_timeout(Mono::from_ms(161), reg);
     outs.extend(app.drain_outputs());
     let r = tool_replies(&outs);
     assert_eq!(r.len(), 1, "{r:?}");
@@ -975,10 +1011,13 @@ fn a_waiting_tool_call_is_a_core_timer_that_replies_once() {
     // An operation timing out at the instant the call's wait elapses: one reply, the outcome.
     let args =
         json!({"writes": {"kappa": 0.5}, "waitFor": ["evolution"], "timeoutMs": 40, "waitMs": 40});
-    let (c3, _, _) = waits(app.call_tool(200, reg, "observe", &args, agent()).unwrap());
+    let (c3, _, _) = waits(
+        app.call_tool(Mono::from_ms(200), reg, "observe", &args, agent())
+            .unwrap(),
+    );
     let _ = app.drain_outputs().count();
-    assert_eq!(app.poll_timeout(reg), Some(240));
-    app.handle_timeout(240, reg);
+    assert_eq!(app.poll_timeout(reg), Some(Mono::from_ms(240)));
+    app.handle_timeout(Mono::from_ms(240), reg);
     let r = tool_replies(&app.drain_outputs().collect::<Vec<_>>());
     assert_eq!(r.len(), 1, "{r:?}");
     assert_eq!(
@@ -992,20 +1031,20 @@ fn a_waiting_tool_call_is_a_core_timer_that_replies_once() {
 fn a_cancelled_tool_wait_clears_its_timer_and_never_replies() {
     let mut app: App<Value> = App::new(AppConfig::default());
     let reg = &mut Registry::new(RegistryConfig::default());
-    app.load(0, reg, lab_spec()).unwrap();
+    app.load(Mono::from_ms(0), reg, lab_spec()).unwrap();
     run_host(&mut app, reg, 0);
     let args = json!({"writes": {"label": "x"}, "waitFor": ["banner"], "waitMs": 1000});
     let (call, op, _) = waits(
-        app.call_tool(5, reg, "observe", &args, Actor::new("agent"))
+        app.call_tool(Mono::from_ms(5), reg, "observe", &args, Actor::new("agent"))
             .unwrap(),
     );
-    assert_eq!(app.poll_timeout(reg), Some(1005));
+    assert_eq!(app.poll_timeout(reg), Some(Mono::from_ms(1005)));
     assert!(app.cancel_tool_wait(call));
     assert!(!app.cancel_tool_wait(call));
     assert_eq!(app.poll_timeout(reg), None);
     // The operation continues and settles; nobody is answered.
     let mut outs = run_host(&mut app, reg, 6);
-    app.handle_timeout(1005, reg);
+    app.handle_timeout(Mono::from_ms(1005), reg);
     outs.extend(app.drain_outputs());
     assert!(tool_replies(&outs).is_empty(), "{:?}", tool_replies(&outs));
     assert_eq!(app.outcome_json(op)["outcome"], "settled");
@@ -1015,13 +1054,13 @@ fn a_cancelled_tool_wait_clears_its_timer_and_never_replies() {
 fn a_tool_call_on_a_selector_replies_with_the_result_the_host_recorded() {
     let mut app: App<Value> = App::new(AppConfig::default());
     let reg = &mut Registry::new(RegistryConfig::default());
-    app.load(0, reg, lab_spec()).unwrap();
+    app.load(Mono::from_ms(0), reg, lab_spec()).unwrap();
     run_host(&mut app, reg, 0);
     let call = |app: &mut App<Value>, reg: &mut Registry<Value>, kappa: f64| {
         let args =
             json!({"writes": {"kappa": kappa}, "waitFor": ["evolution"], "selector": "summary"});
         waits(
-            app.call_tool(1, reg, "observe", &args, Actor::new("agent"))
+            app.call_tool(Mono::from_ms(1), reg, "observe", &args, Actor::new("agent"))
                 .unwrap(),
         )
     };
@@ -1033,7 +1072,8 @@ fn a_tool_call_on_a_selector_replies_with_the_result_the_host_recorded() {
             while let Some(o) = app.poll_output() {
                 match &o {
                     AppOutput::Compute { calc, inputs, .. } => {
-                        app.calc_done(2, reg, *calc, inputs.clone()).unwrap();
+                        app.calc_done(Mono::from_ms(2), reg, *calc, inputs.clone())
+                            .unwrap();
                     }
                     AppOutput::OpFinished { op: id, .. } if *id == op => {
                         assert!(
@@ -1049,7 +1089,7 @@ fn a_tool_call_on_a_selector_replies_with_the_result_the_host_recorded() {
                 }
                 outs.push(o);
             }
-            app.on_registry_outputs(3, reg);
+            app.on_registry_outputs(Mono::from_ms(3), reg);
             outs.extend(app.drain_outputs());
             outs
         };
@@ -1077,11 +1117,11 @@ fn a_tool_call_on_a_selector_replies_with_the_result_the_host_recorded() {
 fn a_batch_draining_host_keeps_the_selector_result_of_a_waiting_call() {
     let mut app: App<Value> = App::new(AppConfig::default());
     let reg = &mut Registry::new(RegistryConfig::default());
-    app.load(0, reg, lab_spec()).unwrap();
+    app.load(Mono::from_ms(0), reg, lab_spec()).unwrap();
     run_host(&mut app, reg, 0);
     let args = json!({"writes": {"kappa": 0.3}, "waitFor": ["evolution"], "selector": "summary"});
     let (c, op, _) = waits(
-        app.call_tool(1, reg, "observe", &args, Actor::new("agent"))
+        app.call_tool(Mono::from_ms(1), reg, "observe", &args, Actor::new("agent"))
             .unwrap(),
     );
     let mut seen = Vec::new();
@@ -1097,12 +1137,13 @@ fn a_batch_draining_host_keeps_the_selector_result_of_a_waiting_call() {
         // Host calls made after the host took the `OpFinished`, before it answers it.
         for o in &batch {
             if let AppOutput::Compute { calc, inputs, .. } = o {
-                app.calc_done(2, reg, *calc, inputs.clone()).unwrap();
+                app.calc_done(Mono::from_ms(2), reg, *calc, inputs.clone())
+                    .unwrap();
                 calls_after_finished += u32::from(finished);
             }
         }
         if finished {
-            app.on_registry_outputs(2, reg);
+            app.on_registry_outputs(Mono::from_ms(2), reg);
             calls_after_finished += 1;
             assert!(tool_replies(&app.outputs.iter().cloned().collect::<Vec<_>>()).is_empty());
             app.record_result(op, json!({"sum": 1})).unwrap();
@@ -1123,11 +1164,11 @@ fn a_batch_draining_host_keeps_the_selector_result_of_a_waiting_call() {
 fn an_unanswered_selector_replies_at_the_deadline_and_an_end_at_the_deadline_wins() {
     let mut app: App<Value> = App::new(AppConfig::default());
     let reg = &mut Registry::new(RegistryConfig::default());
-    app.load(0, reg, lab_spec()).unwrap();
+    app.load(Mono::from_ms(0), reg, lab_spec()).unwrap();
     run_host(&mut app, reg, 0);
     let args = json!({"writes": {"label": "x"}, "waitFor": ["banner"], "selector": "summary", "waitMs": 5000});
     let (c1, op1, _) = waits(
-        app.call_tool(1, reg, "observe", &args, Actor::new("agent"))
+        app.call_tool(Mono::from_ms(1), reg, "observe", &args, Actor::new("agent"))
             .unwrap(),
     );
     let seen = run_host(&mut app, reg, 2);
@@ -1135,14 +1176,14 @@ fn an_unanswered_selector_replies_at_the_deadline_and_an_end_at_the_deadline_win
         seen.iter()
             .any(|o| matches!(o, AppOutput::OpFinished { op, .. } if *op == op1))
     );
-    app.on_registry_outputs(3, reg);
+    app.on_registry_outputs(Mono::from_ms(3), reg);
     assert!(tool_replies(&app.drain_outputs().collect::<Vec<_>>()).is_empty());
     assert_eq!(
         app.poll_timeout(reg),
-        Some(5001),
+        Some(Mono::from_ms(5001)),
         "no reply is due before the deadline"
     );
-    app.handle_timeout(5001, reg);
+    app.handle_timeout(Mono::from_ms(5001), reg);
     let r = tool_replies(&app.drain_outputs().collect::<Vec<_>>());
     assert_eq!(r.len(), 1, "{r:?}");
     assert_eq!((r[0].0, r[0].2["outcome"].as_str()), (c1, Some("settled")));
@@ -1156,8 +1197,14 @@ fn an_unanswered_selector_replies_at_the_deadline_and_an_end_at_the_deadline_win
     // its timer fires): the end wins — no timer, no reply until the answer, then the result.
     let args = json!({"writes": {"label": "y"}, "waitFor": ["banner"], "selector": "summary", "waitMs": 100});
     let (c2, op2, _) = waits(
-        app.call_tool(6000, reg, "observe", &args, Actor::new("agent"))
-            .unwrap(),
+        app.call_tool(
+            Mono::from_ms(6000),
+            reg,
+            "observe",
+            &args,
+            Actor::new("agent"),
+        )
+        .unwrap(),
     );
     let outs = run_host(&mut app, reg, 6100);
     assert!(
@@ -1169,7 +1216,7 @@ fn an_unanswered_selector_replies_at_the_deadline_and_an_end_at_the_deadline_win
         None,
         "the end at the deadline cleared its timer"
     );
-    app.handle_timeout(6100, reg);
+    app.handle_timeout(Mono::from_ms(6100), reg);
     assert!(tool_replies(&app.drain_outputs().collect::<Vec<_>>()).is_empty());
     app.record_result(op2, json!({"sum": 2})).unwrap();
     let r = tool_replies(&app.drain_outputs().collect::<Vec<_>>());
@@ -1193,10 +1240,10 @@ fn a_second_app_on_one_registry_is_refused() {
     // An invalid spec changes nothing: the registry is still free.
     let bad: GraphSpec =
         serde_json::from_value(json!({"cells": [{"name": "x", "deps": ["nope"]}]})).unwrap();
-    assert!(a.load(0, reg, bad).is_err());
+    assert!(a.load(Mono::from_ms(0), reg, bad).is_err());
     assert!(!reg.has_journal_consumer());
-    a.load(0, reg, lab_spec()).unwrap();
-    let e = b.load(0, reg, lab_spec()).unwrap_err();
+    a.load(Mono::from_ms(0), reg, lab_spec()).unwrap();
+    let e = b.load(Mono::from_ms(0), reg, lab_spec()).unwrap_err();
     assert_eq!(e.code(), "REGISTRY_IN_USE");
     assert!(b.report(false)["controls"].as_object().unwrap().is_empty());
     // The first app is unaffected.
@@ -1215,24 +1262,24 @@ fn a_windowed_worker_journal_is_read_from_the_last_sequence_number() {
     reg.set_journal_window(Some(2));
     let mut ep = EndpointSpec::new("cells", "worker");
     ep.hello = Hello::Declared(Capabilities::default());
-    let endpoint = reg.open_endpoint(0, ep);
+    let endpoint = reg.open_endpoint(Mono::from_ms(0), ep);
     let spec: GraphSpec = serde_json::from_value(json!({
         "controls": [{"name": "k", "type": "number", "min": 0, "max": 10, "value": 1}],
         "cells": [{"name": "w", "deps": ["k"], "compute": {"kind": "worker", "endpoint": endpoint.0}}],
     }))
     .unwrap();
-    app.load(0, reg, spec).unwrap();
+    app.load(Mono::from_ms(0), reg, spec).unwrap();
     let _ = app.drain_outputs().count();
     let job = app.calcs[&app.calcs_of("w")[0]].job.unwrap();
     let wire = reg.job(job).unwrap().wire_id.unwrap();
     let msg = |v: Value| json!({"id": wire, "type": "progress", "value": v});
-    app.on_worker_message(1, reg, endpoint, &msg(json!(0.1)))
+    app.on_worker_message(Mono::from_ms(1), reg, endpoint, &msg(json!(0.1)))
         .unwrap();
     assert_eq!(app.cell_view("w").unwrap().progress, Some(0.1));
     // Many events while the app does not read: the registry trims the journal's window.
     let len_before = reg.job(job).unwrap().journal().len();
     for i in 2..=9 {
-        reg.on_message(2, endpoint, &msg(json!(f64::from(i) / 10.0)))
+        reg.on_message(Mono::from_ms(2), endpoint, &msg(json!(f64::from(i) / 10.0)))
             .unwrap();
     }
     let journal = reg.job(job).unwrap().journal();
@@ -1242,16 +1289,16 @@ fn a_windowed_worker_journal_is_read_from_the_last_sequence_number() {
         journal.len(),
         len_before + 8
     );
-    app.on_registry_outputs(3, reg);
+    app.on_registry_outputs(Mono::from_ms(3), reg);
     assert_eq!(app.cell_view("w").unwrap().progress, Some(0.9));
     // The result recorded after the trim is read (an index position would be past it).
     reg.on_message(
-        4,
+        Mono::from_ms(4),
         endpoint,
         &json!({"id": wire, "type": "done", "value": 7}),
     )
     .unwrap();
-    app.on_registry_outputs(5, reg);
+    app.on_registry_outputs(Mono::from_ms(5), reg);
     let view = app.cell_view("w").unwrap();
     assert_eq!(
         (view.state, view.value.as_deref()),
@@ -1259,7 +1306,7 @@ fn a_windowed_worker_journal_is_read_from_the_last_sequence_number() {
     );
     // Nothing more to read.
     app.journals_read = 0;
-    app.on_registry_outputs(6, reg);
+    app.on_registry_outputs(Mono::from_ms(6), reg);
     assert_eq!(app.journals_read, 0);
 }
 
@@ -1276,16 +1323,16 @@ fn a_pruned_operation_releases_the_call_waiting_for_its_selector() {
         ..AppConfig::default()
     });
     let reg = &mut Registry::new(RegistryConfig::default());
-    app.load(0, reg, lab_spec()).unwrap();
+    app.load(Mono::from_ms(0), reg, lab_spec()).unwrap();
     run_host(&mut app, reg, 0);
     let args = json!({"writes": {"label": "x"}, "waitFor": ["banner"], "selector": "summary"});
     let (c, op, _) = waits(
-        app.call_tool(1, reg, "observe", &args, Actor::new("agent"))
+        app.call_tool(Mono::from_ms(1), reg, "observe", &args, Actor::new("agent"))
             .unwrap(),
     );
     let mut outs = run_host(&mut app, reg, 2);
     assert!(tool_replies(&outs).is_empty());
-    app.on_registry_outputs(3, reg); // prunes the finished operation
+    app.on_registry_outputs(Mono::from_ms(3), reg); // prunes the finished operation
     outs.extend(app.drain_outputs());
     let r = tool_replies(&outs);
     assert_eq!(r.len(), 1, "{r:?}");

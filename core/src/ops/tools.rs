@@ -14,12 +14,12 @@ use serde_json::{Map, Value, json};
 use super::operation::{ObserveRequest, Selection};
 use super::types::*;
 use super::{App, AppOutput, OpsError, OpsValue};
-use crate::Millis;
+use crate::Mono;
 use crate::jobs::{Origin, Registry};
 use crate::vecmap::VecMap;
 
 /// The default time an `observe` or `wait` call waits before returning a handle.
-pub const DEFAULT_WAIT_MS: Millis = 10_000;
+pub const DEFAULT_WAIT_MS: u64 = 10_000;
 
 /// One published tool.
 #[derive(Clone, Debug, PartialEq)]
@@ -49,7 +49,7 @@ pub enum ToolReply {
     Wait {
         call: ToolCallId,
         op: OpId,
-        wait_ms: Millis,
+        wait_ms: u64,
     },
 }
 
@@ -88,7 +88,7 @@ impl From<Actor> for ToolCaller {
 #[derive(Debug)]
 struct ToolWait {
     op: OpId,
-    deadline: Millis,
+    deadline: Mono,
     owner: String,
     origin: Origin,
     /// Set once the operation settled with a registered selector: the reply waits for the
@@ -105,11 +105,11 @@ struct ToolWait {
 pub(crate) struct ToolWaits {
     last: u64,
     calls: VecMap<ToolCallId, ToolWait>,
-    timers: VecMap<(Millis, ToolCallId), ()>,
+    timers: VecMap<(Mono, ToolCallId), ()>,
 }
 
 impl ToolWaits {
-    fn add(&mut self, op: OpId, deadline: Millis, caller: ToolCaller) -> ToolCallId {
+    fn add(&mut self, op: OpId, deadline: Mono, caller: ToolCaller) -> ToolCallId {
         self.last += 1;
         let call = ToolCallId(self.last);
         self.calls.insert(
@@ -145,12 +145,12 @@ impl ToolWaits {
     /// The earliest deadline (every one is a reply [`App::handle_timeout`] gives at that time:
     /// a reply due now is always reported — no reply waits on anything but a timer or an
     /// explicit host answer).
-    pub(crate) fn next_deadline(&self) -> Option<Millis> {
+    pub(crate) fn next_deadline(&self) -> Option<Mono> {
         self.timers.first_key().map(|(t, _)| *t)
     }
 
     /// The next call whose deadline is due at `now`.
-    fn due(&self, now: Millis) -> Option<ToolCallId> {
+    fn due(&self, now: Mono) -> Option<ToolCallId> {
         self.timers
             .first_key()
             .filter(|(t, _)| *t <= now)
@@ -262,7 +262,7 @@ fn req_str<'a>(tool: &str, o: &'a Map<String, Value>, key: &str) -> Result<&'a s
     str_arg(tool, o, key)?.ok_or_else(|| bad(format!("`{tool}` needs `{key}`")))
 }
 
-fn ms_arg(tool: &str, o: &Map<String, Value>, key: &str) -> Result<Option<Millis>, OpsError> {
+fn ms_arg(tool: &str, o: &Map<String, Value>, key: &str) -> Result<Option<u64>, OpsError> {
     match o.get(key) {
         None | Some(Value::Null) => Ok(None),
         Some(v) => v.as_u64().map(Some).ok_or_else(|| {
@@ -357,7 +357,7 @@ impl<V: OpsValue> App<V> {
     /// do: see [`ToolCaller`]). A call that waits is answered by [`AppOutput::ToolReplied`].
     pub fn call_tool(
         &mut self,
-        now: Millis,
+        now: Mono,
         reg: &mut Registry<V>,
         name: &str,
         args: &Value,
@@ -511,15 +511,15 @@ impl<V: OpsValue> App<V> {
 
     fn reply_or_wait(
         &mut self,
-        now: Millis,
+        now: Mono,
         op: OpId,
-        wait_ms: Millis,
+        wait_ms: u64,
         caller: ToolCaller,
     ) -> ToolReply {
         if self.operation(op).is_some_and(|o| o.is_finished()) {
             return ToolReply::Ready(self.outcome_json(op));
         }
-        let call = self.tool_waits.add(op, now.saturating_add(wait_ms), caller);
+        let call = self.tool_waits.add(op, now.plus(wait_ms), caller);
         ToolReply::Wait { call, op, wait_ms }
     }
 
@@ -533,7 +533,7 @@ impl<V: OpsValue> App<V> {
     /// Replies to the calls waiting on `op`, which just finished at `now`. With a registered
     /// selector to run, the replies wait for the host's answer (see
     /// [`ToolWait::awaiting_result`]).
-    pub(crate) fn tool_op_finished(&mut self, now: Millis, op: OpId, selector: bool) {
+    pub(crate) fn tool_op_finished(&mut self, now: Mono, op: OpId, selector: bool) {
         for call in self.tool_waits.on_op(op) {
             if !selector {
                 self.reply_finished(call);
@@ -576,7 +576,7 @@ impl<V: OpsValue> App<V> {
     /// [`App::tool_op_reply`]). Runs inside [`App::handle_timeout`], so it does not start a new
     /// input.
     /// Returns whether any fired.
-    pub(crate) fn fire_tool_timers(&mut self, now: Millis, reg: &mut Registry<V>) -> bool {
+    pub(crate) fn fire_tool_timers(&mut self, now: Mono, reg: &mut Registry<V>) -> bool {
         let mut fired = false;
         while let Some(call) = self.tool_waits.due(now) {
             fired = true;
@@ -599,7 +599,7 @@ impl<V: OpsValue> App<V> {
     /// begins); hosts receive the reply as [`AppOutput::ToolReplied`].
     pub(crate) fn tool_op_reply(
         &mut self,
-        now: Millis,
+        now: Mono,
         reg: &mut Registry<V>,
         op: OpId,
         owner: &str,

@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 use super::control::{Adjustment, ControlValue};
-use crate::Millis;
+use crate::Mono;
 use crate::jobs::JobId;
 
 /// The application revision: bumped by every observable state change (an effective batch of
@@ -285,7 +285,7 @@ impl CalcEventKind {
 #[derive(Clone, Debug, PartialEq)]
 pub struct CalcEvent {
     pub seq: u32,
-    pub at: Millis,
+    pub at: Mono,
     pub revision: Revision,
     pub kind: CalcEventKind,
 }
@@ -381,7 +381,7 @@ pub struct WriteRecord {
     pub actor: Actor,
     pub op: Option<OpId>,
     pub invocation: Option<InvocationId>,
-    pub accepted_at: Millis,
+    pub accepted_at: Mono,
     pub status: WriteStatus,
     /// Retained operations naming it (see `Retention`).
     pub(crate) refs: u32,
@@ -493,7 +493,7 @@ impl FailureReason {
 #[derive(Clone, Debug, PartialEq)]
 pub struct OpEvent {
     pub seq: u32,
-    pub at: Millis,
+    pub at: Mono,
     pub revision: Revision,
     pub kind: OpEventKind,
 }

@@ -19,6 +19,7 @@ use super::claims::Claims;
 use super::operation::{ObserveRequest, Selection};
 use super::tools::{ToolCallId, ToolCaller, ToolReply};
 use super::*;
+use crate::Mono;
 use crate::conformance::{VectorResult, check_final, check_step, each_step, subset, vector_name};
 use crate::jobs::{
     EndpointId, EndpointSpec, Hello, JobId, Origin, OwnerId, Registry, RegistryConfig, WaitId,
@@ -87,7 +88,7 @@ pub fn run_vector(v: &Value) -> VectorResult {
         Ok(s) => s,
         Err(e) => return VectorResult::unusable(name, format!("graph spec: {e}")),
     };
-    if let Err(e) = app.load(0, reg, spec) {
+    if let Err(e) = app.load(Mono::ZERO, reg, spec) {
         failures.push(format!("load: {} {e}", e.code()));
     }
     let initial: Vec<Value> = app.drain_outputs().map(|o| output_json(&o)).collect();
@@ -98,12 +99,13 @@ pub fn run_vector(v: &Value) -> VectorResult {
     }
     let mut calls = ToolCalls::default();
     each_step(v, &mut failures, |step, failures| {
-        while let Some(d) = app.poll_timeout(reg).filter(|d| *d <= step.at) {
+        let at = Mono::from_ms(step.at);
+        while let Some(d) = app.poll_timeout(reg).filter(|d| *d <= at) {
             app.handle_timeout(d, reg);
         }
         // Replies that came with the timers are taken before the step (a `tool_reply` reads them).
         let mut outputs = calls.take_outputs(&mut app);
-        let result = apply_step(&mut app, reg, &mut calls, step.at, step.op, step.json);
+        let result = apply_step(&mut app, reg, &mut calls, at, step.op, step.json);
         outputs.extend(calls.take_outputs(&mut app));
         check_step(&step.ctx, step.json, &result, outputs, failures);
     });
@@ -132,7 +134,7 @@ fn open_endpoint(reg: &mut Registry<Value>, e: &Value) -> Result<EndpointId, Ste
     if let Some(m) = e["maxConcurrent"].as_u64() {
         spec.max_concurrent = Some(m as usize);
     }
-    Ok(reg.open_endpoint(0, spec))
+    Ok(reg.open_endpoint(Mono::ZERO, spec))
 }
 
 /// The runner's side of the tool calls that wait, kept as a host keeps them: the latest call
@@ -166,7 +168,7 @@ impl ToolCalls {
 fn jobs_call<T>(
     app: &mut App<Value>,
     reg: &mut Registry<Value>,
-    at: u64,
+    at: Mono,
     f: impl FnOnce(&mut Registry<Value>) -> T,
 ) -> T {
     let r = f(reg);
@@ -282,7 +284,7 @@ fn apply_step(
     app: &mut App<Value>,
     reg: &mut Registry<Value>,
     calls: &mut ToolCalls,
-    at: u64,
+    at: Mono,
     op: &str,
     s: &Value,
 ) -> Result<Value, StepErr> {
@@ -522,7 +524,7 @@ fn run_claims_vector(name: String, v: &Value) -> VectorResult {
     let mut failures = Vec::new();
     let mut claims: Claims<Value> = Claims::new();
     each_step(v, &mut failures, |step, failures| {
-        let (at, op, s, ctx) = (step.at, step.op, step.json, &step.ctx);
+        let (at, op, s, ctx) = (Mono::from_ms(step.at), step.op, step.json, &step.ctx);
         let claim = s["claim"].as_str().unwrap_or("c");
         let attempt = s["attempt"].as_u64().unwrap_or(0);
         let r: Result<Value, (String, String)> = match op {

@@ -3,7 +3,7 @@
 use super::control::{ControlValue, Effect, EffectValue};
 use super::types::*;
 use super::{OpsError, OpsValue};
-use crate::Millis;
+use crate::Mono;
 use crate::jobs::Registry;
 use crate::value::Payload;
 
@@ -85,7 +85,7 @@ impl<V: OpsValue> App<V> {
     /// Validates every write first; stages them only if all are valid (all-or-nothing).
     pub(crate) fn stage_writes(
         &mut self,
-        now: Millis,
+        now: Mono,
         writes: &[(String, Requested)],
         actor: &Actor,
         op: Option<OpId>,
@@ -106,7 +106,7 @@ impl<V: OpsValue> App<V> {
 
     pub(crate) fn stage_checked(
         &mut self,
-        now: Millis,
+        now: Mono,
         checked: Vec<(usize, ControlValue, super::control::Accepted)>,
         actor: &Actor,
         op: Option<OpId>,
@@ -139,7 +139,7 @@ impl<V: OpsValue> App<V> {
     /// at the next [`App::flush`], together with every other write of the same tick.
     pub fn set<P: Payload>(
         &mut self,
-        now: Millis,
+        now: Mono,
         name: &str,
         value: &P,
         actor: Actor,
@@ -151,7 +151,7 @@ impl<V: OpsValue> App<V> {
     /// Accepts several writes all-or-nothing: if one is invalid, none is staged.
     pub fn set_many<P: Payload>(
         &mut self,
-        now: Millis,
+        now: Mono,
         writes: &[(String, P)],
         actor: Actor,
     ) -> Result<Vec<WriteId>, OpsError> {
@@ -162,7 +162,7 @@ impl<V: OpsValue> App<V> {
     /// the effects' writes and reruns as one batch (all-or-nothing).
     pub fn act<P: Payload>(
         &mut self,
-        now: Millis,
+        now: Mono,
         name: &str,
         args: &[(String, P)],
         actor: Actor,
@@ -172,7 +172,7 @@ impl<V: OpsValue> App<V> {
 
     pub(crate) fn act_requested(
         &mut self,
-        now: Millis,
+        now: Mono,
         name: &str,
         args: &[(String, Requested)],
         actor: Actor,
@@ -273,7 +273,7 @@ impl<V: OpsValue> App<V> {
     /// Ends the tick: every staged write becomes effective in one batch (the last write to a
     /// control wins; an equal value is a no-op), affected cells get new calculations, waiting
     /// operations are correlated. Returns the revision when anything changed.
-    pub fn flush(&mut self, now: Millis, reg: &mut Registry<V>) -> Option<Revision> {
+    pub fn flush(&mut self, now: Mono, reg: &mut Registry<V>) -> Option<Revision> {
         self.begin(reg);
         if !self.has_staged() {
             return None;

@@ -10,7 +10,7 @@ use std::collections::VecDeque;
 use super::ToolsError;
 use super::session::{ModelRequest, Session};
 use super::types::ModelResponse;
-use crate::Millis;
+use crate::Mono;
 use crate::value::Payload;
 
 /// A model: given the transcript and the step's tool snapshot, answer with text and calls.
@@ -85,7 +85,7 @@ impl<V: Payload> Session<V> {
     /// answer. Returns whether a step was answered.
     pub fn step_with<M: ModelAdapter<V> + ?Sized>(
         &mut self,
-        now: Millis,
+        now: Mono,
         model: &mut M,
     ) -> Result<bool, ToolsError> {
         let Some(req) = self.model_request() else {

@@ -9,7 +9,7 @@ use super::ToolsError;
 use super::schema;
 use super::toolbox::{Snapshot, ToolDecl, Toolbox};
 use super::types::*;
-use crate::Millis;
+use crate::Mono;
 use crate::jobs::{self, JobId, Note, Origin, OwnerId, Registry, Submit, Submitted};
 use crate::value::Payload;
 use crate::vecmap::VecMap;
@@ -22,7 +22,7 @@ pub struct SessionConfig {
     pub id: String,
     /// How long an interrupt waits for started calls to settle before reporting them as
     /// uncertain and ending the turn.
-    pub interrupt_grace_ms: Millis,
+    pub interrupt_grace_ms: u64,
     /// Model steps per turn before the turn ends with `step_limit`.
     pub max_steps_per_turn: u32,
 }
@@ -76,7 +76,7 @@ enum SlotState {
 #[derive(Debug)]
 struct Slot<V> {
     state: SlotState,
-    abort_sent_at: Option<Millis>,
+    abort_sent_at: Option<Mono>,
     jobs: Vec<JobId>,
     outcome: Option<CallOutcome<V>>,
 }
@@ -84,7 +84,7 @@ struct Slot<V> {
 #[derive(Debug)]
 struct Interruption {
     reason: String,
-    at: Millis,
+    at: Mono,
 }
 
 /// The calls of one model step, scheduled as consecutive groups.
@@ -109,7 +109,7 @@ struct Detached {
     call_id: String,
     tool: String,
     may_start_job: bool,
-    abort_sent_at: Option<Millis>,
+    abort_sent_at: Option<Mono>,
 }
 
 #[derive(Debug)]
@@ -237,7 +237,7 @@ impl<V: Payload> Session<V> {
 
     /// Submits a task. Tasks run in submission order, one turn each; submitting is an explicit
     /// choice, so an idle agent starts its turn at once.
-    pub fn submit_task(&mut self, now: Millis, input: V) -> TaskId {
+    pub fn submit_task(&mut self, now: Mono, input: V) -> TaskId {
         let id = TaskId(self.next_task);
         self.next_task += 1;
         self.tasks.push_back((id, input));
@@ -264,7 +264,7 @@ impl<V: Payload> Session<V> {
     /// Queues steering input for the running turn: it becomes model input at the next safe
     /// point (before the next model step; a turn whose model answered without calls continues
     /// for one more step to take it). Idle sessions have no turn to steer: submit a task.
-    pub fn steer(&mut self, now: Millis, input: V) -> Result<(), ToolsError> {
+    pub fn steer(&mut self, now: Mono, input: V) -> Result<(), ToolsError> {
         let _ = now;
         if self.phase == Phase::Idle {
             return Err(ToolsError::NoActiveTurn);
@@ -276,25 +276,25 @@ impl<V: Payload> Session<V> {
     /// The application's explicit choice to wake the agent: an idle agent starts a turn that
     /// admits its mail; a busy one runs such a turn after the current one (unless a queued
     /// task's turn admits the mail first).
-    pub fn wake(&mut self, now: Millis, reason: impl Into<String>) {
+    pub fn wake(&mut self, now: Mono, reason: impl Into<String>) {
         self.wakes.push_back(TurnCause::AppWake(reason.into()));
         self.maybe_start_turn(now);
     }
 
     /// A job submitted with `wake` finished (the registry's [`jobs::Output::Wake`]).
-    pub fn job_wake(&mut self, now: Millis, job: JobId) {
+    pub fn job_wake(&mut self, now: Mono, job: JobId) {
         self.wakes.push_back(TurnCause::JobWake(job));
         self.maybe_start_turn(now);
     }
 
     /// Queues a job completion note. It becomes model input at the start of the next turn;
     /// it never starts one.
-    pub fn deliver_note(&mut self, now: Millis, note: Note) -> u64 {
+    pub fn deliver_note(&mut self, now: Mono, note: Note) -> u64 {
         self.queue_mail(now, MailItem::Job(note))
     }
 
     /// Queues the result of an observation for the agent (admitted at the next turn start).
-    pub fn post_observation(&mut self, now: Millis, source: impl Into<String>, value: V) -> u64 {
+    pub fn post_observation(&mut self, now: Mono, source: impl Into<String>, value: V) -> u64 {
         self.queue_mail(
             now,
             MailItem::Observation {
@@ -322,7 +322,7 @@ impl<V: Payload> Session<V> {
     /// output (progress, observations, waits) is none of the session's business.
     pub fn on_registry_output(
         &mut self,
-        now: Millis,
+        now: Mono,
         out: &jobs::Output<V>,
         registry: &mut Registry<V>,
     ) {
@@ -337,7 +337,7 @@ impl<V: Payload> Session<V> {
         }
     }
 
-    fn queue_mail(&mut self, now: Millis, item: MailItem<V>) -> u64 {
+    fn queue_mail(&mut self, now: Mono, item: MailItem<V>) -> u64 {
         let seq = self.next_mail;
         self.next_mail += 1;
         let kind = item.kind();
@@ -352,7 +352,7 @@ impl<V: Payload> Session<V> {
         self.mailbox.iter()
     }
 
-    fn maybe_start_turn(&mut self, now: Millis) {
+    fn maybe_start_turn(&mut self, now: Mono) {
         if self.phase != Phase::Idle {
             return;
         }
@@ -405,7 +405,7 @@ impl<V: Payload> Session<V> {
         self.begin_step(now, turn);
     }
 
-    fn begin_step(&mut self, now: Millis, turn: TurnId) {
+    fn begin_step(&mut self, now: Mono, turn: TurnId) {
         if self.steps_in_turn >= self.config.max_steps_per_turn {
             let steps = self.steps_in_turn;
             return self.end_turn(now, turn, TurnEnd::StepLimit { steps });
@@ -419,7 +419,7 @@ impl<V: Payload> Session<V> {
         self.outputs.push_back(Output::ModelRequest { turn, step });
     }
 
-    fn end_turn(&mut self, now: Millis, turn: TurnId, end: TurnEnd) {
+    fn end_turn(&mut self, now: Mono, turn: TurnId, end: TurnEnd) {
         self.history.push(Message::TurnEnd {
             turn,
             end: end.clone(),
@@ -463,7 +463,7 @@ impl<V: Payload> Session<V> {
     /// A malformed answer (duplicate call ids) is refused and changes nothing.
     pub fn on_model_response(
         &mut self,
-        now: Millis,
+        now: Mono,
         step: StepId,
         response: ModelResponse,
     ) -> Result<(), ToolsError> {
@@ -537,7 +537,7 @@ impl<V: Payload> Session<V> {
     /// the transcript says why.
     pub fn on_model_error(
         &mut self,
-        now: Millis,
+        now: Mono,
         step: StepId,
         message: impl Into<String>,
     ) -> Result<(), ToolsError> {
@@ -554,12 +554,7 @@ impl<V: Payload> Session<V> {
 
     /// Between steps: delivers queued steering and asks the model again, or ends the turn when
     /// the model answered without calls and nothing is queued.
-    fn safe_point(
-        &mut self,
-        now: Millis,
-        turn: TurnId,
-        model_done: bool,
-    ) -> Result<(), ToolsError> {
+    fn safe_point(&mut self, now: Mono, turn: TurnId, model_done: bool) -> Result<(), ToolsError> {
         if model_done && self.steering.is_empty() {
             self.end_turn(now, turn, TurnEnd::Completed);
             return Ok(());
@@ -576,7 +571,7 @@ impl<V: Payload> Session<V> {
     // ----- the scheduler --------------------------------------------------------------------
 
     /// Starts the next group of calls, or finishes the batch when every call has its result.
-    fn run_groups(&mut self, now: Millis, turn: TurnId) {
+    fn run_groups(&mut self, now: Mono, turn: TurnId) {
         let b = self.batch.as_mut().expect("running tools");
         let mut start = b.group_end;
         // Refused calls were settled before the step ran; they take no part in scheduling.
@@ -666,7 +661,7 @@ impl<V: Payload> Session<V> {
 
     /// Every call of the step has its result: the results enter the transcript in model order,
     /// then the safe point.
-    fn finish_batch(&mut self, now: Millis, turn: TurnId) {
+    fn finish_batch(&mut self, now: Mono, turn: TurnId) {
         self.append_results();
         self.release_pending_handlers();
         let _ = self.safe_point(now, turn, false);
@@ -728,7 +723,7 @@ impl<V: Payload> Session<V> {
     /// declared `may_start_job` may start jobs; the job's lifetime is the registry's.
     pub fn on_call_job(
         &mut self,
-        now: Millis,
+        now: Mono,
         inv: InvocationId,
         job: JobId,
     ) -> Result<(), ToolsError> {
@@ -782,7 +777,7 @@ impl<V: Payload> Session<V> {
     /// the call, and the call hands the job over.
     pub fn submit_job(
         &mut self,
-        now: Millis,
+        now: Mono,
         inv: InvocationId,
         registry: &mut Registry<V>,
         mut req: Submit<V>,
@@ -841,7 +836,7 @@ impl<V: Payload> Session<V> {
     /// evidence: it goes to the mailbox, never into the finished step.
     pub fn on_call_settled(
         &mut self,
-        now: Millis,
+        now: Mono,
         inv: InvocationId,
         settlement: Settlement<V>,
     ) -> Result<(), ToolsError> {
@@ -880,7 +875,7 @@ impl<V: Payload> Session<V> {
 
     fn late_settlement(
         &mut self,
-        now: Millis,
+        now: Mono,
         inv: InvocationId,
         settlement: Settlement<V>,
     ) -> Result<(), ToolsError> {
@@ -911,7 +906,7 @@ impl<V: Payload> Session<V> {
     /// to cancel are asked to abort; every started call has the grace period to settle, after
     /// which it is reported `uncertain` and left running (a later settlement arrives as late
     /// mail). Jobs the calls started are handed over and continue.
-    pub fn interrupt(&mut self, now: Millis, reason: impl Into<String>) -> InterruptStatus {
+    pub fn interrupt(&mut self, now: Mono, reason: impl Into<String>) -> InterruptStatus {
         let reason = reason.into();
         match self.phase {
             Phase::Idle => InterruptStatus::NotRunning,
@@ -959,7 +954,7 @@ impl<V: Payload> Session<V> {
                 }
                 self.phase = Phase::Interrupted {
                     turn,
-                    deadline: now.saturating_add(self.config.interrupt_grace_ms),
+                    deadline: now.plus(self.config.interrupt_grace_ms),
                 };
                 InterruptStatus::Stopping
             }
@@ -968,7 +963,7 @@ impl<V: Payload> Session<V> {
 
     /// Every call has its outcome (or the grace period ended): results enter the transcript in
     /// model order and the turn ends as interrupted.
-    fn finish_interrupt(&mut self, now: Millis, turn: TurnId) {
+    fn finish_interrupt(&mut self, now: Mono, turn: TurnId) {
         let b = self.batch.as_mut().expect("interrupting a batch");
         let x = b.interrupted.take().expect("interrupted");
         let Message::Assistant { calls, .. } = &self.history[b.message] else {
@@ -982,7 +977,7 @@ impl<V: Payload> Session<V> {
                 slot.outcome = Some(CallOutcome::Uncertain {
                     reason: format!("interrupted while running: {}", x.reason),
                     evidence: Evidence::NoSettlement {
-                        waited_ms: now - x.at,
+                        waited_ms: now.since(x.at),
                         abort_sent: slot.abort_sent_at.is_some(),
                     },
                 });
@@ -1011,7 +1006,7 @@ impl<V: Payload> Session<V> {
 
     /// The earliest time at which [`Session::handle_timeout`] has something to do.
     #[must_use]
-    pub fn poll_timeout(&self) -> Option<Millis> {
+    pub fn poll_timeout(&self) -> Option<Mono> {
         match self.phase {
             Phase::Interrupted { deadline, .. } => Some(deadline),
             _ => None,
@@ -1019,7 +1014,7 @@ impl<V: Payload> Session<V> {
     }
 
     /// Ends an interrupt's grace period when it is due.
-    pub fn handle_timeout(&mut self, now: Millis) {
+    pub fn handle_timeout(&mut self, now: Mono) {
         if let Phase::Interrupted { turn, deadline } = self.phase
             && deadline <= now
         {
@@ -1153,9 +1148,9 @@ impl<V: Payload> Session<V> {
 
 fn settle<V: Payload>(
     s: Settlement<V>,
-    abort_sent_at: Option<Millis>,
+    abort_sent_at: Option<Mono>,
     reason: Option<&str>,
-    now: Millis,
+    now: Mono,
 ) -> CallOutcome<V> {
     match s {
         Settlement::Returned(value) => CallOutcome::Succeeded { value },
@@ -1167,7 +1162,7 @@ fn settle<V: Payload>(
                     reason.unwrap_or("interrupted")
                 ),
                 evidence: Evidence::AbortAcknowledged {
-                    after_ms: now.saturating_sub(at),
+                    after_ms: now.since(at),
                 },
             },
             None => CallOutcome::Failed {

@@ -3,6 +3,7 @@
 
 use std::collections::BTreeSet;
 
+use crate::Mono;
 use proptest::prelude::*;
 use serde_json::{Value, json};
 
@@ -136,10 +137,10 @@ proptest! {
         throws in proptest::collection::vec(any::<bool>(), 64),
     ) {
         let mut s = session();
-        s.submit_task(0, json!("t"));
+        s.submit_task(Mono::from_ms(0), json!("t"));
         s.drain_outputs().for_each(drop);
         let calls: Vec<ToolCall> = kinds.iter().enumerate().map(|(i, k)| k.call(i)).collect();
-        s.on_model_response(1, StepId(1), ModelResponse::calls(calls)).unwrap();
+        s.on_model_response(Mono::from_ms(1), StepId(1), ModelResponse::calls(calls)).unwrap();
         let live = expected_groups(&kinds);
         let mut running: BTreeSet<usize> = BTreeSet::new();
         let mut group_seen = 0usize;
@@ -167,7 +168,7 @@ proptest! {
             pick += 1;
             settled_value[i] = Some(matches!(settlement, Settlement::Returned(_)));
             running.remove(&i);
-            s.on_call_settled(2 + pick as u64, InvocationId(i as u64 + 1), settlement).unwrap();
+            s.on_call_settled(Mono::from_ms(2 + pick as u64), InvocationId(i as u64 + 1), settlement).unwrap();
             outs = s.drain_outputs().collect();
         }
         prop_assert_eq!(group_seen, live.len());
@@ -198,9 +199,9 @@ proptest! {
         timeout in any::<bool>(),
     ) {
         let mut s = session();
-        s.submit_task(0, json!("t"));
+        s.submit_task(Mono::from_ms(0), json!("t"));
         let calls: Vec<ToolCall> = kinds.iter().enumerate().map(|(i, k)| k.call(i)).collect();
-        s.on_model_response(1, StepId(1), ModelResponse::calls(calls)).unwrap();
+        s.on_model_response(Mono::from_ms(1), StepId(1), ModelResponse::calls(calls)).unwrap();
         let mut ever_started = BTreeSet::new();
         let mut running = BTreeSet::new();
         let absorb = |outs: Vec<Output>, running: &mut BTreeSet<usize>, ever: &mut BTreeSet<usize>| {
@@ -215,7 +216,7 @@ proptest! {
         while n < settle_before && !running.is_empty() && s.phase() != Phase::Idle {
             let i = *running.iter().next().unwrap();
             running.remove(&i);
-            s.on_call_settled(2, InvocationId(i as u64 + 1), Settlement::Returned(json!(i))).unwrap();
+            s.on_call_settled(Mono::from_ms(2), InvocationId(i as u64 + 1), Settlement::Returned(json!(i))).unwrap();
             absorb(s.drain_outputs().collect(), &mut running, &mut ever_started);
             n += 1;
         }
@@ -223,7 +224,7 @@ proptest! {
             // The step finished before the interrupt: nothing to check here.
             return Ok(());
         }
-        let status = s.interrupt(10, "stop");
+        let status = s.interrupt(Mono::from_ms(10), "stop");
         let outs = absorb(s.drain_outputs().collect(), &mut running, &mut ever_started);
         let aborted: BTreeSet<usize> = outs
             .iter()
@@ -243,20 +244,20 @@ proptest! {
                 1 => Settlement::Returned(json!(i)),
                 _ => Settlement::Aborted,
             };
-            s.on_call_settled(20, InvocationId(i as u64 + 1), settlement).unwrap();
+            s.on_call_settled(Mono::from_ms(20), InvocationId(i as u64 + 1), settlement).unwrap();
             running.remove(&i);
             settled_in_grace.insert(i);
         }
         if timeout || running.is_empty() {
-            s.handle_timeout(110);
+            s.handle_timeout(Mono::from_ms(110));
         }
         if !running.is_empty() && !timeout {
             let interrupted = matches!(s.phase(), Phase::Interrupted { .. });
             prop_assert!(interrupted);
-            s.handle_timeout(109);
+            s.handle_timeout(Mono::from_ms(109));
             let interrupted = matches!(s.phase(), Phase::Interrupted { .. });
             prop_assert!(interrupted, "the grace period is 100 ms");
-            s.handle_timeout(110);
+            s.handle_timeout(Mono::from_ms(110));
         }
         prop_assert_eq!(s.phase(), Phase::Idle);
         let rs = results(&s);
@@ -286,7 +287,7 @@ proptest! {
         prop_assert_eq!(&detached, &running);
         // Late results of detached calls arrive as mail, never as a second result.
         for &i in &running {
-            s.on_call_settled(500, InvocationId(i as u64 + 1), Settlement::Returned(json!("late"))).unwrap();
+            s.on_call_settled(Mono::from_ms(500), InvocationId(i as u64 + 1), Settlement::Returned(json!("late"))).unwrap();
         }
         prop_assert_eq!(s.mailbox().filter(|m| m.item.kind() == "late_result").count(), running.len());
         prop_assert_eq!(results(&s).len(), kinds.len());
@@ -300,7 +301,7 @@ proptest! {
         let mut reg: Registry<Value> = Registry::default();
         let mut spec = EndpointSpec::new("app", "w");
         spec.hello = Hello::Skip;
-        let ep = reg.open_endpoint(0, spec);
+        let ep = reg.open_endpoint(Mono::from_ms(0), spec);
         let mut s: Session<Value> = Session::new(SessionConfig::new("agent"));
         let mut running_jobs: Vec<u64> = Vec::new();
         let mut explicit = 0u64;
@@ -314,7 +315,7 @@ proptest! {
                     let wake = *e == 1;
                     let mut req = Submit::new("agent", ep, json!(t));
                     req.wake = wake;
-                    let j = reg.submit(now, req).unwrap().job;
+                    let j = reg.submit(Mono::from_ms(now), req).unwrap().job;
                     running_jobs.push(j.0);
                 }
                 2 | 3 if !running_jobs.is_empty() => {
@@ -330,32 +331,32 @@ proptest! {
                     } else {
                         json!({"id": wire, "type": "progress", "value": t})
                     };
-                    reg.on_message(now, ep, &msg).unwrap();
+                    reg.on_message(Mono::from_ms(now), ep, &msg).unwrap();
                 }
                 4 => {
-                    s.post_observation(now, "obs", json!(t));
+                    s.post_observation(Mono::from_ms(now), "obs", json!(t));
                 }
                 5 => s.set_standing("mode", json!(t)),
                 6 => {
-                    task_order.push(s.submit_task(now, json!(t)));
+                    task_order.push(s.submit_task(Mono::from_ms(now), json!(t)));
                     was_explicit = true;
                 }
                 7 => {
-                    s.wake(now, "app");
+                    s.wake(Mono::from_ms(now), "app");
                     was_explicit = true;
                 }
                 _ => {
                     // The model answers whatever is pending with text (ending the turn).
                     if let Some(r) = s.model_request() {
                         let step = r.step;
-                        s.on_model_response(now, step, ModelResponse::text("ok")).unwrap();
+                        s.on_model_response(Mono::from_ms(now), step, ModelResponse::text("ok")).unwrap();
                         was_explicit = true; // ending a turn may start the next queued one
                     }
                 }
             }
             let outs: Vec<_> = reg.drain_outputs().collect();
             for o in &outs {
-                s.on_registry_output(now, o, &mut reg);
+                s.on_registry_output(Mono::from_ms(now), o, &mut reg);
             }
             let after = s.stats();
             if !was_explicit {
@@ -401,17 +402,21 @@ fn a_thousand_progress_events_never_call_the_model() {
     let mut reg: Registry<Value> = Registry::default();
     let mut spec = EndpointSpec::new("app", "w");
     spec.hello = Hello::Skip;
-    let ep = reg.open_endpoint(0, spec);
+    let ep = reg.open_endpoint(Mono::from_ms(0), spec);
     let mut s: Session<Value> = Session::new(SessionConfig::new("agent"));
     let job = reg
-        .submit(0, Submit::new("agent", ep, json!(null)))
+        .submit(Mono::from_ms(0), Submit::new("agent", ep, json!(null)))
         .unwrap()
         .job;
     for i in 0..1000u64 {
-        reg.on_message(i, ep, &json!({"id": 1, "type": "progress", "value": i}))
-            .unwrap();
+        reg.on_message(
+            Mono::from_ms(i),
+            ep,
+            &json!({"id": 1, "type": "progress", "value": i}),
+        )
+        .unwrap();
         for o in reg.drain_outputs().collect::<Vec<_>>() {
-            s.on_registry_output(i, &o, &mut reg);
+            s.on_registry_output(Mono::from_ms(i), &o, &mut reg);
         }
     }
     assert_eq!(
@@ -419,10 +424,14 @@ fn a_thousand_progress_events_never_call_the_model() {
         SessionStats::default(),
         "progress reaches nothing"
     );
-    reg.on_message(1000, ep, &json!({"id": 1, "type": "done", "value": 1}))
-        .unwrap();
+    reg.on_message(
+        Mono::from_ms(1000),
+        ep,
+        &json!({"id": 1, "type": "done", "value": 1}),
+    )
+    .unwrap();
     for o in reg.drain_outputs().collect::<Vec<_>>() {
-        s.on_registry_output(1000, &o, &mut reg);
+        s.on_registry_output(Mono::from_ms(1000), &o, &mut reg);
     }
     assert_eq!(s.stats().model_requests, 0);
     assert_eq!(s.phase(), Phase::Idle);
@@ -436,15 +445,15 @@ fn submit_job_records_owner_origin_and_hand_over() {
     let mut reg: Registry<Value> = Registry::default();
     let mut spec = EndpointSpec::new("app", "w");
     spec.hello = Hello::Skip;
-    let ep = reg.open_endpoint(0, spec);
+    let ep = reg.open_endpoint(Mono::from_ms(0), spec);
     let mut s: Session<Value> = Session::new(SessionConfig::new("agent-7"));
     s.register_tool(ToolDecl::new("run", "", json!({"type": "object"})).may_start_job(true))
         .unwrap();
     s.register_tool(ToolDecl::new("plain", "", json!({"type": "object"})).parallel(true))
         .unwrap();
-    s.submit_task(0, json!("go"));
+    s.submit_task(Mono::from_ms(0), json!("go"));
     s.on_model_response(
-        1,
+        Mono::from_ms(1),
         StepId(1),
         ModelResponse::calls(vec![
             ToolCall::new("p1", "plain", json!({})),
@@ -453,7 +462,12 @@ fn submit_job_records_owner_origin_and_hand_over() {
     )
     .unwrap();
     let err = s
-        .submit_job(2, InvocationId(1), &mut reg, Submit::new("x", ep, json!(1)))
+        .submit_job(
+            Mono::from_ms(2),
+            InvocationId(1),
+            &mut reg,
+            Submit::new("x", ep, json!(1)),
+        )
         .unwrap_err();
     assert_eq!(err.code(), "JOB_NOT_DECLARED");
     assert_eq!(
@@ -462,17 +476,31 @@ fn submit_job_records_owner_origin_and_hand_over() {
         "a refused submission submits nothing"
     );
     let err = s
-        .submit_job(2, InvocationId(2), &mut reg, Submit::new("x", ep, json!(1)))
+        .submit_job(
+            Mono::from_ms(2),
+            InvocationId(2),
+            &mut reg,
+            Submit::new("x", ep, json!(1)),
+        )
         .unwrap_err();
     assert_eq!(
         err.code(),
         "CALL_NOT_STARTED",
         "the exclusive call waits for the group before it"
     );
-    s.on_call_settled(3, InvocationId(1), Settlement::Returned(json!(1)))
-        .unwrap();
+    s.on_call_settled(
+        Mono::from_ms(3),
+        InvocationId(1),
+        Settlement::Returned(json!(1)),
+    )
+    .unwrap();
     let sub = s
-        .submit_job(4, InvocationId(2), &mut reg, Submit::new("x", ep, json!(1)))
+        .submit_job(
+            Mono::from_ms(4),
+            InvocationId(2),
+            &mut reg,
+            Submit::new("x", ep, json!(1)),
+        )
         .unwrap();
     let j = reg.job(sub.job).unwrap();
     assert_eq!(j.owner.0, "agent-7");
@@ -480,7 +508,7 @@ fn submit_job_records_owner_origin_and_hand_over() {
     assert_eq!(j.origin.turn.as_deref(), Some("turn-1"));
     assert_eq!(j.origin.tool_call.as_deref(), Some("r1"));
     s.on_call_settled(
-        5,
+        Mono::from_ms(5),
         InvocationId(2),
         Settlement::Returned(json!({"job": sub.job.0})),
     )
@@ -489,7 +517,7 @@ fn submit_job_records_owner_origin_and_hand_over() {
     assert_eq!(r[1].jobs, vec![sub.job]);
     assert_eq!(r[1].to_json()["handedOver"], json!(true));
     assert_eq!(
-        s.on_call_job(6, InvocationId(2), sub.job)
+        s.on_call_job(Mono::from_ms(6), InvocationId(2), sub.job)
             .unwrap_err()
             .code(),
         "ALREADY_SETTLED"
@@ -510,7 +538,7 @@ fn replaced_handlers_are_released_once_no_snapshot_binds_them() {
         s.drain_outputs().collect::<Vec<_>>(),
         [Output::HandlerReleased { handler: h1 }]
     );
-    s.submit_task(0, json!(1));
+    s.submit_task(Mono::from_ms(0), json!(1));
     s.drain_outputs().for_each(drop);
     s.unregister_tool("t").unwrap();
     assert_eq!(
@@ -518,7 +546,7 @@ fn replaced_handlers_are_released_once_no_snapshot_binds_them() {
         0,
         "the pending step's snapshot still binds it"
     );
-    s.on_model_response(1, StepId(1), ModelResponse::text("none"))
+    s.on_model_response(Mono::from_ms(1), StepId(1), ModelResponse::text("none"))
         .unwrap();
     let outs: Vec<_> = s.drain_outputs().collect();
     assert!(

@@ -2,7 +2,7 @@
 
 use serde_json::{Value, json};
 
-use crate::Millis;
+use crate::Mono;
 use crate::jobs::{JobId, Note};
 use crate::value::Payload;
 
@@ -219,11 +219,11 @@ impl ModelResponse {
 pub enum Evidence {
     /// The tool is safe to cancel; its handler was asked to abort and confirmed it stopped.
     /// Whatever it did before stopping remains.
-    AbortAcknowledged { after_ms: Millis },
+    AbortAcknowledged { after_ms: u64 },
     /// No settlement arrived within the interrupt grace period. `abort_sent` says whether the
     /// handler was asked to abort (only tools declared safe to cancel are); it may still be
     /// running, and a later settlement is delivered to the mailbox as late evidence.
-    NoSettlement { waited_ms: Millis, abort_sent: bool },
+    NoSettlement { waited_ms: u64, abort_sent: bool },
 }
 
 impl Evidence {
@@ -341,7 +341,7 @@ impl<V: Payload> MailItem<V> {
 #[derive(Clone, Debug, PartialEq)]
 pub struct Mail<V> {
     pub seq: u64,
-    pub at: Millis,
+    pub at: Mono,
     pub item: MailItem<V>,
 }
 
@@ -527,7 +527,7 @@ pub enum Phase {
     /// Running the calls of `step`.
     RunningTools { turn: TurnId, step: StepId },
     /// The turn was interrupted; started calls have until `deadline` to settle.
-    Interrupted { turn: TurnId, deadline: Millis },
+    Interrupted { turn: TurnId, deadline: Mono },
 }
 
 impl Phase {

@@ -22,6 +22,7 @@ use super::{
     InvocationId, Message, ModelResponse, ScriptedModel, Session, SessionConfig, Settlement,
     StepId, TaskId, ToolDecl, ToolsError,
 };
+use crate::Mono;
 use crate::conformance::{
     VectorResult, apply_jobs_step, check_final, check_step, each_step, jobs_state, subset,
     vector_name,
@@ -39,7 +40,7 @@ struct Harness {
 
 impl Harness {
     /// Carries registry outputs to the session, recording them.
-    fn pump(&mut self, at: u64) {
+    fn pump(&mut self, at: Mono) {
         let outs: Vec<_> = self.reg.drain_outputs().collect();
         for o in outs {
             self.job_outputs.push(o.to_json());
@@ -48,7 +49,7 @@ impl Harness {
     }
 
     /// Fires every registry and session timer due at or before `at`, each at its deadline.
-    fn advance(&mut self, at: u64) {
+    fn advance(&mut self, at: Mono) {
         loop {
             let r = self.reg.poll_timeout().filter(|d| *d <= at);
             let s = self.session.poll_timeout().filter(|d| *d <= at);
@@ -103,9 +104,10 @@ pub fn run_vector(v: &Value) -> VectorResult {
         job_outputs: Vec::new(),
     };
     each_step(v, &mut failures, |step, failures| {
-        h.advance(step.at);
-        let result = apply(&mut h, step.at, step.op, step.json);
-        h.pump(step.at);
+        let at = Mono::from_ms(step.at);
+        h.advance(at);
+        let result = apply(&mut h, at, step.op, step.json);
+        h.pump(at);
         let outputs: Vec<Value> = h.session.drain_outputs().map(|o| o.to_json()).collect();
         let job_outputs = std::mem::take(&mut h.job_outputs);
         check_step(&step.ctx, step.json, &result, outputs, failures);
@@ -145,7 +147,7 @@ fn id(step: &Value, key: &str) -> Result<u64, (String, String)> {
         .ok_or_else(|| vector_err(format!("`{key}` is not an id")))
 }
 
-fn apply(h: &mut Harness, at: u64, op: &str, s: &Value) -> StepResult {
+fn apply(h: &mut Harness, at: Mono, op: &str, s: &Value) -> StepResult {
     let err = |e: ToolsError| (e.code().to_owned(), e.to_string());
     let input = || s.get("input").cloned().unwrap_or(Value::Null);
     Ok(match op {

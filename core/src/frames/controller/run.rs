@@ -45,6 +45,7 @@ use sha2::{Digest, Sha256};
 
 use super::http::{self, CLIENT_BUDGET_EXHAUSTED, HttpAnswer, Problem};
 use super::{AfterJudgment, EvidencePack, Judged, Step};
+use crate::Mono;
 use crate::frames::engine::path_segment;
 use crate::frames::types::*;
 use crate::frames::validate;
@@ -515,7 +516,7 @@ enum State {
         commit: Box<Commit>,
     },
     Backoff {
-        until: u64,
+        until: Mono,
         commit: Box<Commit>,
     },
     Done,
@@ -567,7 +568,7 @@ impl Run {
 
     /// When [`Run::handle_timeout`] is due (a commit retry's backoff), if a timer is armed.
     #[must_use]
-    pub fn poll_timeout(&self) -> Option<u64> {
+    pub fn poll_timeout(&self) -> Option<Mono> {
         match &self.state {
             State::Backoff { until, .. } => Some(*until),
             _ => None,
@@ -589,7 +590,7 @@ impl Run {
 
     /// Asks the run to stop at its next safe point: at once while it reads or waits for a
     /// judgment or text, after the write otherwise.
-    pub fn handle_stop(&mut self, _now: u64) {
+    pub fn handle_stop(&mut self, _now: Mono) {
         self.stop_asked = true;
         let at = match &self.state {
             State::Reading { .. } => StopPoint::ReadingFrame,
@@ -601,7 +602,7 @@ impl Run {
     }
 
     /// The timer of [`Run::poll_timeout`] is due.
-    pub fn handle_timeout(&mut self, now: u64) {
+    pub fn handle_timeout(&mut self, now: Mono) {
         let State::Backoff { until, .. } = &self.state else {
             return;
         };
@@ -618,7 +619,7 @@ impl Run {
     /// whose next decision needs the text service takes one request from it).
     pub fn handle_http(
         &mut self,
-        now: u64,
+        now: Mono,
         id: u64,
         answer: HttpAnswer,
         budget: &mut ServiceBudget,
@@ -646,7 +647,7 @@ impl Run {
     }
 
     /// The decision adapter's answer to [`Output::Judge`] (a failure stops the run with it).
-    pub fn handle_judgment(&mut self, _now: u64, judgment: Result<Judgment, Problem>) {
+    pub fn handle_judgment(&mut self, _now: Mono, judgment: Result<Judgment, Problem>) {
         let Some((frame, decision_id)) = self.take_judging(false) else {
             return;
         };
@@ -657,7 +658,7 @@ impl Run {
     }
 
     /// The text service's answer to [`Output::Generate`]: the text and the resolver to record.
-    pub fn handle_text(&mut self, _now: u64, text: Result<(String, Resolver), Problem>) {
+    pub fn handle_text(&mut self, _now: Mono, text: Result<(String, Resolver), Problem>) {
         let Some((frame, decision_id)) = self.take_judging(true) else {
             return;
         };
@@ -858,7 +859,7 @@ impl Run {
         self.state = State::Committing { req, commit };
     }
 
-    fn on_commit_answer(&mut self, now: u64, commit: Box<Commit>, answer: HttpAnswer) {
+    fn on_commit_answer(&mut self, now: Mono, commit: Box<Commit>, answer: HttpAnswer) {
         match http::answer_json(answer) {
             Ok(receipt) => {
                 self.emit(EventKind::Committed { receipt });

@@ -3,6 +3,7 @@
 //! by an [`Engine`] over the conformance suite's scripted app, judgments and texts come from
 //! the fixtures, and a test may lose answers, hold them, or ask for a stop at any point.
 
+use crate::{Mono, Wall};
 use serde_json::{Value, json};
 
 use super::http::{BaseUrl, HttpAnswer, Problem};
@@ -100,16 +101,21 @@ impl Pair {
                     .and_then(|l| l.strip_suffix("/frame"))
                     .unwrap();
                 self.server
-                    .frame_json(self.now, sid, None, None)
+                    .frame_json(Wall::from_ms(self.now), sid, None, None)
                     .map(served)
             }
             (Method::Post, "/dgp/assessments") => self
                 .server
-                .assess_bytes(self.now, &agent, body)
+                .assess_bytes(Wall::from_ms(self.now), &agent, body)
                 .map(|d| serde_json::to_vec(&*served(d)).unwrap()),
             (Method::Post, "/dgp/commits") => self
                 .server
-                .commit_bytes(self.now, &agent, key.map(|(_, v)| v.as_str()), body)
+                .commit_bytes(
+                    Wall::from_ms(self.now),
+                    &agent,
+                    key.map(|(_, v)| v.as_str()),
+                    body,
+                )
                 .map(|d| serde_json::to_vec(&*served(d)).unwrap()),
             other => panic!("unexpected request {other:?}"),
         };
@@ -137,7 +143,8 @@ impl Pair {
                     self.lose_commit_answers -= 1;
                     answer = HttpAnswer::Failed("the connection was reset".into());
                 }
-                self.run.handle_http(now, r.id, answer, &mut self.budget);
+                self.run
+                    .handle_http(Mono::from_ms(now), r.id, answer, &mut self.budget);
             }
             Some(Pending::Judge(j)) => {
                 let judged = if self.failing_judge {
@@ -150,25 +157,27 @@ impl Pair {
                         })
                         .map_err(Problem::from)
                 };
-                self.run.handle_judgment(now, judged);
+                self.run.handle_judgment(Mono::from_ms(now), judged);
             }
             Some(Pending::Generate(j)) => {
                 let service = &j.decision().fulfillment.as_ref().unwrap().service_id;
                 let text = fixtures::service_text(service);
-                self.run
-                    .handle_text(now, Ok((text.to_owned(), fixtures::text_resolver())));
+                self.run.handle_text(
+                    Mono::from_ms(now),
+                    Ok((text.to_owned(), fixtures::text_resolver())),
+                );
             }
             None => {
                 let due = self
                     .run
                     .poll_timeout()
                     .expect("an input or a timer is pending");
-                assert!(due > self.now, "timers lie ahead");
+                assert!(due > Mono::from_ms(self.now), "timers lie ahead");
                 // Early: nothing happens.
                 self.run.handle_timeout(due - 1);
                 self.drain();
                 assert!(self.pending.is_none());
-                self.now = due;
+                self.now = due.as_ms();
                 self.run.handle_timeout(due);
             }
         }
@@ -351,7 +360,7 @@ fn a_stop_while_a_commit_is_in_flight_is_honoured_after_its_answer() {
     p.lose_commit_answers = 1;
     p.until_post("/dgp/commits");
     assert!(p.run.write_in_flight());
-    p.run.handle_stop(p.now);
+    p.run.handle_stop(Mono::from_ms(p.now));
     p.drain();
     assert!(
         p.report.is_none() && !p.run.is_done(),
@@ -374,7 +383,7 @@ fn a_stop_while_a_commit_is_in_flight_is_honoured_after_its_answer() {
 fn a_stop_while_recording_stops_before_the_commit() {
     let mut p = Pair::new("s1", RunOptions::default(), 3);
     p.until_post("/dgp/assessments");
-    p.run.handle_stop(p.now);
+    p.run.handle_stop(Mono::from_ms(p.now));
     p.drain();
     assert!(p.report.is_none(), "the recording is carried on");
     let report = p.run_to_end();
@@ -391,12 +400,13 @@ fn a_stop_while_reading_or_judging_ends_the_run_at_once_and_late_answers_are_ign
     let Some(Pending::Http(read)) = p.pending.take() else {
         panic!("the run reads a frame first")
     };
-    p.run.handle_stop(p.now);
+    p.run.handle_stop(Mono::from_ms(p.now));
     p.drain();
     let report = p.report.clone().expect("done at once");
     assert_eq!(report.stop().to_json()["at"], "reading_frame");
     let answer = p.serve(&read);
-    p.run.handle_http(p.now, read.id, answer, &mut p.budget);
+    p.run
+        .handle_http(Mono::from_ms(p.now), read.id, answer, &mut p.budget);
     assert!(
         p.run.poll_output().is_none(),
         "a late answer changes nothing"
@@ -406,13 +416,13 @@ fn a_stop_while_reading_or_judging_ends_the_run_at_once_and_late_answers_are_ign
     p.step();
     p.drain();
     assert!(matches!(p.pending, Some(Pending::Judge(_))));
-    p.run.handle_stop(p.now);
+    p.run.handle_stop(Mono::from_ms(p.now));
     p.drain();
     assert_eq!(p.report.as_ref().unwrap().stop().to_json()["at"], "judging");
     assert!(!p.names().contains(&"assessed"));
     // A stop before the first step.
     let mut p = Pair::new("s1", RunOptions::default(), 3);
-    p.run.handle_stop(0);
+    p.run.handle_stop(Mono::from_ms(0));
     let report = p.run_to_end();
     assert_eq!(
         (report.stop().to_json()["at"].clone(), report.steps),

@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 use super::buffer::{FrameClass, ReplayBuffer};
 use super::frames::{self, RemoteTarget, ServerFrame};
 use super::{RemoteCode, check_url, close};
-use crate::Millis;
+use crate::Mono;
 use crate::jobs::endpoint::{Endpoint, EndpointEventKind, EndpointSpec, EndpointState, Hello};
 use crate::jobs::types::*;
 use crate::jobs::wire::{Reply, Violation, WireRequest};
@@ -28,9 +28,9 @@ pub struct RemoteSpec {
     /// The script or kind to open on the host.
     pub open: RemoteTarget,
     /// The resumption window asked for (the host may shorten it). Default 30 000 ms.
-    pub window_ms: Millis,
+    pub window_ms: u64,
     /// The heartbeat interval asked for. Default 5 000 ms.
-    pub heartbeat_ms: Millis,
+    pub heartbeat_ms: u64,
     /// Allow `ws://` to a non-loopback host (the token then travels unencrypted).
     pub allow_insecure: bool,
 }
@@ -116,24 +116,24 @@ pub(crate) struct RemoteLink {
     /// Consecutive failed attempts (the backoff exponent).
     failures: u32,
     session: Option<(String, String)>,
-    window_ms: Millis,
-    heartbeat_ms: Millis,
+    window_ms: u64,
+    heartbeat_ms: u64,
     /// When the link went down (or was opened, before its first welcome).
-    down_since: Option<Millis>,
+    down_since: Option<Mono>,
     last_reason: String,
-    next_connect: Millis,
+    next_connect: Mono,
     /// Last frame from the server (or the start of the current attempt).
-    last_heard: Millis,
-    last_ping: Millis,
+    last_heard: Mono,
+    last_ping: Mono,
     in_seq: u64,
     unacked_in: u64,
     outbox: ReplayBuffer,
     /// Cancels requested while disconnected, with their time.
-    pending_cancels: BTreeMap<JobId, Millis>,
+    pending_cancels: BTreeMap<JobId, Mono>,
     hello_seen: bool,
     disconnects: u64,
     /// The deadline armed in the registry's timers.
-    armed: Option<Millis>,
+    armed: Option<Mono>,
 }
 
 impl std::fmt::Debug for RemoteLink {
@@ -164,13 +164,13 @@ impl std::fmt::Debug for RemoteLink {
 const ACK_EVERY: u64 = 64;
 
 impl RemoteLink {
-    fn deadline(&self) -> Option<Millis> {
-        let expiry = self.down_since.map(|s| s.saturating_add(self.window_ms));
-        let silent = self.last_heard.saturating_add(3 * self.heartbeat_ms);
+    fn deadline(&self) -> Option<Mono> {
+        let expiry = self.down_since.map(|s| s.plus(self.window_ms));
+        let silent = self.last_heard.plus(3 * self.heartbeat_ms);
         let other = match self.phase {
             Phase::Closed => return None,
             Phase::Waiting => Some(self.next_connect),
-            Phase::Live => Some(silent.min(self.last_ping.saturating_add(self.heartbeat_ms))),
+            Phase::Live => Some(silent.min(self.last_ping.plus(self.heartbeat_ms))),
             Phase::Connecting | Phase::Handshaking | Phase::Resuming => Some(silent),
         };
         match (expiry, other) {
@@ -181,7 +181,7 @@ impl RemoteLink {
 }
 
 /// The `lost` reason's note for a cancel requested while disconnected and never delivered.
-fn undelivered_cancel(cancels: &BTreeMap<JobId, Millis>, job: JobId) -> Option<String> {
+fn undelivered_cancel(cancels: &BTreeMap<JobId, Mono>, job: JobId) -> Option<String> {
     cancels
         .get(&job)
         .map(|t| format!("the cancel requested at {t} was never delivered"))
@@ -216,7 +216,7 @@ impl<V: Payload> Registry<V> {
     /// with `INVALID_ARGUMENT` for a URL that is not `wss://` (or `ws://` to loopback).
     pub fn open_remote(
         &mut self,
-        now: Millis,
+        now: Mono,
         mut spec: EndpointSpec,
         remote: RemoteSpec,
     ) -> Result<EndpointId, JobsError> {
@@ -268,7 +268,7 @@ impl<V: Payload> Registry<V> {
     }
 
     /// The socket of a remote endpoint opened: sends hello (or resume).
-    pub fn on_socket_open(&mut self, now: Millis, endpoint: EndpointId) -> Result<(), JobsError> {
+    pub fn on_socket_open(&mut self, now: Mono, endpoint: EndpointId) -> Result<(), JobsError> {
         let link = self
             .links
             .get_mut(&endpoint)
@@ -308,7 +308,7 @@ impl<V: Payload> Registry<V> {
     /// reconnects with backoff and resumes; nothing is lost yet.
     pub fn on_socket_closed(
         &mut self,
-        now: Millis,
+        now: Mono,
         endpoint: EndpointId,
         reason: &str,
     ) -> Result<(), JobsError> {
@@ -325,7 +325,7 @@ impl<V: Payload> Registry<V> {
     /// repairs it.
     pub fn on_socket_frame(
         &mut self,
-        now: Millis,
+        now: Mono,
         endpoint: EndpointId,
         msg: &V,
     ) -> Result<(), JobsError> {
@@ -432,7 +432,7 @@ impl<V: Payload> Registry<V> {
 
     // ----- internals ------------------------------------------------------------------------
 
-    fn apply_server_frame(&mut self, now: Millis, endpoint: EndpointId, frame: ServerFrame<V>) {
+    fn apply_server_frame(&mut self, now: Mono, endpoint: EndpointId, frame: ServerFrame<V>) {
         let source = Source::Endpoint(endpoint);
         let link = self.links.get_mut(&endpoint).expect("checked");
         match frame {
@@ -483,7 +483,7 @@ impl<V: Payload> Registry<V> {
                 ep.record(
                     now,
                     EndpointEventKind::Resumed {
-                        after_ms: now.saturating_sub(since),
+                        after_ms: now.since(since),
                         replayed_out,
                     },
                 );
@@ -639,7 +639,7 @@ impl<V: Payload> Registry<V> {
     /// accepted and did not settle are `lost` (`remote_lost`); runs it never accepted fail
     /// `ENDPOINT_CLOSED` without starting, like queued ones; the endpoint closes with `reason`
     /// and the link does not reconnect.
-    fn remote_ended(&mut self, now: Millis, endpoint: EndpointId, reason: &str) {
+    fn remote_ended(&mut self, now: Mono, endpoint: EndpointId, reason: &str) {
         let ep = self.endpoints.get(&endpoint).expect("links have endpoints");
         let unaccepted: Vec<JobId> = ep
             .running
@@ -665,7 +665,7 @@ impl<V: Payload> Registry<V> {
     /// A `settled` frame: the host's outcome for a run no worker reply expresses.
     fn on_remote_settled(
         &mut self,
-        now: Millis,
+        now: Mono,
         endpoint: EndpointId,
         job: JobId,
         wire: u64,
@@ -713,7 +713,7 @@ impl<V: Payload> Registry<V> {
         self.live_job(job).map(|_| job)
     }
 
-    fn set_remote_identity(&mut self, now: Millis, job: JobId, session: &str, remote: JobId) {
+    fn set_remote_identity(&mut self, now: Mono, job: JobId, session: &str, remote: JobId) {
         let j = self.jobs.get_mut(&job).expect("live");
         if j.remote.is_some() {
             return;
@@ -734,7 +734,7 @@ impl<V: Payload> Registry<V> {
         );
     }
 
-    fn remote_unknown_run(&mut self, now: Millis, endpoint: EndpointId, id: u64, reply: &str) {
+    fn remote_unknown_run(&mut self, now: Mono, endpoint: EndpointId, id: u64, reply: &str) {
         let ep = self
             .endpoints
             .get_mut(&endpoint)
@@ -750,7 +750,7 @@ impl<V: Payload> Registry<V> {
 
     fn remote_violation(
         &mut self,
-        now: Millis,
+        now: Mono,
         endpoint: EndpointId,
         id: Option<u64>,
         violation: Violation,
@@ -764,7 +764,7 @@ impl<V: Payload> Registry<V> {
 
     fn record_remote_error(
         &mut self,
-        now: Millis,
+        now: Mono,
         endpoint: EndpointId,
         code: RemoteCode,
         detail: String,
@@ -796,7 +796,7 @@ impl<V: Payload> Registry<V> {
     }
 
     /// The link lost its socket (or an attempt failed): suspend and schedule a reconnect.
-    fn link_down(&mut self, now: Millis, endpoint: EndpointId, reason: &str) {
+    fn link_down(&mut self, now: Mono, endpoint: EndpointId, reason: &str) {
         let link = self.links.get_mut(&endpoint).expect("checked");
         match link.phase {
             Phase::Closed | Phase::Waiting => return,
@@ -829,7 +829,7 @@ impl<V: Payload> Registry<V> {
     }
 
     /// The link's deadline passed: expire, reconnect, ping, or drop a silent socket.
-    pub(crate) fn remote_timer(&mut self, now: Millis, endpoint: EndpointId, at: Millis) {
+    pub(crate) fn remote_timer(&mut self, now: Mono, endpoint: EndpointId, at: Mono) {
         let Some(link) = self.links.get_mut(&endpoint) else {
             return;
         };
@@ -838,13 +838,13 @@ impl<V: Payload> Registry<V> {
         }
         link.armed = None;
         if let Some(since) = link.down_since
-            && now >= since.saturating_add(link.window_ms)
+            && now >= since.plus(link.window_ms)
         {
             self.expire_link(now, endpoint, since);
             return;
         }
         let link = self.links.get_mut(&endpoint).expect("checked");
-        let silent = now >= link.last_heard.saturating_add(3 * link.heartbeat_ms);
+        let silent = now >= link.last_heard.plus(3 * link.heartbeat_ms);
         match link.phase {
             Phase::Closed => {}
             Phase::Waiting => {
@@ -857,7 +857,7 @@ impl<V: Payload> Registry<V> {
                 }
             }
             Phase::Live if !silent => {
-                if now >= link.last_ping.saturating_add(link.heartbeat_ms) {
+                if now >= link.last_ping.plus(link.heartbeat_ms) {
                     link.last_ping = now;
                     link.unacked_in = 0;
                     let frame = frames::ping(link.in_seq);
@@ -882,7 +882,7 @@ impl<V: Payload> Registry<V> {
     }
 
     /// The window passed without a resume: the endpoint closes; its running jobs are lost.
-    fn expire_link(&mut self, now: Millis, endpoint: EndpointId, since: Millis) {
+    fn expire_link(&mut self, now: Mono, endpoint: EndpointId, since: Mono) {
         let link = self.links.get(&endpoint).expect("checked");
         let window = link.window_ms;
         let reason = if link.session.is_some() {
@@ -950,7 +950,7 @@ impl<V: Payload> Registry<V> {
             .is_some_and(|l| !matches!(l.phase, Phase::Live | Phase::Closed))
     }
 
-    pub(crate) fn remote_cancel_pending(&mut self, endpoint: EndpointId, job: JobId, now: Millis) {
+    pub(crate) fn remote_cancel_pending(&mut self, endpoint: EndpointId, job: JobId, now: Mono) {
         if let Some(l) = self.links.get_mut(&endpoint) {
             l.pending_cancels.insert(job, now);
         }
@@ -966,7 +966,7 @@ impl<V: Payload> Registry<V> {
     /// is closed. Returns whether the endpoint is remote (then there is no process to kill).
     pub(crate) fn remote_close(
         &mut self,
-        _now: Millis,
+        _now: Mono,
         endpoint: EndpointId,
         reason: &str,
         deliberate: bool,

@@ -11,7 +11,6 @@
 use serde_json::{Value, json};
 
 use super::RemoteCode;
-use crate::Millis;
 use crate::jobs::types::{CancelEvidence, LostEvidence, Outcome};
 use crate::jobs::wire::Violation;
 use crate::value::Payload;
@@ -94,8 +93,8 @@ pub enum ClientFrame<V> {
         protocol: String,
         token: String,
         open: RemoteTarget,
-        window_ms: Millis,
-        heartbeat_ms: Millis,
+        window_ms: u64,
+        heartbeat_ms: u64,
         label: String,
     },
     /// Reattaches to a session; `ack` is the last server seq the client applied.
@@ -150,8 +149,8 @@ pub enum ServerFrame<V> {
     Welcome {
         session: String,
         secret: String,
-        window_ms: Millis,
-        heartbeat_ms: Millis,
+        window_ms: u64,
+        heartbeat_ms: u64,
         limits: Limits,
     },
     /// The resume succeeded; `ack` is the last client seq the server applied.
@@ -550,7 +549,7 @@ pub fn outcome_from<V: Payload>(v: &V) -> Option<Outcome<V>> {
                     quiet_ms: v
                         .field("quietMs")
                         .and_then(|x| x.as_f64())
-                        .map_or(0, |n| n.max(0.0) as Millis),
+                        .map_or(0, |n| n.max(0.0) as u64),
                 },
                 _ => return None,
             },
@@ -571,8 +570,8 @@ pub fn outcome_from<V: Payload>(v: &V) -> Option<Outcome<V>> {
 pub fn hello(
     token: &str,
     open: &RemoteTarget,
-    window_ms: Millis,
-    heartbeat_ms: Millis,
+    window_ms: u64,
+    heartbeat_ms: u64,
     label: &str,
 ) -> Value {
     json!({"t": "hello", "protocol": PROTOCOL, "token": token, "open": open.to_json(),
@@ -588,8 +587,8 @@ pub fn resume(token: &str, session: &str, secret: &str, ack: u64) -> Value {
 pub fn welcome(
     session: &str,
     secret: &str,
-    window_ms: Millis,
-    heartbeat_ms: Millis,
+    window_ms: u64,
+    heartbeat_ms: u64,
     limits: &Limits,
 ) -> Value {
     json!({"t": "welcome", "session": session, "secret": secret, "windowMs": window_ms,

@@ -149,13 +149,13 @@ impl std::fmt::Display for RemoteCode {
 
 /// The longest delay between a client's reconnection attempts (its backoff doubles from
 /// 100 ms up to this).
-pub const MAX_BACKOFF_MS: crate::Millis = 2_000;
+pub const MAX_BACKOFF_MS: u64 = 2_000;
 
 /// How long past a detached session's window the server keeps it: the client notices a dead
 /// socket only after three heartbeats of silence and then waits up to [`MAX_BACKOFF_MS`]
 /// before it reconnects, so the server's grace is at least that (`3 * heartbeat +
 /// MAX_BACKOFF_MS`). Both sides use this one rule.
-pub const fn grace_ms(heartbeat_ms: crate::Millis) -> crate::Millis {
+pub const fn grace_ms(heartbeat_ms: u64) -> u64 {
     3 * heartbeat_ms + MAX_BACKOFF_MS
 }
 

@@ -20,7 +20,7 @@ use sha2::{Digest, Sha256};
 use super::buffer::{FrameClass, ReplayBuffer, encoded_len};
 use super::frames::{self, ClientFrame, FrameRefused, Limits, RemoteTarget};
 use super::{RemoteCode, close, grace_ms};
-use crate::Millis;
+use crate::Mono;
 use crate::jobs::JobsError;
 use crate::jobs::types::*;
 use crate::jobs::wire::{self, Capabilities, Violation};
@@ -39,9 +39,9 @@ pub const TOMBSTONES: usize = 64;
 #[derive(Clone, Debug)]
 pub struct ServerConfig {
     /// The longest resumption window granted (a hello asking more gets this). Default 60 s.
-    pub max_window_ms: Millis,
+    pub max_window_ms: u64,
     /// The heartbeat granted when a hello asks none (default 5 s).
-    pub heartbeat_ms: Millis,
+    pub heartbeat_ms: u64,
     /// Sessions at once (default 32); beyond, hello is refused `REMOTE_SESSION_LIMIT`.
     pub max_sessions: usize,
     /// Unfinished runs per session (default 256); beyond, a run is settled
@@ -50,7 +50,7 @@ pub struct ServerConfig {
     /// Frame size and replay buffer bounds.
     pub limits: Limits,
     /// A connection must authenticate (hello/resume) within this (default 5 s).
-    pub auth_timeout_ms: Millis,
+    pub auth_timeout_ms: u64,
     /// What hellos may open.
     pub targets: Vec<RemoteTarget>,
     /// Connections not yet authenticated at once (default 64); beyond, a new connection is
@@ -129,7 +129,7 @@ pub enum ServerOutput<V> {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Attach {
     Attached(ConnId),
-    Detached { since: Millis },
+    Detached { since: Mono },
 }
 
 #[derive(Debug, Default)]
@@ -153,12 +153,12 @@ struct Session {
     unacked_in: u64,
     outbox: ReplayBuffer,
     runs: BTreeMap<u64, Run>,
-    window_ms: Millis,
-    heartbeat_ms: Millis,
-    last_heard: Millis,
+    window_ms: u64,
+    heartbeat_ms: u64,
+    last_heard: Mono,
     protocol_errors: u64,
     hello_sent: bool,
-    opened_at: Millis,
+    opened_at: Mono,
     /// The highest run id seen: client wire ids only grow, so a lower one is a reuse.
     max_run: u64,
     /// Requests refused `REMOTE_BUFFER_FULL` since the outbox was last below its cap.
@@ -219,7 +219,7 @@ impl Session {
 #[derive(Debug)]
 struct Conn {
     session: Option<String>,
-    opened: Millis,
+    opened: Mono,
 }
 
 /// One run of an expired session.
@@ -242,7 +242,7 @@ pub struct Tombstone {
     pub session: String,
     pub principal: String,
     /// When the session ended.
-    pub expired_at: Millis,
+    pub expired_at: Mono,
     pub reason: String,
     pub jobs: Vec<TombstoneJob>,
     /// The code a later resume is refused with: `REMOTE_SESSION_EXPIRED` (expired, server
@@ -352,7 +352,7 @@ impl<V: Payload> SessionTable<V> {
     /// A socket was accepted. It must authenticate within `auth_timeout_ms`. With
     /// `max_pending` connections already unauthenticated it is closed at once
     /// ([`ServerOutput::Close`] 1013; the table forgets it).
-    pub fn on_connect(&mut self, now: Millis) -> ConnId {
+    pub fn on_connect(&mut self, now: Mono) -> ConnId {
         let id = ConnId(self.next_conn);
         self.next_conn += 1;
         let pending = self.conns.values().filter(|c| c.session.is_none()).count();
@@ -376,7 +376,7 @@ impl<V: Payload> SessionTable<V> {
 
     /// The socket closed (or failed). Its session, if any, is detached: its runs keep going
     /// until the window (plus grace) passes.
-    pub fn on_disconnect(&mut self, now: Millis, conn: ConnId, _reason: &str) {
+    pub fn on_disconnect(&mut self, now: Mono, conn: ConnId, _reason: &str) {
         if let Some(c) = self.conns.remove(&conn)
             && let Some(sid) = c.session
             && let Some(s) = self.sessions.get_mut(&sid)
@@ -387,7 +387,7 @@ impl<V: Payload> SessionTable<V> {
     }
 
     /// A text message the host could not decode as JSON (or a binary message).
-    pub fn on_undecodable(&mut self, _now: Millis, conn: ConnId, detail: &str) {
+    pub fn on_undecodable(&mut self, _now: Mono, conn: ConnId, detail: &str) {
         let violation = Violation::Undecodable {
             detail: detail.chars().take(200).collect(),
         };
@@ -402,7 +402,7 @@ impl<V: Payload> SessionTable<V> {
     /// authenticates (None: refused).
     pub fn on_frame(
         &mut self,
-        now: Millis,
+        now: Mono,
         conn: ConnId,
         msg: &V,
         principal_of: &dyn Fn(&str) -> Option<String>,
@@ -506,7 +506,7 @@ impl<V: Payload> SessionTable<V> {
 
     /// The session's endpoint is ready with these capabilities: the client gets the worker's
     /// hello (with `cancelAck` on: the server settles every cancel).
-    pub fn on_endpoint_ready(&mut self, _now: Millis, session: &str, capabilities: Capabilities) {
+    pub fn on_endpoint_ready(&mut self, _now: Mono, session: &str, capabilities: Capabilities) {
         let Some(s) = self.sessions.get_mut(session) else {
             return;
         };
@@ -538,13 +538,7 @@ impl<V: Payload> SessionTable<V> {
     /// [`ServerOutput::Terminate`] follows (for the host's `close_owner`; `endpoint` is `None`
     /// when none was opened). Requests of the session not yet performed by the host are
     /// withdrawn from the outputs. Unknown or ended sessions are ignored.
-    pub fn on_endpoint_closed(
-        &mut self,
-        now: Millis,
-        session: &str,
-        code: RemoteCode,
-        reason: &str,
-    ) {
+    pub fn on_endpoint_closed(&mut self, now: Mono, session: &str, code: RemoteCode, reason: &str) {
         let Some(s) = self.sessions.get_mut(session) else {
             return;
         };
@@ -563,7 +557,7 @@ impl<V: Payload> SessionTable<V> {
 
     /// The host submitted run `wire` of `session` as `job`: the client learns the second
     /// identity. Observe the job and feed its events to [`SessionTable::on_job_event`].
-    pub fn on_submitted(&mut self, _now: Millis, session: &str, wire: u64, job: JobId) {
+    pub fn on_submitted(&mut self, _now: Mono, session: &str, wire: u64, job: JobId) {
         let Some(s) = self.sessions.get_mut(session) else {
             return;
         };
@@ -589,7 +583,7 @@ impl<V: Payload> SessionTable<V> {
     }
 
     /// The host's submit of run `wire` failed: the client's run fails without starting.
-    pub fn on_submit_failed(&mut self, _now: Millis, session: &str, wire: u64, err: &JobsError) {
+    pub fn on_submit_failed(&mut self, _now: Mono, session: &str, wire: u64, err: &JobsError) {
         let outcome = Outcome::<Value>::Failed {
             message: err.to_string(),
             code: Some(err.code().into()),
@@ -601,7 +595,7 @@ impl<V: Payload> SessionTable<V> {
 
     /// A journal event of a run submitted for a session, in order. Progress, partials, input
     /// answers and the outcome become frames; the rest stays in the server's journal.
-    pub fn on_job_event(&mut self, _now: Millis, ev: &JobEvent<V>) {
+    pub fn on_job_event(&mut self, _now: Mono, ev: &JobEvent<V>) {
         let Some((sid, wire)) = self.jobs.get(&ev.job).cloned() else {
             return;
         };
@@ -718,7 +712,7 @@ impl<V: Payload> SessionTable<V> {
 
     /// The host's observer of `job` missed `count` events (its queue overflowed): reported to
     /// the client as missed progress.
-    pub fn on_missed(&mut self, _now: Millis, job: JobId, count: u64) {
+    pub fn on_missed(&mut self, _now: Mono, job: JobId, count: u64) {
         let Some((sid, wire)) = self.jobs.get(&job).cloned() else {
             return;
         };
@@ -730,7 +724,7 @@ impl<V: Payload> SessionTable<V> {
 
     /// The server is stopping: every session ends (its runs terminated with `reason`), every
     /// socket closes with 1001.
-    pub fn stop(&mut self, now: Millis, reason: &str) {
+    pub fn stop(&mut self, now: Mono, reason: &str) {
         for (conn, _) in std::mem::take(&mut self.conns) {
             self.outputs.push_back(ServerOutput::Close {
                 conn,
@@ -753,7 +747,7 @@ impl<V: Payload> SessionTable<V> {
 
     /// The earliest time [`SessionTable::handle_timeout`] has something to do.
     #[must_use]
-    pub fn poll_timeout(&self) -> Option<Millis> {
+    pub fn poll_timeout(&self) -> Option<Mono> {
         let auth = self
             .conns
             .values()
@@ -768,7 +762,7 @@ impl<V: Payload> SessionTable<V> {
 
     /// Closes connections that did not authenticate in time or went silent, and expires
     /// sessions detached past their window and grace.
-    pub fn handle_timeout(&mut self, now: Millis) {
+    pub fn handle_timeout(&mut self, now: Mono) {
         let late: Vec<ConnId> = self
             .conns
             .iter()
@@ -932,13 +926,13 @@ impl<V: Payload> SessionTable<V> {
     #[allow(clippy::too_many_arguments)]
     fn hello(
         &mut self,
-        now: Millis,
+        now: Mono,
         conn: ConnId,
         protocol: &str,
         principal: Option<String>,
         open: RemoteTarget,
-        window_ms: Millis,
-        heartbeat_ms: Millis,
+        window_ms: u64,
+        heartbeat_ms: u64,
         label: String,
     ) {
         let Some(principal) = principal else {
@@ -1016,7 +1010,7 @@ impl<V: Payload> SessionTable<V> {
 
     fn resume(
         &mut self,
-        now: Millis,
+        now: Mono,
         conn: ConnId,
         principal: Option<String>,
         sid: &str,
@@ -1212,7 +1206,7 @@ impl<V: Payload> SessionTable<V> {
 
     /// A refused frame of an authenticated session: an `error` reply; a refused `run` settles
     /// as failed without starting; nothing else is touched.
-    fn refused_frame(&mut self, _now: Millis, conn: ConnId, sid: &str, r: FrameRefused) {
+    fn refused_frame(&mut self, _now: Mono, conn: ConnId, sid: &str, r: FrameRefused) {
         self.count_error(sid);
         self.send(conn, frames::error(r.code, &r.violation, r.run));
         let s = self.sessions.get_mut(sid).expect("checked");
@@ -1291,7 +1285,7 @@ impl<V: Payload> SessionTable<V> {
     }
 
     /// One carried request.
-    fn request(&mut self, _now: Millis, conn: ConnId, sid: &str, body: &V, job: Option<u64>) {
+    fn request(&mut self, _now: Mono, conn: ConnId, sid: &str, body: &V, job: Option<u64>) {
         let t = body
             .field("type")
             .and_then(|t| t.as_text())
@@ -1420,7 +1414,7 @@ impl<V: Payload> SessionTable<V> {
     /// closed with `close_code`.
     fn end_session(
         &mut self,
-        now: Millis,
+        now: Mono,
         sid: &str,
         reason: String,
         tombstone: Option<RemoteCode>,

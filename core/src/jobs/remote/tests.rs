@@ -4,6 +4,7 @@
 
 use std::collections::{HashMap, VecDeque};
 
+use crate::Mono;
 use proptest::prelude::*;
 use serde_json::{Value, json};
 
@@ -13,9 +14,9 @@ use super::*;
 use crate::jobs::wire::WireRequest;
 use crate::jobs::*;
 
-const WINDOW: Millis = 1_500;
-const HB: Millis = 100;
-const GRACE: Millis = grace_ms(HB);
+const WINDOW: u64 = 1_500;
+const HB: u64 = 100;
+const GRACE: u64 = grace_ms(HB);
 
 fn auth(token: &str) -> Option<String> {
     (token == "tok").then(|| "alice".to_string())
@@ -27,7 +28,7 @@ struct Sock {
 }
 
 struct World {
-    now: Millis,
+    now: Mono,
     client: Registry<Value>,
     server: Registry<Value>,
     table: SessionTable<Value>,
@@ -84,7 +85,7 @@ impl World {
         let mut server = Registry::default();
         server.set_journal_window(Some(256));
         World {
-            now: 0,
+            now: Mono::from_ms(0),
             client: Registry::default(),
             server,
             table: SessionTable::new(config, [7; 32]),
@@ -299,11 +300,11 @@ impl World {
     }
 
     /// Advances simulated time to `to`, firing every timer on the way.
-    fn advance(&mut self, to: Millis) {
+    fn advance(&mut self, to: Mono) {
         self.advance_with(to, true);
     }
 
-    fn advance_with(&mut self, to: Millis, client_timers: bool) {
+    fn advance_with(&mut self, to: Mono, client_timers: bool) {
         loop {
             let mut next = [self.server.poll_timeout(), self.table.poll_timeout()]
                 .into_iter()
@@ -571,7 +572,7 @@ fn a_cut_never_resumed_is_lost_at_the_window_and_terminated_on_the_server_after_
     let job = w.submit(ep, json!(1));
     let run = w.run(0);
     w.reply(run, json!({"type": "progress", "value": 0.5}));
-    w.now = 1_000;
+    w.now = Mono::from_ms(1_000);
     w.cut(ep);
     let since = w.now;
     w.advance(since + WINDOW - 1);
@@ -710,12 +711,12 @@ fn a_cancel_while_disconnected_is_delivered_on_resume_or_answered_by_expiry() {
     let mut w = World::new(World::config());
     let ep = w.open();
     let job = w.submit(ep, json!(1));
-    w.now = 500;
+    w.now = Mono::from_ms(500);
     w.cut(ep);
     let since = w.now;
-    w.now = 700;
+    w.now = Mono::from_ms(700);
     assert_eq!(
-        w.client.cancel(700, job, "user").unwrap(),
+        w.client.cancel(Mono::from_ms(700), job, "user").unwrap(),
         CancelStatus::RequestedWhileDisconnected
     );
     w.advance(since + WINDOW);
@@ -1021,12 +1022,16 @@ fn refused_sessions_close_the_endpoint_before_any_run() {
     spec.heartbeat_ms = HB;
     let ep = w
         .client
-        .open_remote(0, EndpointSpec::new("app", "r"), spec.clone())
+        .open_remote(
+            Mono::from_ms(0),
+            EndpointSpec::new("app", "r"),
+            spec.clone(),
+        )
         .unwrap();
     w.socks.insert(ep, Sock::default());
     let job = w
         .client
-        .submit(0, Submit::new("app", ep, json!(1)))
+        .submit(Mono::from_ms(0), Submit::new("app", ep, json!(1)))
         .unwrap()
         .job;
     w.pump();
@@ -1044,7 +1049,7 @@ fn refused_sessions_close_the_endpoint_before_any_run() {
     spec.open = RemoteTarget::Kind("nothing".into());
     let ep = w
         .client
-        .open_remote(0, EndpointSpec::new("app", "r"), spec)
+        .open_remote(Mono::from_ms(0), EndpointSpec::new("app", "r"), spec)
         .unwrap();
     w.socks.insert(ep, Sock::default());
     w.pump();
@@ -1060,21 +1065,21 @@ fn a_restarted_host_refuses_the_unknown_session_and_the_runs_are_lost_at_once() 
     let mut w = World::new(World::config());
     let ep = w.open();
     let job = w.submit(ep, json!(1));
-    w.now = 100;
+    w.now = Mono::from_ms(100);
     w.cut(ep);
     // The host restarts: a new table and registry know nothing of session s-1.
     w.table = SessionTable::new(World::config(), [9; 32]);
     w.server = Registry::default();
     w.subs.clear();
     w.blocked = false;
-    w.advance(300);
+    w.advance(Mono::from_ms(300));
     let (reason, evidence) = lost(w.client.job(job).unwrap());
     assert_eq!(evidence, LostEvidence::RemoteDisconnected);
     assert!(reason.contains("REMOTE_SESSION_UNKNOWN"), "{reason}");
     assert_eq!(w.client.remote_info(ep).unwrap().state, "closed");
     assert_eq!(w.client.poll_timeout(), None);
     assert_eq!(w.socks[&ep].conn, None, "the socket was closed");
-    assert!(w.client.job(job).unwrap().journal().last().unwrap().at < 300);
+    assert!(w.client.job(job).unwrap().journal().last().unwrap().at < Mono::from_ms(300));
 }
 
 #[test]
@@ -1090,7 +1095,7 @@ fn urls_need_wss_except_to_loopback() {
     let mut reg: Registry<Value> = Registry::default();
     let err = reg
         .open_remote(
-            0,
+            Mono::from_ms(0),
             EndpointSpec::new("o", "l"),
             RemoteSpec::new("ws://10.0.0.1/x", "t", RemoteTarget::Kind("sleep".into())),
         )
@@ -1200,11 +1205,11 @@ fn an_endpoint_the_host_cannot_open_ends_the_session_before_any_run() {
     let ep = w.open_quiet();
     let a = w
         .client
-        .submit(0, Submit::new("app", ep, json!(1)))
+        .submit(Mono::from_ms(0), Submit::new("app", ep, json!(1)))
         .unwrap();
     let b = w
         .client
-        .submit(0, Submit::new("app", ep, json!(2)))
+        .submit(Mono::from_ms(0), Submit::new("app", ep, json!(2)))
         .unwrap();
     w.pump();
     for job in [a.job, b.job] {
@@ -1229,7 +1234,7 @@ fn an_endpoint_the_host_cannot_open_ends_the_session_before_any_run() {
     assert_eq!(t.len(), 1);
     assert_eq!((t[0].code, t[0].jobs.len()), (RemoteCode::OpenFailed, 0));
     assert!(t[0].reason.contains(why), "{}", t[0].reason);
-    w.advance(3 * WINDOW);
+    w.advance(Mono::from_ms(3 * WINDOW));
     assert_eq!(w.connects, 1);
     // A resume of it is refused with the tombstone's code and reason.
     let conn = w.table.on_connect(w.now);
@@ -1578,14 +1583,14 @@ fn a_refused_resume_names_the_undelivered_cancel() {
     let mut w = World::new(World::config());
     let ep = w.open();
     let job = w.submit(ep, json!(1));
-    w.now = 100;
+    w.now = Mono::from_ms(100);
     w.cut(ep);
     w.client.cancel(w.now, job, "user").unwrap();
     w.table = SessionTable::new(World::config(), [9; 32]);
     w.server = Registry::default();
     w.subs.clear();
     w.blocked = false;
-    w.advance(300);
+    w.advance(Mono::from_ms(300));
     let (reason, _) = lost(w.client.job(job).unwrap());
     assert!(reason.contains("REMOTE_SESSION_UNKNOWN"), "{reason}");
     assert!(
@@ -1628,9 +1633,9 @@ fn unauthenticated_connections_beyond_max_pending_are_closed_at_once() {
     let mut config = World::config();
     config.max_pending = 2;
     let mut w = World::new(config);
-    let a = w.table.on_connect(0);
-    let b = w.table.on_connect(0);
-    let c = w.table.on_connect(0);
+    let a = w.table.on_connect(Mono::from_ms(0));
+    let b = w.table.on_connect(Mono::from_ms(0));
+    let c = w.table.on_connect(Mono::from_ms(0));
     w.pump();
     assert_eq!(w.raw_closed, vec![(c, close::TRY_LATER)]);
     // An authenticated one frees its place.
@@ -1641,9 +1646,9 @@ fn unauthenticated_connections_beyond_max_pending_are_closed_at_once() {
         HB,
         "",
     );
-    w.table.on_frame(0, a, &hello, &auth);
-    let d = w.table.on_connect(0);
-    let e = w.table.on_connect(0);
+    w.table.on_frame(Mono::from_ms(0), a, &hello, &auth);
+    let d = w.table.on_connect(Mono::from_ms(0));
+    let e = w.table.on_connect(Mono::from_ms(0));
     w.pump();
     assert_eq!(
         w.raw_closed,
