@@ -25,7 +25,7 @@ use super::{
     ActorGraph, ActorsError, Candidate, GitCloseout, NewLine, NodeType, RelatedKind, Role,
     RouteOutcome, SpawnOutcome, SpawnProposer, SpawnRequest, Status, Trigger, WaitMode,
 };
-use crate::Millis;
+use crate::Wall;
 
 fn s<'a>(a: &'a Value, k: &str) -> Result<&'a str, ActorsError> {
     a[k].as_str()
@@ -36,13 +36,13 @@ fn o(a: &Value, k: &str) -> Option<String> {
     a[k].as_str().map(str::to_owned)
 }
 
-fn time_arg(a: &Value, k: &str) -> Result<Option<Millis>, ActorsError> {
+fn time_arg(a: &Value, k: &str) -> Result<Option<Wall>, ActorsError> {
     match &a[k] {
         Value::Null => Ok(None),
         Value::Number(n) => n
             .as_u64()
             .or_else(|| n.as_f64().filter(|f| *f >= 0.0).map(|f| f as u64))
-            .map(Some)
+            .map(|ms| Some(Wall::from_ms(ms)))
             .ok_or_else(|| ActorsError::InvalidArgument(format!("`{k}` is not a time"))),
         Value::String(t) => parse_timestamp(t)
             .map(Some)
@@ -63,7 +63,7 @@ pub fn spawn_json(o: &SpawnOutcome) -> Value {
 /// mutations queue exactly what they changed.
 pub fn call(
     g: &mut ActorGraph,
-    now: Millis,
+    now: Wall,
     op: &str,
     args: &Value,
     proposer: &dyn SpawnProposer,

@@ -5,7 +5,6 @@
 use serde::Serialize;
 
 use super::ActorsError;
-use crate::Millis;
 
 /// `ACTOR_AGENTIC_UI`: how chat is organised.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -65,9 +64,9 @@ pub struct HarnessConfig {
     pub node_store: NodeStoreMode,
     pub git_closeout: CloseoutDefault,
     /// Idle time after which a node starts to fade.
-    pub fade_after_ms: Millis,
+    pub fade_after_ms: u64,
     /// Idle time at which a node reaches `fade_floor`.
-    pub fade_full_ms: Millis,
+    pub fade_full_ms: u64,
     /// The dimmest a faded node gets (never 0: fade is not delete).
     pub fade_floor: f64,
 }

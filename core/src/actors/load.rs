@@ -17,7 +17,7 @@ use super::{
     ActorGraph, ActorsError, BOOKMARKS, Broken, Diagnostic, Entry, GRAPH, HarnessConfig,
     METATHREAD, NodeId, NodeState, Tx, chat_path, obj,
 };
-use crate::Millis;
+use crate::Wall;
 
 /// What [`ActorGraph::open`] found and did.
 #[derive(Clone, Debug, Default, Serialize)]
@@ -166,12 +166,98 @@ impl Tails {
     }
 }
 
-/// Parses the records of nodes `ids` from `snap`: readable nodes, and nodes whose `meta.json`
-/// cannot be used (reported in `diags`).
+/// Records a trusted lazy open read by their ends, by node id (see [`LazySnapshot::record_ends`]).
+type FromEndsMap = BTreeMap<String, (super::patch::FromEnds, std::sync::Arc<dyn GraphLookup>)>;
+
+/// Parses node `id`'s `meta.json` from `snap` (a record torn by a crash during a patch is
+/// repaired in memory, noted in `tails`): the record and where a patch adding a child starts
+/// (see [`super::patch::meta_patch_at`]), or `None` when it cannot be used (reported in
+/// `diags`; a corrupt record or another id also in `broken`).
+fn parse_record(
+    snap: &Snapshot,
+    id: &NodeId,
+    diags: &mut Vec<Diagnostic>,
+    tails: &mut Tails,
+    broken: &mut BTreeMap<String, Broken>,
+) -> Option<(Node, Option<(u64, u64)>)> {
+    let mpath = format!("nodes/{id}/meta.json");
+    let Some(mb) = snap.files.get(&mpath) else {
+        diags.push(Diagnostic {
+            code: "MISSING_META",
+            file: mpath,
+            line: None,
+            message: format!("nodes/{id}/ has no meta.json; it is not a node (ignored)"),
+            repaired: false,
+        });
+        return None;
+    };
+    let parsed = serde_json::from_slice::<Node>(mb);
+    let repaired = match &parsed {
+        Err(_) => super::patch::repair_torn_meta(mb).filter(|m| m.id == *id),
+        Ok(_) => None,
+    };
+    if let Some(m) = &repaired {
+        diags.push(Diagnostic {
+            code: "TORN_RECORD",
+            file: mpath.clone(),
+            line: None,
+            message: format!(
+                "{mpath} ends in a spawn's torn in-place write; its `spawned` was cut back to the last whole child ({}) and the record is rewritten",
+                m.spawned.len()
+            ),
+            repaired: true,
+        });
+        tails.records.push(id.clone());
+    }
+    let meta: Node = match repaired.map(Ok).unwrap_or(parsed) {
+        Ok(m) if m.id == *id => m,
+        Ok(m) => {
+            let error = format!("its id is `{}`, not `{id}`", m.id);
+            diags.push(Diagnostic {
+                code: "ID_MISMATCH",
+                file: mpath.clone(),
+                line: None,
+                message: error.clone(),
+                repaired: false,
+            });
+            broken.insert(id.to_string(), Broken { file: mpath, error });
+            return None;
+        }
+        Err(e) => {
+            diags.push(Diagnostic {
+                code: "CORRUPT_JSON",
+                file: mpath.clone(),
+                line: Some(e.line() as u64),
+                message: format!(
+                    "{mpath} is not a valid node record: {e}; the node is read-only until fixed"
+                ),
+                repaired: false,
+            });
+            broken.insert(
+                id.to_string(),
+                Broken {
+                    file: mpath,
+                    error: e.to_string(),
+                },
+            );
+            return None;
+        }
+    };
+    let meta_at = if meta.spawned.is_empty() {
+        None
+    } else {
+        super::patch::meta_patch_at(mb, meta.last_event_at.is_some())
+    };
+    Some((meta, meta_at))
+}
+
+/// Parses the records of nodes `ids` from `snap` (or, for the ids in `from_ends`, from their
+/// ends): readable nodes, and nodes whose `meta.json` cannot be used (reported in `diags`).
 fn read_nodes(
     snap: &Snapshot,
     log_tails: &BTreeMap<String, LogTail>,
     ids: BTreeSet<String>,
+    from_ends: &mut FromEndsMap,
     diags: &mut Vec<Diagnostic>,
     tails: &mut Tails,
 ) -> (BTreeMap<NodeId, NodeState>, BTreeMap<String, Broken>) {
@@ -189,68 +275,19 @@ fn read_nodes(
             });
             continue;
         };
-        let mpath = format!("nodes/{id}/meta.json");
-        let Some(mb) = snap.files.get(&mpath) else {
-            diags.push(Diagnostic {
-                code: "MISSING_META",
-                file: mpath,
-                line: None,
-                message: format!("nodes/{id}/ has no meta.json; it is not a node (ignored)"),
-                repaired: false,
-            });
-            continue;
-        };
-        let parsed = serde_json::from_slice::<Node>(mb);
-        let repaired = match &parsed {
-            Err(_) => super::patch::repair_torn_meta(mb).filter(|m| m.id == id),
-            Ok(_) => None,
-        };
-        if let Some(m) = &repaired {
-            diags.push(Diagnostic {
-                code: "TORN_RECORD",
-                file: mpath.clone(),
-                line: None,
-                message: format!(
-                    "{mpath} ends in a spawn's torn in-place write; its `spawned` was cut back to the last whole child ({}) and the record is rewritten",
-                    m.spawned.len()
-                ),
-                repaired: true,
-            });
-            tails.records.push(id.clone());
-        }
-        let meta: Node = match repaired.map(Ok).unwrap_or(parsed) {
-            Ok(m) if m.id == id => m,
-            Ok(m) => {
-                let error = format!("its id is `{}`, not `{id}`", m.id);
-                diags.push(Diagnostic {
-                    code: "ID_MISMATCH",
-                    file: mpath.clone(),
-                    line: None,
-                    message: error.clone(),
-                    repaired: false,
-                });
-                broken.insert(id.to_string(), Broken { file: mpath, error });
-                continue;
+        let (meta, meta_at, spawned_elided) = match from_ends.remove(id.as_str()) {
+            Some((f, lookup)) => {
+                let elided = super::Elided {
+                    from: f.from,
+                    to: f.to,
+                    lookup,
+                };
+                (f.node, Some(f.meta_at), Some(elided))
             }
-            Err(e) => {
-                diags.push(Diagnostic {
-                    code: "CORRUPT_JSON",
-                    file: mpath.clone(),
-                    line: Some(e.line() as u64),
-                    message: format!(
-                        "{mpath} is not a valid node record: {e}; the node is read-only until fixed"
-                    ),
-                    repaired: false,
-                });
-                broken.insert(
-                    id.to_string(),
-                    Broken {
-                        file: mpath,
-                        error: e.to_string(),
-                    },
-                );
-                continue;
-            }
+            None => match parse_record(snap, &id, diags, tails, &mut broken) {
+                Some((meta, meta_at)) => (meta, meta_at, None),
+                None => continue,
+            },
         };
         let cpath = chat_path(id.as_str());
         let (chat, chat_base) = match (snap.files.get(&cpath), log_tails.get(&cpath)) {
@@ -283,11 +320,6 @@ fn read_nodes(
                 chain.insert(n, parse_json::<Mailbox>(p, b, diags));
             }
         }
-        let meta_at = if meta.spawned.is_empty() {
-            None
-        } else {
-            super::patch::meta_patch_at(mb, meta.last_event_at.is_some())
-        };
         nodes.insert(
             id,
             NodeState {
@@ -297,6 +329,7 @@ fn read_nodes(
                 mailbox: latest,
                 chain,
                 meta_at,
+                spawned_elided,
             },
         );
     }
@@ -317,7 +350,7 @@ impl ActorGraph {
         config: HarnessConfig,
         root_address: &str,
         snap: &Snapshot,
-        now: Millis,
+        now: Wall,
     ) -> Result<(ActorGraph, OpenReport), ActorsError> {
         let mut diags = Vec::new();
         let mut tails = Tails::default();
@@ -345,7 +378,14 @@ impl ActorGraph {
                 ids.insert(id.to_owned());
             }
         }
-        let (nodes, broken) = read_nodes(snap, &BTreeMap::new(), ids, &mut diags, &mut tails);
+        let (nodes, broken) = read_nodes(
+            snap,
+            &BTreeMap::new(),
+            ids,
+            &mut FromEndsMap::new(),
+            &mut diags,
+            &mut tails,
+        );
         if nodes.is_empty() && broken.is_empty() && graph.is_none() && !graph_corrupt {
             return Err(ActorsError::NotInitialized);
         }
@@ -425,7 +465,7 @@ impl ActorGraph {
 
     fn recover(
         &mut self,
-        now: Millis,
+        now: Wall,
         diags: &mut Vec<Diagnostic>,
         tails: Tails,
         loaded: Option<&GraphIndex>,
@@ -485,7 +525,7 @@ impl ActorGraph {
 
         let mut dirty: BTreeSet<NodeId> = tails.records.iter().cloned().collect();
         // Children in creation order, so that roll-forward appends keep spawn order.
-        let mut order: Vec<(Option<Millis>, NodeId)> = self
+        let mut order: Vec<(Option<Wall>, NodeId)> = self
             .nodes
             .iter()
             .map(|(id, n)| {
@@ -919,6 +959,29 @@ pub struct LazySnapshot {
     /// and looks ids up through the host ([`GraphLookup`]) rather than in the bytes, so a
     /// spawn reads a bounded number of bytes of it at any node count.
     pub graph_ends: Option<GraphEnds>,
+    /// With `trusted`, a host may hand a node's `meta.json` as its two ends instead of whole
+    /// (not in `snap`), by node id, when its own stamp of the record shows it unchanged since
+    /// a writer whose graph said [`ActorGraph::lazy_trusted`] left it (see
+    /// [`ActorGraph::lazy_records`]): the open reads the record's fields from the first bytes
+    /// and its closing bytes from the last, never the children between (`spawned`, the part
+    /// that grows with the node), so a spawn costs the same under a parent of any size. A
+    /// record whose ends are not canonical, or handed to an open that is not trusted, is read
+    /// whole through [`GraphLookup::record`].
+    pub record_ends: BTreeMap<String, RecordEnds>,
+}
+
+/// A node's `meta.json` as a host hands a trusted lazy open without reading it whole
+/// ([`LazySnapshot::record_ends`]).
+#[derive(Clone, Debug)]
+pub struct RecordEnds {
+    /// Its first bytes (enough to hold the fields before `spawned`).
+    pub head: Vec<u8>,
+    /// Its last bytes (the last child, `spawned`'s close and `lastEventAt`).
+    pub tail: Vec<u8>,
+    /// Its size in bytes (from the stamp the host checked).
+    pub size: u64,
+    /// How the core reads the rest ([`GraphLookup::record`]).
+    pub lookup: std::sync::Arc<dyn GraphLookup>,
 }
 
 /// `graph.json` as a host hands a trusted lazy open without reading it whole
@@ -945,6 +1008,13 @@ pub trait GraphLookup: std::fmt::Debug + Send + Sync {
     /// `graph.json` whole, when the core needs the whole index (a rewrite), or `None` when
     /// it cannot be read.
     fn graph(&self) -> Option<Vec<u8>>;
+    /// Bytes `from..to` of `nodes/<id>/meta.json` (no link followed), or `None` when they
+    /// cannot be read (the file is shorter, or an I/O error). Hosts that hand no record by
+    /// its ends ([`LazySnapshot::record_ends`]) need not answer.
+    fn record(&self, id: &str, from: u64, to: u64) -> Option<Vec<u8>> {
+        let _ = (id, from, to);
+        None
+    }
 }
 
 /// A string field of a metathread record, or `None` when it holds anything else.
@@ -1381,9 +1451,12 @@ impl ActorGraph {
         if wave_needs_tasks {
             want.extend(tasks.map(|(id, _)| id.clone()));
         }
+        let has_record = |head: &LazySnapshot, id: &str| {
+            head.snap.files.contains_key(&super::meta_path(id)) || head.record_ends.contains_key(id)
+        };
         let missing: Vec<String> = want
             .iter()
-            .filter(|id| !head.snap.files.contains_key(&super::meta_path(id)))
+            .filter(|id| !has_record(&head, id))
             .cloned()
             .collect();
         if !missing.is_empty() {
@@ -1395,14 +1468,41 @@ impl ActorGraph {
             };
             read(&ask, &mut head)?;
         }
-        if let Some(id) = want
-            .iter()
-            .find(|id| !head.snap.files.contains_key(&super::meta_path(id)))
-        {
+        if let Some(id) = want.iter().find(|id| !has_record(&head, id)) {
             return full(format!("nodes/{id}/meta.json is missing"));
         }
+        // Records handed by their ends: their fields from the ends when the open is trusted
+        // and the ends are canonical; otherwise read whole.
+        let mut from_ends = FromEndsMap::new();
+        for (id, ends) in std::mem::take(&mut head.record_ends) {
+            let path = super::meta_path(&id);
+            if !want.contains(&id) || head.snap.files.contains_key(&path) {
+                continue;
+            }
+            match trusted
+                .then(|| super::patch::meta_from_ends(&ends, &id))
+                .flatten()
+            {
+                Some(f) => {
+                    from_ends.insert(id, (f, ends.lookup));
+                }
+                None => match ends.lookup.record(&id, 0, ends.size) {
+                    Some(b) => {
+                        head.snap.files.insert(path, b);
+                    }
+                    None => return full(format!("{path} is unreadable")),
+                },
+            }
+        }
         let mut tails = Tails::default();
-        let (nodes, broken) = read_nodes(&head.snap, &head.tails, want, &mut diags, &mut tails);
+        let (nodes, broken) = read_nodes(
+            &head.snap,
+            &head.tails,
+            want,
+            &mut from_ends,
+            &mut diags,
+            &mut tails,
+        );
         if let Some(d) = diags.first() {
             return full(format!("{} needs a full open ({})", d.file, d.code));
         }

@@ -45,6 +45,7 @@ pub use config::{AgenticUi, CloseoutDefault, HarnessConfig, NodeStoreMode, WaitG
 pub use id::{MAX_NODE_ID_BYTES, NodeId, slugify};
 pub use load::{
     GraphEnds, GraphLookup, LAZY_TAIL_LINES, LazyOpen, LazyRead, LazySnapshot, LogMark, OpenReport,
+    RecordEnds,
 };
 pub use model::{
     ChatLine, Edge, GitCloseout, GraphEntry, GraphIndex, Mailbox, Node, NodeType, Related,
@@ -60,7 +61,7 @@ pub use store::{
 };
 pub use views::{AuditEntry, AuditReport, Scope, WaitCheck};
 
-use crate::Millis;
+use crate::Wall;
 
 /// Errors of the actor graph. Each has a stable code (see [`ActorsError::code`]). A call that
 /// fails changes nothing.
@@ -267,6 +268,33 @@ pub(crate) struct NodeState {
     /// `meta.json` on disk, when it is canonical with a non-empty `spawned` (see
     /// [`patch`]): where a patch adding a child starts, and the record's length.
     pub meta_at: Option<(u64, u64)>,
+    /// Set when a trusted lazy open read `meta.json` by its ends ([`RecordEnds`]): the
+    /// children on disk then were not read, and `meta.spawned` holds only the children
+    /// spawned since. Read back ([`ActorGraph::put_meta`]) before the record is written whole.
+    pub spawned_elided: Option<Elided>,
+}
+
+/// The children of a node record a trusted lazy open did not read ([`NodeState::spawned_elided`]):
+/// the element lines of canonical `meta.json`'s `spawned`, bytes `from..to` of the record as
+/// it was opened. Patches write only after `to`, so the bytes stay where they were until the
+/// record is written whole.
+#[derive(Clone, Debug)]
+pub(crate) struct Elided {
+    pub from: u64,
+    pub to: u64,
+    pub lookup: std::sync::Arc<dyn GraphLookup>,
+}
+
+impl Elided {
+    /// The children the bytes name, in order, or why they cannot be read.
+    fn read(&self, id: &NodeId) -> Result<Vec<NodeId>, String> {
+        let b = self
+            .lookup
+            .record(id.as_str(), self.from, self.to)
+            .ok_or_else(|| format!("nodes/{id}/meta.json cannot be read"))?;
+        patch::elided_children(&b)
+            .ok_or_else(|| format!("nodes/{id}/meta.json changed under the writer"))
+    }
 }
 
 impl NodeState {
@@ -652,7 +680,7 @@ impl ActorGraph {
     /// Node ids in creation order (`createdAt`, then spawn order): the order of grid tiles
     /// and worker lists.
     pub fn creation_order(&self) -> Vec<NodeId> {
-        let mut ids: Vec<(Option<Millis>, usize, NodeId)> = self
+        let mut ids: Vec<(Option<Wall>, usize, NodeId)> = self
             .node_ids()
             .into_iter()
             .enumerate()
@@ -668,7 +696,7 @@ impl ActorGraph {
                 )
             })
             .collect();
-        ids.sort_by_key(|(t, i, _)| (t.unwrap_or(Millis::MAX), *i));
+        ids.sort_by_key(|(t, i, _)| (t.unwrap_or(Wall::MAX), *i));
         ids.into_iter().map(|(_, _, id)| id).collect()
     }
 
@@ -906,6 +934,22 @@ impl ActorGraph {
             })
     }
 
+    /// The node records a host may keep stamps of once this graph's batches are performed,
+    /// so that a later trusted lazy open reads them by their ends
+    /// ([`LazySnapshot::record_ends`]): when [`lazy_trusted`](Self::lazy_trusted), the
+    /// records of the nodes read that are canonical with a non-empty `spawned` (as this graph
+    /// wrote or read them); otherwise none.
+    pub fn lazy_records(&self) -> Vec<String> {
+        if !self.lazy_trusted() {
+            return Vec::new();
+        }
+        self.nodes
+            .iter()
+            .filter(|(_, n)| n.meta_at.is_some())
+            .map(|(id, _)| meta_path(id.as_str()))
+            .collect()
+    }
+
     /// Whether the graph was opened lazily (it holds only the nodes the host loaded).
     pub fn is_lazy(&self) -> bool {
         self.lazy.is_some()
@@ -952,11 +996,40 @@ impl ActorGraph {
         self.nodes.get_mut(id).expect("checked node")
     }
 
-    pub(crate) fn put_meta(&self, id: &NodeId) -> Op {
+    /// The op writing `id`'s record whole. A record whose children a trusted lazy open did
+    /// not read ([`NodeState::spawned_elided`]) reads them first (through the host) and holds
+    /// them from then on; when they cannot be read, the op is one the store refuses (a patch
+    /// expecting a size no record has), so the batch fails as on an I/O error and no record
+    /// lacking its children is ever written.
+    pub(crate) fn put_meta(&mut self, id: &NodeId) -> Op {
+        let path = meta_path(id.as_str());
+        if let Err(why) = self.hold_children(id) {
+            return Op::Patch {
+                path,
+                at: 0,
+                size: u64::MAX,
+                text: format!("refused: {why}"),
+            };
+        }
         Op::Put {
-            path: meta_path(id.as_str()),
+            path,
             text: pretty(&self.nodes[id].meta),
         }
+    }
+
+    /// Reads back the children a trusted lazy open did not read of `id`'s record
+    /// ([`NodeState::spawned_elided`]), so that `meta.spawned` holds them all: before anything
+    /// consults the whole list. Fails (the list stays as it was) when they cannot be read.
+    pub(crate) fn hold_children(&mut self, id: &NodeId) -> Result<(), String> {
+        let st = self.nodes.get_mut(id).expect("checked node");
+        let Some(e) = &st.spawned_elided else {
+            return Ok(());
+        };
+        let mut children = e.read(id)?;
+        children.append(&mut st.meta.spawned);
+        st.meta.spawned = children;
+        st.spawned_elided = None;
+        Ok(())
     }
 
     /// `graph.json` as it should be now: the loaded index updated with every node's type and
@@ -1055,7 +1128,7 @@ impl ActorGraph {
     pub(crate) fn push_meta(
         &mut self,
         kind: &str,
-        now: Millis,
+        now: Wall,
         mut fields: Map<String, Value>,
     ) -> (u64, Op) {
         fields.insert("kind".into(), Value::String(kind.to_owned()));

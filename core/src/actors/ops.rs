@@ -19,7 +19,7 @@ use super::{
     ActorGraph, ActorsError, BOOKMARKS, Entry, GRAPH, HarnessConfig, INDEX, NodeId, NodeState,
     THREAD, Tx, line, obj, pretty, slugify,
 };
-use crate::Millis;
+use crate::Wall;
 
 /// The longest chat line text accepted, in bytes.
 pub const MAX_TEXT_BYTES: usize = 1 << 20;
@@ -197,7 +197,7 @@ impl ActorGraph {
         config: HarnessConfig,
         root_address: &str,
         snapshot: &Snapshot,
-        now: Millis,
+        now: Wall,
         title: &str,
     ) -> Result<ActorGraph, ActorsError> {
         if !snapshot.is_empty() {
@@ -260,6 +260,7 @@ impl ActorGraph {
                 mailbox: None,
                 chain: Default::default(),
                 meta_at: None,
+                spawned_elided: None,
             },
         );
         let mut tx = Tx::new("init");
@@ -449,7 +450,7 @@ impl ActorGraph {
     /// The parent's meta and `graph.json` are written by the caller.
     fn apply_spawn(
         &mut self,
-        now: Millis,
+        now: Wall,
         p: Plan,
         first: &mut Vec<Op>,
         later: &mut Vec<Op>,
@@ -523,6 +524,7 @@ impl ActorGraph {
                 mailbox: None,
                 chain: Default::default(),
                 meta_at: None,
+                spawned_elided: None,
             },
         );
         let parent = self.state_mut(&p.parent);
@@ -578,7 +580,7 @@ impl ActorGraph {
 
     /// In a high-volatility wave, task leaves whose close-out was defaulted to `per-node`
     /// switch to `coordinator-batch`, with a new addendum line.
-    fn wave_downgrade(&mut self, now: Millis, later: &mut Vec<Op>) {
+    fn wave_downgrade(&mut self, now: Wall, later: &mut Vec<Op>) {
         if !super::closeout::is_high_volatility(self.non_terminal_tasks()) {
             return;
         }
@@ -619,7 +621,7 @@ impl ActorGraph {
     /// the metathread spawn record, which names the marker's line (so it is never durable
     /// without it). Parent and child are gated until the batch is acknowledged. A
     /// `disambiguation` child pauses the parent.
-    pub fn spawn(&mut self, now: Millis, req: SpawnRequest) -> Result<SpawnOutcome, ActorsError> {
+    pub fn spawn(&mut self, now: Wall, req: SpawnRequest) -> Result<SpawnOutcome, ActorsError> {
         self.check_spawn_enabled()?;
         let parent = self.writable(&req.parent)?;
         self.check_not_paused(&parent)?;
@@ -647,7 +649,7 @@ impl ActorGraph {
     /// refused request refuses the whole batch and changes nothing.
     pub fn spawn_batch(
         &mut self,
-        now: Millis,
+        now: Wall,
         reqs: Vec<SpawnRequest>,
     ) -> Result<Vec<SpawnOutcome>, ActorsError> {
         self.check_spawn_enabled()?;
@@ -711,7 +713,7 @@ impl ActorGraph {
     #[allow(clippy::too_many_arguments)]
     fn commit_spawns(
         &mut self,
-        now: Millis,
+        now: Wall,
         parent: &NodeId,
         plans: Vec<Plan>,
         label: String,
@@ -783,7 +785,10 @@ impl ActorGraph {
         let (at, size) = st.meta_at?;
         let m = &st.meta;
         let old = m.spawned.len().checked_sub(children.len())?;
-        if old == 0 || m.spawned[old..] != *children || m.routing_paused_by.is_some() {
+        // No child on disk before: the record has an empty `spawned` and is written whole
+        // (unless the children on disk were not read: then there are some).
+        let none_before = old == 0 && st.spawned_elided.is_none();
+        if none_before || m.spawned[old..] != *children || m.routing_paused_by.is_some() {
             return None;
         }
         let text = super::patch::meta_patch_text(
@@ -884,7 +889,7 @@ impl ActorGraph {
 
     /// Appends a line to a node's chat. Refused while the node is gated (`NOT_PERSISTED`) or
     /// paused (`ROUTING_PAUSED`), for cadence violations, and for routing markers.
-    pub fn append(&mut self, now: Millis, node: &str, l: NewLine) -> Result<u64, ActorsError> {
+    pub fn append(&mut self, now: Wall, node: &str, l: NewLine) -> Result<u64, ActorsError> {
         let id = self.writable(node)?;
         self.check_not_paused(&id)?;
         Self::check_text(&l.text)?;
@@ -915,7 +920,7 @@ impl ActorGraph {
     /// tool on the discussion surface); cadence separation is checked as for every line.
     pub(crate) fn append_agent_lines(
         &mut self,
-        now: Millis,
+        now: Wall,
         node: &str,
         lines: Vec<(Role, String, Map<String, Value>)>,
     ) -> Result<BatchId, ActorsError> {
@@ -983,7 +988,7 @@ impl ActorGraph {
     /// child. A spawned child receives the utterance; the parent keeps a routing marker.
     pub fn route(
         &mut self,
-        now: Millis,
+        now: Wall,
         node: &str,
         text: &str,
         tokens: Option<u64>,
@@ -1062,7 +1067,7 @@ impl ActorGraph {
     /// status also leaves a metathread ref to the node's last line.
     pub fn set_status(
         &mut self,
-        now: Millis,
+        now: Wall,
         node: &str,
         status: Status,
         summary: Option<String>,
@@ -1151,7 +1156,7 @@ impl ActorGraph {
     /// the routing markers; stage 4 the metathread records, which name the markers' lines.
     pub fn resolve(
         &mut self,
-        now: Millis,
+        now: Wall,
         disambiguation: &str,
         candidates: Vec<Candidate>,
         note: &str,
@@ -1172,6 +1177,7 @@ impl ActorGraph {
             return Err(not("it has no parent"));
         };
         let parent = self.writable(parent.as_str())?;
+        self.hold_children(&parent).map_err(ActorsError::StoreIo)?;
         if self.state(&parent).meta.routing_paused_by.as_ref() != Some(&d) {
             return Err(not("its parent is not paused by it"));
         }
@@ -1307,7 +1313,7 @@ impl ActorGraph {
     /// Adds a metathread ref to an existing line of a node.
     pub fn add_ref(
         &mut self,
-        now: Millis,
+        now: Wall,
         node: &str,
         line: u64,
         summary: &str,
@@ -1350,7 +1356,7 @@ impl ActorGraph {
     }
 
     /// Adds a coordinator narrative line to the metathread.
-    pub fn narrate(&mut self, now: Millis, text: &str) -> Result<u64, ActorsError> {
+    pub fn narrate(&mut self, now: Wall, text: &str) -> Result<u64, ActorsError> {
         self.check_store()?;
         Self::check_text(text)?;
         let (n, op) = self.push_meta("narrative", now, obj(vec![("text", json!(text.trim()))]));
@@ -1365,7 +1371,7 @@ impl ActorGraph {
     /// A subscription that would close a cycle is refused (`WAIT_CYCLE`).
     pub fn set_wait(
         &mut self,
-        now: Millis,
+        now: Wall,
         node: &str,
         target: &str,
         mode: Option<WaitMode>,
@@ -1376,7 +1382,7 @@ impl ActorGraph {
 
     fn set_wait_of(
         &mut self,
-        now: Millis,
+        now: Wall,
         id: NodeId,
         target: &str,
         mode: Option<WaitMode>,
@@ -1459,7 +1465,7 @@ impl ActorGraph {
     /// Adds a related (non-spawn) edge `from → to`.
     pub fn relate(
         &mut self,
-        now: Millis,
+        now: Wall,
         from: &str,
         to: &str,
         kind: RelatedKind,
@@ -1491,7 +1497,7 @@ impl ActorGraph {
 
     /// Archives (`hidden = true`) or restores a node. Archive is a view filter: nothing is
     /// deleted.
-    pub fn archive(&mut self, now: Millis, node: &str, hidden: bool) -> Result<(), ActorsError> {
+    pub fn archive(&mut self, now: Wall, node: &str, hidden: bool) -> Result<(), ActorsError> {
         let id = self.writable(node)?;
         if id == self.root {
             return Err(ActorsError::InvalidArgument(
@@ -1519,8 +1525,8 @@ impl ActorGraph {
     /// filter, never a delete. Returns the archived ids.
     pub fn reset(
         &mut self,
-        now: Millis,
-        before: Millis,
+        now: Wall,
+        before: Wall,
         bookmark: Option<&str>,
     ) -> Result<Vec<NodeId>, ActorsError> {
         self.check_store()?;
@@ -1562,7 +1568,7 @@ impl ActorGraph {
     /// Adds a timeline bookmark (`timeline/bookmarks.jsonl`, mirrored in the metathread).
     pub fn bookmark(
         &mut self,
-        now: Millis,
+        now: Wall,
         scope: &Scope,
         keywords: Vec<String>,
         text: &str,
@@ -1606,7 +1612,7 @@ impl ActorGraph {
     /// grid positions) and stamps `viewEpoch` on those nodes. Needs `ACTOR_GRAPH_EPOCHS=on`.
     pub fn reframe_epoch(
         &mut self,
-        now: Millis,
+        now: Wall,
         reason: &str,
         nodes: Option<Vec<String>>,
     ) -> Result<u64, ActorsError> {
@@ -1666,7 +1672,7 @@ impl ActorGraph {
 
     /// Writes `thread.jsonl` (every line of every node merged by time — an export, never read
     /// back) and the `orchestrator/index.json` aggregate. Returns the number of exported lines.
-    pub fn export(&mut self, now: Millis) -> Result<usize, ActorsError> {
+    pub fn export(&mut self, now: Wall) -> Result<usize, ActorsError> {
         self.check_store()?;
         let (text, n) = self.thread_export(now);
         let mut tx = Tx::new("export");
@@ -1683,7 +1689,7 @@ impl ActorGraph {
     }
 
     /// Writes only the `orchestrator/index.json` aggregate.
-    pub fn write_index(&mut self, now: Millis) -> Result<(), ActorsError> {
+    pub fn write_index(&mut self, now: Wall) -> Result<(), ActorsError> {
         self.check_store()?;
         let mut tx = Tx::new("index");
         tx.op(Op::Put {

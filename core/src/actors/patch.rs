@@ -203,6 +203,91 @@ pub(crate) fn meta_patch_text<'a>(
     out
 }
 
+/// A canonical node record read by its ends ([`super::RecordEnds`]): its fields, with an
+/// empty `spawned`, where the children it did not read lie (bytes `from..to`: the element
+/// lines of `spawned`), and where a patch adding a child starts and the record's length
+/// (what [`meta_patch_at`] gives for the whole). `None` when the ends do not show that
+/// shape: the first bytes hold every field before `spawned` and no `lastEventAt`, the last
+/// bytes hold at least the last child, `spawned`'s close, and nothing after it but
+/// `lastEventAt`; the record's `id` is `id`.
+pub(crate) struct FromEnds {
+    pub node: Node,
+    pub from: u64,
+    pub to: u64,
+    pub meta_at: (u64, u64),
+}
+
+/// See [`FromEnds`].
+pub(crate) fn meta_from_ends(ends: &super::RecordEnds, id: &str) -> Option<FromEnds> {
+    let (head, tail) = (&ends.head[..], &ends.tail[..]);
+    if !head.starts_with(b"{\n")
+        || !tail.ends_with(b"\n}\n")
+        || ends.size < head.len().max(tail.len()) as u64
+    {
+        return None;
+    }
+    let k = key_at(head, SPAWNED_KEY)?;
+    let from = (k + SPAWNED_KEY.len()) as u64;
+    // `lastEventAt` must be the one after `spawned` (a patch rewrites it there).
+    if key_at(&head[..k], b"\n  \"lastEventAt\": ").is_some() {
+        return None;
+    }
+    let close = memchr::memmem::rfind(tail, b"\n  ]")?;
+    let rest = &tail[close + 4..];
+    let has_last_event = match rest.strip_prefix(b",\n  \"lastEventAt\": ") {
+        Some(r) => {
+            let v = r.strip_suffix(b"\n}\n")?;
+            serde_json::from_slice::<String>(v).ok()?;
+            true
+        }
+        None if rest == b"\n}\n" => false,
+        None => return None,
+    };
+    // The last child, whole in the tail.
+    let before = &tail[..close];
+    let nl = memchr::memrchr(b'\n', before)?;
+    let last = before[nl + 1..].strip_prefix(b"    ")?;
+    serde_json::from_slice::<super::NodeId>(last).ok()?;
+    let to = ends.size - tail.len() as u64 + close as u64;
+    if to < from + last.len() as u64 {
+        return None;
+    }
+    // The element lines the head holds whole (before the close) are strings of `spawned`.
+    let body = &head[from as usize..head.len().min(to as usize)];
+    let whole = memchr::memrchr(b'\n', body).map_or(&body[..0], |i| &body[..i]);
+    if !whole
+        .split(|b| *b == b'\n')
+        .all(|l| l.is_empty() || l.starts_with(b"    \""))
+    {
+        return None;
+    }
+    let mut text = head[..k].to_vec();
+    text.extend_from_slice(b"\n  \"spawned\": []");
+    text.extend_from_slice(rest);
+    let node: Node = serde_json::from_slice(&text).ok()?;
+    if node.id.as_str() != id || node.last_event_at.is_some() != has_last_event {
+        return None;
+    }
+    Some(FromEnds {
+        node,
+        from,
+        to,
+        meta_at: (to, ends.size),
+    })
+}
+
+/// The children named by the element lines of a canonical `spawned` (bytes
+/// [`FromEnds::from`]`..`[`FromEnds::to`] of the record), or `None` when they are not such lines.
+pub(crate) fn elided_children(bytes: &[u8]) -> Option<Vec<super::NodeId>> {
+    if !bytes.starts_with(b"    \"") || key_after(bytes, 0) {
+        return None;
+    }
+    let mut list = b"[\n".to_vec();
+    list.extend_from_slice(bytes);
+    list.extend_from_slice(b"\n]");
+    serde_json::from_slice(&list).ok()
+}
+
 /// A node record torn by a crash during a patch (see the module documentation): the record
 /// with `spawned` cut back to its last whole child, or `None` when `bytes` is not such a
 /// record. The repaired record loses the `lastEventAt` the patch was writing.
@@ -365,6 +450,92 @@ mod tests {
             ",\n  \"later\": {\n    \"q\": {\n      \"r\": 1\n    }\n  }\n}\n",
         );
         assert_eq!(graph_patch_at_ends(&ends(tail_key.as_bytes(), 200)), None);
+    }
+
+    #[derive(Debug)]
+    struct Bytes(Vec<u8>);
+    impl crate::actors::GraphLookup for Bytes {
+        fn exists(&self, _: &str) -> bool {
+            false
+        }
+        fn graph(&self) -> Option<Vec<u8>> {
+            None
+        }
+        fn record(&self, _: &str, from: u64, to: u64) -> Option<Vec<u8>> {
+            self.0.get(from as usize..to as usize).map(<[u8]>::to_vec)
+        }
+    }
+
+    fn record_ends(b: &[u8], head: usize, tail: usize) -> crate::actors::RecordEnds {
+        crate::actors::RecordEnds {
+            head: b[..head.min(b.len())].to_vec(),
+            tail: b[b.len() - tail.min(b.len())..].to_vec(),
+            size: b.len() as u64,
+            lookup: std::sync::Arc::new(Bytes(b.to_vec())),
+        }
+    }
+
+    /// Where `spawned`'s elements start.
+    fn f_at(b: &[u8]) -> usize {
+        key_at(b, SPAWNED_KEY).unwrap() + SPAWNED_KEY.len()
+    }
+
+    #[test]
+    fn a_record_read_by_its_ends_has_the_fields_the_whole_has_and_finds_its_children() {
+        let kids: Vec<String> = (0..300).map(|i| format!("child-{i:04}")).collect();
+        let kid_refs: Vec<&str> = kids.iter().map(String::as_str).collect();
+        for last in [Some("2026-01-01T00:00:00.001Z"), None] {
+            let n = node(&kid_refs, last);
+            let text = crate::actors::pretty(&n);
+            let b = text.as_bytes();
+            let whole = meta_patch_at(b, last.is_some()).expect("canonical");
+            for (h, t) in [(4096, 1024), (f_at(b) + 20, 120), (b.len(), b.len())] {
+                let f = meta_from_ends(&record_ends(b, h, t), "p").expect("canonical ends");
+                let mut want = n.clone();
+                want.spawned.clear();
+                assert_eq!(f.node, want, "{h}/{t}");
+                assert_eq!(f.meta_at, whole);
+                assert_eq!(
+                    elided_children(&b[f.from as usize..f.to as usize]).unwrap(),
+                    n.spawned
+                );
+                // A patch at the offset grows the record the ends describe.
+                let add = meta_patch_text(["z"], last);
+                let out = patched(b, f.meta_at.0, &add);
+                let g = meta_from_ends(&record_ends(&out, h, t), "p").expect("still canonical");
+                assert_eq!((g.from, g.to), (f.from, f.to + 9), "`,\\n    \"z\"`");
+                assert_eq!(
+                    elided_children(&out[g.from as usize..g.to as usize])
+                        .unwrap()
+                        .len(),
+                    301
+                );
+            }
+            // Ends that cannot show the shape: the wrong node, a tail short of the last child,
+            // a head short of `spawned`.
+            assert!(meta_from_ends(&record_ends(b, 4096, 1024), "q").is_none());
+            assert!(meta_from_ends(&record_ends(b, 4096, 10), "p").is_none());
+            assert!(meta_from_ends(&record_ends(b, 20, 1024), "p").is_none());
+        }
+        // Other shapes: `lastEventAt` before `spawned`, a key after it, a compact record.
+        let many = kid_refs[..40]
+            .iter()
+            .map(|k| format!("    \"{k}\""))
+            .collect::<Vec<_>>()
+            .join(",\n");
+        let early = format!(
+            "{{\n  \"id\": \"p\",\n  \"lastEventAt\": \"t\",\n  \"spawned\": [\n{many}\n  ]\n}}\n"
+        );
+        assert!(meta_from_ends(&record_ends(early.as_bytes(), 100, 100), "p").is_none());
+        let after = format!(
+            "{{\n  \"id\": \"p\",\n  \"spawned\": [\n{many}\n  ],\n  \"status\": \"idle\"\n}}\n"
+        );
+        assert!(meta_from_ends(&record_ends(after.as_bytes(), 100, 100), "p").is_none());
+        let compact = serde_json::to_string(&node(&kid_refs, None)).unwrap() + "\n";
+        assert!(meta_from_ends(&record_ends(compact.as_bytes(), 100, 100), "p").is_none());
+        // Bytes between the ends that are not element lines.
+        assert_eq!(elided_children(b"    \"a\",\n  \"k\": 1"), None);
+        assert_eq!(elided_children(b"    \"a\",\n    \"b\"").unwrap().len(), 2);
     }
 
     fn node(spawned: &[&str], last: Option<&str>) -> Node {

@@ -402,7 +402,7 @@ mod tests {
     #[test]
     fn a_decided_model_proposal_is_routed_with_the_core_rules() {
         use super::super::{ActorGraph, HarnessConfig, RouteOutcome, Trigger};
-        let t0 = 1_798_568_411_000;
+        let t0 = crate::Wall::from_ms(1_798_568_411_000);
         let mut g = ActorGraph::init(
             HarnessConfig::default(),
             "mem://t",

@@ -6,13 +6,13 @@ use serde_json::Value;
 
 use super::*;
 
-const T0: Millis = 1_798_568_411_000; // 2026-12-29
+const T0: Wall = Wall::from_ms(1_798_568_411_000); // 2026-12-29
 
 /// A graph over a memory store, flushing and acknowledging batches like a host.
 struct World {
     store: MemoryStore,
     g: ActorGraph,
-    now: Millis,
+    now: Wall,
     config: HarnessConfig,
 }
 
@@ -33,7 +33,7 @@ impl World {
     fn new() -> World {
         World::with(HarnessConfig::default())
     }
-    fn tick(&mut self) -> Millis {
+    fn tick(&mut self) -> Wall {
         self.now += 1000;
         self.now
     }
@@ -1003,7 +1003,7 @@ fn reopen_with_recovery_cut(w: &mut World, cut: Option<(u8, u8, u8)>) {
 
 /// Performs one step (refused calls are fine: they must change nothing). `Crash` only arms
 /// `crash` for the next batch.
-fn perform(w: &mut World, now: Millis, s: &Step, crash: &mut Option<(u8, u8, u8)>) {
+fn perform(w: &mut World, now: Wall, s: &Step, crash: &mut Option<(u8, u8, u8)>) {
     let ids = w.g.node_ids();
     let pick = |i: usize| ids[i % ids.len()].to_string();
     let _ = match *s {
@@ -1196,7 +1196,7 @@ fn wide_step() -> impl Strategy<Value = Wide> {
     ]
 }
 
-fn perform_wide(w: &mut World, now: Millis, s: &Wide, crash: &mut Option<(u8, u8, u8)>) {
+fn perform_wide(w: &mut World, now: Wall, s: &Wide, crash: &mut Option<(u8, u8, u8)>) {
     let ids = w.g.node_ids();
     let pick = |i: usize| ids[i % ids.len()].to_string();
     let _ = match *s {
@@ -1379,6 +1379,7 @@ fn lazy_open_with(
         tails: Default::default(),
         meta_mark: None,
         graph_ends: None,
+        record_ends: Default::default(),
         trusted,
     };
     head.snap.dirs.sort();
@@ -1606,4 +1607,138 @@ fn every_error_has_the_http_status_of_its_kind() {
     for (e, code, status) in cases {
         assert_eq!((e.code(), e.http_status()), (code, status));
     }
+}
+
+/// A host's reads of a record handed by its ends ([`GraphLookup::record`]): ranges of its
+/// bytes, or nothing (`None`: the record cannot be read).
+#[derive(Debug)]
+struct RecordBytes(Option<Vec<u8>>);
+
+impl GraphLookup for RecordBytes {
+    fn exists(&self, _: &str) -> bool {
+        false
+    }
+    fn graph(&self) -> Option<Vec<u8>> {
+        None
+    }
+    fn record(&self, _: &str, from: u64, to: u64) -> Option<Vec<u8>> {
+        self.0
+            .as_ref()?
+            .get(from as usize..to as usize)
+            .map(<[u8]>::to_vec)
+    }
+}
+
+/// A trusted lazy open of `target` whose `meta.json` is handed by its ends: the first bytes up
+/// to a little past `spawned`'s key, the last 100 (`readable`: whether the rest can be read).
+fn lazy_open_by_ends(w: &mut World, target: &str, readable: bool) -> Box<ActorGraph> {
+    let full = w.store.load().unwrap();
+    let head = LazySnapshot {
+        snap: Snapshot {
+            files: full
+                .files
+                .iter()
+                .filter(|(p, _)| *p == GRAPH || *p == METATHREAD)
+                .map(|(p, b)| (p.clone(), b.clone()))
+                .collect(),
+            dirs: Vec::new(),
+        },
+        trusted: true,
+        ..Default::default()
+    };
+    let out = ActorGraph::open_lazy(
+        w.config.clone(),
+        "mem://t",
+        head,
+        &[target],
+        true,
+        |ask, head| {
+            for id in ask.nodes {
+                let meta = full.files[&meta_path(id)].clone();
+                let k = meta
+                    .windows(11)
+                    .position(|x| x == b"\"spawned\": ")
+                    .unwrap();
+                let tail = meta[meta.len() - 100..].to_vec();
+                let ends = RecordEnds {
+                    head: meta[..k + 40].to_vec(),
+                    tail,
+                    size: meta.len() as u64,
+                    lookup: std::sync::Arc::new(RecordBytes(readable.then_some(meta))),
+                };
+                head.record_ends.insert(id.clone(), ends);
+                let chat = full.files[&format!("nodes/{id}/chat.jsonl")].clone();
+                let at = tail_start(&chat, ask.tail_lines, true).unwrap();
+                head.tails.insert(
+                    format!("nodes/{id}/chat.jsonl"),
+                    LogTail {
+                        offset: at as u64,
+                        lines_before: count_lines(&chat[..at]),
+                        bytes: chat[at..].to_vec(),
+                    },
+                );
+            }
+            Ok::<(), ActorsError>(())
+        },
+    );
+    match out.unwrap() {
+        LazyOpen::Ready(g) => g,
+        LazyOpen::Full(why) => panic!("fell back: {why}"),
+    }
+}
+
+#[test]
+fn a_record_read_by_its_ends_grows_in_place_and_is_read_whole_before_a_rewrite() {
+    let mut w = World::new();
+    let kids: Vec<NodeId> = (0..30)
+        .map(|i| w.spawn("coordinator", NodeType::Task, &format!("kid {i}")))
+        .collect();
+    let now = w.tick();
+    // A spawn patches the record without its children.
+    let mut lazy = lazy_open_by_ends(&mut w, "coordinator", true);
+    assert!(lazy.opened_trusted());
+    let mut r = SpawnRequest::new("coordinator", NodeType::Task);
+    r.id = Some("by-ends".into());
+    lazy.spawn(now, r).unwrap();
+    let batches = lazy.take_batches();
+    let ops: Vec<Value> = batches[0].stages[1].iter().map(Op::to_json).collect();
+    assert!(
+        ops.iter()
+            .any(|o| o["op"] == "patch" && o["path"] == "nodes/coordinator/meta.json"),
+        "{ops:?}"
+    );
+    for b in batches {
+        w.store.apply(&b).unwrap();
+        lazy.ack(b.id).unwrap();
+    }
+    assert!(lazy.lazy_trusted());
+    assert_eq!(lazy.lazy_records(), ["nodes/coordinator/meta.json"]);
+    // A status change rewrites it whole: with every child, the ones read back first.
+    lazy.set_status(now, "coordinator", Status::Idle, Some("x".into()), None)
+        .unwrap();
+    for b in lazy.take_batches() {
+        w.store.apply(&b).unwrap();
+        lazy.ack(b.id).unwrap();
+    }
+    let r = w.reopen();
+    assert!(r.diagnostics.is_empty() && r.repairs.is_empty(), "{r:?}");
+    let mut want = kids.clone();
+    want.push(NodeId::parse("by-ends").unwrap());
+    assert_eq!(w.g.node("coordinator").unwrap().spawned, want);
+    assert_eq!(w.g.node("coordinator").unwrap().status, Status::Idle);
+    assert!(w.g.lineage_violations().is_empty());
+    // When the children cannot be read back, the rewrite is refused by the store: the record
+    // keeps every child.
+    let before = w.store.load().unwrap().files[&meta_path("coordinator")].clone();
+    let mut lazy = lazy_open_by_ends(&mut w, "coordinator", false);
+    lazy.set_status(now, "coordinator", Status::Done, None, None)
+        .unwrap();
+    let b = lazy.take_batches();
+    assert!(w.store.apply(&b[0]).is_err());
+    assert_eq!(
+        w.store.load().unwrap().files[&meta_path("coordinator")],
+        before
+    );
+    w.reopen();
+    assert_eq!(w.g.node("coordinator").unwrap().spawned, want);
 }

@@ -1,11 +1,12 @@
 //! Timestamps on disk: written as RFC 3339 UTC with milliseconds; read in that form and in the
 //! ISO 8601 basic form dev-centr/harness writes (`20261129T182011.805628Z`).
 
-use crate::Millis;
+use crate::Wall;
 use crate::calendar::{civil_from_days, days_from_civil};
 
 /// Formats Unix-epoch milliseconds as `2026-11-29T18:20:11.805Z`.
-pub fn format_rfc3339(ms: Millis) -> String {
+pub fn format_rfc3339(at: Wall) -> String {
+    let ms = at.as_ms();
     let secs = ms / 1000;
     let (y, mo, d) = civil_from_days((secs / 86_400) as i64);
     let rem = secs % 86_400;
@@ -21,7 +22,7 @@ pub fn format_rfc3339(ms: Millis) -> String {
 /// Parses a timestamp into Unix-epoch milliseconds (fractions beyond milliseconds are
 /// truncated). Accepts `YYYY-MM-DDTHH:MM:SS[.f+](Z|±HH:MM)` and `YYYYMMDDTHHMMSS[.f+](Z|±HH:MM)`.
 /// Returns `None` for anything else (callers keep the original string).
-pub fn parse_timestamp(s: &str) -> Option<Millis> {
+pub fn parse_timestamp(s: &str) -> Option<Wall> {
     let b = s.as_bytes();
     let t = s.find('T')?;
     let (date, rest) = (&s[..t], &s[t + 1..]);
@@ -71,7 +72,7 @@ pub fn parse_timestamp(s: &str) -> Option<Millis> {
     };
     let days = days_from_civil(y, i64::from(mo), i64::from(d));
     let total = ((days * 86_400 + h * 3600 + mi * 60 + sec - offset_min * 60) * 1000) + millis;
-    u64::try_from(total).ok()
+    u64::try_from(total).ok().map(Wall::from_ms)
 }
 
 #[cfg(test)]
@@ -86,8 +87,8 @@ mod tests {
         assert_eq!(format_rfc3339(ext), "2026-11-29T18:20:11.805Z");
         assert_eq!(parse_timestamp("2026-11-29T19:20:11.805+01:00"), Some(ext));
         assert_eq!(parse_timestamp("20261129T182011Z"), Some(ext - 805));
-        assert_eq!(format_rfc3339(0), "1970-01-01T00:00:00.000Z");
-        assert_eq!(parse_timestamp("1970-01-01T00:00:00Z"), Some(0));
+        assert_eq!(format_rfc3339(Wall::ZERO), "1970-01-01T00:00:00.000Z");
+        assert_eq!(parse_timestamp("1970-01-01T00:00:00Z"), Some(Wall::ZERO));
         for bad in [
             "",
             "yesterday",
@@ -107,7 +108,8 @@ mod tests {
             4_102_444_799_999,
             1_798_568_411_805,
         ] {
-            assert_eq!(parse_timestamp(&format_rfc3339(ms)), Some(ms), "{ms}");
+            let at = Wall::from_ms(ms);
+            assert_eq!(parse_timestamp(&format_rfc3339(at)), Some(at), "{ms}");
         }
     }
 }

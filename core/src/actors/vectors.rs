@@ -14,11 +14,11 @@ use serde_json::{Value, json};
 
 use super::store::{ActorStore, MemoryStore, Op, Snapshot, WriteBatch};
 use super::{ActorGraph, ActorsError, HarnessConfig, HeuristicProposer};
-use crate::Millis;
+use crate::Wall;
 use crate::conformance::{VectorResult, check_final, check_step, each_step, vector_name};
 
 /// 2026-01-01T00:00:00.000Z: vector times are offsets from it.
-pub const BASE: Millis = 1_767_225_600_000;
+pub const BASE: Wall = Wall::from_ms(1_767_225_600_000);
 
 struct Run {
     config: HarnessConfig,
@@ -94,7 +94,7 @@ impl Run {
         Ok(())
     }
 
-    fn open(&mut self, at: Millis) -> StepResult {
+    fn open(&mut self, at: Wall) -> StepResult {
         let snap: Snapshot = self.store.load().map_err(verr)?;
         let (g, report) =
             ActorGraph::open(self.config.clone(), "mem://vector", &snap, at).map_err(aerr)?;
@@ -111,7 +111,7 @@ impl Run {
     /// second open must find nothing left to repair. Afterwards the batch is applied whole and
     /// acknowledged, so the vector continues as if it had been performed. Returns the number
     /// of cuts tried and the first failures.
-    fn crash_sweep(&mut self, at: Millis, tear: bool) -> StepResult {
+    fn crash_sweep(&mut self, at: Wall, tear: bool) -> StepResult {
         /// Ops of one stage enumerated as subsets: 2^12 is already plenty.
         const MAX_STAGE_OPS: usize = 12;
         let held = std::mem::take(&mut self.held);
@@ -205,7 +205,7 @@ impl Run {
     fn recover_copy(
         config: &HarnessConfig,
         store: &mut MemoryStore,
-        at: Millis,
+        at: Wall,
         before: &[(String, Option<String>)],
     ) -> Result<Vec<String>, String> {
         let open = |store: &mut MemoryStore| {
@@ -235,7 +235,7 @@ impl Run {
         Ok(problems)
     }
 
-    fn step(&mut self, at: Millis, op: &str, st: &Value) -> StepResult {
+    fn step(&mut self, at: Wall, op: &str, st: &Value) -> StepResult {
         let proposer = HeuristicProposer;
         Ok(match op {
             "init" => {

@@ -14,7 +14,7 @@ use super::model::{ChatLine, GitCloseout, Node, NodeType, Status, WaitMode};
 use super::ops::may_spawn;
 use super::time::{format_rfc3339, parse_timestamp};
 use super::{ActorGraph, ActorsError, Entry, NodeId};
-use crate::Millis;
+use crate::Wall;
 
 /// Task tiles per grid row (also the epoch snapshot layout).
 pub const GRID_COLUMNS: usize = 4;
@@ -110,11 +110,11 @@ impl ActorGraph {
 
     /// The last moment anything happened on a node at or before `at` (record timestamps and
     /// chat lines).
-    pub fn activity_before(&self, id: &NodeId, at: Millis) -> Option<Millis> {
+    pub fn activity_before(&self, id: &NodeId, at: Wall) -> Option<Wall> {
         let st = self.nodes.get(id)?;
         let m = &st.meta;
-        let mut best: Option<Millis> = None;
-        let mut see = |t: Option<Millis>| {
+        let mut best: Option<Wall> = None;
+        let mut see = |t: Option<Wall>| {
             if let Some(t) = t.filter(|t| *t <= at) {
                 best = Some(best.map_or(t, |b| b.max(t)));
             }
@@ -134,13 +134,13 @@ impl ActorGraph {
     }
 
     /// The last moment anything happened on a node.
-    pub fn last_activity(&self, id: &NodeId) -> Option<Millis> {
-        self.activity_before(id, Millis::MAX)
+    pub fn last_activity(&self, id: &NodeId) -> Option<Wall> {
+        self.activity_before(id, Wall::MAX)
     }
 
     /// Temporal fade: 1.0 while active, dimming linearly to the floor as the node idles.
     /// Nodes awaiting the user and terminal nodes never fade.
-    pub fn opacity(&self, id: &NodeId, at: Millis) -> f64 {
+    pub fn opacity(&self, id: &NodeId, at: Wall) -> f64 {
         let Some(st) = self.nodes.get(id) else {
             return 1.0;
         };
@@ -150,7 +150,7 @@ impl ActorGraph {
         let Some(last) = self.activity_before(id, at) else {
             return 1.0;
         };
-        let idle = at.saturating_sub(last);
+        let idle = at.since(last);
         let c = &self.config;
         if idle <= c.fade_after_ms {
             return 1.0;
@@ -450,7 +450,7 @@ impl ActorGraph {
 
     /// Grid (work cadence): one tile per visible task with its status mailbox; positions come
     /// from the latest epoch snapshot for nodes it includes, then spawn order.
-    pub fn grid_view(&self, now: Millis) -> Value {
+    pub fn grid_view(&self, now: Wall) -> Value {
         let latest = self
             .epochs
             .iter()
@@ -539,17 +539,17 @@ impl ActorGraph {
     /// range, the bookmarks and epochs. `at` defaults to `now`.
     pub fn temporal_view(
         &self,
-        now: Millis,
+        now: Wall,
         scope: &Scope,
-        at: Option<Millis>,
+        at: Option<Wall>,
         buckets: usize,
     ) -> Result<Value, ActorsError> {
         let at = at.unwrap_or(now);
         let ids = self.in_scope(scope)?;
         let buckets = buckets.clamp(1, 1000);
-        let mut from = Millis::MAX;
+        let mut from = Wall::MAX;
         let mut to = now.max(at);
-        let mut points: Vec<(Millis, u64, &NodeId)> = Vec::new();
+        let mut points: Vec<(Wall, u64, &NodeId)> = Vec::new();
         for id in &ids {
             let st = self.state(id);
             if let Some(c) = st.meta.created_at.as_deref().and_then(parse_timestamp) {
@@ -563,14 +563,14 @@ impl ActorGraph {
                 }
             }
         }
-        if from == Millis::MAX {
+        if from == Wall::MAX {
             from = to;
         }
-        let span = (to - from).max(1);
+        let span = to.since(from).max(1);
         let mut series = vec![0u64; buckets];
         for (t, tokens, _) in &points {
             if *t <= at {
-                let b = (((t - from) as u128 * buckets as u128) / (span as u128 + 1)) as usize;
+                let b = ((t.since(from) as u128 * buckets as u128) / (span as u128 + 1)) as usize;
                 series[b.min(buckets - 1)] += tokens;
             }
         }
@@ -742,7 +742,7 @@ impl ActorGraph {
 
     /// `orchestrator/index.json`: per node its type, status, summary, line range, the lines
     /// the metathread refers to, and mailbox version.
-    pub fn index_aggregate(&self, now: Millis) -> Value {
+    pub fn index_aggregate(&self, now: Wall) -> Value {
         let mut refs: BTreeMap<String, BTreeSet<u64>> = BTreeMap::new();
         for m in self.meta.iter().filter_map(Entry::ok) {
             let (n, l) = match m.get("kind").and_then(Value::as_str) {
@@ -779,9 +779,9 @@ impl ActorGraph {
 
     /// `thread.jsonl`: a header, then every line of every node merged by time (ties in spawn
     /// order, then line order). An export for reading and replay tools; never read back.
-    pub fn thread_export(&self, now: Millis) -> (String, usize) {
+    pub fn thread_export(&self, now: Wall) -> (String, usize) {
         let ids = self.node_ids();
-        let mut all: Vec<(Millis, usize, usize, Value)> = Vec::new();
+        let mut all: Vec<(Wall, usize, usize, Value)> = Vec::new();
         for (ni, id) in ids.iter().enumerate() {
             for (li, e) in self.state(id).chat.iter().enumerate() {
                 let (t, v) = match e {
@@ -789,10 +789,10 @@ impl ActorGraph {
                         let mut v = serde_json::to_value(l).expect("serializes");
                         v["node"] = json!(id);
                         v["line"] = json!(li + 1);
-                        (parse_timestamp(&l.at).unwrap_or(Millis::MAX), v)
+                        (parse_timestamp(&l.at).unwrap_or(Wall::MAX), v)
                     }
                     Entry::Corrupt { raw, .. } => (
-                        Millis::MAX,
+                        Wall::MAX,
                         json!({"node": id, "line": li + 1, "corrupt": raw}),
                     ),
                 };

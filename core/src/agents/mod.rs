@@ -61,7 +61,12 @@
 //! }
 //! ```
 //!
-//! Every call borrows the graph; the agent owns no store and no clock.
+//! Every call borrows the graph; the agent owns no store and no clock. `now` is a
+//! [`Now`]: both host clocks read together. The lines it writes carry `now.wall`; its
+//! session (the interrupt grace period, `waited_ms`) runs on `now.mono`, and
+//! [`NodeAgent::poll_timeout`] is a [`Mono`] deadline. A monotonic instant it persists (a job
+//! note's or journal event's `at`, stamped by the registry) is written as its wall time
+//! ([`Now::wall_of`]): a monotonic reading means nothing after a restart.
 
 pub mod slice;
 #[cfg(feature = "conformance")]
@@ -75,12 +80,12 @@ use std::collections::VecDeque;
 use serde_json::{Map, Value, json};
 use thiserror::Error;
 
-use crate::Millis;
 use crate::actors::{
     ActorGraph, ActorsError, BatchId, NodeId, NodeType, Role, SpawnRequest, Status, Trigger,
     WaitMode,
 };
 use crate::jobs::{JobId, Note};
+use crate::time::{Mono, Now, Wall};
 use crate::tools::{
     HandlerId, InterruptStatus, InvocationId, Message, Output, Phase, Session, SessionConfig,
     Settlement, StepId, ToolDecl, ToolsError, TurnId,
@@ -137,7 +142,7 @@ pub struct AgentConfig {
     /// At most this many recent lines are considered for a slice.
     pub recent_lines: usize,
     /// How long an interrupt waits for started calls (see [`SessionConfig`]).
-    pub interrupt_grace_ms: Millis,
+    pub interrupt_grace_ms: u64,
     /// Model steps per turn before the turn ends with `step_limit`.
     pub max_steps_per_turn: u32,
 }
@@ -308,7 +313,7 @@ impl NodeAgent {
     /// closed honestly (see the module docs) with recovery lines queued as one batch. No turn
     /// starts here: register the host's tools, then call [`sync`](Self::sync).
     pub fn open(
-        now: Millis,
+        now: Now,
         graph: &mut ActorGraph,
         node: &str,
         config: AgentConfig,
@@ -405,7 +410,7 @@ impl NodeAgent {
                 format!("✉ job {job} lost: the host restarted"),
                 entry(
                     "mail",
-                    json!({"seq": seq, "at": now, "kind": "job", "note": note}),
+                    json!({"seq": seq, "at": now.wall, "kind": "job", "note": note}),
                 ),
             )?;
             agent.requeue_mail(now, seq);
@@ -421,10 +426,10 @@ impl NodeAgent {
         Ok((agent, report))
     }
 
-    fn requeue_mail(&mut self, now: Millis, seq: u64) {
+    fn requeue_mail(&mut self, now: Now, seq: u64) {
         self.pending_mail.push(seq);
         self.session
-            .post_observation(now, "mail", json!({"line_seq": seq}));
+            .post_observation(now.mono, "mail", json!({"line_seq": seq}));
         // The session's own mail output says nothing the lines do not; drop it.
         self.session.drain_outputs().for_each(drop);
     }
@@ -595,12 +600,12 @@ impl NodeAgent {
     /// Something changed in the graph (a line, a status, an acknowledgement): new user lines
     /// of the node become tasks (one turn each, in order), and a held step is released when
     /// its waits are over.
-    pub fn sync(&mut self, now: Millis, graph: &mut ActorGraph) -> Result<(), AgentsError> {
+    pub fn sync(&mut self, now: Now, graph: &mut ActorGraph) -> Result<(), AgentsError> {
         for (line, text) in slice::user_lines_after(graph, self.node.as_str(), self.scanned) {
             self.scanned = line;
             let task = self
                 .session
-                .submit_task(now, json!({"line": line, "text": text}));
+                .submit_task(now.mono, json!({"line": line, "text": text}));
             self.task_lines.insert(task.0, line);
         }
         self.pump(now, graph)
@@ -609,31 +614,33 @@ impl NodeAgent {
     /// The model answered the released step.
     pub fn on_model_response(
         &mut self,
-        now: Millis,
+        now: Now,
         graph: &mut ActorGraph,
         step: StepId,
         response: crate::tools::ModelResponse,
     ) -> Result<(), AgentsError> {
         self.answer(now, graph, step, |s| {
-            s.on_model_response(now, step, response)
+            s.on_model_response(now.mono, step, response)
         })
     }
 
     /// The model step failed.
     pub fn on_model_error(
         &mut self,
-        now: Millis,
+        now: Now,
         graph: &mut ActorGraph,
         step: StepId,
         message: &str,
     ) -> Result<(), AgentsError> {
-        self.answer(now, graph, step, |s| s.on_model_error(now, step, message))
+        self.answer(now, graph, step, |s| {
+            s.on_model_error(now.mono, step, message)
+        })
     }
 
     /// Reports the released step's answer to the session (refused for any other step).
     fn answer(
         &mut self,
-        now: Millis,
+        now: Now,
         graph: &mut ActorGraph,
         step: StepId,
         report: impl FnOnce(&mut Session<Value>) -> Result<(), ToolsError>,
@@ -649,12 +656,12 @@ impl NodeAgent {
     /// A host handler settled.
     pub fn on_call_settled(
         &mut self,
-        now: Millis,
+        now: Now,
         graph: &mut ActorGraph,
         inv: InvocationId,
         settlement: Settlement<Value>,
     ) -> Result<(), AgentsError> {
-        self.session.on_call_settled(now, inv, settlement)?;
+        self.session.on_call_settled(now.mono, inv, settlement)?;
         self.pump(now, graph)
     }
 
@@ -662,7 +669,7 @@ impl NodeAgent {
     /// and [`owner`](Self::owner)). Written as a line so a restart can say the job was lost.
     pub fn on_call_job(
         &mut self,
-        now: Millis,
+        now: Now,
         graph: &mut ActorGraph,
         inv: InvocationId,
         job: JobId,
@@ -672,7 +679,7 @@ impl NodeAgent {
             .origin(inv)
             .and_then(|o| o.tool_call)
             .unwrap_or_default();
-        self.session.on_call_job(now, inv, job)?;
+        self.session.on_call_job(now.mono, inv, job)?;
         self.write(
             now,
             graph,
@@ -694,8 +701,13 @@ impl NodeAgent {
     /// replaced — before the job's next milestone. So the file grows with the job's lifecycle,
     /// not with its progress ticks, and memory holds one event per running job. Events of other
     /// jobs are ignored (`Ok(false)`).
+    ///
+    /// The registry stamps an event's `at` on the monotonic clock, which means nothing once the
+    /// host restarts; the journal is on disk, so the record keeps the key and carries the
+    /// event's wall-clock time there ([`Now::wall_of`], with `now` read as the event arrives).
     pub fn record_job_event(
         &mut self,
+        now: Now,
         graph: &mut ActorGraph,
         event: &Value,
     ) -> Result<bool, AgentsError> {
@@ -707,6 +719,11 @@ impl NodeAgent {
         if self.open_jobs.get(&job).is_none() && self.journal_latest.get(&job).is_none() {
             return Ok(false);
         }
+        let mut event = event.clone();
+        if let Some(at) = event["at"].as_u64() {
+            event["at"] = json!(now.wall_of(Mono::from_ms(at)));
+        }
+        let event = &event;
         let kind = event["type"].as_str().unwrap_or("");
         if !crate::jobs::is_milestone_name(kind) {
             let elided = match self.journal_latest.remove(&job) {
@@ -747,13 +764,16 @@ impl NodeAgent {
     /// it to its registry), admitted at the next turn start; it never starts a turn.
     pub fn deliver_note(
         &mut self,
-        now: Millis,
+        now: Now,
         graph: &mut ActorGraph,
         note: &Note,
     ) -> Result<u64, AgentsError> {
         self.refuse_mail("a job note")?;
         let seq = self.next_mail;
-        let n = serde_json::to_value(note).expect("notes serialize");
+        let mut n = serde_json::to_value(note).expect("notes serialize");
+        // The registry timed the note on the monotonic clock, which means nothing after a
+        // restart: the line carries its wall-clock time under the same key.
+        n["at"] = json!(now.wall_of(note.at));
         self.write(
             now,
             graph,
@@ -766,7 +786,7 @@ impl NodeAgent {
             ),
             entry(
                 "mail",
-                json!({"seq": seq, "at": now, "kind": "job", "note": n}),
+                json!({"seq": seq, "at": now.wall, "kind": "job", "note": n}),
             ),
         )?;
         self.next_mail += 1;
@@ -779,7 +799,7 @@ impl NodeAgent {
     /// The result of an observation for this agent (admitted at the next turn start).
     pub fn post_observation(
         &mut self,
-        now: Millis,
+        now: Now,
         graph: &mut ActorGraph,
         source: &str,
         value: Value,
@@ -793,7 +813,7 @@ impl NodeAgent {
             format!("✉ {source}: {}", excerpt(&value, 160)),
             entry(
                 "mail",
-                json!({"seq": seq, "at": now, "kind": "observation", "source": source, "value": value}),
+                json!({"seq": seq, "at": now.wall, "kind": "observation", "source": source, "value": value}),
             ),
         )?;
         self.next_mail += 1;
@@ -805,22 +825,22 @@ impl NodeAgent {
     /// The application's explicit choice to wake the agent (admits its mail in a turn).
     pub fn wake(
         &mut self,
-        now: Millis,
+        now: Now,
         graph: &mut ActorGraph,
         reason: &str,
     ) -> Result<(), AgentsError> {
-        self.session.wake(now, reason);
+        self.session.wake(now.mono, reason);
         self.pump(now, graph)
     }
 
     /// Interrupts the running turn (a waiting step included: the wait is cancelled).
     pub fn interrupt(
         &mut self,
-        now: Millis,
+        now: Now,
         graph: &mut ActorGraph,
         reason: &str,
     ) -> Result<InterruptStatus, AgentsError> {
-        let st = self.session.interrupt(now, reason);
+        let st = self.session.interrupt(now.mono, reason);
         if let Some((turn, step, _)) = self.waiting.take() {
             self.write(
                 now,
@@ -840,17 +860,13 @@ impl NodeAgent {
 
     /// The next deadline (an interrupt's grace period), if any.
     #[must_use]
-    pub fn poll_timeout(&self) -> Option<Millis> {
+    pub fn poll_timeout(&self) -> Option<Mono> {
         self.session.poll_timeout()
     }
 
     /// Time passed: an interrupt's grace period may have ended.
-    pub fn handle_timeout(
-        &mut self,
-        now: Millis,
-        graph: &mut ActorGraph,
-    ) -> Result<(), AgentsError> {
-        self.session.handle_timeout(now);
+    pub fn handle_timeout(&mut self, now: Now, graph: &mut ActorGraph) -> Result<(), AgentsError> {
+        self.session.handle_timeout(now.mono);
         self.pump(now, graph)
     }
 
@@ -902,7 +918,7 @@ impl NodeAgent {
 
     fn write(
         &mut self,
-        _now: Millis,
+        _now: Now,
         _graph: &mut ActorGraph,
         role: Role,
         text: String,
@@ -914,12 +930,12 @@ impl NodeAgent {
 
     /// Commits the lines written so far as one batch. Called before anything else changes the
     /// graph and before outputs are queued (their gate is the batch issued last).
-    fn flush_lines(&mut self, now: Millis, graph: &mut ActorGraph) -> Result<(), AgentsError> {
+    fn flush_lines(&mut self, now: Now, graph: &mut ActorGraph) -> Result<(), AgentsError> {
         if self.pending_lines.is_empty() {
             return Ok(());
         }
         let lines = std::mem::take(&mut self.pending_lines);
-        graph.append_agent_lines(now, self.node.as_str(), lines)?;
+        graph.append_agent_lines(now.wall, self.node.as_str(), lines)?;
         Ok(())
     }
 
@@ -929,7 +945,7 @@ impl NodeAgent {
 
     /// Writes new transcript entries, performs graph tools, checks waits, queues outputs;
     /// repeats until the session is quiet.
-    fn pump(&mut self, now: Millis, graph: &mut ActorGraph) -> Result<(), AgentsError> {
+    fn pump(&mut self, now: Now, graph: &mut ActorGraph) -> Result<(), AgentsError> {
         loop {
             let outs: Vec<Output> = self.session.drain_outputs().collect();
             self.persist(now, graph)?;
@@ -945,7 +961,8 @@ impl NodeAgent {
                         let tool = *self.graph_tools.get(&handler).expect("checked");
                         let settlement =
                             self.run_graph_tool(now, graph, tool, invocation, arguments);
-                        self.session.on_call_settled(now, invocation, settlement)?;
+                        self.session
+                            .on_call_settled(now.mono, invocation, settlement)?;
                         again = true;
                     }
                     Output::ModelRequest { .. } => {}
@@ -968,7 +985,7 @@ impl NodeAgent {
     }
 
     /// Releases the pending model step unless the wait graph holds it.
-    fn check_step(&mut self, now: Millis, graph: &mut ActorGraph) -> Result<(), AgentsError> {
+    fn check_step(&mut self, now: Now, graph: &mut ActorGraph) -> Result<(), AgentsError> {
         let Phase::ModelStep { turn, step } = self.session.phase() else {
             return Ok(());
         };
@@ -1014,7 +1031,7 @@ impl NodeAgent {
     }
 
     /// Writes the session's new transcript entries as lines and lets the session forget them.
-    fn persist(&mut self, now: Millis, graph: &mut ActorGraph) -> Result<(), AgentsError> {
+    fn persist(&mut self, now: Now, graph: &mut ActorGraph) -> Result<(), AgentsError> {
         let new: Vec<Message<Value>> = self.session.history()[self.cursor..].to_vec();
         for m in &new {
             self.persist_one(now, graph, m)?;
@@ -1027,7 +1044,7 @@ impl NodeAgent {
 
     fn persist_one(
         &mut self,
-        now: Millis,
+        now: Now,
         graph: &mut ActorGraph,
         m: &Message<Value>,
     ) -> Result<(), AgentsError> {
@@ -1147,7 +1164,7 @@ impl NodeAgent {
 
     fn run_graph_tool(
         &mut self,
-        now: Millis,
+        now: Now,
         graph: &mut ActorGraph,
         tool: GraphTool,
         inv: InvocationId,
@@ -1169,7 +1186,7 @@ impl NodeAgent {
 
     fn graph_tool(
         &mut self,
-        now: Millis,
+        now: Now,
         graph: &mut ActorGraph,
         tool: GraphTool,
         inv: InvocationId,
@@ -1193,12 +1210,18 @@ impl NodeAgent {
             GraphTool::ReadMailbox => ("mailbox", json!({"node": args["node"], "reader": me})),
         };
         // The same operations every host exposes, with the same argument checks and errors.
-        crate::actors::api::call(graph, now, op, &call, &crate::actors::HeuristicProposer)
+        crate::actors::api::call(
+            graph,
+            now.wall,
+            op,
+            &call,
+            &crate::actors::HeuristicProposer,
+        )
     }
 
     fn spawn_tool(
         &mut self,
-        now: Millis,
+        now: Now,
         graph: &mut ActorGraph,
         inv: InvocationId,
         args: &Value,
@@ -1251,13 +1274,15 @@ impl NodeAgent {
             "started": true,
         });
         r.marker_extra = entry("tool_result", result);
-        let out = graph.spawn(now, r)?;
+        let out = graph.spawn(now.wall, r)?;
         let child = out.child.to_string();
         let mut value = crate::actors::api::spawn_json(&out);
         if let Some(mode) = wait {
             // The spawn just gated this node against other writers; the wait is its own write.
             let me = self.node.clone();
-            match graph.as_own_writer(&me, |g| g.set_wait(now, me.as_str(), &child, Some(mode))) {
+            match graph.as_own_writer(&me, |g| {
+                g.set_wait(now.wall, me.as_str(), &child, Some(mode))
+            }) {
                 Ok(()) => value["wait"] = json!(args["wait"]),
                 Err(e) => value["waitError"] = json!(e.to_string()),
             }
@@ -1309,7 +1334,7 @@ pub fn is_terminal(status: &Status) -> bool {
 /// without one, the keyword heuristic routes it (it may spawn a child, which then receives
 /// the line). Returns the actor operation's JSON result (`{outcome, node, line}` or a spawn).
 pub fn admit_utterance(
-    now: Millis,
+    now: Wall,
     graph: &mut ActorGraph,
     node: &str,
     text: &str,

@@ -239,8 +239,9 @@ pub(crate) fn build(
         used += t;
         start -= 1;
     }
-    // Mail (by seq) and task lines, wherever they are: they are shown where a turn took them.
-    let mut mail: BTreeMap<u64, Value> = BTreeMap::new();
+    // Mail (by seq: its record) and task lines, wherever they are: they are shown where a
+    // turn took them (a mail record is copied only there).
+    let mut mail: BTreeMap<u64, &Value> = BTreeMap::new();
     let mut task_lines = BTreeSet::new();
     let mut any_turn = false;
     let mut last_assistant = 0;
@@ -249,13 +250,12 @@ pub(crate) fn build(
         if l.role == Role::Assistant {
             last_assistant = i as u64 + 1;
         }
-        match agent_of(l) {
-            Some(a) if kind(a) == "mail" => {
-                let mut m = a.clone();
-                m["role"] = json!("mail");
-                mail.insert(a["seq"].as_u64().unwrap_or(0), m);
+        let Some(a) = agent_of(l) else { continue };
+        match kind(a) {
+            "mail" => {
+                mail.insert(a["seq"].as_u64().unwrap_or(0), a);
             }
-            Some(a) if kind(a) == "turn_start" => {
+            "turn_start" => {
                 any_turn = true;
                 task_lines.extend(a["taskLine"].as_u64());
             }
@@ -304,7 +304,12 @@ pub(crate) fn build(
                         .as_array()
                         .into_iter()
                         .flatten()
-                        .filter_map(|s| s.as_u64().and_then(|s| mail.get(&s)).cloned())
+                        .filter_map(|s| s.as_u64().and_then(|s| mail.get(&s)))
+                        .map(|&m| {
+                            let mut m = m.clone();
+                            m["role"] = json!("mail");
+                            m
+                        })
                         .collect();
                     if let Some(tl) = a["taskLine"].as_u64()
                         && let Some(t) = chat.get(tl as usize - 1).and_then(|e| e.ok())

@@ -15,6 +15,11 @@ fn graph() -> (ActorGraph, MemoryStore) {
     (g, store)
 }
 
+/// `ms` after [`BASE`] on both clocks (the monotonic one starts at 0).
+fn at(ms: u64) -> Now {
+    Now::new(Mono::from_ms(ms), BASE + ms)
+}
+
 fn flush(g: &mut ActorGraph, store: &mut MemoryStore) {
     for b in g.take_batches() {
         store.apply(&b).unwrap();
@@ -29,8 +34,8 @@ fn outputs(a: &mut NodeAgent, g: &ActorGraph) -> Vec<Value> {
 }
 
 /// One user line and the model's answer; returns the answered step's output names.
-fn turn(a: &mut NodeAgent, g: &mut ActorGraph, store: &mut MemoryStore, now: Millis, text: &str) {
-    g.append(now, "coordinator", crate::actors::NewLine::user(text))
+fn turn(a: &mut NodeAgent, g: &mut ActorGraph, store: &mut MemoryStore, now: Now, text: &str) {
+    g.append(now.wall, "coordinator", crate::actors::NewLine::user(text))
         .unwrap();
     flush(g, store);
     a.sync(now, g).unwrap();
@@ -51,15 +56,9 @@ fn turn(a: &mut NodeAgent, g: &mut ActorGraph, store: &mut MemoryStore, now: Mil
 fn memory_holds_one_step_while_the_node_holds_the_conversation() {
     let (mut g, mut store) = graph();
     flush(&mut g, &mut store);
-    let (mut a, _) = NodeAgent::open(BASE, &mut g, "coordinator", AgentConfig::default()).unwrap();
+    let (mut a, _) = NodeAgent::open(at(0), &mut g, "coordinator", AgentConfig::default()).unwrap();
     for i in 0..200 {
-        turn(
-            &mut a,
-            &mut g,
-            &mut store,
-            BASE + i,
-            &format!("message {i}"),
-        );
+        turn(&mut a, &mut g, &mut store, at(i), &format!("message {i}"));
         assert_eq!(a.held_entries(), 0, "the session forgets what is on disk");
         assert_eq!(a.held_outputs(), 0);
     }
@@ -74,7 +73,7 @@ fn memory_holds_one_step_while_the_node_holds_the_conversation() {
     )
     .unwrap();
     flush(&mut g, &mut store);
-    a.sync(BASE + 999, &mut g).unwrap();
+    a.sync(at(999), &mut g).unwrap();
     flush(&mut g, &mut store);
     outputs(&mut a, &g);
     let input = a.model_input(&g).unwrap();
@@ -86,8 +85,8 @@ fn memory_holds_one_step_while_the_node_holds_the_conversation() {
 fn agent_lines_are_read_by_readers_that_ignore_unknown_fields() {
     let (mut g, mut store) = graph();
     flush(&mut g, &mut store);
-    let (mut a, _) = NodeAgent::open(BASE, &mut g, "coordinator", AgentConfig::default()).unwrap();
-    turn(&mut a, &mut g, &mut store, BASE + 1, "hello");
+    let (mut a, _) = NodeAgent::open(at(0), &mut g, "coordinator", AgentConfig::default()).unwrap();
+    turn(&mut a, &mut g, &mut store, at(1), "hello");
     let text = String::from_utf8(store.files["nodes/coordinator/chat.jsonl"].clone()).unwrap();
     // A harness-style reader: role and text, nothing else.
     #[derive(serde::Deserialize)]
@@ -122,20 +121,20 @@ fn host_tools_cannot_take_graph_tool_names_and_bad_input_changes_nothing() {
         .unwrap();
     flush(&mut g, &mut store);
     let id = g.node("coordinator").unwrap().spawned[0].to_string();
-    let (mut a, _) = NodeAgent::open(BASE, &mut g, &id, AgentConfig::default()).unwrap();
+    let (mut a, _) = NodeAgent::open(at(0), &mut g, &id, AgentConfig::default()).unwrap();
     let e = a
         .register_tool(ToolDecl::new("spawn", "mine", json!({"type": "object"})))
         .unwrap_err();
     assert_eq!(e.code(), "AGENT_TOOL_RESERVED");
     let before = g.chat(&id).unwrap().len();
     let e = a
-        .on_model_response(BASE, &mut g, StepId(99), ModelResponse::text("x"))
+        .on_model_response(at(0), &mut g, StepId(99), ModelResponse::text("x"))
         .unwrap_err();
     assert_eq!(e.code(), "STALE_STEP");
     assert_eq!(g.chat(&id).unwrap().len(), before);
     assert!(!g.has_batches());
     assert_eq!(
-        NodeAgent::open(BASE, &mut g, "nope", AgentConfig::default())
+        NodeAgent::open(at(0), &mut g, "nope", AgentConfig::default())
             .unwrap_err()
             .code(),
         "UNKNOWN_NODE"
@@ -157,4 +156,28 @@ fn admit_utterance_appends_with_a_model_and_routes_without_one() {
     // Without one, the heuristic's policy trigger spawns a discussion child.
     let r = admit_utterance(BASE, &mut g, &task, "what about dinner?", false).unwrap();
     assert_eq!(r["outcome"], "spawned", "{r}");
+}
+
+#[test]
+fn a_journal_event_and_a_note_are_persisted_on_the_wall_clock() {
+    // The registry stamps events and notes on the monotonic clock (here: `at` ms after the
+    // vector's start, on a wall clock `BASE` later); what lands on disk is the wall time.
+    let v = json!({
+        "name": "monotonic `at`s are written as wall time",
+        "steps": [
+            {"op": "spawn", "parent": "coordinator", "type": "task", "id": "task-a", "title": "A"},
+            {"op": "agent", "node": "task-a", "tools": [{"name": "render", "mayStartJob": true}]},
+            {"op": "say", "node": "task-a", "text": "render"},
+            {"op": "model", "node": "task-a", "calls": [{"id": "r1", "name": "render", "arguments": {}}]},
+            {"op": "job", "node": "task-a", "call": "r1", "job": 7},
+            {"at": 500, "op": "jobEvent", "node": "task-a",
+             "event": {"job": 7, "seq": 1, "at": 120, "type": "submitted"},
+             "files": {"nodes/task-a/jobs.jsonl": [{"seq": 1, "at": BASE.as_ms() + 120}]}},
+            {"at": 900, "op": "note", "node": "task-a", "job": 7, "summary": "done",
+             "lines": {"task-a": [{"agent": {"entry": "mail", "at": BASE.as_ms() + 900,
+                                             "note": {"job": 7, "at": BASE.as_ms() + 900}}}]}}
+        ]
+    });
+    let r = super::vectors::run_vector(&v);
+    assert!(r.failures.is_empty(), "{:?}", r.failures);
 }

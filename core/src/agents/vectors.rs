@@ -29,12 +29,12 @@ use std::collections::BTreeMap;
 use serde_json::{Value, json};
 
 use super::{AgentConfig, AgentOutput, AgentsError, NodeAgent};
-use crate::Millis;
 use crate::actors::store::{ActorStore, MemoryStore, WriteBatch};
 use crate::actors::vectors::BASE;
 use crate::actors::{ActorGraph, HarnessConfig, HeuristicProposer};
 use crate::conformance::{VectorResult, check_step, subset};
 use crate::jobs::{JobId, Note, Origin, OutcomeKind};
+use crate::time::{Mono, Now};
 use crate::tools::{InvocationId, ModelResponse, Output, Settlement, ToolCall, ToolDecl};
 
 type StepResult = Result<Value, (String, String)>;
@@ -58,7 +58,9 @@ struct Run {
     calls: BTreeMap<(String, String), InvocationId>,
     held: Vec<WriteBatch>,
     outputs: Vec<Value>,
-    now: Millis,
+    /// The step's time on both clocks: `Mono::from_ms(at)` and `Wall::from_ms(BASE + at)`,
+    /// as the frames runner derives them (vector files state one number).
+    now: Now,
 }
 
 fn s<'a>(step: &'a Value, k: &str) -> Result<&'a str, (String, String)> {
@@ -173,16 +175,16 @@ impl Run {
         let op = s(step, "op")?;
         match op {
             "spawn" => {
-                crate::actors::api::call(&mut self.g, now, "spawn", step, &HeuristicProposer)
+                crate::actors::api::call(&mut self.g, now.wall, "spawn", step, &HeuristicProposer)
                     .map_err(aerr)
             }
             "status" => {
-                crate::actors::api::call(&mut self.g, now, "status", step, &HeuristicProposer)
+                crate::actors::api::call(&mut self.g, now.wall, "status", step, &HeuristicProposer)
                     .map_err(aerr)
             }
             "say" => crate::actors::api::call(
                 &mut self.g,
-                now,
+                now.wall,
                 "message",
                 &json!({"node": step["node"], "text": step["text"]}),
                 &HeuristicProposer,
@@ -190,7 +192,7 @@ impl Run {
             .map_err(aerr),
             "graph" => crate::actors::api::call(
                 &mut self.g,
-                now,
+                now.wall,
                 s(step, "call")?,
                 &step["args"],
                 &HeuristicProposer,
@@ -274,7 +276,7 @@ impl Run {
                     origin: Origin::default(),
                     outcome,
                     summary: step["summary"].as_str().unwrap_or("").to_owned(),
-                    at: now,
+                    at: now.mono,
                 };
                 let seq = a.deliver_note(now, g, &note).map_err(aerr)?;
                 Ok(json!({"seq": seq}))
@@ -304,7 +306,7 @@ impl Run {
             "jobEvent" => {
                 let node = s(step, "node")?.to_owned();
                 let (g, a) = self.parts(&node)?;
-                let kept = a.record_job_event(g, &step["event"]).map_err(aerr)?;
+                let kept = a.record_job_event(now, g, &step["event"]).map_err(aerr)?;
                 Ok(json!({"recorded": kept}))
             }
             "tick" => {
@@ -326,8 +328,8 @@ impl Run {
                 self.held.clear();
                 self.g.discard_batches();
                 let snap = self.store.load().map_err(verr)?;
-                let (g, _) =
-                    ActorGraph::open(self.config.clone(), "/chat", &snap, now).map_err(aerr)?;
+                let (g, _) = ActorGraph::open(self.config.clone(), "/chat", &snap, now.wall)
+                    .map_err(aerr)?;
                 self.g = g;
                 self.calls.clear();
                 let nodes: Vec<(String, Value)> = self
@@ -408,14 +410,14 @@ pub fn run_vector(v: &Value) -> VectorResult {
         calls: BTreeMap::new(),
         held: Vec::new(),
         outputs: Vec::new(),
-        now: BASE,
+        now: Now::new(Mono::ZERO, BASE),
     };
     if let Err(e) = run.settle() {
         failures.push(format!("init: {}", e.1));
     }
     crate::conformance::each_step(v, &mut failures, |st, failures| {
         let (ctx, step) = (st.ctx, st.json);
-        run.now = BASE + st.at;
+        run.now = Now::new(Mono::from_ms(st.at), BASE + st.at);
         let before: BTreeMap<String, usize> = run
             .g
             .node_ids()
