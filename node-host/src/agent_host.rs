@@ -13,7 +13,7 @@ use std::time::Duration;
 use serde_json::Value;
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
-use weft_core::Millis;
+use weft_core::Mono;
 use weft_core::jobs::{EndpointId, JobId, Output as JobsOutput, Submit};
 use weft_core::tools::{
     HandlerFailure, HandlerId, InterruptStatus, InvocationId, ModelAdapter, ModelRequest,
@@ -187,8 +187,8 @@ impl AgentHost {
         }
     }
 
-    /// Milliseconds on the host's clock (shared with the job host).
-    pub fn now(&self) -> Millis {
+    /// Milliseconds on the host's monotonic clock (shared with the job host).
+    pub fn now(&self) -> Mono {
         self.jobs.now()
     }
 

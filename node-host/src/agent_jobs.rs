@@ -33,13 +33,14 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use serde_json::{Value, json};
 use tokio::sync::Notify;
-use weft_core::Millis;
 use weft_core::actors::ActorGraph;
 use weft_core::agents::{AgentsError, GRAPH_TOOLS, NodeAgent};
+use weft_core::codes::HostError;
 use weft_core::jobs::{
     Delivery, EndpointId, EndpointSpec, EndpointState, Hello, JobId, Output, Registry,
     RegistryConfig, Submit, SubscriptionId,
 };
+use weft_core::time::Now;
 use weft_core::tools::{HandlerFailure, InvocationId, Settlement, ToolDecl};
 
 use crate::agents::{BoxFuture, HostTools};
@@ -209,7 +210,7 @@ impl AgentJobs {
     #[allow(clippy::too_many_arguments)]
     pub fn start(
         &self,
-        now: Millis,
+        now: Now,
         graph: &mut ActorGraph,
         node: &str,
         agent: &mut NodeAgent,
@@ -259,10 +260,8 @@ impl AgentJobs {
         payload: Value,
     ) -> Result<(JobId, &'static str), (String, String)> {
         let Some(origin) = agent.origin(invocation) else {
-            return Err((
-                "the call is no longer running".into(),
-                "CALL_NOT_RUNNING".into(),
-            ));
+            let e = HostError::CallNotRunning;
+            return Err((e.to_string(), e.code().into()));
         };
         let State { host, tools, jobs } = s;
         let (script, ep) = tools.get_mut(tool).ok_or_else(|| {
@@ -280,7 +279,7 @@ impl AgentJobs {
             let id = host.open_child(&self.node, script, spec).map_err(|e| {
                 (
                     format!("could not start `{}` for `{tool}`: {e}", self.node),
-                    "WORKER_START_FAILED".into(),
+                    HostError::WorkerStartFailed.code().into(),
                 )
             })?;
             *ep = Some(id);
@@ -342,14 +341,14 @@ impl AgentJobs {
     /// was delivered (the caller pumps again then).
     pub fn carry(
         &self,
-        now: Millis,
+        now: Now,
         graph: &mut ActorGraph,
         agents: &mut BTreeMap<String, NodeAgent>,
     ) -> Result<bool, AgentsError> {
         let mut s = self.lock();
         let State { host, jobs, .. } = &mut *s;
         for t in jobs.values() {
-            record(host, t, graph, agents)?;
+            record(now, host, t, graph, agents)?;
         }
         let mut delivered = false;
         for notice in host.take_notices() {
@@ -360,7 +359,7 @@ impl AgentJobs {
                 let Some(t) = jobs.remove(&note.job) else {
                     continue;
                 };
-                record(host, &t, graph, agents)?;
+                record(now, host, &t, graph, agents)?;
                 host.registry.unsubscribe(t.sub);
                 // Its journal and note are the node's now: the registry keeps no record of it.
                 host.registry.forget(note.job);
@@ -409,6 +408,7 @@ impl AgentJobs {
 
 /// Records the journal events waiting for `t`'s observer in its node's job journal.
 fn record(
+    now: Now,
     host: &mut JobsHost,
     t: &Tracked,
     graph: &mut ActorGraph,
@@ -422,7 +422,7 @@ fn record(
     };
     for d in deliveries {
         if let Delivery::Event(ev) = d {
-            a.record_job_event(graph, &ev.to_json())?;
+            a.record_job_event(now, graph, &ev.to_json())?;
         }
     }
     Ok(())

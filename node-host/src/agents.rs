@@ -35,10 +35,11 @@ use std::sync::Arc;
 
 use serde_json::{Value, json};
 use tokio::sync::{oneshot, watch};
-use weft_core::Millis;
+use weft_core::Mono;
 use weft_core::actors::{ActorGraph, ActorsError};
 use weft_core::agents::{AGENT_FIELD, AgentConfig, AgentOutput, AgentsError, NodeAgent};
 use weft_core::model::{ChatRequest, StreamEvent};
+use weft_core::time::Now;
 use weft_core::tools::{
     HandlerFailure, InterruptStatus, InvocationId, ModelResponse, Output, Settlement, StepId,
     ToolDecl, TurnEnd, TurnId,
@@ -260,7 +261,7 @@ impl Runtime {
     }
 
     /// The earliest deadline of any agent (an interrupt's grace period): pump at that time.
-    pub fn next_deadline(&self) -> Option<Millis> {
+    pub fn next_deadline(&self) -> Option<Mono> {
         self.agents
             .values()
             .filter_map(NodeAgent::poll_timeout)
@@ -271,7 +272,7 @@ impl Runtime {
     /// already closed the call) is dropped. Call [`pump`](Self::pump) afterwards.
     pub fn settle(
         &mut self,
-        now: Millis,
+        now: Now,
         graph: &mut ActorGraph,
         node: &str,
         invocation: InvocationId,
@@ -293,7 +294,7 @@ impl Runtime {
     /// closed by the core's recovery lines); returns the nodes opened with their reports.
     pub fn resume_all(
         &mut self,
-        now: Millis,
+        now: Now,
         graph: &mut ActorGraph,
     ) -> Result<Vec<(String, Value)>, AgentsError> {
         let mut out = Vec::new();
@@ -311,7 +312,7 @@ impl Runtime {
     /// Opens `node`'s agent unless it is open; returns its resume report when it was opened.
     pub fn open(
         &mut self,
-        now: Millis,
+        now: Now,
         graph: &mut ActorGraph,
         node: &str,
     ) -> Result<Option<Value>, AgentsError> {
@@ -391,9 +392,9 @@ impl Runtime {
     /// Hosts call it right after a change, before they flush, so that the lines the change
     /// makes an agent write (a person's line and its `turn_start`) join its batch and become
     /// durable in one round (the core's group commit); [`pump`](Self::pump) does the rest.
-    pub fn sync_open(&mut self, now: Millis, graph: &mut ActorGraph) -> Result<(), AgentsError> {
+    pub fn sync_open(&mut self, now: Now, graph: &mut ActorGraph) -> Result<(), AgentsError> {
         for a in self.agents.values_mut() {
-            if a.poll_timeout().is_some_and(|t| t <= now) {
+            if a.poll_timeout().is_some_and(|t| t <= now.mono) {
                 a.handle_timeout(now, graph)?;
             }
             a.sync(now, graph)?;
@@ -406,7 +407,7 @@ impl Runtime {
     /// steps the host must run.
     pub fn pump(
         &mut self,
-        now: Millis,
+        now: Now,
         graph: &mut ActorGraph,
         flush: &mut dyn FnMut(&mut ActorGraph) -> Result<(), ActorsError>,
     ) -> Result<Vec<ModelJob>, AgentsError> {
@@ -439,7 +440,7 @@ impl Runtime {
     /// whether anything moved (an answer, a settlement, an agent to open).
     fn poll_all(
         &mut self,
-        now: Millis,
+        now: Now,
         graph: &mut ActorGraph,
         jobs: &mut Vec<ModelJob>,
     ) -> Result<bool, AgentsError> {
@@ -570,7 +571,7 @@ impl Runtime {
     /// the person's line is durable (its lines then go in a batch of their own).
     pub fn release(
         &mut self,
-        now: Millis,
+        now: Now,
         graph: &mut ActorGraph,
         jobs: &mut Vec<ModelJob>,
     ) -> Result<(), AgentsError> {
@@ -596,7 +597,7 @@ impl Runtime {
     /// interrupted meanwhile) is dropped. Call [`pump`](Self::pump) afterwards.
     pub fn finish(
         &mut self,
-        now: Millis,
+        now: Now,
         graph: &mut ActorGraph,
         node: &str,
         step: StepId,
@@ -618,7 +619,7 @@ impl Runtime {
     /// `None` when the node has no agent.
     pub fn interrupt(
         &mut self,
-        now: Millis,
+        now: Now,
         graph: &mut ActorGraph,
         node: &str,
         reason: &str,
@@ -636,7 +637,7 @@ impl Runtime {
     /// and the turns end `interrupted` with `reason`.
     pub fn interrupt_all(
         &mut self,
-        now: Millis,
+        now: Now,
         graph: &mut ActorGraph,
         reason: &str,
     ) -> Result<(), AgentsError> {
@@ -684,7 +685,14 @@ mod tests {
         let (config, _) = HarnessConfig::from_vars(Vec::<(String, String)>::new()).unwrap();
         let mut store = MemoryStore::default();
         let snap = store.load().unwrap();
-        let mut g = ActorGraph::init(config, "memory:", &snap, 1_000, "test").unwrap();
+        let mut g = ActorGraph::init(
+            config,
+            "memory:",
+            &snap,
+            weft_core::Wall::from_ms(1_000),
+            "test",
+        )
+        .unwrap();
         flusher(&mut store)(&mut g).unwrap();
         (g, store)
     }
@@ -710,7 +718,12 @@ mod tests {
         }
     }
 
-    fn released(rt: &mut Runtime, now: Millis, g: &mut ActorGraph) -> Vec<ModelJob> {
+    /// `ms` on both clocks (the tests' simulated time).
+    fn t(ms: u64) -> Now {
+        Now::new(Mono::from_ms(ms), weft_core::Wall::from_ms(ms))
+    }
+
+    fn released(rt: &mut Runtime, now: Now, g: &mut ActorGraph) -> Vec<ModelJob> {
         let mut jobs = Vec::new();
         rt.release(now, g, &mut jobs).unwrap();
         jobs
@@ -720,13 +733,14 @@ mod tests {
     fn the_builtin_model_is_not_released_before_the_flush_but_answered_by_the_pump() {
         let (mut g, mut store) = graph();
         let (mut rt, _) = runtime(true);
-        rt.open(2_000, &mut g, "coordinator").unwrap();
+        rt.open(t(2_000), &mut g, "coordinator").unwrap();
         flusher(&mut store)(&mut g).unwrap();
-        g.append(2_000, "coordinator", NewLine::user("hi")).unwrap();
-        rt.sync_open(2_000, &mut g).unwrap();
+        g.append(t(2_000).wall, "coordinator", NewLine::user("hi"))
+            .unwrap();
+        rt.sync_open(t(2_000), &mut g).unwrap();
         let batches = g.take_batches();
         assert_eq!(batches.len(), 1, "the person's line and `turn_start`");
-        assert!(released(&mut rt, 2_000, &mut g).is_empty());
+        assert!(released(&mut rt, t(2_000), &mut g).is_empty());
         assert!(
             !g.has_batches(),
             "no answer was written before the person's line is durable"
@@ -736,7 +750,7 @@ mod tests {
             g.ack(b.id).unwrap();
         }
         assert_eq!(rt.last_end("coordinator"), None);
-        rt.pump(2_001, &mut g, &mut flusher(&mut store)).unwrap();
+        rt.pump(t(2_001), &mut g, &mut flusher(&mut store)).unwrap();
         assert_eq!(rt.last_end("coordinator"), Some(&TurnEnd::Completed));
     }
 
@@ -744,11 +758,12 @@ mod tests {
     fn aborting_a_released_step_fires_its_abort_and_forgets_it() {
         let (mut g, mut store) = graph();
         let (mut rt, _) = runtime(false);
-        rt.open(2_000, &mut g, "coordinator").unwrap();
+        rt.open(t(2_000), &mut g, "coordinator").unwrap();
         flusher(&mut store)(&mut g).unwrap();
-        g.append(2_000, "coordinator", NewLine::user("hi")).unwrap();
-        rt.sync_open(2_000, &mut g).unwrap();
-        let mut jobs = released(&mut rt, 2_000, &mut g);
+        g.append(t(2_000).wall, "coordinator", NewLine::user("hi"))
+            .unwrap();
+        rt.sync_open(t(2_000), &mut g).unwrap();
+        let mut jobs = released(&mut rt, t(2_000), &mut g);
         assert_eq!(jobs.len(), 1);
         assert_eq!(rt.running(), 1);
         let job = jobs.remove(0);
@@ -774,10 +789,10 @@ mod tests {
     fn the_builtin_model_answers_a_wanted_node_inside_the_pump() {
         let (mut g, mut store) = graph();
         let (mut rt, seen) = runtime(true);
-        g.append(2_000, "coordinator", NewLine::user("hello"))
+        g.append(t(2_000).wall, "coordinator", NewLine::user("hello"))
             .unwrap();
         rt.want("coordinator");
-        let jobs = rt.pump(2_000, &mut g, &mut flusher(&mut store)).unwrap();
+        let jobs = rt.pump(t(2_000), &mut g, &mut flusher(&mut store)).unwrap();
         assert!(
             jobs.is_empty(),
             "no host model step with the built-in model"
@@ -805,9 +820,10 @@ mod tests {
     fn a_released_step_is_a_job_an_interrupt_aborts_and_a_late_answer_is_dropped() {
         let (mut g, mut store) = graph();
         let (mut rt, _) = runtime(false);
-        rt.open(2_000, &mut g, "coordinator").unwrap();
-        g.append(2_000, "coordinator", NewLine::user("hi")).unwrap();
-        let mut jobs = rt.pump(2_000, &mut g, &mut flusher(&mut store)).unwrap();
+        rt.open(t(2_000), &mut g, "coordinator").unwrap();
+        g.append(t(2_000).wall, "coordinator", NewLine::user("hi"))
+            .unwrap();
+        let mut jobs = rt.pump(t(2_000), &mut g, &mut flusher(&mut store)).unwrap();
         assert_eq!(jobs.len(), 1);
         assert_eq!(rt.running(), 1);
         let mut job = jobs.pop().unwrap();
@@ -819,7 +835,7 @@ mod tests {
                 .is_err_and(|e| e == oneshot::error::TryRecvError::Empty)
         );
         let st = rt
-            .interrupt(3_000, &mut g, "coordinator", "stop")
+            .interrupt(t(3_000), &mut g, "coordinator", "stop")
             .unwrap()
             .unwrap();
         assert_eq!(st.as_str(), "ended");
@@ -831,14 +847,14 @@ mod tests {
         );
         // The model's answer arriving after the interrupt changes nothing.
         rt.finish(
-            3_001,
+            t(3_001),
             &mut g,
             "coordinator",
             job.step,
             Ok(ModelResponse::text("late")),
         )
         .unwrap();
-        let jobs = rt.pump(3_001, &mut g, &mut flusher(&mut store)).unwrap();
+        let jobs = rt.pump(t(3_001), &mut g, &mut flusher(&mut store)).unwrap();
         assert!(jobs.is_empty());
         assert!(matches!(
             rt.last_end("coordinator"),
@@ -851,21 +867,22 @@ mod tests {
                 .filter_map(|e| e.ok())
                 .any(|l| l.text == "late")
         );
-        assert!(rt.interrupt(3_002, &mut g, "nobody", "x").is_none());
+        assert!(rt.interrupt(t(3_002), &mut g, "nobody", "x").is_none());
     }
 
     #[test]
     fn a_model_step_is_released_before_its_lines_are_flushed_and_the_turn_ends_after() {
         let (mut g, mut store) = graph();
         let (mut rt, seen) = runtime(false);
-        rt.open(2_000, &mut g, "coordinator").unwrap();
+        rt.open(t(2_000), &mut g, "coordinator").unwrap();
         flusher(&mut store)(&mut g).unwrap();
         let acked = g.acked();
         // The host's order: the change, `sync_open`, `release` (start the model), the flush.
-        g.append(2_000, "coordinator", NewLine::user("hi")).unwrap();
-        rt.sync_open(2_000, &mut g).unwrap();
+        g.append(t(2_000).wall, "coordinator", NewLine::user("hi"))
+            .unwrap();
+        rt.sync_open(t(2_000), &mut g).unwrap();
         let mut jobs = Vec::new();
-        rt.release(2_000, &mut g, &mut jobs).unwrap();
+        rt.release(t(2_000), &mut g, &mut jobs).unwrap();
         assert_eq!(jobs.len(), 1, "the model is asked before the flush");
         assert_eq!(g.acked(), acked, "nothing is acknowledged yet");
         assert!(
@@ -882,14 +899,14 @@ mod tests {
         // the turn's end is not released.
         let step = jobs[0].step;
         rt.finish(
-            2_001,
+            t(2_001),
             &mut g,
             "coordinator",
             step,
             Ok(ModelResponse::text("hello")),
         )
         .unwrap();
-        assert!(released(&mut rt, 2_001, &mut g).is_empty());
+        assert!(released(&mut rt, t(2_001), &mut g).is_empty());
         assert_eq!(
             rt.last_end("coordinator"),
             None,
@@ -898,13 +915,13 @@ mod tests {
         let first = batches.remove(0);
         store.apply(&first).unwrap();
         g.ack(first.id).unwrap();
-        assert!(released(&mut rt, 2_001, &mut g).is_empty());
+        assert!(released(&mut rt, t(2_001), &mut g).is_empty());
         assert_eq!(
             rt.last_end("coordinator"),
             None,
             "the answer's lines are not durable yet"
         );
-        rt.pump(2_002, &mut g, &mut flusher(&mut store)).unwrap();
+        rt.pump(t(2_002), &mut g, &mut flusher(&mut store)).unwrap();
         assert_eq!(rt.last_end("coordinator"), Some(&TurnEnd::Completed));
         let outputs: Vec<Value> = seen
             .lock()
@@ -941,7 +958,7 @@ mod tests {
         });
         weft_core::actors::api::call(
             &mut g,
-            2_000,
+            t(2_000).wall,
             "spawn",
             &json!({"parent": "coordinator", "type": "task", "id": "work", "title": "Work"}),
             &weft_core::actors::HeuristicProposer,
@@ -949,11 +966,13 @@ mod tests {
         .unwrap();
         flusher(&mut store)(&mut g).unwrap();
         // The discussion surface is refused the tool (and opens anyway); the task node has it.
-        rt.open(2_000, &mut g, "coordinator").unwrap();
-        rt.open(2_000, &mut g, "work").unwrap();
-        g.append(2_000, "coordinator", NewLine::user("hi")).unwrap();
-        g.append(2_000, "work", NewLine::user("probe it")).unwrap();
-        let jobs = rt.pump(2_000, &mut g, &mut flusher(&mut store)).unwrap();
+        rt.open(t(2_000), &mut g, "coordinator").unwrap();
+        rt.open(t(2_000), &mut g, "work").unwrap();
+        g.append(t(2_000).wall, "coordinator", NewLine::user("hi"))
+            .unwrap();
+        g.append(t(2_000).wall, "work", NewLine::user("probe it"))
+            .unwrap();
+        let jobs = rt.pump(t(2_000), &mut g, &mut flusher(&mut store)).unwrap();
         let offered = |n: &str| -> Vec<String> {
             let j = jobs.iter().find(|j| j.node == n).unwrap();
             j.chat.tools.iter().map(|t| t.name.clone()).collect()
@@ -962,7 +981,7 @@ mod tests {
         assert!(offered("work").contains(&"probe".to_owned()));
         let step = jobs.iter().find(|j| j.node == "work").unwrap().step;
         rt.finish(
-            2_001,
+            t(2_001),
             &mut g,
             "work",
             step,
@@ -974,7 +993,7 @@ mod tests {
         )
         .unwrap();
         assert!(
-            rt.pump(2_001, &mut g, &mut flusher(&mut store))
+            rt.pump(t(2_001), &mut g, &mut flusher(&mut store))
                 .unwrap()
                 .is_empty()
         );
@@ -985,14 +1004,20 @@ mod tests {
         assert_eq!((call.node.as_str(), call.tool.as_str()), ("work", "probe"));
         assert!(!*call.abort.borrow());
         // An interrupt aborts the running call; its settlement closes the turn.
-        rt.interrupt(2_002, &mut g, "work", "stop")
+        rt.interrupt(t(2_002), &mut g, "work", "stop")
             .unwrap()
             .unwrap();
-        rt.pump(2_002, &mut g, &mut flusher(&mut store)).unwrap();
+        rt.pump(t(2_002), &mut g, &mut flusher(&mut store)).unwrap();
         assert!(*call.abort.borrow());
-        rt.settle(2_003, &mut g, "work", call.invocation, Settlement::Aborted)
-            .unwrap();
-        rt.pump(2_003, &mut g, &mut flusher(&mut store)).unwrap();
+        rt.settle(
+            t(2_003),
+            &mut g,
+            "work",
+            call.invocation,
+            Settlement::Aborted,
+        )
+        .unwrap();
+        rt.pump(t(2_003), &mut g, &mut flusher(&mut store)).unwrap();
         assert_eq!(rt.running_calls(), 0);
         assert!(matches!(
             rt.last_end("work"),

@@ -26,10 +26,11 @@ use std::time::Duration;
 use serde_json::json;
 use weft_core::actors::{ActorsError, HeuristicProposer, api};
 use weft_core::agents::AgentConfig;
+use weft_core::codes::HostError;
 use weft_core::model::StreamEvent;
 use weft_core::tools::TurnEnd;
 
-use crate::actors::{Session, config_from_env, wall_ms};
+use crate::actors::{Session, config_from_env};
 use crate::agents::{AgentEvent, Runtime};
 use crate::model::{HostModel, ModelFlags};
 
@@ -186,7 +187,7 @@ pub async fn main(args: ChatArgs) -> ExitCode {
     };
     let mut rt =
         Runtime::new(agent_config, remote.is_none(), sink).with_system(args.system.clone());
-    let now = wall_ms();
+    let now = crate::actors::now();
     let node = args.node.clone();
     let opened = rt
         .open(now, &mut graph, &node)
@@ -194,7 +195,7 @@ pub async fn main(args: ChatArgs) -> ExitCode {
         .and_then(|_| {
             api::call(
                 &mut graph,
-                now,
+                now.wall,
                 "message",
                 &json!({"node": node, "role": "user", "text": args.message}),
                 &HeuristicProposer,
@@ -209,7 +210,7 @@ pub async fn main(args: ChatArgs) -> ExitCode {
     let mut flush =
         |g: &mut weft_core::actors::ActorGraph| crate::actors::flush(g, &mut store).map(|_| ());
     loop {
-        let jobs = match rt.pump(wall_ms(), &mut graph, &mut flush) {
+        let jobs = match rt.pump(crate::actors::now(), &mut graph, &mut flush) {
             Ok(j) => j,
             Err(e) => return actors_fail(&agents_error(e), args.json),
         };
@@ -238,13 +239,13 @@ pub async fn main(args: ChatArgs) -> ExitCode {
                 }
             };
             let done = match result {
-                Some(r) => rt.finish(wall_ms(), &mut graph, &node, step, r),
+                Some(r) => rt.finish(crate::actors::now(), &mut graph, &node, step, r),
                 None => {
                     // The dropped future closed the connection; the session decides what an
                     // interrupt means.
                     interrupted = true;
                     match rt.interrupt(
-                        wall_ms(),
+                        crate::actors::now(),
                         &mut graph,
                         &node,
                         "interrupted by the user (Ctrl-C)",
@@ -259,7 +260,7 @@ pub async fn main(args: ChatArgs) -> ExitCode {
             }
         }
         if interrupted {
-            if let Err(e) = rt.pump(wall_ms(), &mut graph, &mut flush) {
+            if let Err(e) = rt.pump(crate::actors::now(), &mut graph, &mut flush) {
                 return actors_fail(&agents_error(e), args.json);
             }
             break;
@@ -273,9 +274,14 @@ pub async fn main(args: ChatArgs) -> ExitCode {
         // when the target is terminal).
         if let Some(st) = rt.state(&args.node).filter(|st| st["phase"] == "waiting") {
             let message = format!("the turn waits on {}", st["waiting"]);
-            return fail("CHAT_TURN_WAITING", &message, args.json, 1);
+            return fail(HostError::ChatTurnWaiting.code(), &message, args.json, 1);
         }
-        return fail("CHAT_NO_TURN", "the turn did not end", args.json, 1);
+        return fail(
+            HostError::ChatNoTurn.code(),
+            "the turn did not end",
+            args.json,
+            1,
+        );
     };
     if !args.json && streamed_text {
         let _ = writeln!(stdout);
@@ -290,11 +296,11 @@ pub async fn main(args: ChatArgs) -> ExitCode {
             eprintln!("MODEL_ABORTED: {reason}");
             ExitCode::from(130)
         }
-        other => {
+        end @ TurnEnd::StepLimit { .. } => {
             eprintln!(
-                "CHAT_TURN_{}: the turn ended {}",
-                other.as_str().to_uppercase(),
-                other.as_str()
+                "{}: the turn ended {}",
+                HostError::ChatTurnStepLimit.code(),
+                end.as_str()
             );
             ExitCode::from(1)
         }

@@ -25,7 +25,8 @@ use serde_json::Value;
 use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::process::{Child, Command};
 use tokio::sync::{mpsc, oneshot, watch};
-use weft_core::Millis;
+use weft_core::Mono;
+use weft_core::codes::HostError;
 use weft_core::jobs::wire::{Capabilities, WireRequest};
 use weft_core::jobs::{
     EndpointId, EndpointSpec, Hello, JobId, Output, Registry, RemoteSpec, SubscriptionId, WaitEnd,
@@ -177,13 +178,14 @@ impl Default for JobsHost {
 }
 
 impl JobsHost {
-    /// A host with an empty registry; its clock starts now.
+    /// A host with an empty registry; its clock is the process's monotonic clock
+    /// ([`crate::actors::mono_now`]), shared with the agents.
     pub fn new() -> Self {
         let (tx, rx) = mpsc::unbounded_channel();
         let (child_tx, child_rx) = mpsc::channel(CHILD_QUEUE);
         JobsHost {
             registry: Registry::default(),
-            start: Instant::now(),
+            start: crate::actors::mono_origin(),
             transports: HashMap::new(),
             tx,
             rx,
@@ -198,9 +200,9 @@ impl JobsHost {
         }
     }
 
-    /// Milliseconds since the host started.
-    pub fn now(&self) -> Millis {
-        self.start.elapsed().as_millis() as Millis
+    /// The host's monotonic clock: milliseconds since the host started.
+    pub fn now(&self) -> Mono {
+        Mono::from_ms(self.start.elapsed().as_millis() as u64)
     }
 
     /// Starts `node <shim> <script>` as an endpoint. The script is a DOM-style worker.
@@ -415,7 +417,7 @@ impl JobsHost {
     pub fn wait(
         &mut self,
         job: JobId,
-        timeout_ms: Option<Millis>,
+        timeout_ms: Option<u64>,
     ) -> Result<oneshot::Receiver<WaitEnd>, weft_core::jobs::JobsError> {
         let now = self.now();
         let w = self.registry.wait(now, job, timeout_ms)?;
@@ -640,7 +642,7 @@ impl JobsHost {
                                 serde_json::json!({"id": id, "type": "error", "message": message, "code": code})
                             }
                             Err(e) => serde_json::json!({"id": id, "type": "error",
-                                "message": format!("the job body panicked: {e}"), "code": "PANIC"}),
+                                "message": format!("the job body panicked: {e}"), "code": HostError::Panic.code()}),
                         };
                         let _ = tx.send(Inbound::Message(endpoint, msg));
                     });
@@ -953,9 +955,9 @@ pub(crate) fn kill_group(pid: Option<u32>) {
 
 /// Sleeps until a core's next deadline (`poll_timeout`, host milliseconds) given the host's
 /// `now`; never wakes when there is none.
-pub(crate) async fn sleep_until(deadline: Option<Millis>, now: Millis) {
+pub(crate) async fn sleep_until(deadline: Option<Mono>, now: Mono) {
     match deadline {
-        Some(d) => tokio::time::sleep(Duration::from_millis(d.saturating_sub(now))).await,
+        Some(d) => tokio::time::sleep(Duration::from_millis(d.since(now))).await,
         None => std::future::pending().await,
     }
 }

@@ -16,7 +16,7 @@ use std::time::Duration;
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
-use weft_core::Millis;
+use weft_core::Mono;
 use weft_core::model::builtin::{BuiltinModel, HOW_TO_CONFIGURE};
 use weft_core::model::{
     CallOutput, CallTimeouts, ChatMessage, ChatRequest, HttpRequest, MAX_ERROR_BODY, ModelCall,
@@ -123,7 +123,7 @@ pub async fn drive(
     start: Instant,
     on_event: &mut (dyn FnMut(StreamEvent) + Send),
 ) -> Result<ModelResponse, ModelError> {
-    let now = || start.elapsed().as_millis() as Millis;
+    let now = || Mono::from_ms(start.elapsed().as_millis() as u64);
     let mut conn = Conn::Idle;
     loop {
         while let Some(o) = call.poll_output() {
@@ -136,7 +136,7 @@ pub async fn drive(
         let deadline = call.poll_timeout();
         let sleep = async {
             match deadline {
-                Some(d) => tokio::time::sleep_until(start + Duration::from_millis(d)).await,
+                Some(d) => tokio::time::sleep_until(start + Duration::from_millis(d.as_ms())).await,
                 None => std::future::pending().await,
             }
         };
@@ -260,7 +260,7 @@ impl ReqwestModel {
         on_event: &mut (dyn FnMut(StreamEvent) + Send),
     ) -> Result<ModelResponse, ModelError> {
         let start = Instant::now();
-        let mut call = ModelCall::new(0, &self.config, chat, self.policy, self.timeouts);
+        let mut call = ModelCall::new(Mono::ZERO, &self.config, chat, self.policy, self.timeouts);
         drive(&self.client, &mut call, start, on_event).await
     }
 }

@@ -21,6 +21,7 @@ use std::time::Duration;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use serde_json::Value;
 use tokio::sync::mpsc;
+use weft_core::Mono;
 use weft_core::jobs::{
     CancelStatus, Delivery, EndpointSpec, EventKind, Hello, JobEvent, JobId, Outcome, OwnerId,
     Submit,
@@ -274,8 +275,8 @@ fn yes_no(b: bool) -> &'static str {
     if b { "yes" } else { "no" }
 }
 
-fn secs(ms: u64) -> String {
-    format!("{:.3}s", ms as f64 / 1000.0)
+fn secs(at: Mono) -> String {
+    format!("{:.3}s", at.as_ms() as f64 / 1000.0)
 }
 
 /// Prints what stopped and what evidence arrived.
@@ -326,7 +327,7 @@ fn report(journal: &[JobEvent<Value>], outcome: &Outcome<Value>, last_fraction: 
     }
 }
 
-fn after(from: Option<u64>, at: u64) -> String {
-    from.map(|f| format!(" ({} ms after the request)", at.saturating_sub(f)))
+fn after(from: Option<Mono>, at: Mono) -> String {
+    from.map(|f| format!(" ({} ms after the request)", at.since(f)))
         .unwrap_or_default()
 }

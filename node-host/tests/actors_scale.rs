@@ -1,8 +1,8 @@
 //! A root of 10,000 nodes, generated on disk (not spawned one by one): it opens, and a spawn, a
 //! message and a status change through the CLI's lazy writer ([`Session::writer_lazy`]) each
 //! open the same number of files as on a root of 10 nodes (counted by the store's walls) and
-//! read as many bytes, apart from the records that grow with the root (`graph.json`, the
-//! parent's `meta.json`): logs are read from their ends. A lazy command writes exactly what a
+//! read as many bytes: `graph.json` and the parent's `meta.json` (the records that grow with
+//! the root) are read by their ends, logs from their ends. A lazy command writes exactly what a
 //! full open would have written, and a root that needs recovery falls back to the full open,
 //! which recovers.
 
@@ -18,7 +18,7 @@ use serde_json::{Value, json};
 use weft_core::actors::{HarnessConfig, NewLine, NodeType, Role, SpawnRequest, Status};
 use weft_host::actors::Session;
 
-const NOW: u64 = 1_800_000_000_000;
+const NOW: weft_core::Wall = weft_core::Wall::from_ms(1_800_000_000_000);
 const TEMPLATE: &str = "gen-00000";
 
 /// A root with the coordinator and `n` task children, written directly: one task is spawned
@@ -153,8 +153,8 @@ fn a_spawn_a_message_and_a_status_change_open_as_many_files_at_10_as_at_10000_no
     for c in opens(&at_10) {
         assert!(c <= 30, "a command opened {c} files: {at_10:?}");
     }
-    // Bytes: what grows with the root is the coordinator's meta.json (the spawn); graph.json
-    // is read by its ends only (trusted stamps: ids are looked up in nodes/), and the logs
+    // Bytes: graph.json and the coordinator's meta.json are read by their ends only (trusted
+    // stamps: ids are looked up in nodes/, the children are not read), and the logs
     // (1.9 MB of metathread, 1.2 MB of coordinator chat at 10,000 nodes) are read from a kept
     // mark and their last lines — within a few stride lengths of what the small root reads.
     let grown = |rel: &str| size(&big, rel) - size(&small, rel);
@@ -167,10 +167,14 @@ fn a_spawn_a_message_and_a_status_change_open_as_many_files_at_10_as_at_10000_no
         graph > 10 * slack,
         "the big root's graph.json is big: {graph}"
     );
-    for (i, extra) in [coord, 0, 0].into_iter().enumerate() {
+    assert!(
+        coord > 2 * slack,
+        "the big root's parent record is big: {coord}"
+    );
+    for i in 0..3 {
         let (small_b, big_b) = (at_10[i].1, at_10k[i].1);
         assert!(
-            big_b <= small_b + extra + slack,
+            big_b <= small_b + slack,
             "command {i} read {big_b} bytes at 10,000 nodes, {small_b} at 10 \
              (graph.json grew {graph}, the coordinator's meta.json {coord})"
         );
@@ -221,6 +225,88 @@ fn a_spawn_a_message_and_a_status_change_open_as_many_files_at_10_as_at_10000_no
     assert_eq!(s.graph.chat("new-a").unwrap().len(), 2);
     assert_eq!(s.graph.node("gen-00003").unwrap().status, Status::Done);
     assert!(lineage_problems(&read_disk(&small)).is_empty());
+    let _ = std::fs::remove_dir_all(&big);
+    let _ = std::fs::remove_dir_all(&small);
+}
+
+/// A spawn's reads do not grow with its parent's children: the parent's `meta.json` (whose
+/// stamp the last lazy writer kept) is read by its ends, never its `spawned[]`. A record
+/// changed behind its stamp is read whole; a whole rewrite of a record read by its ends (a
+/// status change) keeps every child.
+#[test]
+fn a_spawn_reads_as_many_bytes_under_4000_children_as_under_400() {
+    let small = generate("children-400", 400);
+    let big = generate("children-4000", 4000);
+    let spawn = |root: &Path, id: &str| {
+        let mut s = lazy(root, &["coordinator"], true);
+        let mut r = SpawnRequest::new("coordinator", NodeType::Task);
+        r.id = Some(id.into());
+        s.graph.spawn(NOW, r).unwrap();
+        s.flush().unwrap();
+        (
+            s.store.opens(),
+            s.store.bytes_read(),
+            s.graph.opened_trusted(),
+        )
+    };
+    let record = |root: &Path| root.join("nodes/coordinator/meta.json");
+    let mut at = Vec::new();
+    for root in [&small, &big] {
+        // The first spawn rewrites the generated records in canonical form and keeps their
+        // stamps; the next ones read the parent by its ends.
+        spawn(root, "warm-1");
+        let (_, _, trusted) = spawn(root, "warm-2");
+        assert!(trusted);
+        at.push(spawn(root, "measured"));
+    }
+    let grown =
+        size(&big, "nodes/coordinator/meta.json") - size(&small, "nodes/coordinator/meta.json");
+    assert!(grown > 60_000, "the big parent's record is big: {grown}");
+    let ((o_small, b_small, _), (o_big, b_big, _)) = (at[0], at[1]);
+    assert_eq!(o_small, o_big, "files opened");
+    assert!(
+        b_big <= b_small + 1024,
+        "a spawn read {b_big} bytes under 4,000 children, {b_small} under 400 (the record grew {grown})"
+    );
+    // Changed behind its stamp (rewritten by another tool, same bytes): read whole once, then
+    // by its ends again.
+    let bytes = std::fs::read(record(&big)).unwrap();
+    std::fs::write(record(&big), &bytes).unwrap();
+    let (_, b, _) = spawn(&big, "after-edit");
+    assert!(
+        b >= b_big + bytes.len() as u64 - 8192,
+        "read {b} after the edit"
+    );
+    let (_, b, _) = spawn(&big, "after-edit-2");
+    assert!(
+        b <= b_small + 1024,
+        "read {b} once the stamp was kept again"
+    );
+    // A status change of the parent rewrites its record whole, with every child.
+    let mut s = lazy(&big, &["coordinator"], false);
+    assert!(s.graph.opened_trusted());
+    s.graph
+        .set_status(NOW, "coordinator", Status::Idle, Some("x".into()), None)
+        .unwrap();
+    s.flush().unwrap();
+    assert!(s.store.bytes_read() >= grown, "the children were read back");
+    drop(s);
+    let coord: Value = serde_json::from_slice(&std::fs::read(record(&big)).unwrap()).unwrap();
+    let spawned = coord["spawned"].as_array().unwrap();
+    assert_eq!(spawned.len(), 4000 + 5);
+    assert_eq!(spawned[0], TEMPLATE);
+    assert_eq!(spawned[4004], "after-edit-2");
+    assert_eq!(coord["status"], "idle");
+    let (_, _, trusted) = spawn(&big, "after-status");
+    assert!(trusted);
+    let s = Session::reader(&big, config()).unwrap();
+    assert!(
+        s.report.diagnostics.is_empty(),
+        "{:?}",
+        s.report.diagnostics
+    );
+    assert_eq!(s.graph.node("coordinator").unwrap().spawned.len(), 4006);
+    drop(s);
     let _ = std::fs::remove_dir_all(&big);
     let _ = std::fs::remove_dir_all(&small);
 }

@@ -227,7 +227,7 @@ fn a_reader_beside_a_writer_spawning_500_nodes_sees_no_spurious_diagnostic() {
     let root = scratch("walls-concurrent");
     let mut store = FsStore::open_writer(&root, Duration::from_secs(5)).unwrap();
     let snap = store.load().unwrap();
-    let now = 1_798_568_411_000;
+    let now = weft_core::Wall::from_ms(1_798_568_411_000);
     let mut g =
         ActorGraph::init(HarnessConfig::default(), &store.address(), &snap, now, "t").unwrap();
     weft_host::actors::flush(&mut g, &mut store).unwrap();

@@ -19,6 +19,16 @@ use weft_core::tools::{
 
 use crate::js::{error, from_js_json, json};
 
+/// A wall-clock reading (`Date.now()`): what actor lines and metas carry.
+fn wall(now: f64) -> weft_core::Wall {
+    weft_core::Wall::from_ms(ms(now))
+}
+
+/// Both host clocks of a call: `now` from `Date.now()`, `mono` from `performance.now()`.
+fn clocks(now: f64, mono: f64) -> weft_core::time::Now {
+    weft_core::time::Now::new(weft_core::Mono::from_ms(ms(mono)), wall(now))
+}
+
 fn ms(now: f64) -> u64 {
     if now.is_finite() && now > 0.0 {
         now as u64
@@ -96,7 +106,7 @@ impl ActorGraphJs {
     ) -> Result<ActorGraphJs, JsValue> {
         let (c, notes) = config(&config_vars)?;
         let (inner, report) =
-            ActorGraph::open(c, address, &snapshot(&files)?, ms(now)).map_err(|e| error(&e))?;
+            ActorGraph::open(c, address, &snapshot(&files)?, wall(now)).map_err(|e| error(&e))?;
         Ok(ActorGraphJs {
             inner,
             report,
@@ -112,7 +122,7 @@ impl ActorGraphJs {
         title: &str,
     ) -> Result<ActorGraphJs, JsValue> {
         let (c, notes) = config(&config_vars)?;
-        let inner = ActorGraph::init(c, address, &Snapshot::default(), ms(now), title)
+        let inner = ActorGraph::init(c, address, &Snapshot::default(), wall(now), title)
             .map_err(|e| error(&e))?;
         Ok(ActorGraphJs {
             inner,
@@ -145,7 +155,7 @@ impl ActorGraphJs {
                 )))
             })?
         };
-        let out = api::call(&mut self.inner, ms(now), op, &args, &HeuristicProposer)
+        let out = api::call(&mut self.inner, wall(now), op, &args, &HeuristicProposer)
             .map_err(|e| error(&e))?;
         Ok(json(&out))
     }
@@ -248,6 +258,7 @@ impl NodeAgentJs {
         node: &str,
         config: JsValue,
         now: f64,
+        mono: f64,
     ) -> Result<NodeAgentJs, JsValue> {
         let c = args_json(&config, "the agent configuration")?;
         let mut ac = AgentConfig::default();
@@ -264,7 +275,7 @@ impl NodeAgentJs {
             ac.max_steps_per_turn = u32::try_from(s).unwrap_or(u32::MAX);
         }
         let (inner, report) =
-            NodeAgent::open(ms(now), &mut graph.inner, node, ac).map_err(agents_err)?;
+            NodeAgent::open(clocks(now, mono), &mut graph.inner, node, ac).map_err(agents_err)?;
         Ok(NodeAgentJs { inner, report })
     }
 
@@ -292,9 +303,9 @@ impl NodeAgentJs {
     }
 
     /// Something changed in the graph: takes new user lines, re-checks waits.
-    pub fn sync(&mut self, graph: &mut ActorGraphJs, now: f64) -> Result<(), JsValue> {
+    pub fn sync(&mut self, graph: &mut ActorGraphJs, now: f64, mono: f64) -> Result<(), JsValue> {
         self.inner
-            .sync(ms(now), &mut graph.inner)
+            .sync(clocks(now, mono), &mut graph.inner)
             .map_err(agents_err)
     }
 
@@ -333,6 +344,7 @@ impl NodeAgentJs {
         &mut self,
         graph: &mut ActorGraphJs,
         now: f64,
+        mono: f64,
         step: f64,
         response: JsValue,
     ) -> Result<(), JsValue> {
@@ -340,7 +352,7 @@ impl NodeAgentJs {
         let r = ModelResponse::from_json(&v)
             .map_err(|m| agents_err(ToolsError::InvalidResponse(m).into()))?;
         self.inner
-            .on_model_response(ms(now), &mut graph.inner, StepId(ms(step)), r)
+            .on_model_response(clocks(now, mono), &mut graph.inner, StepId(ms(step)), r)
             .map_err(agents_err)
     }
 
@@ -350,11 +362,17 @@ impl NodeAgentJs {
         &mut self,
         graph: &mut ActorGraphJs,
         now: f64,
+        mono: f64,
         step: f64,
         message: &str,
     ) -> Result<(), JsValue> {
         self.inner
-            .on_model_error(ms(now), &mut graph.inner, StepId(ms(step)), message)
+            .on_model_error(
+                clocks(now, mono),
+                &mut graph.inner,
+                StepId(ms(step)),
+                message,
+            )
             .map_err(agents_err)
     }
 
@@ -365,6 +383,7 @@ impl NodeAgentJs {
         &mut self,
         graph: &mut ActorGraphJs,
         now: f64,
+        mono: f64,
         invocation: f64,
         settlement: JsValue,
     ) -> Result<(), JsValue> {
@@ -396,7 +415,12 @@ impl NodeAgentJs {
             Settlement::Returned(v.get("value").cloned().unwrap_or(Value::Null))
         };
         self.inner
-            .on_call_settled(ms(now), &mut graph.inner, InvocationId(ms(invocation)), s)
+            .on_call_settled(
+                clocks(now, mono),
+                &mut graph.inner,
+                InvocationId(ms(invocation)),
+                s,
+            )
             .map_err(agents_err)
     }
 
@@ -423,12 +447,13 @@ impl NodeAgentJs {
         &mut self,
         graph: &mut ActorGraphJs,
         now: f64,
+        mono: f64,
         invocation: f64,
         job: f64,
     ) -> Result<(), JsValue> {
         self.inner
             .on_call_job(
-                ms(now),
+                clocks(now, mono),
                 &mut graph.inner,
                 InvocationId(ms(invocation)),
                 JobId(ms(job)),
@@ -444,11 +469,13 @@ impl NodeAgentJs {
     pub fn record_job_event(
         &mut self,
         graph: &mut ActorGraphJs,
+        now: f64,
+        mono: f64,
         event: JsValue,
     ) -> Result<bool, JsValue> {
         let v = args_json(&event, "a job event")?;
         self.inner
-            .record_job_event(&mut graph.inner, &v)
+            .record_job_event(clocks(now, mono), &mut graph.inner, &v)
             .map_err(agents_err)
     }
 
@@ -460,6 +487,7 @@ impl NodeAgentJs {
         &mut self,
         graph: &mut ActorGraphJs,
         now: f64,
+        mono: f64,
         note: JsValue,
     ) -> Result<f64, JsValue> {
         let v = args_json(&note, "a completion note")?;
@@ -490,11 +518,11 @@ impl NodeAgentJs {
             origin,
             outcome,
             summary: v["summary"].as_str().unwrap_or("").to_owned(),
-            at: v["at"].as_u64().unwrap_or_else(|| ms(now)),
+            at: weft_core::Mono::from_ms(v["at"].as_u64().unwrap_or_else(|| ms(mono))),
         };
         Ok(self
             .inner
-            .deliver_note(ms(now), &mut graph.inner, &note)
+            .deliver_note(clocks(now, mono), &mut graph.inner, &note)
             .map_err(agents_err)? as f64)
     }
 
@@ -504,6 +532,7 @@ impl NodeAgentJs {
         &mut self,
         graph: &mut ActorGraphJs,
         now: f64,
+        mono: f64,
         source: &str,
         value: JsValue,
     ) -> Result<f64, JsValue> {
@@ -514,7 +543,7 @@ impl NodeAgentJs {
         };
         Ok(self
             .inner
-            .post_observation(ms(now), &mut graph.inner, source, v)
+            .post_observation(clocks(now, mono), &mut graph.inner, source, v)
             .map_err(agents_err)? as f64)
     }
 
@@ -523,10 +552,11 @@ impl NodeAgentJs {
         &mut self,
         graph: &mut ActorGraphJs,
         now: f64,
+        mono: f64,
         reason: &str,
     ) -> Result<(), JsValue> {
         self.inner
-            .wake(ms(now), &mut graph.inner, reason)
+            .wake(clocks(now, mono), &mut graph.inner, reason)
             .map_err(agents_err)
     }
 
@@ -536,27 +566,34 @@ impl NodeAgentJs {
         &mut self,
         graph: &mut ActorGraphJs,
         now: f64,
+        mono: f64,
         reason: &str,
     ) -> Result<String, JsValue> {
         Ok(self
             .inner
-            .interrupt(ms(now), &mut graph.inner, reason)
+            .interrupt(clocks(now, mono), &mut graph.inner, reason)
             .map_err(agents_err)?
             .as_str()
             .to_owned())
     }
 
-    /// The next deadline (an interrupt's grace period), if any.
+    /// The next deadline (an interrupt's grace period), if any, on the monotonic clock (the
+    /// `mono` the calls take): arm a timer for `at - performance.now()`.
     #[wasm_bindgen(js_name = pollTimeout)]
     pub fn poll_timeout(&self) -> Option<f64> {
-        self.inner.poll_timeout().map(|t| t as f64)
+        self.inner.poll_timeout().map(|t| t.as_ms() as f64)
     }
 
     /// Time passed: an interrupt's grace period may have ended.
     #[wasm_bindgen(js_name = handleTimeout)]
-    pub fn handle_timeout(&mut self, graph: &mut ActorGraphJs, now: f64) -> Result<(), JsValue> {
+    pub fn handle_timeout(
+        &mut self,
+        graph: &mut ActorGraphJs,
+        now: f64,
+        mono: f64,
+    ) -> Result<(), JsValue> {
         self.inner
-            .handle_timeout(ms(now), &mut graph.inner)
+            .handle_timeout(clocks(now, mono), &mut graph.inner)
             .map_err(agents_err)
     }
 
@@ -583,8 +620,14 @@ pub fn admit_utterance(
     text: &str,
     model_configured: bool,
 ) -> Result<JsValue, JsValue> {
-    let out = agents::admit_utterance(ms(now), &mut graph.inner, node, text, model_configured)
-        .map_err(agents_err)?;
+    let out = agents::admit_utterance(
+        weft_core::Wall::from_ms(ms(now)),
+        &mut graph.inner,
+        node,
+        text,
+        model_configured,
+    )
+    .map_err(agents_err)?;
     Ok(json(&out))
 }
 

@@ -5,6 +5,7 @@
 use js_sys::Array;
 use serde_json::json;
 use wasm_bindgen::prelude::*;
+use weft_core::Mono;
 use weft_core::jobs::{EndpointId, JobId, Submit};
 use weft_core::tools::{
     CallOutcome, CallResult, HandlerFailure, InvocationId, Mail, MailItem, ModelResponse, Session,
@@ -22,6 +23,11 @@ fn ms(now: f64) -> u64 {
     } else {
         0
     }
+}
+
+/// A JS monotonic time (`performance.now()`, milliseconds) as the core's [`Mono`].
+fn mono(now: f64) -> Mono {
+    Mono::from_ms(ms(now))
 }
 
 fn from_js(v: &JsValue, what: &str) -> Result<serde_json::Value, JsValue> {
@@ -111,7 +117,7 @@ impl AgentSession {
     /// Submits a task; returns its id.
     #[wasm_bindgen(js_name = submitTask)]
     pub fn submit_task(&mut self, now: f64, input: JsValue) -> f64 {
-        self.inner.submit_task(ms(now), Js::from_js(input)).0 as f64
+        self.inner.submit_task(mono(now), Js::from_js(input)).0 as f64
     }
 
     /// Withdraws a queued task.
@@ -122,18 +128,18 @@ impl AgentSession {
 
     /// Queues steering input for the running turn.
     pub fn steer(&mut self, now: f64, input: JsValue) -> Result<(), JsValue> {
-        self.inner.steer(ms(now), Js::from_js(input)).map_err(err)
+        self.inner.steer(mono(now), Js::from_js(input)).map_err(err)
     }
 
     /// The application's explicit choice to wake the agent.
     pub fn wake(&mut self, now: f64, reason: &str) {
-        self.inner.wake(ms(now), reason);
+        self.inner.wake(mono(now), reason);
     }
 
     /// A job submitted with `wake` finished.
     #[wasm_bindgen(js_name = jobWake)]
     pub fn job_wake(&mut self, now: f64, job: f64) {
-        self.inner.job_wake(ms(now), JobId(job as u64));
+        self.inner.job_wake(mono(now), JobId(job as u64));
     }
 
     /// Moves this agent's completion notes from the registry's mailbox to the session's.
@@ -142,7 +148,7 @@ impl AgentSession {
         let notes = registry.inner.read_mailbox(self.inner.owner());
         let n = notes.len();
         for note in notes {
-            self.inner.deliver_note(ms(now), note);
+            self.inner.deliver_note(mono(now), note);
         }
         n as f64
     }
@@ -151,7 +157,7 @@ impl AgentSession {
     #[wasm_bindgen(js_name = postObservation)]
     pub fn post_observation(&mut self, now: f64, source: &str, value: JsValue) -> f64 {
         self.inner
-            .post_observation(ms(now), source, Js::from_js(value)) as f64
+            .post_observation(mono(now), source, Js::from_js(value)) as f64
     }
 
     /// Sets a standing desire (shown at the next turn start if changed; never a task).
@@ -197,7 +203,7 @@ impl AgentSession {
             .map_err(|e| err(ToolsError::InvalidResponse(format!("not JSON: {e}"))))?;
         let r = ModelResponse::from_json(&v).map_err(|m| err(ToolsError::InvalidResponse(m)))?;
         self.inner
-            .on_model_response(ms(now), StepId(step as u64), r)
+            .on_model_response(mono(now), StepId(step as u64), r)
             .map_err(err)
     }
 
@@ -205,7 +211,7 @@ impl AgentSession {
     #[wasm_bindgen(js_name = onModelError)]
     pub fn on_model_error(&mut self, now: f64, step: f64, message: &str) -> Result<(), JsValue> {
         self.inner
-            .on_model_error(ms(now), StepId(step as u64), message)
+            .on_model_error(mono(now), StepId(step as u64), message)
             .map_err(err)
     }
 
@@ -263,7 +269,7 @@ impl AgentSession {
 
     fn settle(&mut self, now: f64, invocation: f64, s: Settlement<Js>) -> Result<(), JsValue> {
         self.inner
-            .on_call_settled(ms(now), InvocationId(invocation as u64), s)
+            .on_call_settled(mono(now), InvocationId(invocation as u64), s)
             .map_err(err)
     }
 
@@ -289,7 +295,7 @@ impl AgentSession {
         req.reuse_key = opt_string(&options, "reuseKey");
         self.inner
             .submit_job(
-                ms(now),
+                mono(now),
                 InvocationId(invocation as u64),
                 &mut registry.inner,
                 req,
@@ -309,19 +315,19 @@ impl AgentSession {
     /// Interrupts the running turn; returns `not_running`, `ended`, `stopping` or
     /// `already_interrupting`.
     pub fn interrupt(&mut self, now: f64, reason: &str) -> String {
-        self.inner.interrupt(ms(now), reason).as_str().to_owned()
+        self.inner.interrupt(mono(now), reason).as_str().to_owned()
     }
 
     /// The next deadline (ms), if any.
     #[wasm_bindgen(js_name = pollTimeout)]
     pub fn poll_timeout(&self) -> Option<f64> {
-        self.inner.poll_timeout().map(|t| t as f64)
+        self.inner.poll_timeout().map(|t| t.as_ms() as f64)
     }
 
     /// Fires the timers due at `now`.
     #[wasm_bindgen(js_name = handleTimeout)]
     pub fn handle_timeout(&mut self, now: f64) {
-        self.inner.handle_timeout(ms(now));
+        self.inner.handle_timeout(mono(now));
     }
 
     /// All pending outputs as JSON text (an array; `JSON.parse` it): one string crosses the
@@ -412,7 +418,7 @@ fn mail_js(m: &Mail<Js>) -> JsValue {
     let base = || {
         object(&[
             ("seq", (m.seq as f64).into()),
-            ("at", (m.at as f64).into()),
+            ("at", (m.at.as_ms() as f64).into()),
             ("kind", m.item.kind().into()),
         ])
     };

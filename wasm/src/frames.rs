@@ -6,6 +6,7 @@
 
 use js_sys::{Array, Reflect, Uint8Array};
 use wasm_bindgen::prelude::*;
+use weft_core::Wall;
 use weft_core::frames::controller::Step;
 use weft_core::frames::types::{AssessmentResult, Decision, Frame, Mode, Resolver};
 use weft_core::frames::{
@@ -123,7 +124,7 @@ impl FramesEngine {
         let d = self
             .inner
             .frame_json(
-                now as u64,
+                Wall::from_ms(now as u64),
                 &surface_id,
                 disclosure.as_deref(),
                 horizon.as_deref(),
@@ -148,7 +149,7 @@ impl FramesEngine {
         let p = principal(&who)?;
         let d = self
             .inner
-            .assess_bytes(now as u64, &p, body.as_bytes())
+            .assess_bytes(Wall::from_ms(now as u64), &p, body.as_bytes())
             .map_err(|e| error(&e))?;
         Ok(text(&*hand_off(&mut self.pending, d)))
     }
@@ -164,7 +165,12 @@ impl FramesEngine {
         let p = principal(&who)?;
         let d = self
             .inner
-            .commit_bytes(now as u64, &p, key.as_deref(), body.as_bytes())
+            .commit_bytes(
+                Wall::from_ms(now as u64),
+                &p,
+                key.as_deref(),
+                body.as_bytes(),
+            )
             .map_err(|e| error(&e))?;
         Ok(text(&*hand_off(&mut self.pending, d)))
     }

@@ -3,6 +3,7 @@
 
 use js_sys::Array;
 use wasm_bindgen::prelude::*;
+use weft_core::Mono;
 use weft_core::jobs::wire::{Capabilities, Reply, Violation, WireRequest};
 use weft_core::jobs::{
     CancelEvidence, Delivery, EndpointId, EndpointSpec, EventKind, Hello, InputRejector, Job,
@@ -11,7 +12,7 @@ use weft_core::jobs::{
 };
 
 use crate::agent::AgentSession;
-use crate::js::{Js, array, error, json, object, opt, opt_bool, opt_f64, opt_string, set};
+use crate::js::{Js, Msg, array, error, json, object, opt, opt_bool, opt_f64, opt_string, set};
 
 // Object builders: one JS call per object instead of one per property (hot paths).
 #[wasm_bindgen(inline_js = r#"
@@ -37,15 +38,62 @@ export function outJob(kind, job, outcome, owner) {
     default: return { output: 'observed', subscription: job };
   }
 }
-export function mkOutcome(kind, value, message, code, started, evidence, quietMs, reason) {
+// `num`: a numeric value, passed as a number (not boxed on the Rust side).
+export function mkOutcome(kind, value, num, message, code, started, evidence, quietMs, reason) {
   switch (kind) {
-    case 0: return { outcome: 'succeeded', value };
+    case 0: return { outcome: 'succeeded', value: num === undefined ? value : num };
     case 1: return { outcome: 'failed', message, code: code ?? null, started };
     case 2: { const o = { outcome: 'cancelled', evidence: EVIDENCE[evidence] }; if (evidence === 2) o.quietMs = quietMs; return o; }
     default: return code == null ? { outcome: 'lost', reason } : { outcome: 'lost', reason, evidence: code };
   }
 }
 export function mkSubmitted(job, reused) { return { job, reused }; }
+// A pump's batch: the next deadline first (undefined when none), then the outputs.
+export function mkBatch(deadline, a, b, c) {
+  return a === undefined ? [deadline] : b === undefined ? [deadline, a]
+    : c === undefined ? [deadline, a, b] : [deadline, a, b, c];
+}
+// A worker's message read in one call (JobRegistry.onMessage). out: [kind (index into
+// KINDS, -1: read it field by field), id present, id, value tag, value number, fits]. A
+// message is read here only when it is a non-array object whose `type` is a known name and
+// whose `id` is a number or absent; every rule is checked in Rust on what this reads.
+const KINDS = ['hello', 'partial', 'progress', 'done', 'error', 'cancelled', 'input_applied', 'input_rejected'];
+const leaf = (x) => {
+  switch (typeof x) {
+    case 'string': return x.length + 2;
+    case 'number': case 'bigint': return 24;
+    case 'boolean': case 'undefined': return 5;
+    case 'object': return x === null ? 4 : -1;
+    default: return 8;
+  }
+};
+export function readReply(m, limit, out) {
+  out[0] = -1;
+  if (typeof m !== 'object' || m === null || Array.isArray(m) || ArrayBuffer.isView(m) || m instanceof ArrayBuffer) return undefined;
+  const kind = KINDS.indexOf(m.type);
+  if (kind < 0) return undefined;
+  const id = m.id;
+  if (id !== undefined && typeof id !== 'number') return undefined;
+  // approxSize's sum (js.rs) for a flat object.
+  let size = 0;
+  for (const k in m) {
+    const s = leaf(m[k]);
+    if (s < 0) { size = -1; break; }
+    size += k.length + 4 + s;
+  }
+  const v = m.value;
+  out[0] = kind;
+  out[1] = id === undefined ? 0 : 1;
+  out[2] = id === undefined ? 0 : id;
+  // -1: a nested value; the size is then walked on demand (js.rs's approxSize).
+  out[5] = size < 0 ? -1 : size <= limit ? 1 : 0;
+  switch (typeof v) {
+    case 'undefined': out[3] = 6; return undefined;
+    case 'number': out[3] = 4; out[4] = v; return undefined;
+    case 'boolean': out[3] = 5; out[4] = v ? 1 : 0; return undefined;
+    default: if (v === null) { out[3] = 0; return undefined; } out[3] = 2; return v;
+  }
+}
 "#)]
 extern "C" {
     #[wasm_bindgen(js_name = outSend)]
@@ -65,6 +113,7 @@ extern "C" {
     fn mk_outcome(
         kind: u32,
         value: &JsValue,
+        num: Option<f64>,
         message: Option<String>,
         code: Option<String>,
         started: bool,
@@ -74,7 +123,55 @@ extern "C" {
     ) -> JsValue;
     #[wasm_bindgen(js_name = mkSubmitted)]
     fn mk_submitted(job: f64, reused: bool) -> JsValue;
+    #[wasm_bindgen(js_name = mkBatch)]
+    fn mk_batch(deadline: Option<f64>, a: &JsValue, b: &JsValue, c: &JsValue) -> Array;
+    #[wasm_bindgen(js_name = readReply)]
+    fn read_reply(msg: &JsValue, limit: f64, out: &mut [f64]) -> JsValue;
 }
+
+/// The message types `readReply` knows, in its order.
+const KINDS: [&str; 8] = [
+    "hello",
+    "partial",
+    "progress",
+    "done",
+    "error",
+    "cancelled",
+    "input_applied",
+    "input_rejected",
+];
+
+/// A worker's message as the core's payload: read in one JS call when it has the usual shape
+/// (see `readReply`), field by field otherwise.
+fn reply_payload(msg: JsValue, limit: usize) -> Js {
+    let mut out = [0.0f64; 6];
+    let v = read_reply(&msg, limit as f64, &mut out);
+    let Some(&kind) = usize::try_from(out[0] as i64)
+        .ok()
+        .and_then(|k| KINDS.get(k))
+    else {
+        return Js::from_js(msg);
+    };
+    let value = match out[3] as u32 {
+        0 => Some(Js::Null),
+        4 => Some(Js::Num(out[4])),
+        5 => Some(Js::Bool(out[4] != 0.0)),
+        6 => None,
+        _ => Some(Js::Val(v)),
+    };
+    Js::Msg(Box::new(Msg {
+        raw: msg,
+        kind,
+        id: (out[1] != 0.0).then_some(out[2]),
+        value,
+        limit,
+        fits: (out[5] >= 0.0).then_some(out[5] != 0.0),
+    }))
+}
+
+/// Output kinds a pump may leave out (bits of `pump`'s `interest`).
+const WANT_FINISHED: u32 = 1;
+const WANT_NOTES: u32 = 2;
 
 fn ms(now: f64) -> u64 {
     if now.is_finite() && now > 0.0 {
@@ -84,12 +181,19 @@ fn ms(now: f64) -> u64 {
     }
 }
 
+/// A JS monotonic time (`performance.now()`, milliseconds) as the core's [`Mono`].
+fn mono(now: f64) -> Mono {
+    Mono::from_ms(ms(now))
+}
+
 /// The portable job registry, as a JS class. Times are milliseconds on a monotonic clock the
 /// caller chooses (the JS runtime uses `performance.now()`).
 #[wasm_bindgen]
 pub struct JobRegistry {
     pub(crate) inner: Registry<Js>,
     owner_strings: std::collections::HashMap<String, JsValue>,
+    /// `pump`'s buffer of drained outputs (empty between calls).
+    pending: Vec<Output<Js>>,
 }
 
 impl Default for JobRegistry {
@@ -108,6 +212,7 @@ impl JobRegistry {
                 first_job_id: first_job_id.map(ms).unwrap_or(1).max(1),
             }),
             owner_strings: Default::default(),
+            pending: Vec::new(),
         }
     }
 
@@ -155,7 +260,7 @@ impl JobRegistry {
         if let Some(m) = opt_f64(&spec, "maxMessageBytes") {
             s.max_message_bytes = m as usize;
         }
-        Ok(self.inner.open_endpoint(ms(now), s).0 as f64)
+        Ok(self.inner.open_endpoint(mono(now), s).0 as f64)
     }
 
     /// Opens an endpoint on a remote job host (`weft serve`'s `/api/jobs/remote`); emits a
@@ -210,7 +315,7 @@ impl JobRegistry {
         }
         r.allow_insecure = opt_bool(&remote, "allowInsecure").unwrap_or(false);
         self.inner
-            .open_remote(ms(now), s, r)
+            .open_remote(mono(now), s, r)
             .map(|e| e.0 as f64)
             .map_err(|e| error(&e))
     }
@@ -219,7 +324,7 @@ impl JobRegistry {
     #[wasm_bindgen(js_name = onSocketOpen)]
     pub fn on_socket_open(&mut self, now: f64, endpoint: f64) -> Result<(), JsValue> {
         self.inner
-            .on_socket_open(ms(now), EndpointId(endpoint as u64))
+            .on_socket_open(mono(now), EndpointId(endpoint as u64))
             .map_err(|e| error(&e))
     }
 
@@ -233,7 +338,7 @@ impl JobRegistry {
         frame: JsValue,
     ) -> Result<(), JsValue> {
         self.inner
-            .on_socket_frame(ms(now), EndpointId(endpoint as u64), &Js::from_js(frame))
+            .on_socket_frame(mono(now), EndpointId(endpoint as u64), &Js::from_js(frame))
             .map_err(|e| error(&e))
     }
 
@@ -247,15 +352,20 @@ impl JobRegistry {
         reason: &str,
     ) -> Result<(), JsValue> {
         self.inner
-            .on_socket_closed(ms(now), EndpointId(endpoint as u64), reason)
+            .on_socket_closed(mono(now), EndpointId(endpoint as u64), reason)
             .map_err(|e| error(&e))
     }
 
     /// A message from the endpoint's worker, passed through untouched.
     #[wasm_bindgen(js_name = onMessage)]
     pub fn on_message(&mut self, now: f64, endpoint: f64, msg: JsValue) -> Result<(), JsValue> {
+        let id = EndpointId(endpoint as u64);
+        let msg = match self.inner.endpoint(id) {
+            Some(ep) => reply_payload(msg, ep.max_message_bytes),
+            None => Js::from_js(msg),
+        };
         self.inner
-            .on_message(ms(now), EndpointId(endpoint as u64), &Js::from_js(msg))
+            .on_message(mono(now), id, &msg)
             .map_err(|e| error(&e))
     }
 
@@ -263,7 +373,7 @@ impl JobRegistry {
     #[wasm_bindgen(js_name = onUndecodable)]
     pub fn on_undecodable(&mut self, now: f64, endpoint: f64, detail: &str) -> Result<(), JsValue> {
         self.inner
-            .on_undecodable(ms(now), EndpointId(endpoint as u64), detail)
+            .on_undecodable(mono(now), EndpointId(endpoint as u64), detail)
             .map_err(|e| error(&e))
     }
 
@@ -276,7 +386,7 @@ impl JobRegistry {
         reason: &str,
     ) -> Result<(), JsValue> {
         self.inner
-            .on_endpoint_closed(ms(now), EndpointId(endpoint as u64), reason)
+            .on_endpoint_closed(mono(now), EndpointId(endpoint as u64), reason)
             .map_err(|e| error(&e))
     }
 
@@ -289,7 +399,7 @@ impl JobRegistry {
         reason: &str,
     ) -> Result<(), JsValue> {
         self.inner
-            .terminate_endpoint(ms(now), EndpointId(endpoint as u64), reason)
+            .terminate_endpoint(mono(now), EndpointId(endpoint as u64), reason)
             .map_err(|e| error(&e))
     }
 
@@ -300,32 +410,36 @@ impl JobRegistry {
         now: f64,
         endpoint: f64,
         payload: JsValue,
-        opts: JsValue,
+        opts: Option<JsValue>,
     ) -> Result<JsValue, JsValue> {
+        let owner = opts.as_ref().and_then(|o| opt_string(o, "owner"));
         let mut req = Submit::new(
-            opt_string(&opts, "owner").unwrap_or_else(|| "app".into()),
+            owner.unwrap_or_else(|| "app".into()),
             EndpointId(endpoint as u64),
             Js::from_js(payload),
         );
-        if let Some(o) = opt(&opts, "origin") {
-            req.origin = Origin {
-                thread: opt_string(&o, "thread"),
-                turn: opt_string(&o, "turn"),
-                tool_call: opt_string(&o, "toolCall"),
-                ..Origin::default()
-            };
+        // No options (`undefined` or `null`): the defaults, without reading a field.
+        if let Some(opts) = &opts {
+            if let Some(o) = opt(opts, "origin") {
+                req.origin = Origin {
+                    thread: opt_string(&o, "thread"),
+                    turn: opt_string(&o, "turn"),
+                    tool_call: opt_string(&o, "toolCall"),
+                    ..Origin::default()
+                };
+            }
+            req.reuse_key = opt_string(opts, "reuseKey");
+            req.note = opt_bool(opts, "note").unwrap_or(true);
+            req.wake = opt_bool(opts, "wake").unwrap_or(false);
         }
-        req.reuse_key = opt_string(&opts, "reuseKey");
-        req.note = opt_bool(&opts, "note").unwrap_or(true);
-        req.wake = opt_bool(&opts, "wake").unwrap_or(false);
-        let r = self.inner.submit(ms(now), req).map_err(|e| error(&e))?;
+        let r = self.inner.submit(mono(now), req).map_err(|e| error(&e))?;
         Ok(mk_submitted(r.job.0 as f64, r.reused))
     }
 
     /// Asks the job's execution to stop; returns the status name.
     pub fn cancel(&mut self, now: f64, job: f64, reason: &str) -> Result<String, JsValue> {
         self.inner
-            .cancel(ms(now), JobId(job as u64), reason)
+            .cancel(mono(now), JobId(job as u64), reason)
             .map(|s| s.as_str().to_owned())
             .map_err(|e| error(&e))
     }
@@ -340,14 +454,14 @@ impl JobRegistry {
         input_id: Option<String>,
     ) -> Result<String, JsValue> {
         self.inner
-            .send_input(ms(now), JobId(job as u64), input_id, Js::from_js(value))
+            .send_input(mono(now), JobId(job as u64), input_id, Js::from_js(value))
             .map_err(|e| error(&e))
     }
 
     /// Starts a wait; ends with a `wait_settled` output.
     pub fn wait(&mut self, now: f64, job: f64, timeout_ms: Option<f64>) -> Result<f64, JsValue> {
         self.inner
-            .wait(ms(now), JobId(job as u64), timeout_ms.map(ms))
+            .wait(mono(now), JobId(job as u64), timeout_ms.map(ms))
             .map(|w| w.0 as f64)
             .map_err(|e| error(&e))
     }
@@ -413,7 +527,7 @@ impl JobRegistry {
     /// Disposes what the owner owns; returns the report.
     #[wasm_bindgen(js_name = closeOwner)]
     pub fn close_owner(&mut self, now: f64, owner: &str) -> JsValue {
-        json(&self.inner.close_owner(ms(now), &OwnerId::new(owner)))
+        json(&self.inner.close_owner(mono(now), &OwnerId::new(owner)))
     }
 
     /// Closes the owner but for releasing its jobs' records (every unfinished job gets its
@@ -421,7 +535,9 @@ impl JobRegistry {
     /// report}`, the report without `jobs`: `closeOwnerStep` releases them in slices.
     #[wasm_bindgen(js_name = beginCloseOwner)]
     pub fn begin_close_owner(&mut self, now: f64, owner: &str) -> JsValue {
-        let c = self.inner.begin_close_owner(ms(now), &OwnerId::new(owner));
+        let c = self
+            .inner
+            .begin_close_owner(mono(now), &OwnerId::new(owner));
         let o = object(&[
             ("close", (c.close.0 as f64).into()),
             ("pending", (c.pending as f64).into()),
@@ -484,13 +600,13 @@ impl JobRegistry {
     /// The next deadline (ms), if any.
     #[wasm_bindgen(js_name = pollTimeout)]
     pub fn poll_timeout(&self) -> Option<f64> {
-        self.inner.poll_timeout().map(|t| t as f64)
+        self.inner.poll_timeout().map(|t| t.as_ms() as f64)
     }
 
     /// Fires the timers due at `now`.
     #[wasm_bindgen(js_name = handleTimeout)]
     pub fn handle_timeout(&mut self, now: f64) {
-        self.inner.handle_timeout(ms(now));
+        self.inner.handle_timeout(mono(now));
     }
 
     /// All pending outputs, as JS objects (`{output: "send" | "terminate" | ...}`).
@@ -502,6 +618,38 @@ impl JobRegistry {
             out.push(&self.output_js(o));
         }
         out
+    }
+
+    /// `drainOutputs` and `pollTimeout` in one call: `[deadline, ...outputs]` (the deadline is
+    /// `undefined` when there is none). `interest` (bits: 1 `job_finished`, 2 `note_queued`)
+    /// names the outputs the caller carries out; the others are drained without building their
+    /// objects (the core records every event and note either way).
+    pub fn pump(&mut self, interest: u32) -> Array {
+        // The drained outputs go through a buffer kept between calls (no allocation per pump).
+        let mut pending = std::mem::take(&mut self.pending);
+        pending.extend(self.inner.drain_outputs());
+        let deadline = self.poll_timeout();
+        let mut wanted = pending.drain(..).filter(|o| match o {
+            Output::JobFinished { .. } => interest & WANT_FINISHED != 0,
+            Output::NoteQueued { .. } => interest & WANT_NOTES != 0,
+            _ => true,
+        });
+        let (a, b, c) = (wanted.next(), wanted.next(), wanted.next());
+        let more = c.is_some();
+        let mut js = |o: Option<Output<Js>>| match o {
+            Some(o) => self.output_js(o),
+            None => JsValue::UNDEFINED,
+        };
+        let (a, b, c) = (js(a), js(b), js(c));
+        let batch = mk_batch(deadline, &a, &b, &c);
+        if more {
+            for o in wanted.by_ref() {
+                batch.push(&self.output_js(o));
+            }
+        }
+        drop(wanted);
+        self.pending = pending;
+        batch
     }
 
     /// A job summary (`undefined` when unknown).
@@ -580,8 +728,13 @@ fn origin_js(o: &Origin) -> JsValue {
 pub fn outcome_js(o: &Outcome<Js>) -> JsValue {
     let undef = JsValue::UNDEFINED;
     match o {
+        // A number crosses as an f64 argument: boxing it into a JsValue in Rust costs a
+        // wasm-bindgen cast call per outcome.
+        Outcome::Succeeded { value: Js::Num(n) } => {
+            mk_outcome(0, &undef, Some(*n), None, None, false, 0, 0.0, None)
+        }
         Outcome::Succeeded { value } => {
-            mk_outcome(0, &value.to_js(), None, None, false, 0, 0.0, None)
+            mk_outcome(0, &value.to_js(), None, None, None, false, 0, 0.0, None)
         }
         Outcome::Failed {
             message,
@@ -590,6 +743,7 @@ pub fn outcome_js(o: &Outcome<Js>) -> JsValue {
         } => mk_outcome(
             1,
             &undef,
+            None,
             Some(message.clone()),
             code.clone(),
             *started,
@@ -603,12 +757,13 @@ pub fn outcome_js(o: &Outcome<Js>) -> JsValue {
                 CancelEvidence::Acknowledged => (1, 0.0),
                 CancelEvidence::Quiet { quiet_ms } => (2, *quiet_ms as f64),
             };
-            mk_outcome(2, &undef, None, None, false, e, q, None)
+            mk_outcome(2, &undef, None, None, None, false, e, q, None)
         }
         // The lost evidence rides in the `code` slot.
         Outcome::Lost { reason, evidence } => mk_outcome(
             3,
             &undef,
+            None,
             None,
             Some(evidence.as_str().into()),
             false,
@@ -714,7 +869,7 @@ pub fn event_js(e: &JobEvent<Js>) -> JsValue {
     let o = object(&[
         ("job", (e.job.0 as f64).into()),
         ("seq", (e.seq as f64).into()),
-        ("at", (e.at as f64).into()),
+        ("at", (e.at.as_ms() as f64).into()),
         ("source", e.source.label().into()),
         ("type", e.kind.name().into()),
     ]);
@@ -843,7 +998,17 @@ impl JobRegistry {
                             .held_outcome(job)
                             .map(outcome_js)
                             .unwrap_or_else(|| {
-                                mk_outcome(kind_code(kind), &none, None, None, false, 0, 0.0, None)
+                                mk_outcome(
+                                    kind_code(kind),
+                                    &none,
+                                    None,
+                                    None,
+                                    None,
+                                    false,
+                                    0,
+                                    0.0,
+                                    None,
+                                )
                             }),
                     ),
                     WaitEnd::TimedOut => (1, none),

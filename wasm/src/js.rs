@@ -118,6 +118,10 @@ const KEYS: &[&str] = &[
     "thread",
     "turn",
     "toolCall",
+    "origin",
+    "reuseKey",
+    "note",
+    "wake",
 ];
 
 thread_local! {
@@ -142,6 +146,30 @@ pub enum Js {
     Bool(bool),
     Num(f64),
     Val(JsValue),
+    /// A worker's message as read by one JS call (the job registry's hot path): only while
+    /// the core parses it; its fields are ordinary values.
+    Msg(Box<Msg>),
+    /// A string known to the bindings (a message's `type`): read without a JS call.
+    Name(&'static str),
+}
+
+/// A worker's message, pre-read in one JS call: `type` (one of the known names), `id` (when a
+/// number or absent), `value` and whether the message fits the endpoint's size limit. Any other
+/// field is read from the message itself.
+#[derive(Clone, Debug)]
+pub struct Msg {
+    /// The message.
+    pub raw: JsValue,
+    /// Its `type`.
+    pub kind: &'static str,
+    /// Its `id` (`None` when absent).
+    pub id: Option<f64>,
+    /// Its `value` (`None` when absent).
+    pub value: Option<Js>,
+    /// The limit the size check was made against, and its result.
+    pub limit: usize,
+    /// Whether the message fits within `limit` (`None`: not checked yet, a nested value).
+    pub fits: Option<bool>,
 }
 
 impl Js {
@@ -164,13 +192,24 @@ impl Js {
             Js::Bool(b) => JsValue::from_bool(*b),
             Js::Num(n) => JsValue::from_f64(*n),
             Js::Val(v) => v.clone(),
+            Js::Msg(m) => m.raw.clone(),
+            Js::Name(s) => JsValue::from_str(s),
         }
     }
 }
 
 impl Payload for Js {
     fn field(&self, k: &str) -> Option<Self> {
-        let Js::Val(o) = self else { return None };
+        let o = match self {
+            Js::Val(o) => o,
+            Js::Msg(m) => match k {
+                "type" => return Some(Js::Name(m.kind)),
+                "id" => return m.id.map(Js::Num),
+                "value" => return m.value.clone(),
+                _ => &m.raw,
+            },
+            _ => return None,
+        };
         let v = js_field(o, &key(k));
         (!v.is_undefined()).then(|| Js::from_js(v))
     }
@@ -183,6 +222,7 @@ impl Payload for Js {
     fn as_text(&self) -> Option<String> {
         match self {
             Js::Val(v) => v.as_string(),
+            Js::Name(s) => Some((*s).to_owned()),
             _ => None,
         }
     }
@@ -211,11 +251,18 @@ impl Payload for Js {
             Js::Bool(_) => "boolean",
             Js::Num(_) => "number",
             Js::Val(v) => NAMES[(type_code(v) as usize).min(9)],
+            Js::Msg(_) => "object",
+            Js::Name(_) => "string",
         }
     }
     fn fits_within(&self, limit: usize) -> bool {
         match self {
             Js::Val(v) => approx_size(v, limit as f64),
+            Js::Msg(m) => match m.fits {
+                Some(fits) if m.limit == limit => fits,
+                _ => approx_size(&m.raw, limit as f64),
+            },
+            Js::Name(s) => limit >= s.encode_utf16().count() + 2,
             _ => limit >= 24,
         }
     }

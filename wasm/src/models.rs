@@ -7,6 +7,7 @@
 
 use serde_json::{Value, json};
 use wasm_bindgen::prelude::*;
+use weft_core::Mono;
 use weft_core::model::{
     self, CallOutput, CallTimeouts, ChatRequest, ModelChoice, ModelConfig, ModelError, RetryPolicy,
     builtin::BuiltinModel,
@@ -24,6 +25,11 @@ fn ms(now: f64) -> u64 {
     } else {
         0
     }
+}
+
+/// A JS monotonic time (`performance.now()`, milliseconds) as the core's [`Mono`].
+fn mono(now: f64) -> Mono {
+    Mono::from_ms(ms(now))
 }
 
 fn error_json(e: &ModelError) -> Value {
@@ -86,7 +92,7 @@ impl ModelCall {
             idle_ms: t["idleMs"].as_u64().unwrap_or(d.idle_ms),
         };
         Ok(ModelCall {
-            inner: model::ModelCall::new(ms(now), &config, &chat, policy, timeouts),
+            inner: model::ModelCall::new(mono(now), &config, &chat, policy, timeouts),
         })
     }
 
@@ -121,7 +127,8 @@ impl ModelCall {
     /// The head of the answer: its status and `Retry-After` header.
     #[wasm_bindgen(js_name = onHead)]
     pub fn on_head(&mut self, now: f64, status: u16, retry_after: Option<String>) {
-        self.inner.on_head(ms(now), status, retry_after.as_deref());
+        self.inner
+            .on_head(mono(now), status, retry_after.as_deref());
     }
 
     /// Whether the answer is an error whose (bounded) body should be read whole.
@@ -133,25 +140,25 @@ impl ModelCall {
     /// The body of a non-2xx answer (at most `maxErrorBody()` bytes of it).
     #[wasm_bindgen(js_name = onErrorBody)]
     pub fn on_error_body(&mut self, now: f64, body: &[u8]) {
-        self.inner.on_error_body(ms(now), body);
+        self.inner.on_error_body(mono(now), body);
     }
 
     /// The next chunk of a streamed body.
     #[wasm_bindgen(js_name = onBody)]
     pub fn on_body(&mut self, now: f64, bytes: &[u8]) {
-        self.inner.on_body(ms(now), bytes);
+        self.inner.on_body(mono(now), bytes);
     }
 
     /// The body ended.
     #[wasm_bindgen(js_name = onEnd)]
     pub fn on_end(&mut self, now: f64) {
-        self.inner.on_end(ms(now));
+        self.inner.on_end(mono(now));
     }
 
     /// The connection failed (before or during the answer).
     #[wasm_bindgen(js_name = onTransportError)]
     pub fn on_transport_error(&mut self, now: f64, message: &str) {
-        self.inner.on_transport_error(ms(now), message);
+        self.inner.on_transport_error(mono(now), message);
     }
 
     /// The step was interrupted: `done` with MODEL_ABORTED.
@@ -162,13 +169,13 @@ impl ModelCall {
     /// The next deadline (ms), if any.
     #[wasm_bindgen(js_name = pollTimeout)]
     pub fn poll_timeout(&self) -> Option<f64> {
-        self.inner.poll_timeout().map(|t| t as f64)
+        self.inner.poll_timeout().map(|t| t.as_ms() as f64)
     }
 
     /// Time passed: a retry is sent, or a silent model times out.
     #[wasm_bindgen(js_name = handleTimeout)]
     pub fn handle_timeout(&mut self, now: f64) {
-        self.inner.handle_timeout(ms(now));
+        self.inner.handle_timeout(mono(now));
     }
 
     /// Whether `done` was emitted.

@@ -1,17 +1,19 @@
 //! Bindings of the application graph and its operations (`weft_core::ops::App`).
 //!
-//! `OpsApp` holds the app and, beside it, its job registry (the lead's [`JobRegistry`] wrapper
-//! with its JS conversion caches); the app borrows the registry per call, and after every
-//! direct registry call the binding hands the registry's outputs to the app
-//! (`App::on_registry_outputs`). It exposes the registry's JS methods too, so the JS `Runtime` can
-//! use an `OpsApp` as its core: Worker endpoints, job waits and observers, mailboxes and
-//! timers then work unchanged on the registry that the app's Worker cells and hosted
-//! operations use. The JS package (`wasm/js/ops.js`) runs host cells and selectors.
+//! `OpsApp` holds the app; its job registry is a [`JobRegistry`] of its own that the caller
+//! keeps beside it and lends per call (`reg`), as `weft_core::ops::App` takes `&mut Registry`.
+//! The registry's methods exist once, on `JobRegistry`: the JS runtime calls them directly and
+//! then `onRegistryOutputs`, so the app reacts to what the call changed (`wasm/js/ops.js`
+//! routes every registry call through one wrapper that does this). Worker endpoints, job waits
+//! and observers, mailboxes and timers then work unchanged on the registry that the app's
+//! Worker cells and hosted operations use. The JS package (`wasm/js/ops.js`) runs host cells
+//! and selectors.
 
 use std::sync::Arc;
 
 use js_sys::{Array, Object};
 use wasm_bindgen::prelude::*;
+use weft_core::Mono;
 use weft_core::jobs::{EndpointId, Origin};
 use weft_core::ops::{
     Actor, App, AppConfig, AppOutput, CalcId, CellSpec, CellView, GraphSpec, ObserveRequest,
@@ -19,7 +21,6 @@ use weft_core::ops::{
     tools::{ToolCallId, ToolCaller, ToolReply},
 };
 
-use crate::agent::AgentSession;
 use crate::jobs::JobRegistry;
 use crate::js::{Js, array, error, from_js_json, key, opt, opt_f64, opt_string, put, same_value};
 
@@ -66,6 +67,11 @@ fn ms(now: f64) -> u64 {
     } else {
         0
     }
+}
+
+/// A JS monotonic time (`performance.now()`, milliseconds) as the core's [`Mono`].
+fn mono(now: f64) -> Mono {
+    Mono::from_ms(ms(now))
 }
 
 fn ops_err(e: OpsError) -> JsValue {
@@ -221,25 +227,23 @@ fn snapshot_js(s: &Snapshot<Js>) -> JsValue {
     o.into()
 }
 
-/// An application graph with its operations and job registry, as a JS class. Times are
+/// An application graph with its operations, as a JS class (its job registry is lent per call). Times are
 /// milliseconds on the caller's monotonic clock.
 #[wasm_bindgen]
 pub struct OpsApp {
     app: App<Js>,
-    /// The job registry beside the app (the app borrows it per call).
-    registry: JobRegistry,
     /// The latest time seen (the core's clock never goes backwards).
-    last_now: u64,
+    last_now: Mono,
 }
 
 #[wasm_bindgen]
 impl OpsApp {
-    /// A new app. `options`: `{instance, firstOp, firstJobId}`.
+    /// A new app. `options`: `{instance, firstOp, retention}` (the registry lent to it is made
+    /// apart: `new JobRegistry(firstJobId)`).
     #[wasm_bindgen(constructor)]
     pub fn new(options: JsValue) -> OpsApp {
         let instance = opt_f64(&options, "instance").map(ms).unwrap_or(1).max(1);
         let first_op = opt_f64(&options, "firstOp").map(ms).unwrap_or(1).max(1);
-        let registry = JobRegistry::new(opt_f64(&options, "firstJobId"));
         // `retention: {operations, calculations, writes}` (counts; absent: the defaults).
         let mut retention = Retention::default();
         if let Some(r) = opt(&options, "retention") {
@@ -262,8 +266,7 @@ impl OpsApp {
                 first_op,
                 retention,
             }),
-            registry,
-            last_now: 0,
+            last_now: Mono::ZERO,
         }
     }
 
@@ -271,14 +274,12 @@ impl OpsApp {
 
     /// Publishes the surface: `{controls, actions, cells, selectors}` (cells' `compute` is
     /// `{kind: "host"}` or `{kind: "worker", endpoint}`).
-    pub fn load(&mut self, now: f64, spec: JsValue) -> Result<(), JsValue> {
+    pub fn load(&mut self, now: f64, reg: &mut JobRegistry, spec: JsValue) -> Result<(), JsValue> {
         let t = self.t(now);
         let spec = from_js_json(&spec)
             .and_then(|v| GraphSpec::from_value("", &v))
             .map_err(|e| error(&OpsError::InvalidGraph(e)))?;
-        self.app
-            .load(t, &mut self.registry.inner, spec)
-            .map_err(ops_err)
+        self.app.load(t, &mut reg.inner, spec).map_err(ops_err)
     }
 
     /// Hot replacement with new cell specs under a fresh instance id.
@@ -286,6 +287,7 @@ impl OpsApp {
     pub fn replace_graph(
         &mut self,
         now: f64,
+        reg: &mut JobRegistry,
         instance: f64,
         cells: JsValue,
     ) -> Result<(), JsValue> {
@@ -294,15 +296,15 @@ impl OpsApp {
             .and_then(|v| weft_core::fields::list("cells", &v, CellSpec::from_value))
             .map_err(|e| error(&OpsError::InvalidGraph(e)))?;
         self.app
-            .replace_graph(t, &mut self.registry.inner, ms(instance), cells)
+            .replace_graph(t, &mut reg.inner, ms(instance), cells)
             .map_err(ops_err)
     }
 
     /// Disposes the graph (controls stay).
     #[wasm_bindgen(js_name = disposeGraph)]
-    pub fn dispose_graph(&mut self, now: f64) {
+    pub fn dispose_graph(&mut self, now: f64, reg: &mut JobRegistry) {
         let t = self.t(now);
-        self.app.dispose_graph(t, &mut self.registry.inner);
+        self.app.dispose_graph(t, &mut reg.inner);
     }
 
     // ----- writes -----------------------------------------------------------------------------
@@ -359,11 +361,9 @@ impl OpsApp {
     }
 
     /// Ends the tick; returns the new revision, or undefined when nothing changed.
-    pub fn flush(&mut self, now: f64) -> Option<f64> {
+    pub fn flush(&mut self, now: f64, reg: &mut JobRegistry) -> Option<f64> {
         let t = self.t(now);
-        self.app
-            .flush(t, &mut self.registry.inner)
-            .map(|r| r as f64)
+        self.app.flush(t, &mut reg.inner).map(|r| r as f64)
     }
 
     /// A write's receipt.
@@ -379,7 +379,12 @@ impl OpsApp {
     /// Starts an operation: `{writes, waitFor, select | selector, onSupersede, onFailure,
     /// timeoutMs, by, toolCall}`. Returns its id.
     #[wasm_bindgen(js_name = observeOp)]
-    pub fn observe_op(&mut self, now: f64, req: JsValue) -> Result<f64, JsValue> {
+    pub fn observe_op(
+        &mut self,
+        now: f64,
+        reg: &mut JobRegistry,
+        req: JsValue,
+    ) -> Result<f64, JsValue> {
         let t = self.t(now);
         let mut r = ObserveRequest::new(
             pairs(&opt(&req, "writes").unwrap_or(JsValue::UNDEFINED))?,
@@ -410,17 +415,23 @@ impl OpsApp {
             tool_call: opt_string(&req, "toolCall"),
         };
         self.app
-            .observe(t, &mut self.registry.inner, r)
+            .observe(t, &mut reg.inner, r)
             .map(|o| o.0 as f64)
             .map_err(ops_err)
     }
 
     /// Cancels an operation's observation only; returns its outcome name.
     #[wasm_bindgen(js_name = cancelOp)]
-    pub fn cancel_op(&mut self, now: f64, op: f64, reason: &str) -> Result<String, JsValue> {
+    pub fn cancel_op(
+        &mut self,
+        now: f64,
+        reg: &mut JobRegistry,
+        op: f64,
+        reason: &str,
+    ) -> Result<String, JsValue> {
         let t = self.t(now);
         self.app
-            .cancel_op(t, &mut self.registry.inner, OpId(op as u64), reason)
+            .cancel_op(t, &mut reg.inner, OpId(op as u64), reason)
             .map(|k| k.as_str().to_owned())
             .map_err(ops_err)
     }
@@ -495,12 +506,13 @@ impl OpsApp {
     pub fn calc_progress(
         &mut self,
         now: f64,
+        reg: &mut JobRegistry,
         calc: &str,
         fraction: f64,
     ) -> Result<String, JsValue> {
         let t = self.t(now);
         self.app
-            .calc_progress(t, &mut self.registry.inner, calc_arg(calc)?, fraction)
+            .calc_progress(t, &mut reg.inner, calc_arg(calc)?, fraction)
             .map(|s| s.as_str().to_owned())
             .map_err(ops_err)
     }
@@ -510,32 +522,29 @@ impl OpsApp {
     pub fn calc_partial(
         &mut self,
         now: f64,
+        reg: &mut JobRegistry,
         calc: &str,
         value: JsValue,
     ) -> Result<String, JsValue> {
         let t = self.t(now);
         self.app
-            .calc_partial(
-                t,
-                &mut self.registry.inner,
-                calc_arg(calc)?,
-                Js::from_js(value),
-            )
+            .calc_partial(t, &mut reg.inner, calc_arg(calc)?, Js::from_js(value))
             .map(|s| s.as_str().to_owned())
             .map_err(ops_err)
     }
 
     /// The result of a host calculation.
     #[wasm_bindgen(js_name = calcDone)]
-    pub fn calc_done(&mut self, now: f64, calc: &str, value: JsValue) -> Result<String, JsValue> {
+    pub fn calc_done(
+        &mut self,
+        now: f64,
+        reg: &mut JobRegistry,
+        calc: &str,
+        value: JsValue,
+    ) -> Result<String, JsValue> {
         let t = self.t(now);
         self.app
-            .calc_done(
-                t,
-                &mut self.registry.inner,
-                calc_arg(calc)?,
-                Js::from_js(value),
-            )
+            .calc_done(t, &mut reg.inner, calc_arg(calc)?, Js::from_js(value))
             .map(|s| s.as_str().to_owned())
             .map_err(ops_err)
     }
@@ -543,10 +552,15 @@ impl OpsApp {
     /// A streaming host calculation finished: its last partial is its result (not committed
     /// again).
     #[wasm_bindgen(js_name = calcFinish)]
-    pub fn calc_finish(&mut self, now: f64, calc: &str) -> Result<String, JsValue> {
+    pub fn calc_finish(
+        &mut self,
+        now: f64,
+        reg: &mut JobRegistry,
+        calc: &str,
+    ) -> Result<String, JsValue> {
         let t = self.t(now);
         self.app
-            .calc_finish(t, &mut self.registry.inner, calc_arg(calc)?)
+            .calc_finish(t, &mut reg.inner, calc_arg(calc)?)
             .map(|s| s.as_str().to_owned())
             .map_err(ops_err)
     }
@@ -556,19 +570,14 @@ impl OpsApp {
     pub fn calc_failed(
         &mut self,
         now: f64,
+        reg: &mut JobRegistry,
         calc: &str,
         message: &str,
         code: Option<String>,
     ) -> Result<String, JsValue> {
         let t = self.t(now);
         self.app
-            .calc_failed(
-                t,
-                &mut self.registry.inner,
-                calc_arg(calc)?,
-                message,
-                code.as_deref(),
-            )
+            .calc_failed(t, &mut reg.inner, calc_arg(calc)?, message, code.as_deref())
             .map(|s| s.as_str().to_owned())
             .map_err(ops_err)
     }
@@ -633,6 +642,7 @@ impl OpsApp {
     pub fn call_tool(
         &mut self,
         now: f64,
+        reg: &mut JobRegistry,
         name: &str,
         args: JsValue,
         caller: JsValue,
@@ -649,7 +659,7 @@ impl OpsApp {
         }
         match self
             .app
-            .call_tool(t, &mut self.registry.inner, name, &args, caller)
+            .call_tool(t, &mut reg.inner, name, &args, caller)
             .map_err(ops_err)?
         {
             ToolReply::Ready(v) => Ok(jv(&serde_json::json!({"ready": v}))),
@@ -671,6 +681,7 @@ impl OpsApp {
     pub fn submit_task(
         &mut self,
         now: f64,
+        reg: &mut JobRegistry,
         cell: &str,
         overrides: JsValue,
         owner: &str,
@@ -680,7 +691,7 @@ impl OpsApp {
         self.app
             .submit_task(
                 t,
-                &mut self.registry.inner,
+                &mut reg.inner,
                 cell,
                 &pairs(&overrides)?,
                 owner,
@@ -690,305 +701,85 @@ impl OpsApp {
             .map_err(ops_err)
     }
 
-    // ----- the registry, for the JS runtime ---------------------------------------------------
-
-    /// See `JobRegistry.openEndpoint`.
-    #[wasm_bindgen(js_name = openEndpoint)]
-    pub fn open_endpoint(&mut self, now: f64, spec: JsValue) -> Result<f64, JsValue> {
-        let t = self.t(now);
-        self.registry.open_endpoint(t as f64, spec)
-    }
-
-    /// See `JobRegistry.openRemote` (Worker cells may run on a remote job host).
-    #[wasm_bindgen(js_name = openRemote)]
-    pub fn open_remote(
-        &mut self,
-        now: f64,
-        spec: JsValue,
-        remote: JsValue,
-    ) -> Result<f64, JsValue> {
-        let t = self.t(now);
-        self.registry_call(t, |r| r.open_remote(t as f64, spec, remote))
-    }
-
-    /// See `JobRegistry.onSocketOpen`.
-    #[wasm_bindgen(js_name = onSocketOpen)]
-    pub fn on_socket_open(&mut self, now: f64, endpoint: f64) -> Result<(), JsValue> {
-        let t = self.t(now);
-        self.registry_call(t, |r| r.on_socket_open(t as f64, endpoint))
-    }
-
-    /// See `JobRegistry.onSocketFrame`: a remote run's events move its Worker cell as a
-    /// Worker's messages do.
-    #[wasm_bindgen(js_name = onSocketFrame)]
-    pub fn on_socket_frame(
-        &mut self,
-        now: f64,
-        endpoint: f64,
-        frame: JsValue,
-    ) -> Result<(), JsValue> {
-        let t = self.t(now);
-        self.registry_call(t, |r| r.on_socket_frame(t as f64, endpoint, frame))
-    }
-
-    /// See `JobRegistry.onSocketClosed`.
-    #[wasm_bindgen(js_name = onSocketClosed)]
-    pub fn on_socket_closed(
-        &mut self,
-        now: f64,
-        endpoint: f64,
-        reason: &str,
-    ) -> Result<(), JsValue> {
-        let t = self.t(now);
-        self.registry_call(t, |r| r.on_socket_closed(t as f64, endpoint, reason))
-    }
+    // ----- the registry's outputs -------------------------------------------------------------
 
     /// A message from a Worker: its job and (for Worker cells) its calculation see it.
     #[wasm_bindgen(js_name = onMessage)]
-    pub fn on_message(&mut self, now: f64, endpoint: f64, msg: JsValue) -> Result<(), JsValue> {
+    pub fn on_message(
+        &mut self,
+        now: f64,
+        reg: &mut JobRegistry,
+        endpoint: f64,
+        msg: JsValue,
+    ) -> Result<(), JsValue> {
         let t = self.t(now);
         self.app
             .on_worker_message(
                 t,
-                &mut self.registry.inner,
+                &mut reg.inner,
                 EndpointId(endpoint as u64),
                 &Js::from_js(msg),
             )
             .map_err(ops_err)
     }
 
-    /// See `JobRegistry.onUndecodable`.
-    #[wasm_bindgen(js_name = onUndecodable)]
-    pub fn on_undecodable(&mut self, now: f64, endpoint: f64, detail: &str) -> Result<(), JsValue> {
-        let t = self.t(now);
-        self.registry_call(t, |r| r.on_undecodable(t as f64, endpoint, detail))
-    }
-
-    /// See `JobRegistry.onEndpointClosed`.
+    /// A Worker endpoint's transport closed: its jobs and Worker cells see it.
     #[wasm_bindgen(js_name = onEndpointClosed)]
     pub fn on_endpoint_closed(
         &mut self,
         now: f64,
+        reg: &mut JobRegistry,
         endpoint: f64,
         reason: &str,
     ) -> Result<(), JsValue> {
         let t = self.t(now);
         self.app
-            .on_endpoint_closed(
-                t,
-                &mut self.registry.inner,
-                EndpointId(endpoint as u64),
-                reason,
-            )
+            .on_endpoint_closed(t, &mut reg.inner, EndpointId(endpoint as u64), reason)
             .map_err(ops_err)
     }
 
-    /// See `JobRegistry.terminateEndpoint`.
-    #[wasm_bindgen(js_name = terminateEndpoint)]
-    pub fn terminate_endpoint(
-        &mut self,
-        now: f64,
-        endpoint: f64,
-        reason: &str,
-    ) -> Result<(), JsValue> {
-        let t = self.t(now);
-        self.registry_call(t, |r| r.terminate_endpoint(t as f64, endpoint, reason))
-    }
-
-    /// See `JobRegistry.submit`.
-    pub fn submit(
-        &mut self,
-        now: f64,
-        endpoint: f64,
-        payload: JsValue,
-        opts: JsValue,
-    ) -> Result<JsValue, JsValue> {
-        let t = self.t(now);
-        self.registry_call(t, |r| r.submit(t as f64, endpoint, payload, opts))
-    }
-
-    /// See `JobRegistry.cancel` (cancelling a hosted operation's job cancels its observation).
-    pub fn cancel(&mut self, now: f64, job: f64, reason: &str) -> Result<String, JsValue> {
-        let t = self.t(now);
-        self.registry_call(t, |r| r.cancel(t as f64, job, reason))
-    }
-
-    /// See `JobRegistry.sendInput`.
-    #[wasm_bindgen(js_name = sendInput)]
-    pub fn send_input(
-        &mut self,
-        now: f64,
-        job: f64,
-        value: JsValue,
-        input_id: Option<String>,
-    ) -> Result<String, JsValue> {
-        let t = self.t(now);
-        self.registry_call(t, |r| r.send_input(t as f64, job, value, input_id))
-    }
-
-    /// See `JobRegistry.wait`.
-    pub fn wait(&mut self, now: f64, job: f64, timeout_ms: Option<f64>) -> Result<f64, JsValue> {
-        let t = self.t(now);
-        self.registry_call(t, |r| r.wait(t as f64, job, timeout_ms))
-    }
-
-    /// See `JobRegistry.cancelWait`.
-    #[wasm_bindgen(js_name = cancelWait)]
-    pub fn cancel_wait(&mut self, wait: f64) -> Result<(), JsValue> {
-        let t = self.last_now;
-        self.registry_call(t, |r| r.cancel_wait(wait))
-    }
-
-    /// See `JobRegistry.observe`.
-    pub fn observe(&mut self, job: f64, from: Option<f64>, capacity: f64) -> Result<f64, JsValue> {
-        let t = self.last_now;
-        self.registry_call(t, |r| r.observe(job, from, capacity))
-    }
-
-    /// See `JobRegistry.takeDeliveries`.
-    #[wasm_bindgen(js_name = takeDeliveries)]
-    pub fn take_deliveries(&mut self, sub: f64) -> Result<Array, JsValue> {
-        self.registry.take_deliveries(sub)
-    }
-
-    /// See `JobRegistry.unsubscribe`.
-    pub fn unsubscribe(&mut self, sub: f64) -> bool {
-        self.registry.unsubscribe(sub)
-    }
-
-    /// See `JobRegistry.readMailbox`.
-    #[wasm_bindgen(js_name = readMailbox)]
-    pub fn read_mailbox(&mut self, owner: &str) -> JsValue {
-        self.registry.read_mailbox(owner)
-    }
-
-    /// See `JobRegistry.mailboxLength`.
-    #[wasm_bindgen(js_name = mailboxLength)]
-    pub fn mailbox_length(&mut self, owner: &str) -> f64 {
-        self.registry.mailbox_length(owner)
-    }
-
-    /// See `JobRegistry.closeOwner`.
-    #[wasm_bindgen(js_name = closeOwner)]
-    pub fn close_owner(&mut self, now: f64, owner: &str) -> JsValue {
-        let t = self.t(now);
-        self.registry_call(t, |r| r.close_owner(t as f64, owner))
-    }
-
-    /// See `JobRegistry.forget` (the app's retention forgets its own Worker-cell jobs).
-    pub fn forget(&mut self, job: f64) -> bool {
-        let t = self.last_now;
-        self.registry_call(t, |r| r.forget(job))
-    }
-
-    /// See `JobRegistry.beginCloseOwner`.
-    #[wasm_bindgen(js_name = beginCloseOwner)]
-    pub fn begin_close_owner(&mut self, now: f64, owner: &str) -> JsValue {
-        let t = self.t(now);
-        self.registry_call(t, |r| r.begin_close_owner(t as f64, owner))
-    }
-
-    /// See `JobRegistry.closeOwnerStep`.
-    #[wasm_bindgen(js_name = closeOwnerStep)]
-    pub fn close_owner_step(&mut self, close: f64, budget: f64) -> JsValue {
-        let t = self.last_now;
-        self.registry_call(t, |r| r.close_owner_step(close, budget))
-    }
-
-    /// See `JobRegistry.closePending`.
-    #[wasm_bindgen(js_name = closePending)]
-    pub fn close_pending(&self, close: f64) -> f64 {
-        self.registry.close_pending(close)
-    }
-
-    /// See `JobRegistry.retainedJobs`.
-    #[wasm_bindgen(js_name = retainedJobs)]
-    pub fn retained_jobs(&self) -> f64 {
-        self.registry.retained_jobs()
-    }
-
-    /// See `JobRegistry.eventsRecorded`.
-    #[wasm_bindgen(js_name = eventsRecorded)]
-    pub fn events_recorded(&self) -> f64 {
-        self.registry.events_recorded()
-    }
-
-    /// See `JobRegistry.takeAgentNotes` (an agent on the app's runtime).
-    #[wasm_bindgen(js_name = takeAgentNotes)]
-    pub fn take_agent_notes(&mut self, now: f64, session: &mut AgentSession) -> f64 {
-        let t = self.t(now);
-        self.registry_call(t, |r| r.take_agent_notes(t as f64, session))
-    }
-
-    /// See `JobRegistry.submitAgentJob` (an agent on the app's runtime).
-    #[wasm_bindgen(js_name = submitAgentJob)]
-    pub fn submit_agent_job(
-        &mut self,
-        now: f64,
-        session: &mut AgentSession,
-        invocation: f64,
-        endpoint: f64,
-        payload: JsValue,
-        options: JsValue,
-    ) -> Result<f64, JsValue> {
-        let t = self.t(now);
-        self.registry_call(t, |r| {
-            r.submit_agent_job(t as f64, session, invocation, endpoint, payload, options)
-        })
+    /// After a direct call of the registry (`JobRegistry.submit`, `cancel`, ...): the app
+    /// reacts to the registry's outputs (`App::on_registry_outputs`), at `now` (absent: the
+    /// latest time the app saw). The one path every registry call of the JS runtime takes.
+    #[wasm_bindgen(js_name = onRegistryOutputs)]
+    pub fn on_registry_outputs(&mut self, now: Option<f64>, reg: &mut JobRegistry) {
+        let t = match now {
+            Some(now) => self.t(now),
+            None => self.last_now,
+        };
+        self.app.on_registry_outputs(t, &mut reg.inner);
     }
 
     /// The next deadline: operation timeouts, tool-call waits and registry timers.
     #[wasm_bindgen(js_name = pollTimeout)]
-    pub fn poll_timeout(&self) -> Option<f64> {
-        self.app
-            .poll_timeout(&self.registry.inner)
-            .map(|t| t as f64)
+    pub fn poll_timeout(&self, reg: &JobRegistry) -> Option<f64> {
+        self.app.poll_timeout(&reg.inner).map(|t| t.as_ms() as f64)
     }
 
     /// Fires the timers due at `now`.
     #[wasm_bindgen(js_name = handleTimeout)]
-    pub fn handle_timeout(&mut self, now: f64) {
+    pub fn handle_timeout(&mut self, now: f64, reg: &mut JobRegistry) {
         let t = self.t(now);
-        self.app.handle_timeout(t, &mut self.registry.inner);
+        self.app.handle_timeout(t, &mut reg.inner);
     }
 
     /// All pending outputs: the registry's (`send`, `wait_settled`, ...) and the app's
     /// (`compute`, `abort`, `op_finished`, `tool_replied`).
     #[wasm_bindgen(js_name = drainOutputs)]
-    pub fn drain_outputs(&mut self) -> Array {
+    pub fn drain_outputs(&mut self, reg: &mut JobRegistry) -> Array {
         let t = self.last_now;
-        self.app.on_registry_outputs(t, &mut self.registry.inner);
+        self.app.on_registry_outputs(t, &mut reg.inner);
         let outs: Vec<AppOutput<Js>> = self.app.drain_outputs().collect();
         let arr = Array::new();
         for o in outs {
-            arr.push(&self.output_js(o));
+            arr.push(&self.output_js(reg, o));
         }
         arr
     }
 
-    /// See `JobRegistry.job`.
-    pub fn job(&mut self, job: f64) -> JsValue {
-        self.registry.job(job)
-    }
-
-    /// See `JobRegistry.journal`.
-    pub fn journal(&mut self, job: f64, from: Option<f64>) -> Result<Array, JsValue> {
-        self.registry.journal(job, from)
-    }
-
-    /// See `JobRegistry.jobs`.
-    pub fn jobs(&mut self, owner: Option<String>) -> Array {
-        self.registry.jobs(owner)
-    }
-
-    /// See `JobRegistry.endpoint`.
-    pub fn endpoint(&mut self, endpoint: f64) -> JsValue {
-        self.registry.endpoint(endpoint)
-    }
-
-    fn output_js(&mut self, o: AppOutput<Js>) -> JsValue {
+    fn output_js(&mut self, reg: &mut JobRegistry, o: AppOutput<Js>) -> JsValue {
         match o {
-            AppOutput::Jobs(j) => self.registry.output_js(j),
+            AppOutput::Jobs(j) => reg.output_js(j),
             AppOutput::Compute {
                 calc,
                 cell,
@@ -1043,17 +834,9 @@ impl OpsApp {
 }
 
 impl OpsApp {
-    /// Calls the registry directly, then hands its outputs to the app (the one path every
-    /// re-exported registry method takes).
-    fn registry_call<T>(&mut self, t: u64, f: impl FnOnce(&mut JobRegistry) -> T) -> T {
-        let r = f(&mut self.registry);
-        self.app.on_registry_outputs(t, &mut self.registry.inner);
-        r
-    }
-
     /// The core's time for a host time: never earlier than a time already seen.
-    fn t(&mut self, now: f64) -> u64 {
-        self.last_now = ms(now).max(self.last_now);
+    fn t(&mut self, now: f64) -> Mono {
+        self.last_now = mono(now).max(self.last_now);
         self.last_now
     }
 }

@@ -60,7 +60,7 @@ use weft_core::actors::store::{
 };
 use weft_core::actors::{
     ActorsError, GraphEnds, GraphLookup, LazyRead, LazySnapshot, LogMark, LogTail, NodeId,
-    count_lines, tail_start,
+    RecordEnds, count_lines, tail_start,
 };
 
 use super::failpoint::{Failpoint, Steps};
@@ -241,6 +241,10 @@ pub struct FsStore {
     marks: BTreeMap<String, KeptMark>,
     /// The stamps of `graph.json` and `nodes/` kept in [`MARKS_FILE`] (see [`Trust`]).
     trust: Option<Trust>,
+    /// The stamps of node records kept in [`MARKS_FILE`], by path: while one matches (and
+    /// `trust` holds), a lazy open reads that record by its ends
+    /// ([`weft_core::actors::LazySnapshot::record_ends`]).
+    records: BTreeMap<String, String>,
     seen: BTreeMap<String, (u64, u64, bool)>,
     /// Durability steps counted for crash injection (inert unless armed: `set_failpoint`).
     crash: Steps,
@@ -290,10 +294,13 @@ type SyncReply = std::sync::mpsc::Sender<Result<(), ActorsError>>;
 
 /// A small pool of threads that issue fsyncs concurrently, so that the file system commits a
 /// stage's fsyncs together instead of one after another. Created once per store (spawning
-/// threads per stage costs more than the fsyncs on a fast disk).
+/// threads per stage costs more than the fsyncs on a fast disk); its threads start when a
+/// round first needs them (a one-shot command's spawn needs three, a store that only reads
+/// none), at most [`SyncPool::THREADS`].
 struct SyncPool {
     tx: Option<std::sync::mpsc::Sender<(SyncJob, SyncReply)>>,
-    workers: Vec<std::thread::JoinHandle<()>>,
+    rx: std::sync::Arc<std::sync::Mutex<std::sync::mpsc::Receiver<(SyncJob, SyncReply)>>>,
+    workers: std::sync::Mutex<Vec<std::thread::JoinHandle<()>>>,
 }
 
 impl SyncPool {
@@ -301,25 +308,29 @@ impl SyncPool {
 
     fn new() -> SyncPool {
         let (tx, rx) = std::sync::mpsc::channel::<(SyncJob, SyncReply)>();
-        let rx = std::sync::Arc::new(std::sync::Mutex::new(rx));
-        let workers = (0..Self::THREADS)
-            .map(|i| {
-                let rx = rx.clone();
-                std::thread::Builder::new()
-                    .name(format!("weft-fsync-{i}"))
-                    .spawn(move || {
-                        loop {
-                            let job = rx.lock().unwrap_or_else(|p| p.into_inner()).recv();
-                            let Ok((job, reply)) = job else { break };
-                            let _ = reply.send(job.run());
-                        }
-                    })
-                    .expect("fsync thread")
-            })
-            .collect();
         SyncPool {
             tx: Some(tx),
-            workers,
+            rx: std::sync::Arc::new(std::sync::Mutex::new(rx)),
+            workers: Default::default(),
+        }
+    }
+
+    /// Starts threads until `n` (at most [`THREADS`](Self::THREADS)) are running.
+    fn grow(&self, n: usize) {
+        let mut workers = self.workers.lock().unwrap_or_else(|p| p.into_inner());
+        while workers.len() < n.min(Self::THREADS) {
+            let rx = self.rx.clone();
+            let w = std::thread::Builder::new()
+                .name(format!("weft-fsync-{}", workers.len()))
+                .spawn(move || {
+                    loop {
+                        let job = rx.lock().unwrap_or_else(|p| p.into_inner()).recv();
+                        let Ok((job, reply)) = job else { break };
+                        let _ = reply.send(job.run());
+                    }
+                })
+                .expect("fsync thread");
+            workers.push(w);
         }
     }
 
@@ -341,6 +352,7 @@ impl SyncPool {
     fn run_round(&self, mine: SyncJob, jobs: Vec<SyncJob>) -> Result<(), ActorsError> {
         let (reply, results) = std::sync::mpsc::channel();
         let n = jobs.len();
+        self.grow(n);
         for j in jobs {
             self.tx
                 .as_ref()
@@ -362,7 +374,8 @@ impl SyncPool {
 impl Drop for SyncPool {
     fn drop(&mut self) {
         self.tx.take();
-        for w in self.workers.drain(..) {
+        let workers = self.workers.get_mut().unwrap_or_else(|p| p.into_inner());
+        for w in workers.drain(..) {
             let _ = w.join();
         }
     }
@@ -397,6 +410,7 @@ impl FsStore {
             lookup_read: Default::default(),
             marks: BTreeMap::new(),
             trust: None,
+            records: BTreeMap::new(),
             seen: BTreeMap::new(),
             crash: Steps::default(),
         }
@@ -1211,25 +1225,21 @@ impl FsStore {
     /// is elsewhere for a staged node). Records are opened by name, never found by listing: a
     /// listing taken while the writer replaces a record may miss it.
     fn read_node(&mut self, snap: &mut Snapshot, id: &str, dir: &str) -> Result<bool, ActorsError> {
-        self.read_node_with(snap, id, dir, true)
+        self.read_node_with(snap, id, dir, &["meta.json", "chat.jsonl"])
     }
 
+    /// Reads files `names` and `summaries/*.json` of node directory `dir` into `snap`.
     fn read_node_with(
         &mut self,
         snap: &mut Snapshot,
         id: &str,
         dir: &str,
-        chat: bool,
+        names: &[&str],
     ) -> Result<bool, ActorsError> {
         if self.dir_at(dir, None)?.is_none() {
             return Ok(false);
         }
         snap.dirs.push(format!("nodes/{id}"));
-        let names: &[&str] = if chat {
-            &["meta.json", "chat.jsonl"]
-        } else {
-            &["meta.json"]
-        };
         for name in names.iter().copied() {
             if let Some(b) = self.read_file(&join(dir, name))? {
                 snap.files.insert(format!("nodes/{id}/{name}"), b);
@@ -1477,6 +1487,7 @@ impl FsStore {
             meta_mark,
             trusted,
             graph_ends,
+            record_ends: BTreeMap::new(),
         })
     }
 
@@ -1520,7 +1531,25 @@ impl FsStore {
             if NodeId::parse(id).is_err() {
                 continue;
             }
-            if !self.read_node_records(&mut head.snap, id)? {
+            let by_ends = match head.trusted {
+                true => self.record_ends(id)?,
+                false => None,
+            };
+            if let Some(r) = by_ends {
+                match r {
+                    Ok(ends) => {
+                        head.record_ends.insert(id.clone(), ends);
+                    }
+                    Err(whole) => {
+                        head.snap
+                            .files
+                            .insert(format!("nodes/{id}/meta.json"), whole);
+                    }
+                }
+                if !self.read_node_with(&mut head.snap, id, &format!("nodes/{id}"), &[])? {
+                    continue;
+                }
+            } else if !self.read_node_records(&mut head.snap, id)? {
                 continue;
             }
             let chat = format!("nodes/{id}/chat.jsonl");
@@ -1536,7 +1565,62 @@ impl FsStore {
 
     /// [`read_node`](Self::read_node) without `chat.jsonl`.
     fn read_node_records(&mut self, snap: &mut Snapshot, id: &str) -> Result<bool, ActorsError> {
-        self.read_node_with(snap, id, &format!("nodes/{id}"), false)
+        self.read_node_with(snap, id, &format!("nodes/{id}"), &["meta.json"])
+    }
+
+    /// `nodes/<id>/meta.json` when a stamp of it is kept (see [`keep_marks`](Self::keep_marks)):
+    /// by its ends ([`RecordEnds`]) when the stamp matches and it is larger than the two ends,
+    /// else whole (`Err`); `None` when no stamp is kept or it is missing (the caller reads it).
+    #[allow(clippy::type_complexity)]
+    fn record_ends(
+        &mut self,
+        id: &str,
+    ) -> Result<Option<Result<RecordEnds, Vec<u8>>>, ActorsError> {
+        use std::os::unix::fs::FileExt;
+        let rel = format!("nodes/{id}/meta.json");
+        let Some(kept) = self.records.get(&rel).cloned() else {
+            return Ok(None);
+        };
+        let Some(d) = self.dir_at(&format!("nodes/{id}"), None)? else {
+            return Ok(None);
+        };
+        let f = match d.open("meta.json", Mode::Read) {
+            Ok(f) => f,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(io("open", &rel, e)),
+        };
+        let meta = f.metadata().map_err(|e| io("stat", &rel, e))?;
+        let size = meta.len();
+        if super::walls::stamp(&meta) != kept || size <= RECORD_HEAD_BYTES + RECORD_TAIL_BYTES {
+            let mut b = Vec::with_capacity(size as usize + 1);
+            (&f).read_to_end(&mut b).map_err(|e| io("read", &rel, e))?;
+            self.bytes_read += b.len() as u64;
+            return Ok(Some(Err(b)));
+        }
+        let mut head = vec![0; RECORD_HEAD_BYTES as usize];
+        let mut tail = vec![0; RECORD_TAIL_BYTES as usize];
+        f.read_exact_at(&mut head, 0)
+            .and_then(|()| f.read_exact_at(&mut tail, size - RECORD_TAIL_BYTES))
+            .map_err(|e| io("read", &rel, e))?;
+        self.bytes_read += RECORD_HEAD_BYTES + RECORD_TAIL_BYTES;
+        Ok(Some(Ok(RecordEnds {
+            head,
+            tail,
+            size,
+            lookup: std::sync::Arc::new(self.lookup()?),
+        })))
+    }
+
+    /// A [`GraphLookup`] through this store's walls, counting what it reads.
+    fn lookup(&mut self) -> Result<FsGraphLookup, ActorsError> {
+        let nodes = self
+            .dir_at("nodes", None)?
+            .ok_or_else(|| ActorsError::StoreIo("nodes/ is missing".into()))?;
+        Ok(FsGraphLookup {
+            root: self.dir.try_clone().map_err(|e| io("open", ".", e))?,
+            nodes: nodes.try_clone().map_err(|e| io("open", "nodes", e))?,
+            read: self.lookup_read.clone(),
+        })
     }
 
     /// [`MARKS_FILE`], or nothing when it is missing or unreadable (it is a cache); also sets
@@ -1548,9 +1632,18 @@ impl FsStore {
                 .filter(|m| m.v == 1),
             _ => None,
         };
-        let (logs, trust) = file.map(|m| (m.logs, m.graph)).unwrap_or_default();
+        let (logs, trust, records) = file
+            .map(|m| (m.logs, m.graph, m.records))
+            .unwrap_or_default();
         self.trust = trust;
+        self.records = records;
         logs
+    }
+
+    /// The stamp of record `rel` as it is now (`None` when it cannot be had).
+    fn record_stamp(&mut self, rel: &str) -> Option<String> {
+        let (parent, name) = split(rel);
+        self.dir_at(parent, None).ok()??.stamp_of(name).ok()?
     }
 
     /// The stamps of `graph.json` and `nodes/` as they are now.
@@ -1664,10 +1757,39 @@ impl FsStore {
     /// this writer's last write) it also keeps the stamps `graph.json` and `nodes/` have now,
     /// so that the next lazy open that finds them unchanged skips the listing of `nodes/` and
     /// the parse of `graph.json`; otherwise it drops any stamps kept.
-    pub fn keep_marks(&mut self, marks: &BTreeMap<String, LogMark>, trusted: bool) {
+    ///
+    /// With the stamps it also keeps stamps of node records `records` (the graph's
+    /// [`weft_core::actors::ActorGraph::lazy_records`]: canonical, as this writer left them),
+    /// so that the next lazy open reads them by their ends; `chain` (the open trusted the kept
+    /// stamps: nothing changed behind them) keeps the stamps of other records too, which stay
+    /// valid while they match.
+    pub fn keep_marks(
+        &mut self,
+        marks: &BTreeMap<String, LogMark>,
+        trusted: bool,
+        records: &[String],
+        chain: bool,
+    ) {
         let trust = if trusted { self.stamps() } else { None };
         let mut changed = trust != self.trust;
         self.trust = trust;
+        let mut kept = match (&self.trust, chain) {
+            (Some(_), true) => self.records.clone(),
+            _ => BTreeMap::new(),
+        };
+        if self.trust.is_some() {
+            for rel in records {
+                match self.record_stamp(rel) {
+                    Some(st) => kept.insert(rel.clone(), st),
+                    None => kept.remove(rel),
+                };
+            }
+        }
+        while kept.len() > MARKS_KEPT {
+            kept.pop_first();
+        }
+        changed |= kept != self.records;
+        self.records = kept;
         for (path, m) in marks {
             let Some(&(size, check, refused)) = self.seen.get(path) else {
                 continue;
@@ -1695,6 +1817,7 @@ impl FsStore {
             v: 1,
             logs: std::mem::take(&mut self.marks),
             graph: self.trust.clone(),
+            records: self.records.clone(),
         };
         let text = serde_json::to_string(&file).expect("marks serialize");
         self.marks = file.logs;
@@ -1746,11 +1869,22 @@ struct MarksFile {
     logs: BTreeMap<String, KeptMark>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     graph: Option<Trust>,
+    /// Stamps of node records (see [`FsStore::keep_marks`]), by path; only with `graph`.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    records: BTreeMap<String, String>,
 }
 
 /// How many bytes of each end of `graph.json` a trusted lazy open reads
 /// ([`weft_core::actors::GraphEnds`]); a smaller `graph.json` is read whole.
 const GRAPH_END_BYTES: u64 = 4096;
+
+/// How many of the first bytes of a node record a trusted lazy open reads
+/// ([`weft_core::actors::RecordEnds`]: the fields before `spawned`); a record no larger than
+/// this and [`RECORD_TAIL_BYTES`] is read whole.
+const RECORD_HEAD_BYTES: u64 = 4096;
+/// How many of the last bytes of a node record a trusted lazy open reads (the last child,
+/// `spawned`'s close, `lastEventAt`).
+const RECORD_TAIL_BYTES: u64 = 1024;
 
 /// The host's answers about a `graph.json` handed as its ends ([`GraphLookup`]): through the
 /// store's walls (no link followed).
@@ -1771,6 +1905,21 @@ impl GraphLookup for FsGraphLookup {
 
     fn graph(&self) -> Option<Vec<u8>> {
         let b = self.root.read(GRAPH_FILE).ok()??;
+        self.read.fetch_add(b.len() as u64, Ordering::Relaxed);
+        Some(b)
+    }
+
+    fn record(&self, id: &str, from: u64, to: u64) -> Option<Vec<u8>> {
+        use std::os::unix::fs::FileExt;
+        NodeId::parse(id).ok()?;
+        let f = self
+            .nodes
+            .dir(id)
+            .ok()?
+            .open("meta.json", Mode::Read)
+            .ok()?;
+        let mut b = vec![0; usize::try_from(to.checked_sub(from)?).ok()?];
+        f.read_exact_at(&mut b, from).ok()?;
         self.read.fetch_add(b.len() as u64, Ordering::Relaxed);
         Some(b)
     }
@@ -1889,8 +2038,14 @@ mod tests {
             let _ = fs::remove_dir_all(&root);
             let mut store = FsStore::open_writer(&root, Duration::ZERO).unwrap();
             let snap = store.load().unwrap();
-            let mut g =
-                ActorGraph::init(HarnessConfig::default(), "t:", &snap, 1_000, "t").unwrap();
+            let mut g = ActorGraph::init(
+                HarnessConfig::default(),
+                "t:",
+                &snap,
+                weft_core::Wall::from_ms(1_000),
+                "t",
+            )
+            .unwrap();
             for b in g.take_batches() {
                 store.apply(&b).unwrap();
                 g.ack(b.id).unwrap();
@@ -1898,7 +2053,7 @@ mod tests {
             let spawn = |g: &mut ActorGraph, store: &mut FsStore, id: &str| {
                 let mut r = SpawnRequest::new("coordinator", NodeType::Task);
                 r.id = Some(id.into());
-                g.spawn(2_000, r).unwrap();
+                g.spawn(weft_core::Wall::from_ms(2_000), r).unwrap();
                 for b in g.take_batches() {
                     store.apply(&b).unwrap();
                     g.ack(b.id).unwrap();

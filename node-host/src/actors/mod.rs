@@ -9,18 +9,38 @@ pub mod walls;
 use std::path::Path;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use weft_core::Millis;
+use weft_core::Wall;
 use weft_core::actors::{
     ActorGraph, ActorStore, ActorsError, HarnessConfig, LazyOpen, OpenReport, Snapshot,
 };
 
 pub use fs_store::FsStore;
 
-/// Wall-clock milliseconds since the Unix epoch (actor timestamps are persisted).
-pub fn wall_ms() -> Millis {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as Millis)
+/// The host's wall clock: milliseconds since the Unix epoch (actor timestamps are persisted).
+pub fn wall_ms() -> Wall {
+    Wall::from_ms(
+        SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as u64),
+    )
+}
+
+/// The process's monotonic origin: the first time any host part read its monotonic clock.
+/// Agents and the job hosts share it, so a job note's `at` and an agent's `now` are on one
+/// clock.
+pub fn mono_origin() -> std::time::Instant {
+    static ORIGIN: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+    *ORIGIN.get_or_init(std::time::Instant::now)
+}
+
+/// The host's monotonic clock: milliseconds since [`mono_origin`].
+pub fn mono_now() -> weft_core::Mono {
+    weft_core::Mono::from_ms(mono_origin().elapsed().as_millis() as u64)
+}
+
+/// Both clocks, read together (what an agent's inputs take).
+pub fn now() -> weft_core::time::Now {
+    weft_core::time::Now::new(mono_now(), wall_ms())
 }
 
 /// The harness variables from the environment (`ACTOR_*`, `GIT_CLOSEOUT`, deprecated
@@ -159,7 +179,10 @@ impl Session {
         let n = flush(&mut self.graph, &mut self.store)?;
         if n > 0 && self.graph.is_lazy() {
             let trusted = self.graph.lazy_trusted();
-            self.store.keep_marks(self.graph.lazy_marks(), trusted);
+            let records = self.graph.lazy_records();
+            let chain = self.graph.opened_trusted();
+            self.store
+                .keep_marks(self.graph.lazy_marks(), trusted, &records, chain);
         }
         Ok(n)
     }

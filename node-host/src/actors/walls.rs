@@ -164,6 +164,44 @@ impl Dir {
         }))
     }
 
+    /// The [`stamp`] of regular file `name` (not following a link: a link or anything but a
+    /// file is `None`, as is no entry), read with one `fstatat`, no open.
+    pub fn stamp_of(&self, name: &str) -> io::Result<Option<String>> {
+        let c = cname(name)?;
+        // SAFETY: `st` is plain data the call fills; `c` outlives the call.
+        let mut st: libc::stat = unsafe { std::mem::zeroed() };
+        let r = unsafe {
+            libc::fstatat(
+                self.fd.as_raw_fd(),
+                c.as_ptr(),
+                &mut st,
+                libc::AT_SYMLINK_NOFOLLOW,
+            )
+        };
+        if r < 0 {
+            let e = io::Error::last_os_error();
+            return if e.kind() == io::ErrorKind::NotFound {
+                Ok(None)
+            } else {
+                Err(e)
+            };
+        }
+        if st.st_mode & libc::S_IFMT != libc::S_IFREG {
+            return Ok(None);
+        }
+        // The fields and format of `stamp`.
+        Ok(Some(format!(
+            "{}:{}:{}:{}.{:09}:{}.{:09}",
+            st.st_dev,
+            st.st_ino,
+            st.st_size,
+            st.st_mtime,
+            st.st_mtime_nsec,
+            st.st_ctime,
+            st.st_ctime_nsec
+        )))
+    }
+
     /// Turns a failed open of `name` into [`SymlinkFound`] when `name` is a link.
     fn explain(&self, name: &str, e: io::Error) -> io::Error {
         match self.kind(name) {
@@ -462,6 +500,14 @@ mod tests {
         d.remove_tree("new").unwrap();
         assert_eq!(d.kind("new").unwrap(), None);
         assert!(d.open("../x", Mode::Read).is_err());
+        // A file's stamp without opening it is the stamp of its metadata; a link has none.
+        let f = d.open("plain", Mode::Create).unwrap();
+        assert_eq!(
+            d.stamp_of("plain").unwrap(),
+            Some(stamp(&f.metadata().unwrap()))
+        );
+        assert_eq!(d.stamp_of("link").unwrap(), None);
+        assert_eq!(d.stamp_of("absent").unwrap(), None);
         std::fs::remove_dir_all(&root).unwrap();
         std::fs::remove_file(&outside).unwrap();
     }

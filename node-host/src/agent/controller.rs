@@ -153,7 +153,7 @@ impl Controller {
         config.text_modalities = self.text.modalities();
         let mut run = Run::new(config);
         let t0 = Instant::now();
-        let now = || t0.elapsed().as_millis() as u64;
+        let now = || weft_core::Mono::from_ms(t0.elapsed().as_millis() as u64);
         let mut stop_fed = stop.is_set();
         if stop_fed {
             run.handle_stop(now());
@@ -189,7 +189,7 @@ impl Controller {
             }
             let deadline = run
                 .poll_timeout()
-                .map(|t| t0 + std::time::Duration::from_millis(t));
+                .map(|t| t0 + std::time::Duration::from_millis(t.as_ms()));
             let input = tokio::select! {
                 biased;
                 _ = stop.raised(), if !stop_fed => {

@@ -223,7 +223,14 @@ mod tests {
         let (config, _) = HarnessConfig::from_vars(Vec::<(String, String)>::new()).unwrap();
         let mut store = MemoryStore::default();
         let snap = store.load().unwrap();
-        let mut g = ActorGraph::init(config, "memory:", &snap, 1_000, "test").unwrap();
+        let mut g = ActorGraph::init(
+            config,
+            "memory:",
+            &snap,
+            weft_core::Wall::from_ms(1_000),
+            "test",
+        )
+        .unwrap();
         let mut flush = |g: &mut ActorGraph| {
             for b in g.take_batches() {
                 store.apply(&b).map_err(ActorsError::StoreIo)?;
@@ -236,12 +243,17 @@ mod tests {
         rt.want("coordinator");
         for t in 0..turns {
             g.append(
-                2_000 + t as u64,
+                weft_core::Wall::from_ms(2_000 + t as u64),
                 "coordinator",
                 NewLine::user(format!("q{t}")),
             )
             .unwrap();
-            rt.pump(2_000 + t as u64, &mut g, &mut flush).unwrap();
+            let at = 2_000 + t as u64;
+            let now = weft_core::time::Now::new(
+                weft_core::Mono::from_ms(at),
+                weft_core::Wall::from_ms(at),
+            );
+            rt.pump(now, &mut g, &mut flush).unwrap();
         }
         g
     }

@@ -68,6 +68,7 @@ use weft_core::actors::{
     ActorGraph, ActorStore, ActorsError, HarnessConfig, HeuristicProposer, MemoryStore,
     NodeStoreMode, api, proposer,
 };
+use weft_core::codes::HostError;
 
 use crate::actors::failpoint::Failpoint;
 use crate::actors::{FsStore, Session, flush, wall_ms};
@@ -270,7 +271,7 @@ impl Inner {
     /// stands.
     fn sync_agents(&mut self) {
         if let Some(rt) = self.agents.as_mut()
-            && let Err(e) = rt.sync_open(wall_ms(), &mut self.graph)
+            && let Err(e) = rt.sync_open(crate::actors::now(), &mut self.graph)
         {
             eprintln!("weft desk: agents: error[{}]: {e}", e.code());
         }
@@ -284,7 +285,7 @@ impl Inner {
         };
         // The steps released before an error run too (the runtime counts them running).
         let mut models = Vec::new();
-        if let Err(e) = rt.release(wall_ms(), &mut self.graph, &mut models) {
+        if let Err(e) = rt.release(crate::actors::now(), &mut self.graph, &mut models) {
             eprintln!("weft desk: agents: error[{}]: {e}", e.code());
         }
         Work {
@@ -305,7 +306,7 @@ impl Inner {
         let Some(rt) = agents.as_mut() else {
             return Work::default();
         };
-        let models = match rt.pump(wall_ms(), graph, &mut |g| flush_store(g, store)) {
+        let models = match rt.pump(crate::actors::now(), graph, &mut |g| flush_store(g, store)) {
             Ok(jobs) => jobs,
             Err(e) => {
                 eprintln!("weft desk: agents: error[{}]: {e}", e.code());
@@ -498,7 +499,7 @@ impl DeskState {
                     rt.set_host_tools(t);
                 }
                 let resumed = rt
-                    .resume_all(wall_ms(), &mut i.graph)
+                    .resume_all(crate::actors::now(), &mut i.graph)
                     .map_err(agents_to_actors)?;
                 i.journal = Journal::open(&i.graph, rt.nodes());
                 i.agents = Some(rt);
@@ -665,7 +666,7 @@ impl DeskState {
                         // The text goes under the lock the answer's line lands under.
                         forget_partial(&partials, &node, step.0);
                         if let Some(rt) = i.agents.as_mut() {
-                            rt.finish(wall_ms(), &mut i.graph, &node, step, result)
+                            rt.finish(crate::actors::now(), &mut i.graph, &node, step, result)
                                 .map_err(agents_to_actors)?;
                         }
                         Ok(())
@@ -700,8 +701,14 @@ impl DeskState {
                 state
                     .report(move |i| {
                         if let Some(rt) = i.agents.as_mut() {
-                            rt.settle(wall_ms(), &mut i.graph, &node, invocation, settlement)
-                                .map_err(agents_to_actors)?;
+                            rt.settle(
+                                crate::actors::now(),
+                                &mut i.graph,
+                                &node,
+                                invocation,
+                                settlement,
+                            )
+                            .map_err(agents_to_actors)?;
                         }
                         Ok(())
                     })
@@ -732,7 +739,7 @@ impl DeskState {
             let n = match i.agents.as_mut() {
                 Some(rt) => {
                     let n = rt.running();
-                    rt.interrupt_all(wall_ms(), &mut i.graph, &reason)
+                    rt.interrupt_all(crate::actors::now(), &mut i.graph, &reason)
                         .map_err(agents_to_actors)?;
                     n
                 }
@@ -810,6 +817,12 @@ fn coded(status: StatusCode, code: &str, detail: &str) -> Response {
         body.to_string(),
     )
         .into_response()
+}
+
+/// A host outcome as problem+json, with the code and status the core lists for it.
+fn host_problem(e: HostError, detail: &str) -> Response {
+    let status = StatusCode::from_u16(e.http_status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    coded(status, e.code(), detail)
 }
 
 /// An agents error as problem+json with the core's code (graph errors keep their status;
@@ -1397,9 +1410,8 @@ async fn node_agent(State(s): State<DeskState>, UrlPath(id): UrlPath<String>) ->
         .await?;
     match st {
         Some(v) => Ok(ok(v)),
-        None => Ok(coded(
-            StatusCode::NOT_FOUND,
-            "AGENT_NOT_OPEN",
+        None => Ok(host_problem(
+            HostError::AgentNotOpen,
             &format!("node `{id}` has no agent (yet): write to it to start one"),
         )),
     }
@@ -1427,7 +1439,7 @@ async fn interrupt(
             let Some(rt) = i.agents.as_mut() else {
                 return Ok(None);
             };
-            let r = rt.interrupt(wall_ms(), &mut i.graph, &node, &reason);
+            let r = rt.interrupt(crate::actors::now(), &mut i.graph, &node, &reason);
             Ok(r.map(|r| (r, rt.next_deadline())))
         })
         .await?;
@@ -1436,7 +1448,10 @@ async fn interrupt(
     if let Some((_, Some(at))) = &r {
         let (s, at) = (s.clone(), *at);
         tokio::spawn(async move {
-            tokio::time::sleep(Duration::from_millis(at.saturating_sub(wall_ms()) + 1)).await;
+            tokio::time::sleep(Duration::from_millis(
+                at.since(crate::actors::mono_now()) + 1,
+            ))
+            .await;
             let _ = s.with_inner(|_| Ok(())).await;
         });
     }
@@ -1444,9 +1459,8 @@ async fn interrupt(
     match r {
         Some(Ok(st)) => Ok(ok(json!({"node": id, "status": st.as_str()}))),
         Some(Err(e)) => Ok(agent_problem(&e)),
-        None => Ok(coded(
-            StatusCode::NOT_FOUND,
-            "AGENT_NOT_OPEN",
+        None => Ok(host_problem(
+            HostError::AgentNotOpen,
             &format!("node `{id}` has no agent"),
         )),
     }

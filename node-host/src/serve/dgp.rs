@@ -39,6 +39,7 @@ use weft_core::frames::{
 use super::pg::{self, PgStore, Pooled};
 use super::store::{Put, Store};
 use super::{Reply, Shared, json_response, now_ms};
+use weft_core::Wall;
 
 /// The store namespace of the frames capability.
 pub const NS: &str = "dgp";
@@ -215,7 +216,8 @@ where
         }
         let names = Engine::<A>::named_records(body);
         let mut attempt = 0;
-        let prepared = loop {
+        // The decision, its records COMMITted and acknowledged (`Prepared::split` → `ack`).
+        let committed = loop {
             self.prefetch(names.clone()).await?;
             let mut c = pg.pool().get().await.map_err(storage)?;
             // Until COMMIT or ROLLBACK (from before BEGIN is sent), a dropped future must not
@@ -246,13 +248,13 @@ where
                 }
             }
         };
-        let change = prepared
+        let change = committed
             .replay
             .is_none()
-            .then(|| (prepared.surface_id.clone(), prepared.revision));
+            .then(|| (committed.surface_id.clone(), committed.revision));
         let done = {
             let mut engine = self.engine.lock().expect("engine lock");
-            engine.apply_commit(prepared)
+            engine.apply_commit(committed)
         };
         // The commit's own records were COMMITted; what follows are retention deletions,
         // written in the background (the receipt does not wait for them).
@@ -278,7 +280,7 @@ where
         key: Option<&str>,
         body: &[u8],
         attempt: u32,
-    ) -> Result<weft_core::frames::Prepared<A::State>, FramesError> {
+    ) -> Result<weft_core::frames::Committed<A::State>, FramesError> {
         let db = |e: tokio_postgres::Error| storage(pg::err(e));
         // 1. The idempotency key: one decision per key across instances.
         if let Some(k) = Engine::<A>::usable_idempotency_key(key) {
@@ -341,20 +343,29 @@ where
         let prepared = {
             let mut e = self.engine.lock().expect("engine lock");
             refresh_all(&mut e, items, rows)?;
-            e.prepare_commit_locked_bytes(now_ms(), principal, key, body, &scopes, attempt)?
+            e.prepare_commit_locked_bytes(
+                Wall::from_ms(now_ms()),
+                principal,
+                key,
+                body,
+                &scopes,
+                attempt,
+            )?
         };
         if prepared.replay.is_some() {
             c.client.batch_execute("COMMIT").await.map_err(db)?;
-            return Ok(prepared);
+            let (persist, pending) = prepared.split();
+            return Ok(pending.release(persist.ack()));
         }
-        // 4. The records, the notice, COMMIT.
+        // 4. The records, the notice, COMMIT; the decision is released only after COMMIT.
         let notice = notice(
             pg.instance,
             &prepared.surface_id,
             prepared.revision,
-            &prepared.writes,
+            prepared.writes(),
         );
-        pg::write_in(c, puts(prepared.writes.clone()))
+        let (persist, pending) = prepared.split();
+        pg::write_in(c, puts(persist.writes().to_vec()))
             .await
             .map_err(storage)?;
         c.client
@@ -362,7 +373,7 @@ where
             .await
             .map_err(db)?;
         c.client.batch_execute("COMMIT").await.map_err(db)?;
-        Ok(prepared)
+        Ok(pending.release(persist.ack()))
     }
 
     /// The surfaces among `rows` whose stored revision is newer than memory's.
@@ -548,7 +559,7 @@ where
     /// answer is ahead of durable state.
     pub async fn call<T>(
         &self,
-        f: impl FnOnce(&mut Engine<A>, u64) -> Result<Done<T>, FramesError>,
+        f: impl FnOnce(&mut Engine<A>, Wall) -> Result<Done<T>, FramesError>,
     ) -> Result<T, FramesError> {
         self.run(vec![], f).await
     }
@@ -556,7 +567,7 @@ where
     /// Creates a frame: answered once its record is durable (later requests name it).
     pub async fn frame<T>(
         &self,
-        f: impl FnOnce(&mut Engine<A>, u64) -> Result<Done<T>, FramesError>,
+        f: impl FnOnce(&mut Engine<A>, Wall) -> Result<Done<T>, FramesError>,
     ) -> Result<T, FramesError> {
         self.run(vec![], f).await
     }
@@ -567,7 +578,7 @@ where
     pub async fn on_body<T>(
         &self,
         body: &[u8],
-        f: impl FnOnce(&mut Engine<A>, u64) -> Result<Done<T>, FramesError>,
+        f: impl FnOnce(&mut Engine<A>, Wall) -> Result<Done<T>, FramesError>,
     ) -> Result<T, FramesError> {
         self.run(Engine::<A>::named_records(body), f).await
     }
@@ -608,7 +619,7 @@ where
                 continue;
             };
             let mut engine = self.engine.lock().expect("engine lock");
-            if let Some(dep) = engine.admit(now_ms(), kind, &key, &bytes)? {
+            if let Some(dep) = engine.admit(Wall::from_ms(now_ms()), kind, &key, &bytes)? {
                 stack.push((kind, key));
                 stack.push(dep);
             }
@@ -619,7 +630,7 @@ where
     async fn run<T>(
         &self,
         names: Vec<(RecordKind, String)>,
-        f: impl FnOnce(&mut Engine<A>, u64) -> Result<Done<T>, FramesError>,
+        f: impl FnOnce(&mut Engine<A>, Wall) -> Result<Done<T>, FramesError>,
     ) -> Result<T, FramesError> {
         if let Some(e) = self.store.failure() {
             return Err(storage(e));
@@ -627,7 +638,7 @@ where
         let fetched = self.prefetch(names).await;
         let (result, ticket) = {
             let mut engine = self.engine.lock().expect("engine lock");
-            let now = now_ms();
+            let now = Wall::from_ms(now_ms());
             let (result, ticket) = match fetched.and_then(|()| f(&mut engine, now)) {
                 Ok(done) => {
                     let (mut persist, pending) = done.split();
@@ -680,7 +691,7 @@ where
         if n % 10 == 0 {
             let mut e = d.engine.lock().expect("engine lock");
             // Retention deletions: written in the background.
-            let (persist, pending) = e.sweep(now_ms(), 50_000).split();
+            let (persist, pending) = e.sweep(Wall::from_ms(now_ms()), 50_000).split();
             let (writes, handed) = persist.hand_off();
             if !writes.is_empty() {
                 d.store.background(puts(writes));
@@ -712,7 +723,7 @@ where
         }
         if !rows.is_empty() {
             let e = d.engine.lock().expect("engine lock");
-            let deletes = e.compact(now_ms(), kind, &rows);
+            let deletes = e.compact(Wall::from_ms(now_ms()), kind, &rows);
             if !deletes.is_empty() {
                 d.store.background(puts(deletes));
             }

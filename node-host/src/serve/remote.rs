@@ -26,7 +26,6 @@ use axum::response::Response;
 use axum::routing::get;
 use serde_json::{Value, json};
 use tokio::sync::{Notify, mpsc};
-use weft_core::Millis;
 use weft_core::frames::{FramesError, Role};
 use weft_core::jobs::remote::server::{ConnId, ServerConfig, ServerOutput, SessionTable};
 use weft_core::jobs::remote::{RemoteCode, close};
@@ -212,7 +211,7 @@ const OBSERVER_QUEUE: usize = 256;
 const FORWARD_EVERY: usize = 64;
 
 /// How long a session's worker has to say hello before the base protocol is assumed.
-const HELLO_WITHIN_MS: Millis = 5_000;
+const HELLO_WITHIN_MS: u64 = 5_000;
 
 /// The remote endpoint: the session table, the server-side job host and the sockets.
 #[derive(Clone)]

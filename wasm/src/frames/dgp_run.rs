@@ -146,7 +146,7 @@ impl DgpRun {
     /// When `handleTimeout` is due, if a timer is armed.
     #[wasm_bindgen(js_name = pollTimeout)]
     pub fn poll_timeout(&self) -> Option<f64> {
-        self.0.poll_timeout().map(|t| t as f64)
+        self.0.poll_timeout().map(|t| t.as_ms() as f64)
     }
 
     /// The answer to request `id`: its status and body text.
@@ -163,8 +163,12 @@ impl DgpRun {
             status,
             body: body.into_bytes(),
         };
-        self.0
-            .handle_http(now as u64, id as u64, answer, &mut budget.0);
+        self.0.handle_http(
+            weft_core::Mono::from_ms(now as u64),
+            id as u64,
+            answer,
+            &mut budget.0,
+        );
     }
 
     /// No usable answer to request `id` (what happened).
@@ -177,7 +181,7 @@ impl DgpRun {
         budget: &mut DgpBudget,
     ) {
         self.0.handle_http(
-            now as u64,
+            weft_core::Mono::from_ms(now as u64),
             id as u64,
             HttpAnswer::Failed(detail),
             &mut budget.0,
@@ -197,13 +201,17 @@ impl DgpRun {
                     validate::typed("resolver", v["resolver"].clone()).map_err(Problem::from)?;
                 Ok(Judgment { result, resolver })
             });
-        self.0.handle_judgment(now as u64, parsed);
+        self.0
+            .handle_judgment(weft_core::Mono::from_ms(now as u64), parsed);
     }
 
     /// The adapter failed: `{code?, detail, status?}` (JSON text; no code: `ADAPTER_ERROR`).
     #[wasm_bindgen(js_name = handleJudgmentFailure)]
     pub fn handle_judgment_failure(&mut self, now: f64, problem: &str) {
-        self.0.handle_judgment(now as u64, Err(problem_of(problem)));
+        self.0.handle_judgment(
+            weft_core::Mono::from_ms(now as u64),
+            Err(problem_of(problem)),
+        );
     }
 
     /// The text service's text and the resolver to record (JSON text).
@@ -212,26 +220,31 @@ impl DgpRun {
         let resolver = parse_text::<Value>(resolver)
             .map_err(|e| Problem::new(422, "INVALID_MESSAGE", format!("resolver: {e}")))
             .and_then(|v| validate::typed("resolver", v).map_err(Problem::from));
-        self.0
-            .handle_text(now as u64, resolver.map(|r| (service_text, r)));
+        self.0.handle_text(
+            weft_core::Mono::from_ms(now as u64),
+            resolver.map(|r| (service_text, r)),
+        );
     }
 
     /// The text service failed: `{code?, detail, status?}` (JSON text).
     #[wasm_bindgen(js_name = handleTextFailure)]
     pub fn handle_text_failure(&mut self, now: f64, problem: &str) {
-        self.0.handle_text(now as u64, Err(problem_of(problem)));
+        self.0.handle_text(
+            weft_core::Mono::from_ms(now as u64),
+            Err(problem_of(problem)),
+        );
     }
 
     /// The timer of `pollTimeout` is due.
     #[wasm_bindgen(js_name = handleTimeout)]
     pub fn handle_timeout(&mut self, now: f64) {
-        self.0.handle_timeout(now as u64);
+        self.0.handle_timeout(weft_core::Mono::from_ms(now as u64));
     }
 
     /// Asks the run to stop at its next safe point.
     #[wasm_bindgen(js_name = handleStop)]
     pub fn handle_stop(&mut self, now: f64) {
-        self.0.handle_stop(now as u64);
+        self.0.handle_stop(weft_core::Mono::from_ms(now as u64));
     }
 }
 
