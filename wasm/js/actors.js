@@ -5,8 +5,12 @@
 // store has committed the batch and the core has been told (so a spawned node never accepts
 // a message before its lineage is durable).
 import { WeftError } from './error.js';
+import { CLOSED, UNSUPPORTED, AGENT_OPEN } from './codes.js';
 import { lazyModule } from './lazy.js';
 import { NodeAgent, appTools } from './node-agent.js';
+
+// The monotonic clock an agent's deadlines are on (see node-agent.js); `Date.now()` is for lines.
+const mono = () => Math.floor(performance.now());
 
 // The actor graph is its own WebAssembly module (weft_actors_bg.wasm), loaded on first use.
 const wasm = lazyModule('actors', new URL('./weft_actors_bg.wasm', import.meta.url), () => import('./weft_actors.js'));
@@ -90,7 +94,7 @@ const req = (r) =>
 /** IndexedDB: one object store `files` (key: path, value: text). */
 class IndexedDbBackend {
   static async open(name) {
-    if (typeof indexedDB === 'undefined') throw new WeftError('UNSUPPORTED', 'IndexedDB is not available here; use backend: "memory"');
+    if (typeof indexedDB === 'undefined') throw new WeftError(UNSUPPORTED, 'IndexedDB is not available here; use backend: "memory"');
     const open = indexedDB.open(name, 1);
     open.onupgradeneeded = () => open.result.createObjectStore('files');
     const b = new IndexedDbBackend();
@@ -249,7 +253,7 @@ export class ActorStore {
   /** Runs `fn(core, now, glue)` in the store's queue, then persists what it queued. */
   #run(fn, signal) {
     const run = async () => {
-      if (this.#closed) throw new WeftError('CLOSED', 'the actor store is closed');
+      if (this.#closed) throw new WeftError(CLOSED, 'the actor store is closed');
       signal?.throwIfAborted();
       let out;
       try {
@@ -269,7 +273,7 @@ export class ActorStore {
     const { NodeAgent: Raw } = this.#glue;
     // An app's published tools come first; the host's own tools follow.
     if (options.app) options = { ...options, tools: [...appTools(options.app), ...(options.tools ?? [])] };
-    const raw = Raw.open(this.#core, node, { contextTokens: options.contextTokens, recentLines: options.recentLines, interruptGraceMs: options.interruptGraceMs, maxStepsPerTurn: options.maxStepsPerTurn }, now);
+    const raw = Raw.open(this.#core, node, { contextTokens: options.contextTokens, recentLines: options.recentLines, interruptGraceMs: options.interruptGraceMs, maxStepsPerTurn: options.maxStepsPerTurn }, now, mono());
     try {
       for (const t of options.tools ?? []) {
         raw.registerTool({ name: t.name, description: t.description, parameters: t.parameters, supportsParallel: t.supportsParallel, mayStartJob: t.mayStartJob === true, safeToCancel: t.safeToCancel });
@@ -301,7 +305,7 @@ export class ActorStore {
    */
   agent(node, options = {}, { signal } = {}) {
     return this.#run((core, now) => {
-      if (this.#agents.has(node)) throw new WeftError('AGENT_OPEN', `node \`${node}\` already has an open agent (store.agentOf)`);
+      if (this.#agents.has(node)) throw new WeftError(AGENT_OPEN, `node \`${node}\` already has an open agent (store.agentOf)`);
       return this.#openAgent(node, options, now);
     }, signal);
   }
@@ -313,7 +317,7 @@ export class ActorStore {
    */
   jobJournal(node, job, { after = 0 } = {}) {
     const run = async () => {
-      if (this.#closed) throw new WeftError('CLOSED', 'the actor store is closed');
+      if (this.#closed) throw new WeftError(CLOSED, 'the actor store is closed');
       const text = (await this.#backend.read(`nodes/${node}/jobs.jsonl`)) ?? '';
       return this.#glue.journalAfter(text, job, after);
     };

@@ -4,6 +4,7 @@
 
 import { AgentSession } from './weft_wasm.js';
 import { Deadline, WeftError } from './runtime.js';
+import { DISPOSED, CLOSED, ABORTED, ANSWERED, SCRIPT_EXHAUSTED } from './codes.js';
 import { Waiters } from './waiters.js';
 
 /** Creates an agent session on `runtime` (whose jobs its tools may start). */
@@ -28,7 +29,7 @@ export function scriptedModel(responses = []) {
       tools: request.tools.map((t) => t.name),
       toolsVersion: request.toolsVersion,
     });
-    if (queue.length === 0) throw new WeftError('SCRIPT_EXHAUSTED', 'the model script is exhausted');
+    if (queue.length === 0) throw new WeftError(SCRIPT_EXHAUSTED, 'the model script is exhausted');
     const next = queue.shift();
     return typeof next === 'function' ? next(request) : next;
   };
@@ -72,8 +73,8 @@ export class Agent {
     this.#unsubscribe.push(
       runtime.on('note', ({ owner }) => {
         if (owner !== this.id) return;
-        // Whichever machine the runtime drives (a JobRegistry, an app's OpsApp) has the
-        // agent's registry surface: takeAgentNotes / submitAgentJob.
+        // Whichever registry the runtime drives (a JobRegistry, or an app's, behind the app's
+        // one wrapper) has the agent's registry surface: takeAgentNotes / submitAgentJob.
         const reg = this.#rt.registry;
         this.#call((s, now) => reg.takeAgentNotes(now, s));
       }),
@@ -149,7 +150,7 @@ export class Agent {
     this.#call((s, now) => s.onModelResponseJson(now, step, JSON.stringify(response ?? {})));
     if (pending) {
       // The model's own answer is no longer wanted.
-      pending.ac.abort(new WeftError('ANSWERED', 'the step was answered by respond()'));
+      pending.ac.abort(new WeftError(ANSWERED, 'the step was answered by respond()'));
       if (this.#modelCall === pending) this.#modelCall = null;
     }
   }
@@ -165,7 +166,7 @@ export class Agent {
    * interrupts its turn.
    */
   run(input, { signal } = {}) {
-    if (signal?.aborted) return Promise.reject(new WeftError('ABORTED', 'aborted before submission', { cause: signal.reason }));
+    if (signal?.aborted) return Promise.reject(new WeftError(ABORTED, 'aborted before submission', { cause: signal.reason }));
     return new Promise((resolve, reject) => {
       const task = this.submitTask(input);
       const onAbort = () => {
@@ -174,7 +175,7 @@ export class Agent {
           try {
             this.#s.cancelTask(task);
             this.#taskWaiters.delete(task);
-            reject(new WeftError('ABORTED', 'the task was withdrawn before it started', { cause: signal.reason }));
+            reject(new WeftError(ABORTED, 'the task was withdrawn before it started', { cause: signal.reason }));
           } catch {
             // It started meanwhile: its turn ends through the interrupt below.
           }
@@ -279,13 +280,13 @@ export class Agent {
       if (turn) continue;
       try {
         this.#s.cancelTask(task);
-        this.#taskWaiters.get(task)?.closed?.(new WeftError('CLOSED', `the agent was closed: ${reason}`));
+        this.#taskWaiters.get(task)?.closed?.(new WeftError(CLOSED, `the agent was closed: ${reason}`));
         this.#taskWaiters.delete(task);
       } catch {
         // Not queued any more.
       }
     }
-    this.#modelCall?.ac.abort(new WeftError('CLOSED', 'the agent was closed'));
+    this.#modelCall?.ac.abort(new WeftError(CLOSED, 'the agent was closed'));
     this.#modelCall = null;
     this.interrupt(reason);
   }
@@ -301,7 +302,7 @@ export class Agent {
   // ----- host plumbing ------------------------------------------------------------------
 
   #call(fn) {
-    if (this.#s === null) throw new WeftError('DISPOSED', 'the agent was disposed');
+    if (this.#s === null) throw new WeftError(DISPOSED, 'the agent was disposed');
     try {
       return fn(this.#s, this.#rt.now());
     } finally {
@@ -366,14 +367,14 @@ export class Agent {
         this.#ask(o);
         break;
       case 'abort_model':
-        this.#modelCall?.ac.abort(new WeftError('ABORTED', 'the turn was interrupted'));
+        this.#modelCall?.ac.abort(new WeftError(ABORTED, 'the turn was interrupted'));
         this.#modelCall = null;
         break;
       case 'start_call':
         this.#start(o);
         break;
       case 'abort_call':
-        this.#controllers.get(o.invocation)?.abort(new WeftError('ABORTED', 'the step was interrupted'));
+        this.#controllers.get(o.invocation)?.abort(new WeftError(ABORTED, 'the step was interrupted'));
         break;
       case 'call_finished':
         this.#controllers.delete(o.invocation);

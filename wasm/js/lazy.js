@@ -3,15 +3,17 @@
 // (weft_frames_bg.wasm) and the actor graph (weft_actors_bg.wasm) share no Rust state with it
 // and are loaded the first time they are needed: by importing `weft/frames` / `weft/actors`,
 // by the async entry points (`openActorStore`, `loadFrames`, `loadActors`), or, in Node,
-// synchronously on the first call. In browsers their wasm-bindgen glue is imported on demand
-// too, so a page that never uses them fetches neither.
+// synchronously on the first call (frames; the others' first use is async). In browsers their
+// wasm-bindgen glue is imported on demand too, so a page that never uses them fetches neither.
 
 let readSync = null;
 const glues = new Map();
 
 /**
  * @internal Node entry modules install a synchronous file reader (`readFileSync`) and the
- * glue modules (imported statically there), so modules load on first use without a Promise.
+ * glue modules (imported statically there) of the modules that must load on first use
+ * without a Promise. A module whose glue is not given here (its first use is async anyway)
+ * has its glue imported on that first use and its .wasm read with the same reader.
  */
 export function setSyncLoading(read, modules) {
   readSync = read;
@@ -41,7 +43,8 @@ export function lazyModule(name, url, importGlue) {
       if (glue || loadSync()) return Promise.resolve(glue);
       loading ??= importGlue()
         .then(async (g) => {
-          await g.default({ module_or_path: url });
+          if (readSync) g.initSync({ module: readSync(url) });
+          else await g.default({ module_or_path: url });
           glue = g;
           return g;
         })

@@ -6,9 +6,13 @@
 // syncs every agent and only then releases their outputs: a model is never asked, and a tool
 // never started, on the strength of lines a crash could lose.
 import { WeftError } from './error.js';
+import { CLOSED, ABORTED, NO_RUNTIME, CALL_NOT_RUNNING } from './codes.js';
 import { Waiters } from './waiters.js';
 
 const message = (err) => String(err?.message ?? err);
+// The monotonic clock the core's agent deadlines are on (`pollTimeout`), as the job runtime's;
+// `now` (Date.now(), from the store's queue) is what lines carry.
+const mono = () => Math.floor(performance.now());
 
 /** JSON-like copy of a tool's value (what a result line can hold). */
 function jsonValue(v) {
@@ -117,7 +121,7 @@ export class NodeAgent {
 
   /** `{node, phase, turn, waiting, queuedTasks, pendingMail, openJobs}`; `phase` is `idle`, `model_step`, `running_tools`, `interrupted` or `waiting`. */
   state() {
-    if (this.#closed) throw new WeftError('CLOSED', 'the agent is closed');
+    if (this.#closed) throw new WeftError(CLOSED, 'the agent is closed');
     return this.#raw.state();
   }
 
@@ -141,7 +145,7 @@ export class NodeAgent {
   interrupt(reason = 'interrupted') {
     return this.#host.run((core, now) => {
       this.#live();
-      return this.#raw.interrupt(core, now, String(reason));
+      return this.#raw.interrupt(core, now, mono(), String(reason));
     });
   }
 
@@ -149,7 +153,7 @@ export class NodeAgent {
   wake(reason = 'wake') {
     return this.#host.run((core, now) => {
       this.#live();
-      this.#raw.wake(core, now, String(reason));
+      this.#raw.wake(core, now, mono(), String(reason));
     });
   }
 
@@ -157,7 +161,7 @@ export class NodeAgent {
   observe(source, value) {
     return this.#host.run((core, now) => {
       this.#live();
-      return this.#raw.postObservation(core, now, String(source), jsonValue(value));
+      return this.#raw.postObservation(core, now, mono(), String(source), jsonValue(value));
     });
   }
 
@@ -195,10 +199,10 @@ export class NodeAgent {
     if (this.#closed) return;
     this.#closed = true;
     clearTimeout(this.#timer);
-    this.#modelCall?.ac.abort(new WeftError('CLOSED', 'the agent was closed'));
+    this.#modelCall?.ac.abort(new WeftError(CLOSED, 'the agent was closed'));
     this.#modelCall = null;
     this.#deferred = null;
-    for (const c of this.#calls.values()) c.ac.abort(new WeftError('CLOSED', 'the agent was closed'));
+    for (const c of this.#calls.values()) c.ac.abort(new WeftError(CLOSED, 'the agent was closed'));
     this.#calls.clear();
     // The jobs continue (their owner is the runtime's to close); the agent stops following them.
     this.#offNotes?.();
@@ -208,7 +212,7 @@ export class NodeAgent {
     try {
       this.#raw.free();
     } catch {}
-    this.#idleWaiters.rejectAll(new WeftError('CLOSED', 'the agent was closed'));
+    this.#idleWaiters.rejectAll(new WeftError(CLOSED, 'the agent was closed'));
   }
 
   /** Whether the agent was closed. */
@@ -219,7 +223,7 @@ export class NodeAgent {
   // ----- host plumbing (called by the store inside its queue) ----------------------------
 
   #live() {
-    if (this.#closed) throw new WeftError('CLOSED', 'the agent is closed');
+    if (this.#closed) throw new WeftError(CLOSED, 'the agent is closed');
   }
 
   #isIdle() {
@@ -257,7 +261,7 @@ export class NodeAgent {
   sync(core, now) {
     if (this.#closed) return;
     try {
-      this.#raw.sync(core, now);
+      this.#raw.sync(core, now, mono());
     } catch (err) {
       this.#emit('error', err);
     }
@@ -272,7 +276,7 @@ export class NodeAgent {
       const deferred = this.#deferred;
       this.#deferred = null;
       if (deferred) this.#ask(core, deferred);
-      this.#raw.sync(core, now);
+      this.#raw.sync(core, now, mono());
       for (let o = this.#raw.pollOutput(core); o !== undefined; o = this.#raw.pollOutput(core)) {
         this.#handle(core, o);
       }
@@ -291,7 +295,7 @@ export class NodeAgent {
         else this.#ask(core, o);
         break;
       case 'abort_model':
-        this.#modelCall?.ac.abort(new WeftError('ABORTED', 'the turn was interrupted'));
+        this.#modelCall?.ac.abort(new WeftError(ABORTED, 'the turn was interrupted'));
         this.#modelCall = null;
         this.#deferred = null;
         break;
@@ -299,7 +303,7 @@ export class NodeAgent {
         this.#start(o);
         break;
       case 'abort_call':
-        this.#calls.get(o.invocation)?.ac.abort(new WeftError('ABORTED', 'the turn was interrupted'));
+        this.#calls.get(o.invocation)?.ac.abort(new WeftError(ABORTED, 'the turn was interrupted'));
         break;
       case 'call_finished':
         // Settled, or given up (uncertain after an interrupt's grace period): a late
@@ -326,8 +330,8 @@ export class NodeAgent {
     if (at === undefined) return;
     this.#timer = setTimeout(() => {
       this.#timer = null;
-      this.#host.run((core, now) => this.#closed || this.#raw.handleTimeout(core, now)).catch((err) => this.#emit('error', err));
-    }, Math.max(0, at - Date.now()));
+      this.#host.run((core, now) => this.#closed || this.#raw.handleTimeout(core, now, mono())).catch((err) => this.#emit('error', err));
+    }, Math.max(0, at - mono()));
   }
 
   /** Settles work of step/invocation through the store's queue (ignored once closed). */
@@ -344,26 +348,26 @@ export class NodeAgent {
   #submitJob(tool, inv, endpoint, payload, options = {}) {
     this.#live();
     const rt = this.#runtime;
-    if (!rt) throw new WeftError('NO_RUNTIME', 'this agent has no job runtime: open it with `runtime` (or `app`)');
+    if (!rt) throw new WeftError(NO_RUNTIME, 'this agent has no job runtime: open it with `runtime` (or `app`)');
     if (tool.mayStartJob !== true) throw new WeftError('JOB_NOT_DECLARED', `tool \`${tool.name}\` does not declare mayStartJob`);
     if (!endpoint || typeof endpoint.submit !== 'function') throw new WeftError('INVALID_ARGUMENT', '`endpoint` must be an endpoint of the runtime');
     const origin = this.#raw.origin(inv);
-    if (origin === undefined) throw new WeftError('CALL_NOT_RUNNING', 'the call is no longer running');
+    if (origin === undefined) throw new WeftError(CALL_NOT_RUNNING, 'the call is no longer running');
     const job = endpoint.submit(payload, { ...options, owner: this.#raw.owner, origin });
     const tracked = { job, seq: 0, stop: null };
     this.#jobs.set(job.id, tracked);
     // The hand-over is a line before any of the job's events is recorded (the store's queue
     // keeps the order; the call's settlement comes after it too).
-    this.#settle((core, now) => this.#raw.onCallJob(core, now, inv, job.id));
-    tracked.stop = job.observe((ev) => this.#settle((core) => this.#record(core, tracked, [ev])));
+    this.#settle((core, now) => this.#raw.onCallJob(core, now, mono(), inv, job.id));
+    tracked.stop = job.observe((ev) => this.#settle((core, now) => this.#record(core, now, tracked, [ev])));
     return job;
   }
 
   /** Records the job's journal events not yet recorded (milestones, the latest repeating one). */
-  #record(core, tracked, events) {
+  #record(core, now, tracked, events) {
     for (const ev of events) {
       if (ev.type === 'missed' || !(ev.seq > tracked.seq)) continue;
-      this.#raw.recordJobEvent(core, jsonValue(ev));
+      this.#raw.recordJobEvent(core, now, mono(), jsonValue(ev));
       tracked.seq = ev.seq;
     }
   }
@@ -378,11 +382,11 @@ export class NodeAgent {
           const tracked = this.#jobs.get(note.job);
           if (tracked) {
             // Everything the journal holds up to the outcome is recorded before the note.
-            this.#record(core, tracked, tracked.job.journal(tracked.seq + 1));
+            this.#record(core, now, tracked, tracked.job.journal(tracked.seq + 1));
             tracked.stop?.();
             this.#jobs.delete(note.job);
           }
-          this.#raw.deliverNote(core, now, jsonValue(note));
+          this.#raw.deliverNote(core, now, mono(), jsonValue(note));
         }
       });
     this.#offNotes = rt.on('note', (e) => e.owner === owner && take());
@@ -412,16 +416,16 @@ export class NodeAgent {
           let r;
           try {
             r = jsonValue(response ?? {});
-            this.#raw.onModelResponse(core, now, step, r);
+            this.#raw.onModelResponse(core, now, mono(), step, r);
           } catch (err) {
-            this.#raw.onModelError(core, now, step, `invalid model response: ${message(err)}`);
+            this.#raw.onModelError(core, now, mono(), step, `invalid model response: ${message(err)}`);
           }
         }),
       (err) =>
         this.#settle((core, now) => {
           if (!current()) return;
           this.#modelCall = null;
-          this.#raw.onModelError(core, now, step, message(err));
+          this.#raw.onModelError(core, now, mono(), step, message(err));
         }),
     );
   }
@@ -436,7 +440,7 @@ export class NodeAgent {
       this.#settle((core, now) => {
         if (this.#calls.get(inv) !== entry) return;
         this.#calls.delete(inv);
-        this.#raw.onCallSettled(core, now, inv, settlement);
+        this.#raw.onCallSettled(core, now, mono(), inv, settlement);
       });
     const run = tool?.run ?? tool?.handler;
     if (typeof run !== 'function') {

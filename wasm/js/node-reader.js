@@ -1,8 +1,9 @@
-// Node: the lazily loaded WebAssembly modules are read synchronously on first use.
+// Node: the lazily loaded WebAssembly modules are read synchronously on first use. Only the
+// frames glue is imported here (its first use may be a synchronous call); the actor graph and
+// the model codecs are first used through a Promise (`openActorStore`, `loadActors`, a model
+// step), so their glue is imported then and `import 'weft'` parses neither.
 import { readFileSync } from 'node:fs';
 import { setSyncLoading } from './lazy.js';
 import * as frames from './weft_frames.js';
-import * as actors from './weft_actors.js';
-import * as models from './weft_models.js';
 
-setSyncLoading((url) => readFileSync(url), { frames, actors, models });
+setSyncLoading((url) => readFileSync(url), { frames });

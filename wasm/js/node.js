@@ -39,7 +39,7 @@ function scriptUrl(specifier) {
  */
 setWorkerFactory((specifier, options = {}) => (h) => {
   const w = new Worker(shim, { workerData: { script: scriptUrl(specifier) } });
-  w.on('message', (d) => h.message(d));
+  w.on('message', h.message);
   w.on('messageerror', (err) => h.undecodable(`messageerror: ${err?.message ?? err}`));
   w.on('error', (err) => h.closed(`worker threw an uncaught error: ${err?.stack ?? err}`));
   w.on('exit', (code) => h.closed(`worker exited with code ${code}`));

@@ -4,14 +4,59 @@
 // snapshots the core hands over, schedules the end-of-tick flush, and turns operation outcomes
 // and tool replies into Promises. Worker cells, hosted operations, waits, mailboxes and timers
 // (the core's: operation timeouts and tool-call waits too) go through the ordinary Runtime,
-// whose registry is the app's own.
+// whose registry is the app's own: a JobRegistry the app borrows per call (`appRegistry`).
 
-import { OpsApp } from './weft_wasm.js';
+import { JobRegistry, OpsApp } from './weft_wasm.js';
 import { Runtime, WeftError } from './runtime.js';
+import { DISPOSED, WAIT_CANCELLED, WAIT_TIMED_OUT, NO_VALUE, NO_COMPUTE } from './codes.js';
 
 /** Creates an application (load its surface with `app.load`). */
 export function createApp(options = {}) {
   return new App(options);
+}
+
+// The registry calls the app has nothing to react to (reads, the runtime's own subscriptions
+// and mailbox reads); the app also takes the registry's outputs before every drain.
+const PASS = new Set([
+  'job', 'journal', 'jobs', 'endpoint', 'readMailbox', 'mailboxLength', 'closePending',
+  'retainedJobs', 'eventsRecorded', 'takeDeliveries', 'unsubscribe',
+]);
+// The registry calls whose first argument is not the time (the app reacts at its latest time).
+const UNTIMED = new Set(['cancelWait', 'observe', 'forget', 'closeOwnerStep']);
+
+/**
+ * The registry the app's runtime drives: the app's `JobRegistry` behind one wrapper, so each
+ * registry method exists once (on `JobRegistry`). The inputs the app reacts to itself (Worker
+ * messages, closed transports, timers, the output drain) go to the app, which borrows the
+ * registry; every other call goes to the registry, then the app takes the registry's outputs
+ * (`onRegistryOutputs`, even when the call threw), as `weft_core::ops::App` is driven.
+ */
+function appRegistry(app, reg) {
+  const wrapper = {};
+  for (const name of Object.getOwnPropertyNames(JobRegistry.prototype)) {
+    const fn = reg[name];
+    if (name === 'constructor' || name.startsWith('__') || typeof fn !== 'function') continue;
+    wrapper[name] = PASS.has(name)
+      ? fn.bind(reg)
+      : (...args) => {
+          try {
+            return fn.apply(reg, args);
+          } finally {
+            app.onRegistryOutputs(UNTIMED.has(name) ? undefined : args[0], reg);
+          }
+        };
+  }
+  return Object.assign(wrapper, {
+    onMessage: (now, endpoint, msg) => app.onMessage(now, reg, endpoint, msg),
+    onEndpointClosed: (now, endpoint, reason) => app.onEndpointClosed(now, reg, endpoint, reason),
+    pollTimeout: () => app.pollTimeout(reg),
+    handleTimeout: (now) => app.handleTimeout(now, reg),
+    drainOutputs: () => app.drainOutputs(reg),
+    free: () => {
+      app.free();
+      reg.free();
+    },
+  });
 }
 
 const qualify = (spec) => (spec.scope ? `${spec.scope}/${spec.name}` : spec.name);
@@ -28,6 +73,8 @@ function errorArgs(err) {
 
 export class App {
   #core;
+  // The app's job registry, lent to the core per call.
+  #reg;
   #rt;
   #computes = new Map();
   #selectors = new Map();
@@ -42,10 +89,11 @@ export class App {
   #disposed = false;
 
   constructor({ now, instance, firstOp, firstJobId, retention } = {}) {
-    this.#core = new OpsApp({ instance, firstOp, firstJobId, retention });
+    this.#core = new OpsApp({ instance, firstOp, retention });
+    this.#reg = new JobRegistry(firstJobId);
     this.#rt = new Runtime({
       now,
-      core: this.#core,
+      core: appRegistry(this.#core, this.#reg),
       onOutput: (o) => this.#dispatch(o),
       onPumped: () => this.#changed(),
     });
@@ -101,8 +149,8 @@ export class App {
     });
     this.#computes = this.#register(cells);
     for (const s of sel) this.#selectors.set(s.name, s.fn);
-    this.#rt._call((core, now) =>
-      core.load(now, {
+    this.#rt._call((_, now) =>
+      this.#core.load(now, this.#reg, {
         controls,
         actions,
         cells: specCells,
@@ -118,7 +166,7 @@ export class App {
     // The new instance's first calculations are dispatched during the call: install first.
     this.#computes = this.#register(cells);
     try {
-      this.#rt._call((core, now) => core.replaceGraph(now, instance, specCells));
+      this.#rt._call((_, now) => this.#core.replaceGraph(now, this.#reg, instance, specCells));
     } catch (err) {
       this.#computes = previous;
       throw err;
@@ -127,7 +175,7 @@ export class App {
 
   /** Disposes the graph: calculations end as owner_disposed; controls stay. */
   disposeGraph() {
-    this.#rt._call((core, now) => core.disposeGraph(now));
+    this.#rt._call((_, now) => this.#core.disposeGraph(now, this.#reg));
   }
 
   // ----- writes ------------------------------------------------------------------------------
@@ -144,26 +192,26 @@ export class App {
 
   /** Ends the tick now (otherwise it ends at the next microtask checkpoint). */
   flush() {
-    return this.#rt._call((core, now) => core.flush(now));
+    return this.#rt._call((_, now) => this.#core.flush(now, this.#reg));
   }
 
   /** Writes one control. Returns the receipt (the accepted value); effective at the flush. */
   set(name, value, { by = 'user', toolCall } = {}) {
-    const r = this.#rt._call((core, now) => core.set(now, name, value, { by, toolCall }));
+    const r = this.#rt._call((_, now) => this.#core.set(now, name, value, { by, toolCall }));
     this.#scheduleFlush();
     return r;
   }
 
   /** Writes several controls all-or-nothing. Returns the receipts. */
   setMany(writes, { by = 'user', toolCall } = {}) {
-    const r = this.#rt._call((core, now) => core.setMany(now, writes, { by, toolCall }));
+    const r = this.#rt._call((_, now) => this.#core.setMany(now, writes, { by, toolCall }));
     this.#scheduleFlush();
     return r;
   }
 
   /** Invokes a published action. Returns `{invocation, writes}`. */
   act(name, args = {}, { by = 'user', toolCall } = {}) {
-    const r = this.#rt._call((core, now) => core.act(now, name, args, { by, toolCall }));
+    const r = this.#rt._call((_, now) => this.#core.act(now, name, args, { by, toolCall }));
     this.#scheduleFlush();
     return r;
   }
@@ -176,7 +224,7 @@ export class App {
    */
   start(request = {}) {
     const { signal: _signal, ...req } = request;
-    const op = this.#rt._call((core, now) => core.observeOp(now, req));
+    const op = this.#rt._call((_, now) => this.#core.observeOp(now, this.#reg, req));
     this.#scheduleFlush();
     return new Operation(this, op);
   }
@@ -190,12 +238,12 @@ export class App {
     const op = this.start(request);
     if (signal?.aborted) {
       op.cancel('aborted by the caller');
-      return Promise.reject(new WeftError('WAIT_CANCELLED', 'the observation was cancelled', { cause: signal.reason }));
+      return Promise.reject(new WeftError(WAIT_CANCELLED, 'the observation was cancelled', { cause: signal.reason }));
     }
     return new Promise((resolve, reject) => {
       const onAbort = () => {
         op.cancel('aborted by the caller');
-        reject(new WeftError('WAIT_CANCELLED', 'the observation was cancelled', { cause: signal.reason }));
+        reject(new WeftError(WAIT_CANCELLED, 'the observation was cancelled', { cause: signal.reason }));
       };
       signal?.addEventListener('abort', onAbort, { once: true });
       op.wait().then(
@@ -225,7 +273,7 @@ export class App {
 
   /** @internal */
   _cancel(id, reason) {
-    return this.#rt._call((core, now) => core.cancelOp(now, id, reason));
+    return this.#rt._call((_, now) => this.#core.cancelOp(now, this.#reg, id, reason));
   }
 
   /** @internal calls `resolve()` when the operation ends. */
@@ -238,7 +286,7 @@ export class App {
 
   /** Submits an independent task running a Worker cell on explicit inputs (a Job). */
   submitTask(cell, overrides = {}, { owner = 'app', origin, toolCall } = {}) {
-    const id = this.#rt._call((core, now) => core.submitTask(now, cell, overrides, owner, { origin, toolCall }));
+    const id = this.#rt._call((_, now) => this.#core.submitTask(now, this.#reg, cell, overrides, owner, { origin, toolCall }));
     return this.#rt.job(id);
   }
 
@@ -258,7 +306,7 @@ export class App {
     this.#live(); // after dispose: rejects DISPOSED
     let r;
     try {
-      r = this.#rt._raw((core, now) => core.callTool(now, name, args, { by, toolCall, owner }));
+      r = this.#rt._raw((_, now) => this.#core.callTool(now, this.#reg, name, args, { by, toolCall, owner }));
     } catch (err) {
       this.#rt._pump();
       throw err;
@@ -273,8 +321,8 @@ export class App {
     const reply = new Promise((resolve, reject) => {
       const cancel = (message) => {
         this.#toolCalls.delete(call);
-        if (!this.#disposed) this.#rt._call((core) => core.cancelToolWait(call));
-        reject(new WeftError('WAIT_CANCELLED', message, { cause: signal.reason }));
+        if (!this.#disposed) this.#rt._call(() => this.#core.cancelToolWait(call));
+        reject(new WeftError(WAIT_CANCELLED, message, { cause: signal.reason }));
       };
       if (signal?.aborted) return cancel('the wait was cancelled');
       const onAbort = () => cancel('the wait was cancelled; the operation continues');
@@ -344,7 +392,7 @@ export class App {
 
   /** The core, unless the app was disposed (its wasm memory is freed then). */
   #live() {
-    if (this.#disposed) throw new WeftError('DISPOSED', 'the app was disposed');
+    if (this.#disposed) throw new WeftError(DISPOSED, 'the app was disposed');
     return this.#core;
   }
 
@@ -362,11 +410,11 @@ export class App {
     if (this.#disposed) return;
     this.#disposed = true;
     this.#listeners.clear();
-    for (const ac of this.#running.values()) ac.abort(new WeftError('DISPOSED', 'app disposed'));
+    for (const ac of this.#running.values()) ac.abort(new WeftError(DISPOSED, 'app disposed'));
     this.#running.clear();
     const calls = [...this.#toolCalls.values()];
     this.#toolCalls.clear();
-    for (const settle of calls) settle({ error: { code: 'DISPOSED', message: 'the app was disposed' } });
+    for (const settle of calls) settle({ error: { code: DISPOSED, message: 'the app was disposed' } });
     this.#rt.dispose();
   }
 
@@ -401,7 +449,7 @@ export class App {
     // A calculation that ignores its abort signal may report after the app was disposed.
     if (this.#disposed) return undefined;
     try {
-      return this.#rt._call((core, now) => core[method](now, calc, ...args));
+      return this.#rt._call((_, now) => this.#core[method](now, this.#reg, calc, ...args));
     } catch (err) {
       queueMicrotask(() => {
         throw err;
@@ -413,7 +461,7 @@ export class App {
     const fn = this.#computes.get(o.cell);
     const calc = o.calc;
     if (!fn) {
-      this.#report('calcFailed', calc, `no compute function for ${o.cell}`, 'NO_COMPUTE');
+      this.#report('calcFailed', calc, `no compute function for ${o.cell}`, NO_COMPUTE);
       return;
     }
     // The AbortController is made on first use: a synchronous compute never needs one.
@@ -452,7 +500,7 @@ export class App {
             any = true;
             this.#report('calcPartial', calc, v);
           }
-          if (!any) throw new WeftError('NO_VALUE', 'the async iterable finished without yielding');
+          if (!any) throw new WeftError(NO_VALUE, 'the async iterable finished without yielding');
           // The last partial is the result: committed once, not again as a final value.
           this.#report('calcFinish', calc);
         } catch (err) {
@@ -567,7 +615,7 @@ export class Operation {
     }
     if (finished) return Promise.resolve();
     if (signal?.aborted) {
-      return Promise.reject(new WeftError('WAIT_CANCELLED', 'the wait was cancelled', { cause: signal.reason }));
+      return Promise.reject(new WeftError(WAIT_CANCELLED, 'the wait was cancelled', { cause: signal.reason }));
     }
     return new Promise((resolve, reject) => {
       let timer = null;
@@ -582,13 +630,13 @@ export class Operation {
       });
       const onAbort = () => {
         cleanup();
-        reject(new WeftError('WAIT_CANCELLED', 'the wait was cancelled; the operation continues', { cause: signal.reason }));
+        reject(new WeftError(WAIT_CANCELLED, 'the wait was cancelled; the operation continues', { cause: signal.reason }));
       };
       signal?.addEventListener('abort', onAbort, { once: true });
       if (timeoutMs !== undefined) {
         timer = setTimeout(() => {
           cleanup();
-          reject(new WeftError('WAIT_TIMED_OUT', `wait timed out after ${timeoutMs} ms; the operation continues`));
+          reject(new WeftError(WAIT_TIMED_OUT, `wait timed out after ${timeoutMs} ms; the operation continues`));
         }, timeoutMs);
       }
     });

@@ -4,6 +4,7 @@
 
 import { JobRegistry } from './weft_wasm.js';
 import { WeftError } from './error.js';
+import { CANCELLED, TERMINATED, WAIT_CANCELLED, WAIT_TIMED_OUT, UNSUPPORTED } from './codes.js';
 
 export { WeftError };
 
@@ -72,14 +73,18 @@ export class Runtime {
   #pumped = null;
   // Core calls made through this runtime; a pump drains again only when dispatching made one.
   #calls = 0;
+  #batched = false;
 
   /**
    * `core` (internal): an object with the JobRegistry interface to drive instead of a fresh
-   * registry (an app's OpsApp); `onOutput` receives the outputs the runtime does not handle;
+   * registry (an app's registry behind its wrapper, `appRegistry` in ops.js); `onOutput` receives the outputs the runtime does not handle;
    * `onPumped` runs after every pump (state may have changed).
    */
   constructor({ now = defaultNow, firstJobId, core, onOutput, onPumped } = {}) {
     this.#reg = core ?? new JobRegistry(firstJobId);
+    // Its own registry is pumped in one call per round (outputs and next deadline); an app's
+    // core (a wrapper) drains and polls separately.
+    this.#batched = core === undefined || core === null;
     this.#now = now;
     this.#extra = onOutput ?? null;
     this.#pumped = onPumped ?? null;
@@ -95,7 +100,7 @@ export class Runtime {
    * `specifier` is a script URL/path (or, in browsers, an existing Worker).
    */
   openWorker(specifier, options = {}) {
-    if (!workerFactory) throw new WeftError('UNSUPPORTED', 'no Worker transport in this environment');
+    if (!workerFactory) throw new WeftError(UNSUPPORTED, 'no Worker transport in this environment');
     return this.openEndpoint(workerFactory(specifier, options), { label: String(specifier), ...options });
   }
 
@@ -115,7 +120,7 @@ export class Runtime {
     };
     const id = this.#call((r, now) => r.openEndpoint(now, spec));
     const handlers = {
-      message: (data) => this.#call((r, now) => r.onMessage(now, id, data)),
+      message: (data) => this.#onMessage(id, data),
       undecodable: (detail) => this.#call((r, now) => r.onUndecodable(now, id, String(detail))),
       closed: (reason) => this.#call((r, now) => r.onEndpointClosed(now, id, String(reason))),
     };
@@ -167,7 +172,7 @@ export class Runtime {
               )
               .finally(() => runs.delete(m.id));
           } else if (m.type === 'cancel') {
-            runs.get(m.id)?.ac.abort(new WeftError('CANCELLED', 'cancelled'));
+            runs.get(m.id)?.ac.abort(new WeftError(CANCELLED, 'cancelled'));
           } else if (m.type === 'input') {
             const run = runs.get(m.id);
             try {
@@ -183,7 +188,7 @@ export class Runtime {
           // Deliver asynchronously: the core never re-enters itself from its own outputs.
           post: (m) => queueMicrotask(() => handle(m)),
           terminate: () => {
-            for (const r of runs.values()) r.ac.abort(new WeftError('TERMINATED', 'endpoint terminated'));
+            for (const r of runs.values()) r.ac.abort(new WeftError(TERMINATED, 'endpoint terminated'));
             runs.clear();
           },
         };
@@ -204,7 +209,7 @@ export class Runtime {
   openRemote(url, options = {}) {
     const WS = options.WebSocket ?? globalThis.WebSocket;
     if (typeof WS !== 'function') {
-      throw new WeftError('UNSUPPORTED', 'no WebSocket in this environment: pass options.WebSocket (Node 20: run with --experimental-websocket)');
+      throw new WeftError(UNSUPPORTED, 'no WebSocket in this environment: pass options.WebSocket (Node 20: run with --experimental-websocket)');
     }
     const spec = {
       owner: options.owner ?? 'app',
@@ -341,6 +346,7 @@ export class Runtime {
   /** @internal Carries out every pending output, then re-arms the timer. */
   _pump() {
     if (this.#pumping || !this.#reg) return;
+    if (this.#batched) return this.#pumpBatched();
     this.#pumping = true;
     try {
       for (;;) {
@@ -355,9 +361,37 @@ export class Runtime {
     } finally {
       this.#pumping = false;
     }
-    this.#forgetClosedRemotes();
+    if (this.#remotes.size > 0) this.#forgetClosedRemotes();
     this.#arm();
-    this.#pumped?.();
+    if (this.#pumped !== null) this.#pumped();
+  }
+
+  // `_pump` over the runtime's own registry: `pump` drains and reads the next deadline in one
+  // call, leaving out the `job_finished` / `note_queued` outputs no listener carries out (the
+  // core records them either way).
+  #pumpBatched() {
+    this.#pumping = true;
+    let at;
+    try {
+      for (;;) {
+        const interest = this.#extra !== null ? 3
+          : (this.#listeners.finished.size > 0 ? 1 : 0) | (this.#listeners.note.size > 0 ? 2 : 0);
+        const batch = this.#reg.pump(interest);
+        at = batch[0];
+        if (batch.length === 1) break;
+        const calls = this.#calls;
+        for (let i = 1; i < batch.length; i++) this.#dispatch(batch[i]);
+        // Only a core call can queue outputs or move the deadline (an `onOutput` handler
+        // may call the core directly: then drained again, as `_pump` does).
+        if (calls === this.#calls && this.#extra === null) break;
+      }
+    } finally {
+      this.#pumping = false;
+    }
+    if (!this.#reg) return;
+    if (this.#remotes.size > 0) this.#forgetClosedRemotes();
+    this.#deadline.set(at);
+    if (this.#pumped !== null) this.#pumped();
   }
 
   /** Drops the socket holders (and endpoint entries) of closed remote endpoints: bounded memory. */
@@ -372,6 +406,36 @@ export class Runtime {
         this.#endpoints.delete(id);
       }
     }
+  }
+
+  // The hot path of a worker's message (`#call` without a closure per message).
+  #onMessage(id, data) {
+    const reg = this.#reg;
+    if (!reg) return;
+    this.#calls++;
+    try {
+      reg.onMessage(this.#now(), id, data);
+    } finally {
+      this._pump();
+    }
+  }
+
+  /** @internal `Endpoint.submit`'s core call, carried out (the hot path: no closure). */
+  _submit(endpoint, payload, options) {
+    const reg = this.#reg;
+    if (!reg) return undefined;
+    this.#calls++;
+    try {
+      return reg.submit(this.#now(), endpoint, payload, options);
+    } finally {
+      this._pump();
+    }
+  }
+
+  /** @internal `Job.wait`'s core call (not pumped: the caller registers the wait first). */
+  _wait(job, timeoutMs) {
+    this.#calls++;
+    return this.#reg.wait(this.#now(), job, timeoutMs);
   }
 
   #call(fn) {
@@ -413,13 +477,13 @@ export class Runtime {
         this.#subs.get(o.subscription)?.notify();
         break;
       case 'job_finished':
-        for (const l of this.#listeners.finished) safely(l, { job: o.job, outcome: o.outcome });
+        if (this.#listeners.finished.size > 0) for (const l of this.#listeners.finished) safely(l, { job: o.job, outcome: o.outcome });
         break;
       case 'note_queued':
-        for (const l of this.#listeners.note) safely(l, { owner: o.owner, job: o.job });
+        if (this.#listeners.note.size > 0) for (const l of this.#listeners.note) safely(l, { owner: o.owner, job: o.job });
         break;
       case 'wake':
-        for (const l of this.#listeners.wake) safely(l, { owner: o.owner, job: o.job });
+        if (this.#listeners.wake.size > 0) for (const l of this.#listeners.wake) safely(l, { owner: o.owner, job: o.job });
         break;
       default:
         this.#extra?.(o);
@@ -578,8 +642,10 @@ export class Endpoint {
   }
 
   /** Submits a job: `{owner, origin: {thread, turn, toolCall}, reuseKey, note, wake}`. */
-  submit(payload, options = {}) {
-    const r = this.#rt._call((reg, now) => reg.submit(now, this.id, payload, options));
+  submit(payload, options) {
+    // No options cross as `undefined`: the core reads each field of it without a property lookup.
+    const r = this.#rt._submit(this.id, payload, options);
+    // undefined only after dispose(): the registry is gone (as before, reading `.job` throws).
     return new Job(this.#rt, r.job, r.reused);
   }
 
@@ -603,6 +669,36 @@ export class Endpoint {
     if (this.#terminated) return;
     this.#terminated = true;
     this.#transport.terminate();
+  }
+}
+
+/** A pending `Job.wait`: settled by the core's `wait_settled` output (or by its abort signal's cancelWait). */
+class WaitEntry {
+  constructor(rt, waitId, resolve, reject, signal, timeoutMs) {
+    this.resolve = resolve;
+    this.reject = reject;
+    this.signal = signal;
+    this.timeoutMs = timeoutMs;
+    this.onAbort = null;
+    if (signal) {
+      this.onAbort = () => {
+        try {
+          rt._call((r) => r.cancelWait(waitId));
+        } catch {
+          // Already settled.
+        }
+      };
+      signal.addEventListener('abort', this.onAbort, { once: true });
+    }
+  }
+
+  settle(o) {
+    const signal = this.signal;
+    if (this.onAbort !== null) signal.removeEventListener('abort', this.onAbort);
+    if (o.end === 'finished') this.resolve(o.result ?? { outcome: o.outcome });
+    else if (o.end === 'timed_out')
+      this.reject(new WeftError(WAIT_TIMED_OUT, `wait timed out after ${this.timeoutMs} ms; the job continues`));
+    else this.reject(new WeftError(WAIT_CANCELLED, 'the wait was cancelled; the job continues', { cause: signal?.reason }));
   }
 }
 
@@ -658,33 +754,17 @@ export class Job {
   wait({ signal, timeoutMs } = {}) {
     const rt = this.#rt;
     if (signal?.aborted) {
-      return Promise.reject(new WeftError('WAIT_CANCELLED', 'the wait was cancelled', { cause: signal.reason }));
+      return Promise.reject(new WeftError(WAIT_CANCELLED, 'the wait was cancelled', { cause: signal.reason }));
     }
     return new Promise((resolve, reject) => {
       let waitId;
       try {
-        waitId = rt._raw((r, now) => r.wait(now, this.id, timeoutMs));
+        waitId = rt._wait(this.id, timeoutMs);
       } catch (err) {
         reject(err);
         return;
       }
-      const onAbort = () => {
-        try {
-          rt._call((r) => r.cancelWait(waitId));
-        } catch {
-          // Already settled.
-        }
-      };
-      rt._registerWait(waitId, {
-        settle: (o) => {
-          signal?.removeEventListener('abort', onAbort);
-          if (o.end === 'finished') resolve(o.result ?? { outcome: o.outcome });
-          else if (o.end === 'timed_out')
-            reject(new WeftError('WAIT_TIMED_OUT', `wait timed out after ${timeoutMs} ms; the job continues`));
-          else reject(new WeftError('WAIT_CANCELLED', 'the wait was cancelled; the job continues', { cause: signal?.reason }));
-        },
-      });
-      signal?.addEventListener('abort', onAbort, { once: true });
+      rt._registerWait(waitId, new WaitEntry(rt, waitId, resolve, reject, signal, timeoutMs));
       rt._pump();
     });
   }

@@ -1,6 +1,7 @@
 // Promises waiting for a condition a host loop notices (an agent going idle): one place for
 // the cancellation rule, so every waiter rejects an aborted wait the same way.
 import { WeftError } from './error.js';
+import { WAIT_CANCELLED } from './codes.js';
 
 /** Waiters released together when their condition holds. */
 export class Waiters {
@@ -11,7 +12,7 @@ export class Waiters {
    * `signal` aborts (the waited-for work continues).
    */
   wait(signal, what = 'the agent continues') {
-    if (signal?.aborted) return Promise.reject(new WeftError('WAIT_CANCELLED', 'the wait was cancelled', { cause: signal.reason }));
+    if (signal?.aborted) return Promise.reject(new WeftError(WAIT_CANCELLED, 'the wait was cancelled', { cause: signal.reason }));
     return new Promise((resolve, reject) => {
       const entry = { resolve, reject };
       this.#entries.push(entry);
@@ -19,7 +20,7 @@ export class Waiters {
         'abort',
         () => {
           this.#entries = this.#entries.filter((e) => e !== entry);
-          reject(new WeftError('WAIT_CANCELLED', `the wait was cancelled; ${what}`, { cause: signal.reason }));
+          reject(new WeftError(WAIT_CANCELLED, `the wait was cancelled; ${what}`, { cause: signal.reason }));
         },
         { once: true },
       );

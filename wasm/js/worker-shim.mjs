@@ -4,11 +4,9 @@
 //   * as a child process: `node worker-shim.mjs <script>`, one JSON message per line on
 //     stdin/stdout. console output goes to stderr so stdout carries only the protocol.
 // Messages that arrive before the script has installed its handler are held, not dropped.
+// In a Worker the shim imports only `node:worker_threads`: a Worker's start-up time is mostly
+// the built-in modules it loads, so the child-process helpers are imported in that branch only.
 import { isMainThread, parentPort, workerData } from 'node:worker_threads';
-import { resolve } from 'node:path';
-import { pathToFileURL } from 'node:url';
-import { format } from 'node:util';
-import { createInterface } from 'node:readline';
 
 const listeners = new Set();
 let handler = null;
@@ -22,7 +20,7 @@ function dispatch(data) {
   }
   const event = { type: 'message', data };
   if (handler) handler.call(globalThis, event);
-  for (const l of listeners) l.call(globalThis, event);
+  if (listeners.size > 0) for (const l of listeners) l.call(globalThis, event);
 }
 
 const toJson = (_k, v) => (ArrayBuffer.isView(v) && !(v instanceof DataView) ? Array.from(v) : v);
@@ -34,6 +32,12 @@ if (!isMainThread && parentPort) {
   post = (m) => parentPort.postMessage(m);
   parentPort.on('message', dispatch);
 } else {
+  const [{ resolve }, { pathToFileURL }, { format }, { createInterface }] = await Promise.all([
+    import('node:path'),
+    import('node:url'),
+    import('node:util'),
+    import('node:readline'),
+  ]);
   const arg = process.argv[process.argv.length - 1];
   script = /^[a-z]+:/i.test(arg) ? arg : pathToFileURL(resolve(arg)).href;
   const out = (...a) => process.stderr.write(format(...a) + '\n');
