@@ -45,7 +45,11 @@ impl Desk {
     }
     fn frame(&mut self, sid: &str) -> Frame {
         self.now += 1;
-        memory(self.e.frame(self.now, sid, None, None).unwrap())
+        memory(
+            self.e
+                .frame(weft_core::Wall::from_ms(self.now), sid, None, None)
+                .unwrap(),
+        )
     }
     fn assess(
         &mut self,
@@ -61,14 +65,19 @@ impl Desk {
             "decision_id": format!("{}:{node}", f.frame_id), "mode": "live", "resolver": resolver,
             "result": {"status": "answered", "answer": answer}});
         self.e
-            .assess(self.now, who, body)
+            .assess(weft_core::Wall::from_ms(self.now), who, body)
             .map(|a| memory(a).assessment_id.clone())
     }
     fn commit(&mut self, who: &Principal, aid: &str) -> Result<Receipt, FramesError> {
         let a = self.e.assessment(aid)?;
         let body = json!({"dgp": "0.1", "frame_id": a.frame_id, "decision_id": a.decision_id, "assessment_id": aid});
         self.e
-            .commit(self.now, who, Some(&format!("k-{aid}")), body)
+            .commit(
+                weft_core::Wall::from_ms(self.now),
+                who,
+                Some(&format!("k-{aid}")),
+                body,
+            )
             .map(|r| (*memory(r)).clone())
     }
     fn choose(

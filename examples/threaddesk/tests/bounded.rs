@@ -53,7 +53,10 @@ impl Desk {
     /// A new frame, as its JSON bytes and parsed; `(frame, bytes, written)`.
     fn frame(&mut self, sid: &str, disclosure: Option<&str>) -> (Frame, usize, usize) {
         self.now += 1;
-        let done = self.e.frame_json(self.now, sid, disclosure, None).unwrap();
+        let done = self
+            .e
+            .frame_json(weft_core::Wall::from_ms(self.now), sid, disclosure, None)
+            .unwrap();
         let (value, written) = self.persist(done);
         (
             serde_json::from_slice(&value).unwrap(),
@@ -71,13 +74,21 @@ impl Desk {
             "decision_id": format!("{}:note", f.frame_id), "mode": "live",
             "resolver": {"kind": "rule"},
             "result": {"status": "answered", "answer": {"value": {"text": text}}}});
-        let a = self.e.assess(self.now, &who, body).unwrap();
+        let a = self
+            .e
+            .assess(weft_core::Wall::from_ms(self.now), &who, body)
+            .unwrap();
         let mut written = self.persist(a).1;
         let c = json!({"dgp": "0.1", "frame_id": f.frame_id,
             "decision_id": format!("{}:note", f.frame_id), "assessment_id": aid});
         let r = self
             .e
-            .commit(self.now, &who, Some(&format!("k-{}", self.n)), c)
+            .commit(
+                weft_core::Wall::from_ms(self.now),
+                &who,
+                Some(&format!("k-{}", self.n)),
+                c,
+            )
             .unwrap();
         written += self.persist(r).1;
         written
@@ -235,7 +246,13 @@ fn frames_and_assessments_past_their_ttl_leave_memory_and_the_store() {
         let body = json!({"dgp": "0.1", "assessment_id": format!("x-{}", d.n), "frame_id": f.frame_id,
             "decision_id": format!("{}:note", f.frame_id), "mode": "live", "resolver": {"kind": "rule"},
             "result": {"status": "answered", "answer": {"value": {"text": "x"}}}});
-        let a = d.e.assess(d.now, &Principal::agent("agent"), body).unwrap();
+        let a =
+            d.e.assess(
+                weft_core::Wall::from_ms(d.now),
+                &Principal::agent("agent"),
+                body,
+            )
+            .unwrap();
         d.persist(a);
     }
     let s = d.e.stats();
@@ -243,13 +260,13 @@ fn frames_and_assessments_past_their_ttl_leave_memory_and_the_store() {
     assert_eq!(d.count(RecordKind::Frame), 1000);
     // Past expiry but within retention: still readable, nothing released.
     d.now += 10_000;
-    let done = d.e.sweep(d.now, usize::MAX);
+    let done = d.e.sweep(weft_core::Wall::from_ms(d.now), usize::MAX);
     assert_eq!(d.persist(done).0, 0);
     assert!(d.e.stored_frame(&frames[0].frame_id).is_ok());
     // Past retention: everything but the receipt's frame and assessment leaves memory, and
     // their records are deleted.
     d.now += 6_000;
-    let done = d.e.sweep(d.now, usize::MAX);
+    let done = d.e.sweep(weft_core::Wall::from_ms(d.now), usize::MAX);
     d.persist(done);
     let s = d.e.stats();
     assert_eq!((s.frames, s.assessments, s.receipts), (0, 0, 1));
@@ -262,13 +279,28 @@ fn frames_and_assessments_past_their_ttl_leave_memory_and_the_store() {
     assert!(d.e.needs(RecordKind::Frame, &key));
     let bytes = d.store[&(RecordKind::Frame, key.clone())].clone();
     let dep =
-        d.e.admit(d.now, RecordKind::Frame, &key, &bytes)
-            .unwrap()
-            .expect("its snapshot left memory with the frames");
+        d.e.admit(
+            weft_core::Wall::from_ms(d.now),
+            RecordKind::Frame,
+            &key,
+            &bytes,
+        )
+        .unwrap()
+        .expect("its snapshot left memory with the frames");
     let snap = d.store[&dep].clone();
-    assert_eq!(d.e.admit(d.now, dep.0, &dep.1, &snap).unwrap(), None);
     assert_eq!(
-        d.e.admit(d.now, RecordKind::Frame, &key, &bytes).unwrap(),
+        d.e.admit(weft_core::Wall::from_ms(d.now), dep.0, &dep.1, &snap)
+            .unwrap(),
+        None
+    );
+    assert_eq!(
+        d.e.admit(
+            weft_core::Wall::from_ms(d.now),
+            RecordKind::Frame,
+            &key,
+            &bytes
+        )
+        .unwrap(),
         None
     );
     assert_eq!(
@@ -303,8 +335,13 @@ fn past_the_cache_bound_live_frames_are_read_back_and_stale_records_compacted() 
     assert!(d.e.needs(RecordKind::Frame, &old.frame_id));
     let bytes = d.store[&(RecordKind::Frame, old.frame_id.clone())].clone();
     assert_eq!(
-        d.e.admit(d.now, RecordKind::Frame, &old.frame_id, &bytes)
-            .unwrap(),
+        d.e.admit(
+            weft_core::Wall::from_ms(d.now),
+            RecordKind::Frame,
+            &old.frame_id,
+            &bytes
+        )
+        .unwrap(),
         None
     );
     d.note(old, "after a read-back");
@@ -324,7 +361,8 @@ fn past_the_cache_bound_live_frames_are_read_back_and_stale_records_compacted() 
         .filter(|((k, _), _)| *k == RecordKind::Frame)
         .map(|((_, key), v)| (key.clone(), v.clone()))
         .collect();
-    let deletes = d.e.compact(d.now, RecordKind::Frame, &rows);
+    let deletes =
+        d.e.compact(weft_core::Wall::from_ms(d.now), RecordKind::Frame, &rows);
     assert_eq!(deletes.len(), 499, "all but the receipt's frame");
     assert!(
         deletes

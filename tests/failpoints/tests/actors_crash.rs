@@ -257,10 +257,10 @@ fn an_abort_at_every_durability_step_of_a_spawn_is_recovered() {
 }
 
 /// Opens `root` as the writer and its graph (which needs no repair), at a fixed time.
-fn open_clean_writer(root: &std::path::Path) -> (FsStore, ActorGraph, u64) {
+fn open_clean_writer(root: &std::path::Path) -> (FsStore, ActorGraph, weft_core::Wall) {
     let mut store = FsStore::open_writer(root, Duration::from_secs(5)).unwrap();
     let snap = store.load().unwrap();
-    let now = 1_798_568_411_000;
+    let now = weft_core::Wall::from_ms(1_798_568_411_000);
     let (g, report) =
         ActorGraph::open(HarnessConfig::default(), &store.address(), &snap, now).unwrap();
     assert!(report.repairs.is_empty(), "{report:?}");

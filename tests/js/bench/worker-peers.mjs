@@ -6,9 +6,12 @@
 //     cd tests/js && node --expose-gc bench/worker-peers.mjs [--rounds 5] [--n 10000]
 //         [--serial 2000] [--only burst,serial,startup,cancel,retained] [--retained 1000000]
 //         [--before DIR] [--before-retained 300000] [--with 'piscina c64,weft (before)']
+//         [--threads 1,2] [--weft DIR]
 //
 // `--before DIR` adds a second weft, the package in DIR (a wasm/pkg built from another
 // commit), to every section, interleaved with the rest: before/after in one run.
+// `--weft DIR` takes "weft" from the package in DIR instead of `tests/js/node_modules/weft`
+// (a package built elsewhere, without repointing the shared symlink).
 //
 // Sections:
 //   burst     N small tasks submitted at once, 1 and 2 threads: ms per N, tasks/s
@@ -26,7 +29,6 @@ import { rmSync, writeFileSync } from 'node:fs';
 import { Worker } from 'node:worker_threads';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 import { resolve as resolvePath } from 'node:path';
-import { createRuntime, wasmMemoryBytes } from 'weft';
 import * as Comlink from 'comlink';
 import nodeEndpoint from 'comlink/dist/esm/node-adapter.mjs';
 import Piscina from 'piscina';
@@ -44,9 +46,14 @@ const RETAINED_AFTER = Number(flag('retained', 1_000_000));
 // The retained section of `--before` (its cost per job may grow with the count).
 const RETAINED_BEFORE = Number(flag('before-retained', 300_000));
 const ONLY = new Set(String(flag('only', 'burst,serial,startup,cancel,retained')).split(','));
+// `--threads 1` runs the burst and one-in-flight sections with 1 thread only.
+const THREADS = String(flag('threads', '1,2')).split(',').map(Number);
 const here = (p) => new URL(p, import.meta.url);
 const path = (p) => fileURLToPath(here(p));
 const payload = (i) => ({ n: 100 + (i % 7) });
+const WEFT = flag('weft', null);
+const weftUrl = WEFT ? pathToFileURL(resolvePath(WEFT, 'node.js')).href : null;
+const { createRuntime, wasmMemoryBytes } = await import(weftUrl ?? 'weft');
 const BEFORE = flag('before', null);
 const before = BEFORE ? await import(pathToFileURL(resolvePath(BEFORE, 'node.js')).href) : null;
 const CHUNK_MS = 2;
@@ -199,7 +206,7 @@ function report(title, mode, threads, results, count) {
 }
 
 async function section(mode) {
-  for (const threads of [1, 2]) {
+  for (const threads of THREADS) {
     const results = Object.fromEntries(Object.keys(contenders).map((k) => [k, []]));
     for (let r = 0; r < ROUNDS; r++) {
       // Rotate the order every round so that no contender always runs first.
@@ -257,6 +264,7 @@ function startupOnce(name) {
   try {
     const env = { ...process.env };
     if (name === 'weft (before)') env.WEFT_PKG = pathToFileURL(resolvePath(BEFORE, 'node.js')).href;
+    else if (name === 'weft' && weftUrl) env.WEFT_PKG = weftUrl;
     r = spawnSync(process.execPath, [file], { cwd: path('..'), encoding: 'utf8', env });
   } finally {
     rmSync(file, { force: true });

@@ -95,3 +95,58 @@ test('closeOwnerGradually: outcomes at once, jobs unknown at once, records relea
   if (turns < 1) throw new Error('the close never yielded to the event loop');
   rt.dispose();
 });
+
+test('worker replies are size-checked to the byte whatever their shape; listeners see only what follows them', async () => {
+  const rt = createRuntime();
+  const posted = [];
+  let h;
+  const ep = rt.openEndpoint((handlers) => {
+    h = handlers;
+    return { post: (m) => posted.push(m), terminate() {} };
+  }, { hello: 'skip', maxMessageBytes: 200 });
+  const run = () => {
+    const job = ep.submit({ n: 1 });
+    return { job, id: posted.at(-1).id };
+  };
+  const journalTypes = (job) => job.journal().map((e) => e.type);
+  // {id, type: 'done', value: <string of n>} weighs 55 + n (the size rule of the bindings),
+  // and with the string nested as {s} 60 + n; the limit is 200.
+  const cases = [
+    [(id, n) => ({ id, type: 'done', value: 'x'.repeat(n) }), 145],
+    [(id, n) => ({ id, type: 'done', value: { s: 'x'.repeat(n) } }), 140],
+  ];
+  for (const [reply, most] of cases) {
+    const a = run();
+    h.message(reply(a.id, most + 1));
+    const refused = a.job.journal().at(-1);
+    if (refused.type !== 'protocol_error' || refused.violation.violation !== 'oversized') throw new Error(JSON.stringify(refused));
+    h.message(reply(a.id, most));
+    const o = await a.job.wait();
+    if (o.outcome !== 'succeeded') throw new Error(JSON.stringify(o));
+  }
+  // A reply that is not a plain object (a Map, a class instance) is judged as before.
+  const b = run();
+  h.message(new Map([['id', b.id]]));
+  h.message(Object.assign(Object.create({ inherited: 1 }), { id: b.id, type: 'progress', value: 0.5 }));
+  h.message({ id: b.id, type: 'done', value: null });
+  if ((await b.job.wait()).value !== null) throw new Error('done with null');
+  if (journalTypes(b.job).join() !== 'submitted,started,progress,outcome') throw new Error(journalTypes(b.job).join());
+  // The Map has no readable `type` or `id`: a protocol error of the endpoint only.
+  const errors = ep.info.events.filter((e) => e.type === 'protocol_error');
+  if (errors.length !== 3 || errors[2].violation.violation !== 'missing_type') throw new Error(JSON.stringify(errors));
+  // A `finished` listener attached late sees the jobs that finish after it, none before;
+  // every journal keeps its events either way.
+  const c = run();
+  h.message({ id: c.id, type: 'done', value: 1 });
+  const seen = [];
+  rt.on('finished', (e) => seen.push(e));
+  const d = run();
+  h.message({ id: d.id, type: 'done', value: 2 });
+  await d.job.wait();
+  if (seen.length !== 1 || seen[0].job !== d.job.id || seen[0].outcome !== 'succeeded') throw new Error(JSON.stringify(seen));
+  if (journalTypes(c.job).at(-1) !== 'outcome' || journalTypes(d.job).at(-1) !== 'outcome') throw new Error('journals');
+  const report = rt.closeOwner('app');
+  // Every job left a completion note, read or not by a listener.
+  if (report.unreadNotes.length !== 5) throw new Error(`unread notes ${report.unreadNotes.length}`);
+  rt.dispose();
+});

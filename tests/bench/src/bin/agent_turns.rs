@@ -19,11 +19,14 @@
 //! flushed, 8 text deltas per answer). `--chunk-ms MS` waits between events (0: the model
 //! costs only the loopback round trip, the worst case for the ratio).
 //!
-//! Prints figures; asserts nothing.
+//! Also prints where a node turn's time goes (the phases of `node_turn`: building the
+//! request, the model task, the hand-off to the blocking pool, the first flush beside the
+//! model, the answer, the later flushes), over both stores. Prints figures; asserts nothing.
 //! `cargo run --release -p weft-bench --bin agent_turns -- [--dir DIR] [--turns N]
-//! [--rounds R] [--nodes N] [--chunk-ms MS] [--serial]` (defaults: the system temp dir, 40
-//! turns, 5 rounds, 1,000 nodes, 0 ms; `--serial` flushes before asking, the order before a
-//! model request was a read, for comparison).
+//! [--rounds R] [--nodes N] [--chunk-ms MS] [--serial] [--late-flush]` (defaults: the system
+//! temp dir, 40 turns, 5 rounds, 1,000 nodes, 0 ms; `--serial` flushes before asking, the
+//! order before a model request was a read, and `--late-flush` hands the first flush off
+//! only once the request is built, the desk's order, for comparison).
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
@@ -39,15 +42,69 @@ use weft_core::actors::{ActorGraph, HarnessConfig, NewLine, NodeType, SpawnReque
 use weft_core::agents::{AgentConfig, AgentOutput, NodeAgent};
 use weft_core::model::{ChatRequest, ModelChoice, ModelConfig, StreamEvent, ToolSpec};
 use weft_core::tools::{ModelResponse, Output, Session, SessionConfig, StepId};
-use weft_host::actors::{FsStore, wall_ms};
+use weft_host::actors::{FsStore, mono_now, now, wall_ms};
 use weft_host::model::ReqwestModel;
 
 /// Text deltas per streamed answer.
 const DELTAS: usize = 8;
 
+/// Where a node turn's time goes (nanoseconds summed over the turns; `[0]` over the
+/// filesystem store, `[1]` over the memory store), for the breakdown: see [`Phase`].
+static PHASES: [[std::sync::atomic::AtomicU64; Phase::COUNT]; 2] =
+    [const { [const { std::sync::atomic::AtomicU64::new(0) }; Phase::COUNT] }; 2];
+/// Which set of [`PHASES`] records: 0 none, 1 the filesystem store's turns, 2 the memory
+/// store's.
+static TIMING: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// The phases of a node turn.
+#[derive(Clone, Copy)]
+enum Phase {
+    /// The user line, `sync`, the released request and its slice, until the model is asked.
+    Before,
+    /// From asking to the answer (the model task: encode, HTTP, stream, decode).
+    Model,
+    /// From the flush's hand-off to the blocking pool until its closure runs.
+    HandOff,
+    /// The first flush's `FsStore::apply` calls (in the blocking pool, beside the model).
+    Flush1,
+    /// From asking to both the model's answer and the first flush being back.
+    Joined,
+    /// `on_model_response` and the polls after it, until the second flush.
+    Answer,
+    /// The later flushes (inline), with their acks and polls.
+    Flush2,
+}
+
+impl Phase {
+    const COUNT: usize = 7;
+    const NAMES: [&str; Phase::COUNT] = [
+        "before the ask",
+        "model task",
+        "hand-off to the blocking pool",
+        "flush 1 (beside the model)",
+        "ask to join",
+        "answer",
+        "later flushes",
+    ];
+}
+
+fn time(p: Phase, since: Instant) {
+    add(p, since.elapsed().as_nanos() as u64);
+}
+
+fn add(p: Phase, ns: u64) {
+    if let Some(set) = TIMING.load(Ordering::Relaxed).checked_sub(1) {
+        PHASES[set][p as usize].fetch_add(ns, Ordering::Relaxed);
+    }
+}
+
 /// `--serial`: the order before a model request was a read — flush, then ask — for a
 /// comparison on the same disk in the same minute. The default is the hosts' order.
 static SERIAL: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// `--late-flush`: the first flush is handed to the blocking pool after the request is built
+/// (the desk's order), not before, for a comparison.
+static LATE_FLUSH: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
 fn arg(name: &str, default: u64) -> u64 {
     let args: Vec<String> = std::env::args().collect();
@@ -230,15 +287,37 @@ fn poll(agent: &mut NodeAgent, g: &ActorGraph) -> (Option<StepId>, bool) {
     (step, ended)
 }
 
+/// Performs `batches` on the shared store; returns their ids (to acknowledge) and the time
+/// spent in `ActorStore::apply`.
+fn applier<S: ActorStore + Send + 'static>(
+    store: &Arc<Mutex<S>>,
+    batches: Vec<WriteBatch>,
+) -> impl FnOnce() -> (Vec<weft_core::actors::BatchId>, u64) + Send + 'static {
+    let store = store.clone();
+    let handed = Instant::now();
+    move || {
+        time(Phase::HandOff, handed);
+        let mut s = store.lock().expect("store");
+        let t = Instant::now();
+        for b in &batches {
+            s.apply(b).unwrap_or_else(|e| panic!("store: {e}"));
+        }
+        let ns = t.elapsed().as_nanos() as u64;
+        (batches.iter().map(|b| b.id).collect(), ns)
+    }
+}
+
 /// One turn of the agent on `node`: a user line, the model's answer, every line durable.
 /// Returns the deltas streamed and the request's tool specs and system text.
 ///
-/// The host's order (the desk's `locked`): after a change the agent syncs
-/// (`Runtime::sync_open`: the person's line and the `turn_start` share one batch), the reads
-/// it releases go out before the flush (`Runtime::release`: the model is asked now, on a task,
-/// while the flush makes the lines durable in the blocking pool), then the flush and what the
-/// acknowledged lines release (`Runtime::pump`); the answer is handed back once the flush is
-/// done (in the desk it waits for the graph's lock).
+/// The host's order: after a change the agent syncs (`Runtime::sync_open`: the person's line
+/// and the `turn_start` share one batch); when it releases a read (its model request, a read:
+/// `agents::is_read`), the batches are handed to the blocking pool first, so that they become
+/// durable while the request is built from the node (`model_input`, `chat_request`: taking
+/// the batches changes nothing it reads) and asked on a task; the answer is handed back once
+/// both are done, and the lines it writes are flushed inline (the turn ends once they are
+/// durable). The desk's `locked` builds the request before it flushes (under the graph's
+/// lock), so its first flush starts that much later.
 async fn node_turn<S: ActorStore + Send + 'static>(
     g: &mut ActorGraph,
     store: &Arc<Mutex<S>>,
@@ -248,16 +327,35 @@ async fn node_turn<S: ActorStore + Send + 'static>(
     answer: &Answer<'_>,
     w: &mut Written,
 ) -> (usize, Vec<ToolSpec>, Option<String>) {
+    let mut t0 = Instant::now();
     g.append(wall_ms(), node, NewLine::user(text))
         .expect("a user line");
     let mut deltas = 0;
     let mut spec = (Vec::new(), None);
     for _ in 0..64 {
-        agent.sync(wall_ms(), g).expect("sync");
+        agent.sync(now(), g).expect("sync");
         if SERIAL.load(Ordering::Relaxed) {
             flush(g, &mut *store.lock().expect("store"), w);
         }
         let (mut step, mut ended) = poll(agent, g);
+        // A released request with a model: the flush goes to the blocking pool first, so the
+        // lines become durable while the request is built and asked (taking the batches
+        // changes nothing the request reads).
+        let early = step.is_some() && matches!(answer, Answer::Model(_));
+        let mut flushing = None;
+        let mut hand_off = |g: &mut ActorGraph, w: &mut Written| {
+            let batches = g.take_batches();
+            for b in &batches {
+                count(w, b);
+            }
+            if !batches.is_empty() {
+                flushing = Some(tokio::task::spawn_blocking(applier(store, batches)));
+            }
+        };
+        let late = LATE_FLUSH.load(Ordering::Relaxed);
+        if early && !late {
+            hand_off(g, w);
+        }
         let mut asked = None;
         if let Some(st) = step.take() {
             let input = agent.model_input(g).expect("the released step's input");
@@ -266,45 +364,54 @@ async fn node_turn<S: ActorStore + Send + 'static>(
             match answer {
                 Answer::Model(m) => {
                     let m = (*m).clone();
-                    asked = Some((st, tokio::spawn(async move { ask(&m, &chat).await })));
+                    if late {
+                        hand_off(g, w);
+                    }
+                    time(Phase::Before, t0);
+                    t0 = Instant::now();
+                    asked = Some((
+                        st,
+                        tokio::spawn(async move {
+                            let t = Instant::now();
+                            let r = ask(&m, &chat).await;
+                            time(Phase::Model, t);
+                            r
+                        }),
+                    ));
                 }
                 Answer::Builtin => {
                     // The runtime's built-in model answers inside the pump, before the flush.
                     let r = input.builtin_answer();
                     agent
-                        .on_model_response(wall_ms(), g, st, r)
+                        .on_model_response(now(), g, st, r)
                         .expect("the answer");
                 }
             }
         }
-        // The flush: in the blocking pool while the model is asked, inline otherwise.
-        let batches = g.take_batches();
-        for b in &batches {
-            count(w, b);
-        }
-        let nothing = batches.is_empty();
-        let apply = {
-            let store = store.clone();
-            move || {
-                let mut s = store.lock().expect("store");
-                let t = Instant::now();
-                for b in &batches {
-                    s.apply(b).unwrap_or_else(|e| panic!("store: {e}"));
-                }
-                let ns = t.elapsed().as_nanos() as u64;
-                (batches.iter().map(|b| b.id).collect::<Vec<_>>(), ns)
-            }
-        };
-        let (acks, answered) = match asked {
-            Some((st, asking)) if nothing => (
+        let (acks, answered) = match (asked, flushing) {
+            (Some((st, asking)), None) => (
                 (Vec::new(), 0),
                 Some((st, asking.await.expect("the model task"))),
             ),
-            Some((st, asking)) => {
-                let (acks, r) = tokio::join!(tokio::task::spawn_blocking(apply), asking);
-                (acks.expect("flush"), Some((st, r.expect("the model task"))))
+            (Some((st, asking)), Some(flushing)) => {
+                let (acks, r) = tokio::join!(flushing, asking);
+                let acks = acks.expect("flush");
+                add(Phase::Flush1, acks.1);
+                time(Phase::Joined, t0);
+                t0 = Instant::now();
+                (acks, Some((st, r.expect("the model task"))))
             }
-            None => (apply(), None),
+            (None, _) => {
+                // The flush inline: what the answer wrote (or the built-in model's turn).
+                let batches = g.take_batches();
+                for b in &batches {
+                    count(w, b);
+                }
+                let acks = applier(store, batches)();
+                time(Phase::Flush2, t0);
+                t0 = Instant::now();
+                (acks, None)
+            }
         };
         let (acks, ns) = acks;
         w.apply_ns += ns;
@@ -320,9 +427,12 @@ async fn node_turn<S: ActorStore + Send + 'static>(
         if let Some((st, (r, d))) = answered {
             deltas += d;
             agent
-                .on_model_response(wall_ms(), g, st, r)
+                .on_model_response(now(), g, st, r)
                 .expect("the answer");
+            time(Phase::Answer, t0);
+            t0 = Instant::now();
         } else if ended && !g.has_batches() {
+            time(Phase::Flush2, t0);
             return (deltas, spec.0, spec.1);
         }
     }
@@ -337,7 +447,7 @@ async fn ram_turn(
     tools: &[ToolSpec],
     system: Option<&str>,
 ) -> usize {
-    s.submit_task(wall_ms(), json!(text));
+    s.submit_task(mono_now(), json!(text));
     let mut deltas = 0;
     loop {
         let (mut step, mut ended) = (None, false);
@@ -356,7 +466,8 @@ async fn ram_turn(
             chat.tools = tools.to_vec();
             let (r, d) = ask(model, &chat).await;
             deltas += d;
-            s.on_model_response(wall_ms(), step, r).expect("the answer");
+            s.on_model_response(mono_now(), step, r)
+                .expect("the answer");
         } else if ended {
             return deltas;
         } else {
@@ -407,8 +518,7 @@ async fn turns(dir: &Path, turns: u64, rounds: u64, model: &ReqwestModel) {
         let mut scratch = Written::default();
         flush(&mut g, &mut store, &mut scratch);
         let (mut agent, _) =
-            NodeAgent::open(wall_ms(), &mut g, "coordinator", AgentConfig::default())
-                .expect("open");
+            NodeAgent::open(now(), &mut g, "coordinator", AgentConfig::default()).expect("open");
         flush(&mut g, &mut store, &mut scratch);
         let chat0 =
             std::fs::metadata(root.join("nodes/coordinator/chat.jsonl")).map_or(0, |m| m.len());
@@ -428,6 +538,7 @@ async fn turns(dir: &Path, turns: u64, rounds: u64, model: &ReqwestModel) {
         };
         let (f0, r0, n0) = stat(&store);
         let a0 = w.apply_ns;
+        TIMING.store(1, Ordering::Relaxed);
         let t = Instant::now();
         let mut tools = Vec::new();
         let mut system = None;
@@ -446,6 +557,7 @@ async fn turns(dir: &Path, turns: u64, rounds: u64, model: &ReqwestModel) {
             (tools, system) = (t, s);
         }
         let node_t = t.elapsed().as_secs_f64() * 1000.0 / turns as f64;
+        TIMING.store(0, Ordering::Relaxed);
         let (f1, r1, n1) = stat(&store);
         fsyncs += f1 - f0;
         fs_rounds += r1 - r0;
@@ -470,10 +582,10 @@ async fn turns(dir: &Path, turns: u64, rounds: u64, model: &ReqwestModel) {
         .expect("init");
         flush(&mut g, &mut mem, &mut scratch);
         let (mut agent, _) =
-            NodeAgent::open(wall_ms(), &mut g, "coordinator", AgentConfig::default())
-                .expect("open");
+            NodeAgent::open(now(), &mut g, "coordinator", AgentConfig::default()).expect("open");
         flush(&mut g, &mut mem, &mut scratch);
         let mem = Arc::new(Mutex::new(mem));
+        TIMING.store(2, Ordering::Relaxed);
         let t = Instant::now();
         for i in 0..turns {
             let answer = Answer::Model(model);
@@ -489,6 +601,7 @@ async fn turns(dir: &Path, turns: u64, rounds: u64, model: &ReqwestModel) {
             .await;
         }
         mem_ms.push(t.elapsed().as_secs_f64() * 1000.0 / turns as f64);
+        TIMING.store(0, Ordering::Relaxed);
 
         // The RAM-only session: the same model, the same tools and system text in the request.
         let mut s = Session::new(SessionConfig::new("ram"));
@@ -560,6 +673,20 @@ async fn turns(dir: &Path, turns: u64, rounds: u64, model: &ReqwestModel) {
             .collect::<Vec<_>>()
             .join(", ")
     );
+    for (set, store) in ["fs", "memory"].iter().enumerate() {
+        println!(
+            "  per node turn ({store} store, mean): {}",
+            PHASES[set]
+                .iter()
+                .zip(Phase::NAMES)
+                .map(|(ns, name)| format!(
+                    "{name} {:.3} ms",
+                    ns.load(Ordering::Relaxed) as f64 / n / 1e6
+                ))
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+    }
     println!(
         "  raw fsync-per-write rate of the disk {raw:.0} writes/s ({:.3} ms each): the node turn's \
          fsync rounds alone cost ~{:.3} ms",
@@ -601,7 +728,7 @@ async fn resume(dir: &Path, nodes: u64, rounds: u64) {
     }
     let shared = Arc::new(Mutex::new(mem));
     for id in &ids {
-        let (mut a, _) = NodeAgent::open(wall_ms(), &mut g, id, AgentConfig::default()).unwrap();
+        let (mut a, _) = NodeAgent::open(now(), &mut g, id, AgentConfig::default()).unwrap();
         for i in 0..TURNS {
             node_turn(
                 &mut g,
@@ -651,9 +778,9 @@ async fn resume(dir: &Path, nodes: u64, rounds: u64) {
         let mut agents = Vec::with_capacity(ids.len());
         for id in &ids {
             let (mut a, report) =
-                NodeAgent::open(wall_ms(), &mut g, id, AgentConfig::default()).expect("agent");
+                NodeAgent::open(now(), &mut g, id, AgentConfig::default()).expect("agent");
             assert!(report.interrupted_turn.is_none(), "every turn finished");
-            a.sync(wall_ms(), &mut g).expect("sync");
+            a.sync(now(), &mut g).expect("sync");
             agents.push(a);
         }
         flush(&mut g, &mut store, &mut w);
@@ -691,6 +818,7 @@ async fn main() {
     let nodes = arg("--nodes", 1000);
     let gap = Duration::from_millis(arg("--chunk-ms", 0));
     SERIAL.store(args.iter().any(|a| a == "--serial"), Ordering::Relaxed);
+    LATE_FLUSH.store(args.iter().any(|a| a == "--late-flush"), Ordering::Relaxed);
     let dir = base.join(format!("weft-agent-turns-bench-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("bench dir");
     let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
@@ -721,8 +849,10 @@ async fn main() {
         "order: {}",
         if SERIAL.load(Ordering::Relaxed) {
             "--serial: the turn's first lines are flushed, then the model is asked"
+        } else if LATE_FLUSH.load(Ordering::Relaxed) {
+            "--late-flush: the request is built, then the first lines are flushed while it is asked"
         } else {
-            "the hosts': the model is asked while the turn's first lines are flushed"
+            "the first lines go to the flush, then the request is built and asked while they are flushed"
         }
     );
     turns(&dir, turns_n, rounds, &model).await;

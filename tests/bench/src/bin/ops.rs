@@ -34,7 +34,8 @@ fn app(retention: Retention) -> (App<Value>, Registry<Value>) {
         ..AppConfig::default()
     });
     let mut reg = Registry::new(RegistryConfig::default());
-    app.load(0, &mut reg, spec).unwrap();
+    app.load(weft_core::Mono::from_ms(0), &mut reg, spec)
+        .unwrap();
     drive(&mut app, &mut reg, 0);
     (app, reg)
 }
@@ -46,7 +47,8 @@ fn drive(app: &mut App<Value>, reg: &mut Registry<Value>, now: u64) -> usize {
         match o {
             AppOutput::Compute { calc, inputs, .. } => {
                 let x = inputs["x"].as_f64().unwrap();
-                app.calc_done(now, reg, calc, json!(2.0 * x)).unwrap();
+                app.calc_done(weft_core::Mono::from_ms(now), reg, calc, json!(2.0 * x))
+                    .unwrap();
             }
             AppOutput::OpFinished { outcome, .. } => {
                 assert_eq!(outcome, OpOutcomeKind::Settled);
@@ -65,8 +67,10 @@ fn core_path(n: u64, retention: Retention) -> (f64, usize) {
     for i in 1..=n {
         let mut req = ObserveRequest::new(vec![("x".to_owned(), json!(i))], vec!["y".to_owned()]);
         req.select = Selection::Outputs(vec!["y".to_owned()]);
-        let op = app.observe(i, &mut reg, req).unwrap();
-        app.flush(i, &mut reg);
+        let op = app
+            .observe(weft_core::Mono::from_ms(i), &mut reg, req)
+            .unwrap();
+        app.flush(weft_core::Mono::from_ms(i), &mut reg);
         assert_eq!(drive(&mut app, &mut reg, i), 1);
         let out = app.operation(op).unwrap().outcome.as_ref().unwrap();
         assert_eq!(out.result.as_ref().unwrap()["y"], json!(2.0 * i as f64));
@@ -84,7 +88,13 @@ fn tool_path(n: u64) -> f64 {
     for i in 1..=n {
         let args = json!({"writes": {"x": i}, "waitFor": ["y"], "select": ["y"]});
         let reply = app
-            .call_tool(i, &mut reg, "observe", &args, Actor::new("agent"))
+            .call_tool(
+                weft_core::Mono::from_ms(i),
+                &mut reg,
+                "observe",
+                &args,
+                Actor::new("agent"),
+            )
             .unwrap();
         let ToolReply::Wait { op, .. } = reply else {
             panic!("a host cell needs the host")
@@ -95,7 +105,8 @@ fn tool_path(n: u64) -> f64 {
             match o {
                 AppOutput::Compute { calc, inputs, .. } => {
                     let x = inputs["x"].as_f64().unwrap();
-                    app.calc_done(i, &mut reg, calc, json!(2.0 * x)).unwrap();
+                    app.calc_done(weft_core::Mono::from_ms(i), &mut reg, calc, json!(2.0 * x))
+                        .unwrap();
                 }
                 AppOutput::ToolReplied { op: id, reply, .. } if id == op => {
                     replies.push(reply.unwrap());

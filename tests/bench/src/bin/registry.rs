@@ -24,20 +24,27 @@ fn main() {
         let mut reg = Registry::default();
         let mut spec = EndpointSpec::new("app", "in-process");
         spec.hello = Hello::Skip;
-        let ep = reg.open_endpoint(0, spec);
+        let ep = reg.open_endpoint(weft_core::Mono::from_ms(0), spec);
         let progress = json!({"id": 0, "type": "progress", "value": 0.5});
         let t = Instant::now();
         for i in 0..n {
             let job = reg
-                .submit(i, Submit::new("agent", ep, json!({"n": i})))
+                .submit(
+                    weft_core::Mono::from_ms(i),
+                    Submit::new("agent", ep, json!({"n": i})),
+                )
                 .unwrap()
                 .job;
             let wire = reg.job(job).unwrap().wire_id.unwrap();
             let mut p = progress.clone();
             p["id"] = json!(wire);
-            reg.on_message(i, ep, &p).unwrap();
-            reg.on_message(i, ep, &json!({"id": wire, "type": "done", "value": i}))
-                .unwrap();
+            reg.on_message(weft_core::Mono::from_ms(i), ep, &p).unwrap();
+            reg.on_message(
+                weft_core::Mono::from_ms(i),
+                ep,
+                &json!({"id": wire, "type": "done", "value": i}),
+            )
+            .unwrap();
             reg.drain_outputs().for_each(drop);
         }
         let secs = t.elapsed().as_secs_f64();

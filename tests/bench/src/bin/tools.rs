@@ -60,7 +60,7 @@ fn run(turns: usize, n: usize, p: Pattern) -> Duration {
             s = session();
         }
         now += 1;
-        s.submit_task(now, json!("task"));
+        s.submit_task(weft_core::Mono::from_ms(now), json!("task"));
         let mut step = StepId(0);
         for o in s.drain_outputs() {
             if let Output::ModelRequest { step: st, .. } = o {
@@ -72,7 +72,8 @@ fn run(turns: usize, n: usize, p: Pattern) -> Duration {
         } else {
             ModelResponse::calls(template.clone())
         };
-        s.on_model_response(now, step, response).unwrap();
+        s.on_model_response(weft_core::Mono::from_ms(now), step, response)
+            .unwrap();
         loop {
             starts.clear();
             let mut next = None;
@@ -84,8 +85,12 @@ fn run(turns: usize, n: usize, p: Pattern) -> Duration {
                 }
             }
             if let Some(step) = next {
-                s.on_model_response(now, step, ModelResponse::text("done"))
-                    .unwrap();
+                s.on_model_response(
+                    weft_core::Mono::from_ms(now),
+                    step,
+                    ModelResponse::text("done"),
+                )
+                .unwrap();
                 s.drain_outputs().for_each(drop);
                 break;
             }
@@ -93,8 +98,12 @@ fn run(turns: usize, n: usize, p: Pattern) -> Duration {
                 break;
             }
             for &inv in &starts {
-                s.on_call_settled(now, inv, Settlement::Returned(json!(inv.0)))
-                    .unwrap();
+                s.on_call_settled(
+                    weft_core::Mono::from_ms(now),
+                    inv,
+                    Settlement::Returned(json!(inv.0)),
+                )
+                .unwrap();
             }
         }
         black_box(s.history().len());
