@@ -1074,6 +1074,7 @@ impl ActorGraph {
         awaiting_user: Option<bool>,
     ) -> Result<Mailbox, ActorsError> {
         let id = self.writable(node)?;
+        self.hold_all(std::slice::from_ref(&id))?;
         if let Status::Other(s) = &status {
             return Err(ActorsError::InvalidArgument(format!(
                 "unknown status `{s}` (expected one of {})",
@@ -1387,6 +1388,7 @@ impl ActorGraph {
         target: &str,
         mode: Option<WaitMode>,
     ) -> Result<(), ActorsError> {
+        self.hold_all(std::slice::from_ref(&id))?;
         let t = self.known(target)?;
         if id == t {
             return Err(ActorsError::InvalidArgument(
@@ -1471,6 +1473,7 @@ impl ActorGraph {
         kind: RelatedKind,
     ) -> Result<(), ActorsError> {
         let id = self.writable(from)?;
+        self.hold_all(std::slice::from_ref(&id))?;
         let t = self.known(to)?;
         if id == t {
             return Err(ActorsError::InvalidArgument(
@@ -1495,10 +1498,22 @@ impl ActorGraph {
         Ok(())
     }
 
+    /// Reads back the children a trusted lazy open did not read of each node in `ids`
+    /// (`hold_children`) before a call changes anything, so that a record
+    /// rewritten whole keeps every child and an unreadable one is refused with the store's
+    /// error up front (nothing changed), not at the flush.
+    fn hold_all(&mut self, ids: &[NodeId]) -> Result<(), ActorsError> {
+        for id in ids {
+            self.hold_children(id).map_err(ActorsError::StoreIo)?;
+        }
+        Ok(())
+    }
+
     /// Archives (`hidden = true`) or restores a node. Archive is a view filter: nothing is
     /// deleted.
     pub fn archive(&mut self, now: Wall, node: &str, hidden: bool) -> Result<(), ActorsError> {
         let id = self.writable(node)?;
+        self.hold_all(std::slice::from_ref(&id))?;
         if id == self.root {
             return Err(ActorsError::InvalidArgument(
                 "the root coordinator cannot be archived".into(),
@@ -1543,6 +1558,7 @@ impl ActorGraph {
             })
             .map(|(id, _)| id.clone())
             .collect();
+        self.hold_all(&ids)?;
         let ts = format_rfc3339(now);
         let mut tx = Tx::new("reset");
         for id in &ids {
@@ -1634,6 +1650,7 @@ impl ActorGraph {
                 })
                 .collect(),
         };
+        self.hold_all(&ids)?;
         let epoch = self.epochs.keys().next_back().copied().unwrap_or(0) + 1;
         let cols = super::views::GRID_COLUMNS;
         let tiles: Vec<Value> = ids

@@ -1727,14 +1727,16 @@ fn a_record_read_by_its_ends_grows_in_place_and_is_read_whole_before_a_rewrite()
     assert_eq!(w.g.node("coordinator").unwrap().spawned, want);
     assert_eq!(w.g.node("coordinator").unwrap().status, Status::Idle);
     assert!(w.g.lineage_violations().is_empty());
-    // When the children cannot be read back, the rewrite is refused by the store: the record
-    // keeps every child.
+    // When the children cannot be read back, the change is refused up front with the store's
+    // error (nothing queued, the node unchanged), and the record keeps every child.
     let before = w.store.load().unwrap().files[&meta_path("coordinator")].clone();
     let mut lazy = lazy_open_by_ends(&mut w, "coordinator", false);
-    lazy.set_status(now, "coordinator", Status::Done, None, None)
-        .unwrap();
-    let b = lazy.take_batches();
-    assert!(w.store.apply(&b[0]).is_err());
+    let err = lazy
+        .set_status(now, "coordinator", Status::Done, None, None)
+        .unwrap_err();
+    assert_eq!(err.code(), "STORE_IO", "{err}");
+    assert!(lazy.take_batches().is_empty());
+    assert_ne!(lazy.node("coordinator").unwrap().status, Status::Done);
     assert_eq!(
         w.store.load().unwrap().files[&meta_path("coordinator")],
         before
