@@ -135,8 +135,9 @@ impl Dir {
         self.opens.load(Ordering::Relaxed)
     }
 
-    /// The kind of entry `name`, or `None` when there is none.
-    pub fn kind(&self, name: &str) -> io::Result<Option<Kind>> {
+    /// `fstatat(name, AT_SYMLINK_NOFOLLOW)`: the entry itself, never a link's target; `None`
+    /// when there is no entry.
+    fn lstat(&self, name: &str) -> io::Result<Option<libc::stat>> {
         let c = cname(name)?;
         // SAFETY: `st` is plain data the call fills; `c` outlives the call.
         let mut st: libc::stat = unsafe { std::mem::zeroed() };
@@ -156,6 +157,14 @@ impl Dir {
                 Err(e)
             };
         }
+        Ok(Some(st))
+    }
+
+    /// The kind of entry `name`, or `None` when there is none.
+    pub fn kind(&self, name: &str) -> io::Result<Option<Kind>> {
+        let Some(st) = self.lstat(name)? else {
+            return Ok(None);
+        };
         Ok(Some(match st.st_mode & libc::S_IFMT {
             libc::S_IFDIR => Kind::Dir,
             libc::S_IFREG => Kind::File,
@@ -167,25 +176,9 @@ impl Dir {
     /// The [`stamp`] of regular file `name` (not following a link: a link or anything but a
     /// file is `None`, as is no entry), read with one `fstatat`, no open.
     pub fn stamp_of(&self, name: &str) -> io::Result<Option<String>> {
-        let c = cname(name)?;
-        // SAFETY: `st` is plain data the call fills; `c` outlives the call.
-        let mut st: libc::stat = unsafe { std::mem::zeroed() };
-        let r = unsafe {
-            libc::fstatat(
-                self.fd.as_raw_fd(),
-                c.as_ptr(),
-                &mut st,
-                libc::AT_SYMLINK_NOFOLLOW,
-            )
+        let Some(st) = self.lstat(name)? else {
+            return Ok(None);
         };
-        if r < 0 {
-            let e = io::Error::last_os_error();
-            return if e.kind() == io::ErrorKind::NotFound {
-                Ok(None)
-            } else {
-                Err(e)
-            };
-        }
         if st.st_mode & libc::S_IFMT != libc::S_IFREG {
             return Ok(None);
         }
