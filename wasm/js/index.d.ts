@@ -630,7 +630,7 @@ export interface ProviderModelOptions {
   timeouts?: { headMs?: number; idleMs?: number };
   /** The fetch to use (default: the global one). */
   fetch?: typeof fetch;
-  /** The clock of the deadlines (default `Date.now`). */
+  /** The monotonic clock of the deadlines, in milliseconds (default `performance.now()`). */
   now?: () => number;
 }
 

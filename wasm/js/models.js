@@ -22,7 +22,7 @@ export async function loadModels() {
  * `usage`, `finish`).
  */
 function providerModel(provider, options = {}) {
-  const { fetch: fetchImpl = globalThis.fetch?.bind(globalThis), now = Date.now, ...config } = options;
+  const { fetch: fetchImpl = globalThis.fetch?.bind(globalThis), now = () => performance.now(), ...config } = options;
   if (typeof fetchImpl !== 'function') throw new WeftError('MODEL_INVALID_CONFIG', 'no fetch: pass options.fetch');
   // In a page, Anthropic wants its opt-in header for direct browser access (the core adds it).
   const text = JSON.stringify({ directBrowserAccess: typeof document !== 'undefined', ...config, provider });

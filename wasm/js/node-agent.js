@@ -367,7 +367,9 @@ export class NodeAgent {
   #record(core, now, tracked, events) {
     for (const ev of events) {
       if (ev.type === 'missed' || !(ev.seq > tracked.seq)) continue;
-      this.#raw.recordJobEvent(core, now, mono(), jsonValue(ev));
+      // The event's `at` is on the runtime's clock (it may be the caller's `now`): the core
+      // turns it into wall time against a reading of that same clock.
+      this.#raw.recordJobEvent(core, now, this.#runtime.now(), jsonValue(ev));
       tracked.seq = ev.seq;
     }
   }
@@ -386,7 +388,7 @@ export class NodeAgent {
             tracked.stop?.();
             this.#jobs.delete(note.job);
           }
-          this.#raw.deliverNote(core, now, mono(), jsonValue(note));
+          this.#raw.deliverNote(core, now, rt.now(), jsonValue(note)); // the note's clock, as above
         }
       });
     this.#offNotes = rt.on('note', (e) => e.owner === owner && take());
