@@ -31,8 +31,9 @@
 //! directories that changed); a stage starts only when the previous one is durable. The
 //! temporaries of every `put` are written and fsynced in the first stage's round — they are
 //! invisible until moved into place, so this changes nothing a crash can expose. A spawn thus
-//! takes three rounds: the child's files and the put temporaries; the child's rename, the
-//! parent's record, `graph.json` and the routing marker; the metathread record.
+//! takes three rounds: the child's files (and the temporaries of any record replaced whole);
+//! the child's rename, the parent's record and `graph.json` (patched in place), the routing
+//! marker; the metathread record.
 //!
 //! Walls: every operation names one entry of a directory handle reached from the root's
 //! handle one component at a time ([`super::walls`]), and no symbolic link is followed — a

@@ -152,7 +152,7 @@ fn main() {
         sp_rounds as f64 / sp_n as f64
     );
     println!(
-        "  vs raw / {WRITES_PER_SPAWN} writes per spawn = {:.1} spawns/s: {:.0}% (target ≥ 50%, i.e. ≥ {target:.1} spawns/s: {}); per round {:.0}%..{:.0}% (median {:.0}%)\n  a spawn takes as long as {:.1} new-file fsyncs (it creates 3 inodes — node directory, meta, chat — and moves 3 entries: the directory, and 2 records by exchange with their spares)",
+        "  vs raw / {WRITES_PER_SPAWN} writes per spawn = {:.1} spawns/s: {:.0}% (target ≥ 50%, i.e. ≥ {target:.1} spawns/s: {}); per round {:.0}%..{:.0}% (median {:.0}%)\n  a spawn takes as long as {:.1} new-file fsyncs (it creates 3 inodes — node directory, meta, chat — moves 1 entry, the directory into nodes/, and grows the 2 records in place)",
         raw / WRITES_PER_SPAWN,
         100.0 * spawn_rate / (raw / WRITES_PER_SPAWN),
         if spawn_rate >= target {
