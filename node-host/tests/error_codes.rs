@@ -36,6 +36,21 @@ fn files(dir: &Path, exts: &[&str], out: &mut Vec<PathBuf>) {
     }
 }
 
+/// Each file's name relative to the repository root, with its text.
+fn sources(paths: &[PathBuf]) -> Vec<(String, String)> {
+    paths
+        .iter()
+        .map(|path| {
+            let name = path
+                .strip_prefix(root())
+                .unwrap_or(path)
+                .display()
+                .to_string();
+            (name, fs::read_to_string(path).expect("read"))
+        })
+        .collect()
+}
+
 fn is_code_shape(s: &str) -> bool {
     s.len() > 1
         && s.starts_with(|c: char| c.is_ascii_uppercase())
@@ -119,13 +134,7 @@ fn every_code_the_js_package_creates_is_listed_in_the_core() {
     files(&root().join("wasm/js"), &["js", "mjs"], &mut js);
     assert!(js.len() > 10, "found only {} JS files", js.len());
     let (mut checked, mut bad) = (0, Vec::new());
-    for path in &js {
-        let name = path
-            .strip_prefix(root())
-            .unwrap_or(path)
-            .display()
-            .to_string();
-        let src = fs::read_to_string(path).expect("read");
+    for (name, src) in sources(&js) {
         if src.contains("toUpperCase()") {
             bad.push(format!(
                 "{name}: builds a string with toUpperCase() (codes are not built)"
@@ -189,13 +198,7 @@ fn every_code_a_rust_host_names_is_listed_in_the_core() {
     files(&root().join("node-host/src"), &["rs"], &mut rs);
     files(&root().join("wasm/src"), &["rs"], &mut rs);
     let (mut checked, mut bad) = (0, Vec::new());
-    for path in &rs {
-        let name = path
-            .strip_prefix(root())
-            .unwrap_or(path)
-            .display()
-            .to_string();
-        let src = fs::read_to_string(path).expect("read");
+    for (name, src) in sources(&rs) {
         for (n, line) in src.lines().enumerate() {
             let t = line.trim_start();
             // Environment variable names, doc comments and clap attributes are not codes.
