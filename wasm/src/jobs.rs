@@ -48,6 +48,21 @@ export function mkOutcome(kind, value, num, message, code, started, evidence, qu
   }
 }
 export function mkSubmitted(job, reused) { return { job, reused }; }
+// Submit options read in one call (JobRegistry.submit), in the order the fields were read one
+// by one: returns the owner when it is a string; out: [note, wake] (1 true, 0 false, -1 not a
+// boolean), [origin neither undefined nor null, reuseKey a string] (1 / 0).
+export function readSubmit(o, out) {
+  if (o === null || (typeof o !== 'object' && typeof o !== 'function')) {
+    out[0] = -1; out[1] = -1; out[2] = 0; out[3] = 0;
+    return undefined;
+  }
+  const owner = o.owner, origin = o.origin, reuseKey = o.reuseKey, note = o.note, wake = o.wake;
+  out[0] = typeof note === 'boolean' ? +note : -1;
+  out[1] = typeof wake === 'boolean' ? +wake : -1;
+  out[2] = origin !== undefined && origin !== null ? 1 : 0;
+  out[3] = typeof reuseKey === 'string' ? 1 : 0;
+  return typeof owner === 'string' ? owner : undefined;
+}
 // A pump's batch: the next deadline first (undefined when none), then the outputs.
 export function mkBatch(deadline, a, b, c) {
   return a === undefined ? [deadline] : b === undefined ? [deadline, a]
@@ -123,6 +138,8 @@ extern "C" {
     ) -> JsValue;
     #[wasm_bindgen(js_name = mkSubmitted)]
     fn mk_submitted(job: f64, reused: bool) -> JsValue;
+    #[wasm_bindgen(js_name = readSubmit)]
+    fn read_submit(opts: &JsValue, out: &mut [f64]) -> Option<String>;
     #[wasm_bindgen(js_name = mkBatch)]
     fn mk_batch(deadline: Option<f64>, a: &JsValue, b: &JsValue, c: &JsValue) -> Array;
     #[wasm_bindgen(js_name = readReply)]
@@ -143,7 +160,8 @@ const KINDS: [&str; 8] = [
 
 /// A worker's message as the core's payload: read in one JS call when it has the usual shape
 /// (see `readReply`), field by field otherwise.
-fn reply_payload(msg: JsValue, limit: usize) -> Js {
+/// `spare`: a box left by an earlier message, reused (no allocation per message).
+fn reply_payload(msg: JsValue, limit: usize, spare: &mut Option<Box<Msg>>) -> Js {
     let mut out = [0.0f64; 6];
     let v = read_reply(&msg, limit as f64, &mut out);
     let Some(&kind) = usize::try_from(out[0] as i64)
@@ -159,14 +177,21 @@ fn reply_payload(msg: JsValue, limit: usize) -> Js {
         6 => None,
         _ => Some(Js::Val(v)),
     };
-    Js::Msg(Box::new(Msg {
+    let m = Msg {
         raw: msg,
         kind,
         id: (out[1] != 0.0).then_some(out[2]),
         value,
         limit,
         fits: (out[5] >= 0.0).then_some(out[5] != 0.0),
-    }))
+    };
+    match spare.take() {
+        Some(mut b) => {
+            *b = m;
+            Js::Msg(b)
+        }
+        None => Js::Msg(Box::new(m)),
+    }
 }
 
 /// Output kinds a pump may leave out (bits of `pump`'s `interest`).
@@ -194,6 +219,8 @@ pub struct JobRegistry {
     owner_strings: std::collections::HashMap<String, JsValue>,
     /// `pump`'s buffer of drained outputs (empty between calls).
     pending: Vec<Output<Js>>,
+    /// The box of the last worker message read (emptied: it holds no JS value).
+    spare_msg: Option<Box<Msg>>,
 }
 
 impl Default for JobRegistry {
@@ -213,6 +240,7 @@ impl JobRegistry {
             }),
             owner_strings: Default::default(),
             pending: Vec::new(),
+            spare_msg: None,
         }
     }
 
@@ -361,12 +389,17 @@ impl JobRegistry {
     pub fn on_message(&mut self, now: f64, endpoint: f64, msg: JsValue) -> Result<(), JsValue> {
         let id = EndpointId(endpoint as u64);
         let msg = match self.inner.endpoint(id) {
-            Some(ep) => reply_payload(msg, ep.max_message_bytes),
+            Some(ep) => reply_payload(msg, ep.max_message_bytes, &mut self.spare_msg),
             None => Js::from_js(msg),
         };
-        self.inner
-            .on_message(mono(now), id, &msg)
-            .map_err(|e| error(&e))
+        let r = self.inner.on_message(mono(now), id, &msg);
+        // The box is kept for the next message, without the message itself.
+        if let Js::Msg(mut b) = msg {
+            b.raw = JsValue::UNDEFINED;
+            b.value = None;
+            self.spare_msg = Some(b);
+        }
+        r.map_err(|e| error(&e))
     }
 
     /// A message the transport could not decode (e.g. `messageerror`).
@@ -412,7 +445,10 @@ impl JobRegistry {
         payload: JsValue,
         opts: Option<JsValue>,
     ) -> Result<JsValue, JsValue> {
-        let owner = opts.as_ref().and_then(|o| opt_string(o, "owner"));
+        // The options' fields are read in one JS call (`readSubmit`); origin and reuse key
+        // are read again only when present.
+        let mut flags = [-1.0f64, -1.0, 0.0, 0.0];
+        let owner = opts.as_ref().and_then(|o| read_submit(o, &mut flags));
         let mut req = Submit::new(
             owner.unwrap_or_else(|| "app".into()),
             EndpointId(endpoint as u64),
@@ -420,7 +456,9 @@ impl JobRegistry {
         );
         // No options (`undefined` or `null`): the defaults, without reading a field.
         if let Some(opts) = &opts {
-            if let Some(o) = opt(opts, "origin") {
+            if flags[2] != 0.0
+                && let Some(o) = opt(opts, "origin")
+            {
                 req.origin = Origin {
                     thread: opt_string(&o, "thread"),
                     turn: opt_string(&o, "turn"),
@@ -428,9 +466,11 @@ impl JobRegistry {
                     ..Origin::default()
                 };
             }
-            req.reuse_key = opt_string(opts, "reuseKey");
-            req.note = opt_bool(opts, "note").unwrap_or(true);
-            req.wake = opt_bool(opts, "wake").unwrap_or(false);
+            if flags[3] != 0.0 {
+                req.reuse_key = opt_string(opts, "reuseKey");
+            }
+            req.note = flags[0] != 0.0;
+            req.wake = flags[1] == 1.0;
         }
         let r = self.inner.submit(mono(now), req).map_err(|e| error(&e))?;
         Ok(mk_submitted(r.job.0 as f64, r.reused))
@@ -612,11 +652,14 @@ impl JobRegistry {
     /// All pending outputs, as JS objects (`{output: "send" | "terminate" | ...}`).
     #[wasm_bindgen(js_name = drainOutputs)]
     pub fn drain_outputs(&mut self) -> Array {
-        let outputs: Vec<_> = self.inner.drain_outputs().collect();
+        // Through the buffer kept between calls (no allocation per drain).
+        let mut pending = std::mem::take(&mut self.pending);
+        pending.extend(self.inner.drain_outputs());
         let out = Array::new();
-        for o in outputs {
+        for o in pending.drain(..) {
             out.push(&self.output_js(o));
         }
+        self.pending = pending;
         out
     }
 

@@ -1,6 +1,6 @@
 //! Per-endpoint state: readiness, capabilities, wire-id correlation and the endpoint's own log.
 
-use std::collections::{BTreeSet, HashMap, VecDeque};
+use std::collections::VecDeque;
 
 use serde_json::{Value, json};
 
@@ -189,6 +189,84 @@ impl EndpointEvent {
     }
 }
 
+/// The jobs of an endpoint's wire ids. Wire ids are issued densely from 1, so wire id `w`'s
+/// job is entry `w - 1` (8 bytes per run, no hashing).
+#[derive(Clone, Debug, Default)]
+pub(crate) struct WireIds(Vec<JobId>);
+
+impl WireIds {
+    pub(crate) fn get(&self, wire: &u64) -> Option<&JobId> {
+        let i = usize::try_from(wire.checked_sub(1)?).ok()?;
+        self.0.get(i)
+    }
+
+    /// Records the next wire id's job (`wire` is the next id issued).
+    pub(crate) fn insert(&mut self, wire: u64, job: JobId) {
+        debug_assert_eq!(wire, self.0.len() as u64 + 1, "wire ids are issued densely");
+        self.0.push(job);
+    }
+
+    /// Every wire id issued with its job, in wire id order.
+    pub(crate) fn iter(&self) -> impl Iterator<Item = (u64, JobId)> + '_ {
+        self.0.iter().enumerate().map(|(i, j)| (i as u64 + 1, *j))
+    }
+}
+
+/// An endpoint's dispatched jobs in id order, on a sorted deque: runs are dispatched in
+/// (nearly) increasing id order and mostly finish oldest first, so insertion and removal
+/// touch one end, and an endpoint that runs one job at a time allocates nothing per job.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Running(VecDeque<JobId>);
+
+impl Running {
+    pub(crate) fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    /// Adds `job`; false when it was already there.
+    pub(crate) fn insert(&mut self, job: JobId) -> bool {
+        if self.0.back().is_none_or(|b| *b < job) {
+            self.0.push_back(job);
+            return true;
+        }
+        match self.0.binary_search(&job) {
+            Ok(_) => false,
+            Err(i) => {
+                self.0.insert(i, job);
+                true
+            }
+        }
+    }
+
+    /// Removes `job`; false when it was not there.
+    pub(crate) fn remove(&mut self, job: &JobId) -> bool {
+        if self.0.front() == Some(job) {
+            self.0.pop_front();
+            return true;
+        }
+        match self.0.binary_search(job) {
+            Ok(i) => {
+                self.0.remove(i);
+                true
+            }
+            Err(_) => false,
+        }
+    }
+
+    pub(crate) fn iter(&self) -> std::collections::vec_deque::Iter<'_, JobId> {
+        self.0.iter()
+    }
+}
+
+impl IntoIterator for Running {
+    type Item = JobId;
+    type IntoIter = std::collections::vec_deque::IntoIter<JobId>;
+
+    fn into_iter(self) -> Self::IntoIter {
+        self.0.into_iter()
+    }
+}
+
 /// An endpoint as the registry keeps it.
 #[derive(Clone, Debug)]
 pub struct Endpoint {
@@ -203,9 +281,9 @@ pub struct Endpoint {
     pub max_message_bytes: usize,
     pub(crate) next_wire: u64,
     /// Every wire id ever issued, with its job (ids are never reused).
-    pub(crate) wire: HashMap<u64, JobId>,
+    pub(crate) wire: WireIds,
     pub(crate) queue: VecDeque<JobId>,
-    pub(crate) running: BTreeSet<JobId>,
+    pub(crate) running: Running,
     events: Vec<EndpointEvent>,
     hello_timeout: Option<u64>,
     /// The registry's journal window (see `Registry::set_journal_window`).
@@ -242,9 +320,9 @@ impl Endpoint {
             max_concurrent: spec.max_concurrent,
             max_message_bytes: spec.max_message_bytes,
             next_wire: 1,
-            wire: HashMap::new(),
+            wire: WireIds::default(),
             queue: VecDeque::new(),
-            running: BTreeSet::new(),
+            running: Running::default(),
             events: Vec::new(),
             hello_timeout,
             window: None,

@@ -10,13 +10,33 @@
 //! that the execution stopped (it never started, the worker acknowledged, or — for workers that
 //! cannot acknowledge — the run went quiet, recorded as `no_acknowledgement`). A transport that
 //! dies makes its running jobs `lost`: their effects are unknown.
+//!
+//! # Call order
+//!
+//! ```text
+//! let mut reg = Registry::new(config);
+//! let ep = reg.open_endpoint(now, spec);           // a Worker / child process / remote host
+//! inputs, each with the host's monotonic `now`:
+//!     submit(now, ..) | cancel(now, ..) | send_input | wait | observe | close_owner ..
+//!     on_message(now, ep, msg) | on_undecodable | on_endpoint_closed(now, ep, ..)
+//!     handle_timeout(now)                          // when poll_timeout()'s deadline passes
+//! after every input:
+//!     while let Some(out) = reg.poll_output() {   // or drain_outputs()
+//!         Send → post it on the endpoint; Terminate → kill it; WaitSettled / JobFinished /
+//!         NoteQueued / Wake / Observed → the host's waiters; Connect / SendFrame /
+//!         CloseSocket → the remote link's socket
+//!     }
+//!     arm one timer at reg.poll_timeout()
+//!     take_deliveries(sub) / read_mailbox(owner) / take_changed_jobs() when told to
+//! ```
 
 mod endpoint;
 pub mod remote;
+mod table;
 mod types;
 pub mod wire;
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+use std::collections::{BTreeSet, HashMap, VecDeque};
 
 use thiserror::Error;
 
@@ -207,14 +227,38 @@ struct Closing {
     notes: VecDeque<Note>,
 }
 
+/// Hashing for maps keyed by the registry's counters (wait and subscription ids): one
+/// multiplication spreads consecutive ids over the table (no keyed SipHash per operation).
+type DenseIds = std::hash::BuildHasherDefault<DenseIdHasher>;
+
+#[derive(Default)]
+struct DenseIdHasher(u64);
+
+impl std::hash::Hasher for DenseIdHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for b in bytes {
+            self.write_u64(self.0 ^ u64::from(*b));
+        }
+    }
+
+    fn write_u64(&mut self, n: u64) {
+        // Fibonacci hashing: the high bits (which hashbrown's control bytes use) vary too.
+        self.0 = (self.0.rotate_left(5) ^ n).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    }
+}
+
 /// The job registry. `V` is the payload representation (JSON natively, `JsValue` in wasm).
 #[derive(Debug)]
 pub struct Registry<V> {
-    jobs: BTreeMap<JobId, Job<V>>,
+    jobs: table::JobTable<V>,
     endpoints: VecMap<EndpointId, Endpoint>,
     owners: VecMap<OwnerId, OwnerState>,
-    subs: HashMap<SubscriptionId, Subscription<V>>,
-    waits: HashMap<WaitId, Wait>,
+    subs: HashMap<SubscriptionId, Subscription<V>, DenseIds>,
+    waits: HashMap<WaitId, Wait, DenseIds>,
     timers: BTreeSet<(Mono, Timer)>,
     outputs: VecDeque<Output<V>>,
     next_job: u64,
@@ -254,11 +298,11 @@ impl<V: Payload> Registry<V> {
     /// An empty registry.
     pub fn new(config: RegistryConfig) -> Self {
         Registry {
-            jobs: BTreeMap::new(),
+            jobs: table::JobTable::default(),
             endpoints: VecMap::new(),
             owners: VecMap::new(),
-            subs: HashMap::new(),
-            waits: HashMap::new(),
+            subs: HashMap::default(),
+            waits: HashMap::default(),
             timers: BTreeSet::new(),
             outputs: VecDeque::new(),
             next_job: config.first_job_id,
@@ -665,7 +709,7 @@ impl<V: Payload> Registry<V> {
         }
         let id = JobId(self.next_job);
         self.next_job += 1;
-        let owner_state = self.owner_state(req.owner.clone());
+        let owner_state = self.owner_state_of(&req.owner);
         let gen_ = owner_state.gen_;
         owner_state.jobs.insert(id);
         if let Some(key) = &req.reuse_key {
@@ -690,12 +734,12 @@ impl<V: Payload> Registry<V> {
             finished_at: None,
             quiet_deadline: None,
             subs: Vec::new(),
-            waits: Vec::new(),
+            waits: Default::default(),
             input_seq: 0,
             gen_,
             watched: false,
         };
-        self.jobs.insert(id, job);
+        self.jobs.insert(job);
         if let Some(ep) = self.endpoints.get_mut(&req.endpoint) {
             ep.jobs += 1;
         }
@@ -887,6 +931,14 @@ impl<V: Payload> Registry<V> {
         !self.closing.is_empty() && self.closing.iter().any(|c| c.gen_ == j.gen_)
     }
 
+    /// [`Registry::owner_state`] without copying the name when the owner has a record.
+    fn owner_state_of(&mut self, owner: &OwnerId) -> &mut OwnerState {
+        if self.owners.get(owner).is_some_and(|o| o.gen_ != 0) {
+            return self.owners.get_mut(owner).expect("checked");
+        }
+        self.owner_state(owner.clone())
+    }
+
     /// The owner's record, created (with a fresh generation) when it has none.
     fn owner_state(&mut self, owner: OwnerId) -> &mut OwnerState {
         let gen_ = self.next_gen;
@@ -1058,6 +1110,7 @@ impl<V: Payload> Registry<V> {
     }
 
     /// Takes the queued deliveries of a subscription (events and missed ranges, in order).
+    #[must_use = "the deliveries are gone once taken: hand them to the subscriber"]
     pub fn take_deliveries(&mut self, sub: SubscriptionId) -> Result<Vec<Delivery<V>>, JobsError> {
         let s = self
             .subs
@@ -1124,7 +1177,7 @@ impl<V: Payload> Registry<V> {
             self.timers.remove(&(d, Timer::Wait(wait)));
         }
         if let Some(j) = self.jobs.get_mut(&w.job) {
-            j.waits.retain(|x| *x != wait);
+            j.waits.remove(wait);
         }
         self.outputs.push_back(Output::WaitSettled {
             wait,
@@ -1137,6 +1190,7 @@ impl<V: Payload> Registry<V> {
     // ----- owners and mailboxes -------------------------------------------------------------
 
     /// Takes the owner's unread completion notes (reading is explicit).
+    #[must_use = "the notes are gone once read: hand them to the owner"]
     pub fn read_mailbox(&mut self, owner: &OwnerId) -> Vec<Note> {
         self.owners
             .get_mut(owner)
@@ -1307,7 +1361,7 @@ impl<V: Payload> Registry<V> {
                 self.changed.insert(id);
             }
             self.job_released(j.endpoint);
-            for w in &j.waits {
+            for w in j.waits.iter() {
                 self.waits.remove(w);
             }
             // Subscriptions keep their queued deliveries until the observer drains them.
@@ -1546,22 +1600,35 @@ impl<V: Payload> Registry<V> {
         let j = self.jobs.get(&job).expect("exists");
         debug_assert!(!j.is_finished(), "a job has exactly one terminal outcome");
         let kind = outcome.kind();
-        let note = j.note.then(|| Note {
-            correlation: format!("{}:{}", j.id, kind.as_str()),
-            job,
-            owner: j.owner.clone(),
-            origin: j.origin.clone(),
-            outcome: kind,
-            summary: format!("{} {}", j.id, outcome.summary()),
-            at,
+        // Each text is written once into a buffer of its final size (no intermediate strings).
+        let note = j.note.then(|| {
+            use std::fmt::Write;
+            let mut correlation = String::with_capacity(24);
+            let _ = write!(correlation, "{}:{}", j.id, kind.as_str());
+            let mut summary = String::with_capacity(32);
+            let _ = write!(summary, "{} ", j.id);
+            outcome.write_summary(&mut summary);
+            Note {
+                correlation,
+                job,
+                owner: j.owner.clone(),
+                origin: j.origin.clone(),
+                outcome: kind,
+                summary,
+                at,
+            }
         });
-        let (owner, wake, endpoint) = (j.owner.clone(), j.wake, j.endpoint);
-        self.set_quiet(job, None);
+        let (wake, endpoint) = (j.wake, j.endpoint);
+        if j.quiet_deadline.is_some() {
+            self.set_quiet(job, None);
+        }
         self.record(job, at, source, EventKind::Finished { outcome });
         let j = self.jobs.get_mut(&job).expect("exists");
         j.finished_at = Some(j.journal.len() - 1);
         j.state = JobState::Finished(kind);
         let waits = std::mem::take(&mut j.waits);
+        // The owner's name is copied only for the outputs that carry it.
+        let owner = (note.is_some() || wake).then(|| j.owner.clone());
         self.outputs
             .push_back(Output::JobFinished { job, outcome: kind });
         for w in waits {
@@ -1576,19 +1643,26 @@ impl<V: Payload> Registry<V> {
                 });
             }
         }
-        if let Some(note) = note {
-            self.owners
-                .get_mut(&owner)
-                .expect("owner of a live job")
-                .mailbox
-                .push_back(note);
-            self.outputs.push_back(Output::NoteQueued {
-                owner: owner.clone(),
-                job,
-            });
-        }
-        if wake {
-            self.outputs.push_back(Output::Wake { owner, job });
+        if let Some(mut owner) = owner {
+            if let Some(note) = note {
+                self.owners
+                    .get_mut(&owner)
+                    .expect("owner of a live job")
+                    .mailbox
+                    .push_back(note);
+                let carried = if wake {
+                    owner.clone()
+                } else {
+                    OwnerId(std::mem::take(&mut owner.0))
+                };
+                self.outputs.push_back(Output::NoteQueued {
+                    owner: carried,
+                    job,
+                });
+            }
+            if wake {
+                self.outputs.push_back(Output::Wake { owner, job });
+            }
         }
         let ep = self.endpoints.get_mut(&endpoint).expect("exists");
         if ep.running.remove(&job) {

@@ -211,27 +211,36 @@ impl<V: Payload> Outcome<V> {
 
     /// A one-line human summary, used in completion notes and the CLI.
     pub fn summary(&self) -> String {
-        match self {
-            Outcome::Succeeded { .. } => "succeeded".into(),
+        let mut s = String::new();
+        self.write_summary(&mut s);
+        s
+    }
+
+    /// Appends [`Outcome::summary`] to `out` (a note's summary is written into one buffer).
+    pub fn write_summary(&self, out: &mut String) {
+        use std::fmt::Write;
+        let _ = match self {
+            Outcome::Succeeded { .. } => out.write_str("succeeded"),
             Outcome::Failed {
                 message,
                 code: Some(code),
                 ..
-            } => format!("failed [{code}]: {message}"),
-            Outcome::Failed { message, .. } => format!("failed: {message}"),
+            } => write!(out, "failed [{code}]: {message}"),
+            Outcome::Failed { message, .. } => write!(out, "failed: {message}"),
             Outcome::Cancelled {
                 evidence: CancelEvidence::NeverStarted,
-            } => "cancelled before it started".into(),
+            } => out.write_str("cancelled before it started"),
             Outcome::Cancelled {
                 evidence: CancelEvidence::Acknowledged,
-            } => "cancelled; the worker acknowledged it stopped".into(),
+            } => out.write_str("cancelled; the worker acknowledged it stopped"),
             Outcome::Cancelled {
                 evidence: CancelEvidence::Quiet { quiet_ms },
-            } => format!(
+            } => write!(
+                out,
                 "cancelled; no acknowledgement available, the run was quiet for {quiet_ms} ms"
             ),
-            Outcome::Lost { reason, .. } => format!("lost ({reason}); effects unknown"),
-        }
+            Outcome::Lost { reason, .. } => write!(out, "lost ({reason}); effects unknown"),
+        };
     }
 
     /// The JSON form: `{"outcome": kind, ...details}`.
@@ -574,7 +583,7 @@ pub struct Job<V> {
     pub(crate) finished_at: Option<usize>,
     pub(crate) quiet_deadline: Option<Mono>,
     pub(crate) subs: Vec<SubscriptionId>,
-    pub(crate) waits: Vec<WaitId>,
+    pub(crate) waits: Waits,
     pub(crate) input_seq: u64,
     /// The generation of the owner record the job belongs to (see `Registry::begin_close_owner`).
     pub(crate) gen_: u64,
@@ -854,4 +863,48 @@ pub struct CloseReport {
     pub endpoints: Vec<EndpointId>,
     /// Completion notes that were still unread.
     pub unread_notes: Vec<Note>,
+}
+
+/// A job's pending waits, in the order they began: the first inline (most jobs are waited on
+/// at most once: no allocation per job), any others on the heap.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Waits {
+    first: Option<WaitId>,
+    more: Vec<WaitId>,
+}
+
+impl Waits {
+    pub(crate) fn is_empty(&self) -> bool {
+        self.first.is_none()
+    }
+
+    pub(crate) fn push(&mut self, w: WaitId) {
+        if self.first.is_none() {
+            self.first = Some(w);
+        } else {
+            self.more.push(w);
+        }
+    }
+
+    /// Removes `w` (the others keep their order).
+    pub(crate) fn remove(&mut self, w: WaitId) {
+        if self.first == Some(w) {
+            self.first = (!self.more.is_empty()).then(|| self.more.remove(0));
+        } else {
+            self.more.retain(|x| *x != w);
+        }
+    }
+
+    pub(crate) fn iter(&self) -> impl Iterator<Item = &WaitId> {
+        self.first.iter().chain(self.more.iter())
+    }
+}
+
+impl IntoIterator for Waits {
+    type Item = WaitId;
+    type IntoIter = std::iter::Chain<std::option::IntoIter<WaitId>, std::vec::IntoIter<WaitId>>;
+
+    fn into_iter(self) -> Self::IntoIter {
+        self.first.into_iter().chain(self.more)
+    }
 }

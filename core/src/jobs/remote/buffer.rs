@@ -277,6 +277,7 @@ impl ReplayBuffer {
     }
 
     /// Numbers, stamps (`seq`, `ack`) and returns every unsent frame, marking it sent.
+    #[must_use = "the frames are marked sent: send them"]
     pub fn take_unsent(&mut self, ack: u64) -> Vec<Value> {
         let mut out = Vec::with_capacity(self.entries.len() - self.sent);
         for i in self.sent..self.entries.len() {

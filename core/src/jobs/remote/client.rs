@@ -540,11 +540,7 @@ impl<V: Payload> Registry<V> {
                 }
                 // The expired session's runs: what the host knew is additional evidence.
                 if let Some(jobs) = jobs {
-                    let wires: Vec<(u64, JobId)> = self.endpoints[&endpoint]
-                        .wire
-                        .iter()
-                        .map(|(w, j)| (*w, *j))
-                        .collect();
+                    let wires: Vec<(u64, JobId)> = self.endpoints[&endpoint].wire.iter().collect();
                     for (wire, job) in wires {
                         let Some(run) = frames::tombstone_run(&jobs, wire) else {
                             continue;
