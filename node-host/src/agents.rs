@@ -2,10 +2,10 @@
 //! [`NodeAgent`](weft_core::agents::NodeAgent), driven here in the core's call order (see
 //! `weft_core::agents`). The host only carries bytes: after a change it syncs the agents
 //! ([`Runtime::sync_open`]) and starts the reads they release before any flush
-//! ([`Runtime::release`]: a model step is asked while its lines become durable); then
-//! [`Runtime::pump`] makes each batch of lines durable (through the caller's `flush`, which
-//! applies, fsyncs and acknowledges), syncs every agent, and turns the outputs the lines
-//! allow into work:
+//! ([`Runtime::release`]: a model step is asked while its lines are written); then
+//! [`Runtime::pump`] performs each batch of lines (through the caller's `flush`, which
+//! applies — fsyncing as the batch's `Durability`, decided by the core, says — and
+//! acknowledges), syncs every agent, and turns the outputs the lines allow into work:
 //!
 //! - a released model step becomes a [`ModelJob`] (the request built from the node slice with
 //!   `ModelInput::chat_request`) that the host runs with its model client ([`run_model`]); its
@@ -402,7 +402,8 @@ impl Runtime {
         Ok(())
     }
 
-    /// Runs the call order until quiet: `flush` (apply + fsync + ack every queued batch),
+    /// Runs the call order until quiet: `flush` (apply — fsync when the batch is synced — and
+    /// ack every queued batch),
     /// open wanted agents, sync every agent, poll what durable lines allow. Returns the model
     /// steps the host must run.
     pub fn pump(
@@ -711,8 +712,8 @@ mod tests {
     fn flusher(store: &mut MemoryStore) -> impl FnMut(&mut ActorGraph) -> Result<(), ActorsError> {
         move |g: &mut ActorGraph| {
             for b in g.take_batches() {
-                store.apply(&b).map_err(ActorsError::StoreIo)?;
-                g.ack(b.id)?;
+                let done = store.perform(&b).map_err(ActorsError::StoreIo)?;
+                g.ack(done)?;
             }
             Ok(())
         }
@@ -746,8 +747,8 @@ mod tests {
             "no answer was written before the person's line is durable"
         );
         for b in batches {
-            store.apply(&b).unwrap();
-            g.ack(b.id).unwrap();
+            let done = store.perform(&b).unwrap();
+            g.ack(done).unwrap();
         }
         assert_eq!(rt.last_end("coordinator"), None);
         rt.pump(t(2_001), &mut g, &mut flusher(&mut store)).unwrap();
@@ -913,8 +914,8 @@ mod tests {
             "the end waits for the acks"
         );
         let first = batches.remove(0);
-        store.apply(&first).unwrap();
-        g.ack(first.id).unwrap();
+        let done = store.perform(&first).unwrap();
+        g.ack(done).unwrap();
         assert!(released(&mut rt, t(2_001), &mut g).is_empty());
         assert_eq!(
             rt.last_end("coordinator"),

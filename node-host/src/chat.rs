@@ -6,7 +6,10 @@
 //! runtime ([`Runtime`]), appends the user line and runs the agent's turn to its end with the
 //! configured model ([`HostModel`]; every step's request is built from the node slice); with
 //! none configured, a note goes to stderr and the built-in model answers. The turn's lines
-//! (turn boundaries, the answer, graph-tool results) are written with the node.
+//! (turn boundaries, the answer, graph-tool results) are written with the node. The user line
+//! is acknowledged only by the turn's end (`LineAck::WithTurnEnd`): it and the turn's first
+//! lines are written without an fsync, and the turn's end makes them durable with the answer
+//! (one fsync round for a plain turn; the core's rule, `weft_core::agents`).
 //!
 //! Output: the reply's text on stdout as it streams; with `--json`, one JSON line per event
 //! (`model_delta`, and the agent's released outputs: `turn_started`, `model_request`,
@@ -24,8 +27,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde_json::json;
-use weft_core::actors::{ActorsError, HeuristicProposer, api};
-use weft_core::agents::AgentConfig;
+use weft_core::actors::ActorsError;
+use weft_core::agents::{AgentConfig, LineAck, admit_user_line};
 use weft_core::codes::HostError;
 use weft_core::model::StreamEvent;
 use weft_core::tools::TurnEnd;
@@ -193,13 +196,16 @@ pub async fn main(args: ChatArgs) -> ExitCode {
         .open(now, &mut graph, &node)
         .map_err(agents_error)
         .and_then(|_| {
-            api::call(
-                &mut graph,
+            // Acknowledged only with the turn's end (the exit status): the core writes the line
+            // without an fsync of its own, and the turn's end syncs it with the answer.
+            admit_user_line(
                 now.wall,
-                "message",
-                &json!({"node": node, "role": "user", "text": args.message}),
-                &HeuristicProposer,
+                &mut graph,
+                &node,
+                &args.message,
+                LineAck::WithTurnEnd,
             )
+            .map_err(agents_error)
         });
     if let Err(e) = opened {
         return actors_fail(&e, args.json);

@@ -2,12 +2,12 @@
 //! (IndexedDB in browsers, memory anywhere): it hands the core a snapshot, performs the batches
 //! the core queues and acknowledges them. Every rule is `weft_core::actors`.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 
 use js_sys::{Array, Object, Reflect, Uint8Array};
 use serde_json::{Value, json};
 use wasm_bindgen::prelude::*;
-use weft_core::actors::store::{Snapshot, WriteBatch};
+use weft_core::actors::store::{InFlight, Snapshot};
 use weft_core::actors::{
     ActorGraph, ActorsError, HarnessConfig, HeuristicProposer, OpenReport, api,
 };
@@ -81,16 +81,14 @@ fn snapshot(files: &JsValue) -> Result<Snapshot, JsValue> {
     Ok(snap)
 }
 
-fn batch_js(b: &WriteBatch) -> JsValue {
-    json(&b.to_json())
-}
-
 /// The actor graph of one `$CHAT_ROOT`, as a JS class. Times are Unix-epoch milliseconds.
 #[wasm_bindgen(js_name = ActorGraph)]
 pub struct ActorGraphJs {
     inner: ActorGraph,
     report: OpenReport,
     notes: Vec<String>,
+    /// The batches handed to the JS store, oldest first, until it reports them performed.
+    in_flight: VecDeque<InFlight>,
 }
 
 #[wasm_bindgen(js_class = ActorGraph)]
@@ -111,6 +109,7 @@ impl ActorGraphJs {
             inner,
             report,
             notes,
+            in_flight: VecDeque::new(),
         })
     }
 
@@ -128,6 +127,7 @@ impl ActorGraphJs {
             inner,
             report: OpenReport::default(),
             notes,
+            in_flight: VecDeque::new(),
         })
     }
 
@@ -163,7 +163,15 @@ impl ActorGraphJs {
     /// The queued batches, oldest first: `[{id, label, gates, stages: [[{op, path, text, …}]]}]`.
     #[wasm_bindgen(js_name = takeBatches)]
     pub fn take_batches(&mut self) -> Array {
-        self.inner.take_batches().iter().map(batch_js).collect()
+        self.inner
+            .take_batches()
+            .into_iter()
+            .map(|b| {
+                let (v, in_flight) = b.hand_off();
+                self.in_flight.push_back(in_flight);
+                json(&v)
+            })
+            .collect()
     }
 
     /// Whether batches are queued and not yet taken (lines written since the last take).
@@ -172,14 +180,33 @@ impl ActorGraphJs {
         self.inner.has_batches()
     }
 
-    /// The store performed batch `id` (and every earlier one) durably.
+    /// The store performed batch `id` (and every earlier one) durably. Only a batch taken
+    /// with `takeBatches` can be acknowledged (`INVALID_ARGUMENT` otherwise; one acknowledged
+    /// already is a no-op).
     pub fn ack(&mut self, id: f64) -> Result<(), JsValue> {
-        self.inner.ack(ms(id)).map_err(|e| error(&e))
+        let id = ms(id);
+        let Some(at) = self.in_flight.iter().position(|f| f.id() == id) else {
+            if id <= self.inner.acked() {
+                return Ok(());
+            }
+            return Err(error(&ActorsError::InvalidArgument(format!(
+                "batch {id} was not taken from this graph"
+            ))));
+        };
+        // Acknowledging a batch acknowledges every earlier one (the store is ordered).
+        let done = self
+            .in_flight
+            .drain(..=at)
+            .next_back()
+            .expect("`at` is in range");
+        self.inner.ack(done.performed()).map_err(|e| error(&e))
     }
 
     /// The store failed batch `id`: later writes are refused until the store is reopened.
     pub fn fail(&mut self, id: f64, detail: &str) {
-        self.inner.fail(ms(id), detail);
+        let id = ms(id);
+        self.in_flight.retain(|f| f.id() > id);
+        self.inner.fail(id, detail);
     }
 
     /// Increases with every change.

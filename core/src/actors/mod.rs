@@ -5,7 +5,8 @@
 //! authoritative; the structs mirror them 1:1 and every mutation rewrites or appends the
 //! records it changed). It is sans-IO: every call takes `now` (Unix-epoch milliseconds, since
 //! timestamps are persisted) and queues [`WriteBatch`]es the host performs on its store and
-//! acknowledges with [`ActorGraph::ack`]. A spawn's lineage — the parent's `spawned[]`, the
+//! acknowledges with the store's proof ([`ActorStore::perform`] → [`Applied`] →
+//! [`ActorGraph::ack`]). A spawn's lineage — the parent's `spawned[]`, the
 //! child's `spawnedBy`, the graph edge and both addresses — is in one batch, and neither node
 //! accepts a message (`NOT_PERSISTED`) until that batch is acknowledged.
 //!
@@ -15,6 +16,25 @@
 //! and crash recovery of half-finished spawns on open ([`ActorGraph::open`]). A one-shot
 //! command may open lazily ([`ActorGraph::open_lazy`]): the core names the nodes it needs, the
 //! host reads only those, and a store that needs recovery is opened in full instead.
+//!
+//! # Call order
+//!
+//! ```text
+//! let (mut graph, report) = ActorGraph::open(config, address, &store.load()?, now)?;
+//!                                      // or open_lazy: the host reads the nodes it names
+//! per command or event:
+//!     graph.spawn(now, ..) | append(now, ..) | route(now, ..) | api::call(&mut graph, now, ..);
+//!     for b in graph.take_batches() {  // recovery first, then every change, oldest first
+//!         match store.perform(&b) {    // stage by stage, durably
+//!             Ok(done) => graph.ack(done)?,        // only the store's proof acknowledges
+//!             Err(e) => { graph.fail(b.id, &e.to_string()); break }  // reopen to recover
+//!         }
+//!     }
+//!     a store that performs batches out of line (the JS stores behind the wasm binding):
+//!         let (json, in_flight) = b.hand_off();  send json;  hold in_flight;
+//!         on the store's report: graph.ack(in_flight.performed())?
+//!     graph.drain_events()             // live views
+//! ```
 
 pub mod api;
 pub mod closeout;
@@ -57,7 +77,8 @@ pub use ops::{
 };
 pub use proposer::{HeuristicProposer, Proposal, ProposalContext, SpawnProposer};
 pub use store::{
-    ActorStore, BatchId, LogTail, MemoryStore, Op, Snapshot, WriteBatch, count_lines, tail_start,
+    ActorStore, Applied, BatchId, Durability, InFlight, LogTail, MemoryStore, Op, Snapshot,
+    WriteBatch, count_lines, tail_start,
 };
 pub use views::{AuditEntry, AuditReport, Scope, WaitCheck};
 
@@ -348,6 +369,9 @@ pub struct ActorGraph {
     outbox: Vec<WriteBatch>,
     next_batch: BatchId,
     acked: BatchId,
+    /// Whether the batch issued last is [`Durability::Written`] (a sync point is owed before
+    /// anything is acknowledged on it: [`ActorGraph::require_synced`]).
+    written_tail: bool,
     gates: BTreeMap<NodeId, BatchId>,
     gate_labels: BTreeMap<BatchId, String>,
     failed: Option<(BatchId, String)>,
@@ -405,6 +429,8 @@ pub(crate) struct Tx {
     pub stages: Vec<Vec<Op>>,
     pub gates: Vec<NodeId>,
     pub records: Vec<Op>,
+    /// [`Durability::Synced`] unless the caller says otherwise (agent lines before a read).
+    pub sync: Durability,
 }
 
 impl Tx {
@@ -414,6 +440,7 @@ impl Tx {
             stages: vec![Vec::new()],
             gates: Vec::new(),
             records: Vec::new(),
+            sync: Durability::Synced,
         }
     }
     /// Adds an op to the current stage. Metathread records go through [`record`](Tx::record).
@@ -499,8 +526,10 @@ fn coalesces(last: &WriteBatch, next: &WriteBatch) -> bool {
 }
 
 impl WriteBatch {
-    /// Takes `next` (see [`coalesces`]) into this batch: its lines after this batch's, its id.
+    /// Takes `next` (see [`coalesces`]) into this batch: its lines after this batch's, its id,
+    /// and the stronger of the two durabilities.
     fn absorb(&mut self, next: WriteBatch) {
+        self.sync = self.sync.max(next.sync);
         let mut text = String::new();
         for op in next.stages.into_iter().flatten() {
             if let Op::Append { text: t, .. } = op {
@@ -560,6 +589,7 @@ impl ActorGraph {
             outbox: Vec::new(),
             next_batch: 1,
             acked: 0,
+            written_tail: false,
             gates: BTreeMap::new(),
             gate_labels: BTreeMap::new(),
             failed: None,
@@ -583,7 +613,9 @@ impl ActorGraph {
     }
 
     /// Takes the queued batches, oldest first. The host performs them in order and
-    /// acknowledges each (or reports failure) — see [`ack`](Self::ack).
+    /// acknowledges each with the store's proof (`store.perform(&b)` → [`ack`](Self::ack)),
+    /// or reports failure ([`fail`](Self::fail)).
+    #[must_use = "perform the batches on the store, then `ack` each with its `Applied`"]
     pub fn take_batches(&mut self) -> Vec<WriteBatch> {
         std::mem::take(&mut self.outbox)
     }
@@ -599,9 +631,25 @@ impl ActorGraph {
         self.outbox.clear();
     }
 
-    /// The store performed batch `id` (and, stores being ordered, every earlier one) durably.
-    /// Nodes gated by those batches accept messages again.
-    pub fn ack(&mut self, id: BatchId) -> Result<(), ActorsError> {
+    /// The store performed batch `done.id()` (and, stores being ordered, every earlier one)
+    /// durably: `done` is its proof, made by [`ActorStore::perform`] (or, for a store that
+    /// performs batches out of line, [`InFlight::performed`](store::InFlight::performed)).
+    /// Nodes gated by those batches accept messages again. Refused (`INVALID_ARGUMENT`) for a
+    /// batch this graph never issued (a proof from another graph).
+    ///
+    /// A batch id is no proof, and a proof cannot be made up:
+    ///
+    /// ```compile_fail
+    /// fn ack_by_id(g: &mut weft_core::actors::ActorGraph) {
+    ///     let _ = g.ack(g.issued());
+    /// }
+    /// ```
+    ///
+    /// ```compile_fail
+    /// let forged = weft_core::actors::Applied(1);
+    /// ```
+    pub fn ack(&mut self, done: Applied) -> Result<(), ActorsError> {
+        let id = done.id();
         if id >= self.next_batch {
             return Err(ActorsError::InvalidArgument(format!(
                 "batch {id} was never issued"
@@ -638,6 +686,7 @@ impl ActorGraph {
     }
 
     /// Events since the last drain (for live views).
+    #[must_use = "the events are gone once drained: hand them to the live views"]
     pub fn drain_events(&mut self) -> Vec<ActorEvent> {
         std::mem::take(&mut self.events)
     }
@@ -761,12 +810,40 @@ impl ActorGraph {
             label: tx.label,
             stages,
             gates: tx.gates.iter().map(|g| g.to_string()).collect(),
+            sync: if tx.gates.is_empty() {
+                tx.sync
+            } else {
+                Durability::Synced
+            },
         };
         match self.outbox.last_mut() {
             Some(last) if coalesces(last, &batch) => last.absorb(batch),
             _ => self.outbox.push(batch),
         }
+        self.written_tail = self
+            .outbox
+            .last()
+            .is_some_and(|b| b.sync == Durability::Written);
         id
+    }
+
+    /// A sync point: makes the batch issued last (and with it every earlier one, see
+    /// [`Durability`]) [`Durability::Synced`], so that its acknowledgement says the lines are
+    /// on stable storage. The queued last batch is upgraded; when it was already taken, an
+    /// empty `Synced` batch is issued (a file store then fsyncs what the written batches left).
+    /// Nothing is issued when the batch issued last is already `Synced`. The agents' rule
+    /// (`crate::agents`): before an effect or an acknowledgement.
+    pub fn require_synced(&mut self) {
+        if !self.written_tail {
+            return;
+        }
+        self.written_tail = false;
+        match self.outbox.last_mut() {
+            Some(last) => last.sync = Durability::Synced,
+            None => {
+                self.commit(Tx::new("sync"));
+            }
+        }
     }
 
     /// Keeps what the graph knows of the records on disk (see [`patch`]) true after `op`:

@@ -12,7 +12,7 @@ use super::model::{
     WaitMode, WaitOn,
 };
 use super::proposer::{Proposal, ProposalContext, SpawnProposer, is_task_utterance};
-use super::store::{BatchId, Op, Snapshot};
+use super::store::{BatchId, Durability, Op, Snapshot};
 use super::time::format_rfc3339;
 use super::views::Scope;
 use super::{
@@ -890,6 +890,18 @@ impl ActorGraph {
     /// Appends a line to a node's chat. Refused while the node is gated (`NOT_PERSISTED`) or
     /// paused (`ROUTING_PAUSED`), for cadence violations, and for routing markers.
     pub fn append(&mut self, now: Wall, node: &str, l: NewLine) -> Result<u64, ActorsError> {
+        self.append_with(now, node, l, Durability::Synced)
+    }
+
+    /// [`append`](Self::append) in a batch of durability `sync`: `Written` only for a line
+    /// nobody is told about before a later sync point (`crate::agents::admit_user_line`).
+    pub(crate) fn append_with(
+        &mut self,
+        now: Wall,
+        node: &str,
+        l: NewLine,
+        sync: Durability,
+    ) -> Result<u64, ActorsError> {
         let id = self.writable(node)?;
         self.check_not_paused(&id)?;
         Self::check_text(&l.text)?;
@@ -907,6 +919,7 @@ impl ActorGraph {
         };
         let (n, op) = self.push_chat(&id, cl);
         let mut tx = Tx::new(format!("message {id}"));
+        tx.sync = sync;
         tx.op(op);
         self.commit(tx);
         self.event("line", Some(&id));
@@ -917,12 +930,14 @@ impl ActorGraph {
     /// batch: the additive `agent` field carries the session record. Unlike [`append`](Self::append) it
     /// is allowed while the node is paused (a turn that spawned a disambiguation child still
     /// records its results) and it may write a routing marker (the result of an agent's graph
-    /// tool on the discussion surface); cadence separation is checked as for every line.
+    /// tool on the discussion surface); cadence separation is checked as for every line. The
+    /// agent decides the batch's durability (`sync`).
     pub(crate) fn append_agent_lines(
         &mut self,
         now: Wall,
         node: &str,
         lines: Vec<(Role, String, Map<String, Value>)>,
+        sync: Durability,
     ) -> Result<BatchId, ActorsError> {
         // Not `writable`: a spawn the agent just made gates its own node against other
         // writers until the lineage is durable, and the agent's later batches are performed
@@ -945,6 +960,7 @@ impl ActorGraph {
             }
         }
         let mut tx = Tx::new(format!("agent {id}"));
+        tx.sync = sync;
         let at = format_rfc3339(now);
         for (role, text, extra) in lines {
             let cl = ChatLine {

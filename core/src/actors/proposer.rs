@@ -414,8 +414,8 @@ mod tests {
         use super::super::ActorStore as _;
         let mut store = super::super::MemoryStore::default();
         for b in g.take_batches() {
-            store.apply(&b).unwrap();
-            g.ack(b.id).unwrap();
+            let done = store.perform(&b).unwrap();
+            g.ack(done).unwrap();
         }
         let text = "Oh, and CI is flaky again";
         let cx = ProposalContext::of(&g, "coordinator", text)

@@ -1,6 +1,7 @@
 //! The storage seam. The core never touches a store: it expresses every change as a
 //! [`WriteBatch`] of [`Op`]s on paths under `$CHAT_ROOT`, the host performs the batch and
-//! acknowledges it ([`super::ActorGraph::ack`]). Loading is the reverse: the host hands the
+//! acknowledges it with the store's proof ([`ActorStore::perform`] → [`Applied`] →
+//! [`super::ActorGraph::ack`]). Loading is the reverse: the host hands the
 //! core a [`Snapshot`] of the files.
 //!
 //! A batch is a list of stages. A store must make every op of a stage durable before it starts
@@ -111,8 +112,48 @@ impl Op {
     }
 }
 
-/// Ordered stages of ops that one core call produced.
+/// How durable a store must make a batch before it acknowledges it: the core decides, per
+/// batch, the host carries it.
+///
+/// * `Synced` (every batch but the ones below): on stable storage — it survives a power loss
+///   (file stores: fsync). Performing a `Synced` batch also makes every earlier batch
+///   durable (file stores fsync the files earlier `Written` batches left unsynced in its
+///   first round), so acknowledging it says that of everything before it.
+/// * `Written`: handed to the operating system — visible to the next process that opens the
+///   root even if this one is killed (the page cache survives `SIGKILL`), but a power loss
+///   before the next `Synced` batch may lose it. The core asks for it only for lines nobody
+///   outside the writer has been told about: an agent's lines that precede a read (its
+///   model request) and a person's line that is acknowledged only with the turn's end (see
+///   `crate::agents`). Everything an acknowledgement or an external side effect depends on
+///   is in a `Synced` batch.
+///
+/// A store may always do more than asked: one without the distinction (memory, the JS
+/// stores) performs every batch alike.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Durability {
+    /// Written to the operating system, not yet to stable storage.
+    Written,
+    /// On stable storage, with every earlier batch.
+    #[default]
+    Synced,
+}
+
+impl Durability {
+    /// The JSON form: `"written"` or `"synced"`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Durability::Written => "written",
+            Durability::Synced => "synced",
+        }
+    }
+}
+
+/// Ordered stages of ops that one core call produced: the graph's durability output, to
+/// perform on the store and acknowledge with the store's proof ([`ActorStore::perform`] →
+/// [`ActorGraph::ack`](super::ActorGraph::ack)), or to hand to a store that performs it out of
+/// line ([`WriteBatch::hand_off`] → [`InFlight::performed`] → `ack`).
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[must_use = "perform it on the store and acknowledge it: `ActorStore::perform` → `ActorGraph::ack`"]
 pub struct WriteBatch {
     pub id: BatchId,
     /// What the batch does (`spawn docs-sync`), for logs and errors.
@@ -122,22 +163,72 @@ pub struct WriteBatch {
     /// Whether lineage depends on this batch: the nodes it creates or re-links refuse new
     /// messages until it is acknowledged.
     pub gates: Vec<String>,
+    /// How durable the batch must be before it is acknowledged ([`Durability`]).
+    pub sync: Durability,
 }
 
 impl WriteBatch {
-    /// The batch as JSON.
+    /// The batch as JSON (`"sync": "written"` only on a [`Durability::Written`] batch).
     pub fn to_json(&self) -> Value {
-        json!({
+        let mut v = json!({
             "id": self.id,
             "label": self.label,
             "gates": self.gates,
             "stages": self.stages.iter().map(|s| s.iter().map(Op::to_json).collect::<Vec<_>>()).collect::<Vec<_>>(),
-        })
+        });
+        if self.sync == Durability::Written {
+            v["sync"] = json!(self.sync.as_str());
+        }
+        v
     }
 
     /// The number of ops.
     pub fn op_count(&self) -> usize {
         self.stages.iter().map(Vec::len).sum()
+    }
+
+    /// Hands the batch to a store that performs it out of line and reports back by id (the
+    /// JS stores behind the wasm binding): its JSON ([`to_json`](Self::to_json)) to send, and
+    /// the [`InFlight`] to hold until the store reports the batch performed.
+    #[must_use = "send the JSON to the store and hold the `InFlight` until it reports back"]
+    pub fn hand_off(self) -> (Value, InFlight) {
+        (self.to_json(), InFlight(self.id))
+    }
+}
+
+/// Proof that a store performed a [`WriteBatch`]: what
+/// [`ActorGraph::ack`](super::ActorGraph::ack) takes. Only [`ActorStore::perform`] (the
+/// store's `apply` returned `Ok`) and [`InFlight::performed`] (an out-of-line store reported
+/// the batch it was handed performed) make one, so a host cannot acknowledge a batch it did
+/// not hand to a store. As with the frames engine's `Persisted`, the types prove that the
+/// store said yes, not that an fsync happened.
+#[derive(Debug)]
+#[must_use = "acknowledge it: `ActorGraph::ack`"]
+pub struct Applied(BatchId);
+
+impl Applied {
+    /// The batch performed (acknowledging it acknowledges every earlier one).
+    pub fn id(&self) -> BatchId {
+        self.0
+    }
+}
+
+/// A batch handed to a store that performs it out of line ([`WriteBatch::hand_off`]), held
+/// until that store reports it performed.
+#[derive(Debug)]
+#[must_use = "hold it until the store reports the batch performed, then `performed` → `ActorGraph::ack`"]
+pub struct InFlight(BatchId);
+
+impl InFlight {
+    /// The batch handed off.
+    pub fn id(&self) -> BatchId {
+        self.0
+    }
+
+    /// The store reported the batch performed: the proof `ack` takes. This is the host's word
+    /// (the wasm binding's: its JS store's `ack(id)`), given only after that report.
+    pub fn performed(self) -> Applied {
+        Applied(self.0)
     }
 }
 
@@ -260,8 +351,17 @@ pub trait ActorStore {
     type Error: std::fmt::Display;
     /// Reads every snapshot file (see [`is_snapshot_path`]).
     fn load(&mut self) -> Result<Snapshot, Self::Error>;
-    /// Performs a batch, stage by stage, durably.
+    /// Performs a batch, stage by stage, durably. Hosts call [`perform`](Self::perform);
+    /// `apply` alone writes a batch without acknowledging it (crash tests, partial batches).
     fn apply(&mut self, batch: &WriteBatch) -> Result<(), Self::Error>;
+
+    /// Performs `batch` ([`apply`](Self::apply)) and, when the store succeeded, the proof
+    /// [`ActorGraph::ack`](super::ActorGraph::ack) takes. On an error the host reports the
+    /// batch failed ([`ActorGraph::fail`](super::ActorGraph::fail)).
+    fn perform(&mut self, batch: &WriteBatch) -> Result<Applied, Self::Error> {
+        self.apply(batch)?;
+        Ok(Applied(batch.id))
+    }
 }
 
 /// A store in memory: a map of paths to bytes. Batches apply atomically. Used by tests, by

@@ -39,8 +39,8 @@ impl World {
     }
     fn flush(&mut self) {
         for b in self.g.take_batches() {
-            self.store.apply(&b).unwrap();
-            self.g.ack(b.id).unwrap();
+            let done = self.store.perform(&b).unwrap();
+            self.g.ack(done).unwrap();
         }
     }
     fn reopen(&mut self) -> OpenReport {
@@ -118,8 +118,8 @@ fn a_spawn_is_one_batch_and_gates_both_nodes_until_acknowledged() {
     // The metathread record names the marker's line, so it is durable only after the marker.
     let paths: Vec<String> = b.stages[2].iter().flat_map(Op::paths).collect();
     assert_eq!(paths, ["orchestrator/meta.jsonl"]);
-    w.store.apply(b).unwrap();
-    w.g.ack(b.id).unwrap();
+    let done = w.store.perform(b).unwrap();
+    w.g.ack(done).unwrap();
     assert_eq!(
         w.g.append(
             w.now + 3,
@@ -184,12 +184,12 @@ fn lines_for_one_log_queued_back_to_back_share_one_batch() {
     assert_eq!(text.lines().count(), 2, "both lines, in one write");
     assert!(text.find("\"one\"").unwrap() < text.find("\"two\"").unwrap());
     // Acknowledging the joined batch acknowledges both calls (acks are cumulative).
-    w.store.apply(b).unwrap();
-    w.g.ack(b.id).unwrap();
+    let done = w.store.perform(b).unwrap();
+    w.g.ack(done).unwrap();
     assert_eq!(w.g.acked(), last);
     for b in &batches[1..] {
-        w.store.apply(b).unwrap();
-        w.g.ack(b.id).unwrap();
+        let done = w.store.perform(b).unwrap();
+        w.g.ack(done).unwrap();
     }
     w.reopen();
     let texts: Vec<String> = w
@@ -212,6 +212,53 @@ fn lines_for_one_log_queued_back_to_back_share_one_batch() {
     let batches = w.g.take_batches();
     assert_eq!(batches.len(), 2);
     assert!(batches[1].gates.contains(&"coordinator".to_owned()));
+}
+
+/// Durability is an output acknowledged like a send: the gate of a spawn lifts only with the
+/// store's proof that it performed the batch (`perform` → `Applied` → `ack`), a store that
+/// refuses the batch hands back no proof, an out-of-line store's batch is acknowledged with
+/// the `InFlight` it was handed off with, and a proof another graph made is refused.
+#[test]
+fn a_batch_is_acknowledged_only_with_the_proof_its_store_performed_it() {
+    let mut w = World::new();
+    let now = w.tick();
+    let mut r = SpawnRequest::new("coordinator", NodeType::Task);
+    r.id = Some("kid".into());
+    w.g.spawn(now, r).unwrap();
+    let b = w.g.take_batches().remove(0);
+    // A store that refuses the batch (the node exists there already): no proof, still gated.
+    let mut full = w.store.clone();
+    full.dirs.insert("nodes/kid".into());
+    assert!(full.perform(&b).is_err());
+    assert_eq!(
+        code(w.g.append(now, "kid", NewLine::user("x"))),
+        "NOT_PERSISTED"
+    );
+    // Handed off to a store that performs it out of line: the JSON it is sent is the batch's,
+    // and the `InFlight` held until the store reports back acknowledges it.
+    let want = b.to_json();
+    let (json, in_flight) = b.hand_off();
+    assert_eq!(json, want);
+    assert_eq!(in_flight.id(), w.g.issued());
+    let mut other = World::new();
+    let now2 = other.tick();
+    other
+        .g
+        .spawn(now2, SpawnRequest::new("coordinator", NodeType::Task))
+        .unwrap();
+    let mut later = other.g.take_batches();
+    for _ in 0..3 {
+        other.g.narrate(other.now, "more").unwrap();
+        later.extend(other.g.take_batches());
+    }
+    let foreign = later.pop().unwrap();
+    assert!(foreign.id > w.g.issued());
+    let foreign = other.store.perform(&foreign).unwrap();
+    assert_eq!(code(w.g.ack(foreign)), "INVALID_ARGUMENT");
+    assert!(w.g.acked() < in_flight.id());
+    w.g.ack(in_flight.performed()).unwrap();
+    assert_eq!(w.g.acked(), w.g.issued());
+    w.g.append(now, "kid", NewLine::user("x")).unwrap();
 }
 
 #[test]
@@ -334,8 +381,8 @@ fn disambiguation_pauses_the_parent_until_resolved() {
         4,
         "children, then the decision, then the parent and its markers, then the records"
     );
-    w.store.apply(b).unwrap();
-    w.g.ack(b.id).unwrap();
+    let done = w.store.perform(b).unwrap();
+    w.g.ack(done).unwrap();
     w.g.append(w.now + 6, "coordinator", NewLine::user("back to the merge"))
         .unwrap();
     let c = w.g.node("coordinator").unwrap();
@@ -1114,8 +1161,8 @@ impl Acked {
                 crashed = Some((stage, mask, tear));
                 break;
             }
-            w.store.apply(&b).unwrap();
-            w.g.ack(b.id).unwrap();
+            let done = w.store.perform(&b).unwrap();
+            w.g.ack(done).unwrap();
         }
         if let Some(c) = crashed {
             reopen_with_recovery_cut(w, recovery_cut(c));
@@ -1326,8 +1373,8 @@ fn a_spawn_batch_is_one_batch_of_three_stages_whatever_its_size() {
         "the children, created together"
     );
     for b in batches {
-        w.store.apply(&b).unwrap();
-        w.g.ack(b.id).unwrap();
+        let done = w.store.perform(&b).unwrap();
+        w.g.ack(done).unwrap();
     }
     w.g.append(now, "task-2", NewLine::user("x")).unwrap();
     w.flush();
@@ -1463,8 +1510,8 @@ fn a_trusted_lazy_open_keeps_ids_taken_and_grows_the_records_in_place() {
         "{ops:?}"
     );
     for b in batches {
-        w.store.apply(&b).unwrap();
-        lazy.ack(b.id).unwrap();
+        let done = w.store.perform(&b).unwrap();
+        lazy.ack(done).unwrap();
     }
     assert!(lazy.lazy_trusted());
     // A spawn that rewrites graph.json whole (a wait is a related edge) parses it first, so
@@ -1478,8 +1525,8 @@ fn a_trusted_lazy_open_keeps_ids_taken_and_grows_the_records_in_place() {
     r.wait_on.push((a.to_string(), WaitMode::Warn));
     lazy.spawn(now, r).unwrap();
     for b in lazy.take_batches() {
-        w.store.apply(&b).unwrap();
-        lazy.ack(b.id).unwrap();
+        let done = w.store.perform(&b).unwrap();
+        lazy.ack(done).unwrap();
     }
     let r = w.reopen();
     assert!(r.diagnostics.is_empty() && r.repairs.is_empty(), "{r:?}");
@@ -1708,8 +1755,8 @@ fn a_record_read_by_its_ends_grows_in_place_and_is_read_whole_before_a_rewrite()
         "{ops:?}"
     );
     for b in batches {
-        w.store.apply(&b).unwrap();
-        lazy.ack(b.id).unwrap();
+        let done = w.store.perform(&b).unwrap();
+        lazy.ack(done).unwrap();
     }
     assert!(lazy.lazy_trusted());
     assert_eq!(lazy.lazy_records(), ["nodes/coordinator/meta.json"]);
@@ -1717,8 +1764,8 @@ fn a_record_read_by_its_ends_grows_in_place_and_is_read_whole_before_a_rewrite()
     lazy.set_status(now, "coordinator", Status::Idle, Some("x".into()), None)
         .unwrap();
     for b in lazy.take_batches() {
-        w.store.apply(&b).unwrap();
-        lazy.ack(b.id).unwrap();
+        let done = w.store.perform(&b).unwrap();
+        lazy.ack(done).unwrap();
     }
     let r = w.reopen();
     assert!(r.diagnostics.is_empty() && r.repairs.is_empty(), "{r:?}");

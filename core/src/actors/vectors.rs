@@ -86,10 +86,11 @@ impl Run {
             return Ok(());
         };
         for b in g.take_batches() {
-            self.store
-                .apply(&b)
+            let done = self
+                .store
+                .perform(&b)
                 .map_err(|e| verr(format!("memory store refused batch {}: {e}", b.id)))?;
-            g.ack(b.id).map_err(aerr)?;
+            g.ack(done).map_err(aerr)?;
         }
         Ok(())
     }
@@ -194,8 +195,8 @@ impl Run {
                 }
             }
         }
-        self.store.apply(&b).map_err(verr)?;
-        self.g()?.ack(b.id).map_err(aerr)?;
+        let done = self.store.perform(&b).map_err(verr)?;
+        self.g()?.ack(done).map_err(aerr)?;
         Ok(json!({"cuts": cuts, "failures": failures}))
     }
 
@@ -215,8 +216,8 @@ impl Run {
         };
         let (mut g, _) = open(store)?;
         for b in g.take_batches() {
-            store.apply(&b)?;
-            g.ack(b.id).map_err(|e| e.to_string())?;
+            let done = store.perform(&b)?;
+            g.ack(done).map_err(|e| e.to_string())?;
         }
         let mut problems = g.lineage_violations();
         for (id, parent) in before {
@@ -282,8 +283,8 @@ impl Run {
             "apply" => {
                 let held = std::mem::take(&mut self.held);
                 for b in &held {
-                    self.store.apply(b).map_err(verr)?;
-                    self.g()?.ack(b.id).map_err(aerr)?;
+                    let done = self.store.perform(b).map_err(verr)?;
+                    self.g()?.ack(done).map_err(aerr)?;
                 }
                 json!({"applied": held.len()})
             }

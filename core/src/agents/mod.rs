@@ -24,14 +24,24 @@
 //!   agent is `waiting` (a `wait` line), stays cancellable, and the step is released by itself
 //!   when the target turns terminal. A node paused by a disambiguation child waits the same way.
 //! - **Durability before effects**: an effect (a call to start, a turn's end, a spawned
-//!   child, ...) is released to the host only once every line written before it is
-//!   acknowledged by the store ([`ActorGraph::ack`]), so a call is never started, and a turn
-//!   never reported ended, on the strength of lines a crash could lose. A model request is a
-//!   read ([`is_read`]): it is released as soon as the lines before it are queued, and the host
-//!   asks the model while it makes them durable (one fsync round off the turn's critical
-//!   path); the answer's lines are acknowledged after them. A crash before they are durable
-//!   leaves no turn (and the person's line, not durable, was never acknowledged); after, the
-//!   step is interrupted like any step that was streaming.
+//!   child, a wait, ...) is released to the host only once every line written before it is
+//!   acknowledged by the store ([`ActorGraph::ack`]) *as synced*: queuing an effect is a sync
+//!   point ([`ActorGraph::require_synced`]), so the batch it waits for is
+//!   [`Durability::Synced`] (fsynced, with every earlier batch). A call is never started, and
+//!   a turn never reported ended, on the strength of lines a crash — a power loss included —
+//!   could lose. A model request is a read ([`is_read`]): it is released as soon as the lines
+//!   before it are queued, and those lines are only [`Durability::Written`] (visible to a
+//!   restart after the process is killed; no fsync): nothing outside the host has been told
+//!   about them. The turn's end (or the call that follows) syncs them with the answer in one
+//!   round — one fsync per plain turn. The same holds for a person's line acknowledged only
+//!   with the turn's end ([`admit_user_line`] with [`LineAck::WithTurnEnd`]); one the host
+//!   acknowledges on store (the desk's `POST`) is synced first. Acknowledgements are sync
+//!   points too: a job note or observation written as mail ([`NodeAgent::deliver_note`],
+//!   [`NodeAgent::post_observation`]), a job's start line, the recovery lines of
+//!   [`NodeAgent::open`]. What a crash leaves: a `SIGKILL` loses nothing written; a power
+//!   loss before the sync point may lose the turn's start (and a line acknowledged with the
+//!   turn's end), never an acknowledged line — the restart then finds no turn, or, if the
+//!   lines survived, an interrupted step, as for any step that was streaming.
 //! - **Graph tools** (`spawn`, `resolve`, `wait_on`, `set_status`, `read_mailbox`) are
 //!   performed by the core against the graph's rules; a spawn's routing marker is its result
 //!   line. A spawned child gets its own agent (the host opens it on [`AgentOutput::Spawned`]),
@@ -55,7 +65,7 @@
 //!     deliver_note / post_observation / wake / interrupt / handle_timeout (now, graph, ...)
 //!     while let Some(o) = poll_output(graph) { ... }   // reads (a model request) now:
 //!                                                      // ask the model while flushing
-//!     perform graph.take_batches(), graph.ack(id)
+//!     for b in graph.take_batches() { graph.ack(store.perform(&b)?)? }
 //!     while let Some(o) = poll_output(graph) { ... }   // effects once their lines are durable
 //!     model_input(graph) when ModelRequest was polled; poll_timeout() for the next deadline
 //! }
@@ -81,8 +91,8 @@ use serde_json::{Map, Value, json};
 use thiserror::Error;
 
 use crate::actors::{
-    ActorGraph, ActorsError, BatchId, NodeId, NodeType, Role, SpawnRequest, Status, Trigger,
-    WaitMode,
+    ActorGraph, ActorsError, BatchId, Durability, NodeId, NodeType, Role, SpawnRequest, Status,
+    Trigger, WaitMode,
 };
 use crate::jobs::{JobId, Note};
 use crate::time::{Mono, Now, Wall};
@@ -422,6 +432,8 @@ impl NodeAgent {
         report.requeued_mail = scan.pending_mail.len();
         report.pending_tasks = slice::user_lines_after(graph, node, scan.last_task_line).len();
         agent.flush_lines(now, graph)?;
+        // The report is an acknowledgement of the recovery lines.
+        graph.require_synced();
         agent.register_graph_tools()?;
         Ok((agent, report))
     }
@@ -691,7 +703,10 @@ impl NodeAgent {
             ),
         )?;
         self.open_jobs.insert(job.0, call_id);
-        self.pump(now, graph)
+        self.pump(now, graph)?;
+        // The job is an external effect already running: its line is made durable with it.
+        graph.require_synced();
+        Ok(())
     }
 
     /// Records a journal event (its JSON form, [`crate::jobs::JobEvent::to_json`]) of a job a
@@ -793,6 +808,8 @@ impl NodeAgent {
         self.open_jobs.remove(&note.job.0);
         self.requeue_mail(now, seq);
         self.pump(now, graph)?;
+        // The host acknowledges the note to its registry once this is acknowledged.
+        graph.require_synced();
         Ok(seq)
     }
 
@@ -819,6 +836,8 @@ impl NodeAgent {
         self.next_mail += 1;
         self.requeue_mail(now, seq);
         self.pump(now, graph)?;
+        // Acknowledged to its source once this is acknowledged.
+        graph.require_synced();
         Ok(seq)
     }
 
@@ -935,11 +954,18 @@ impl NodeAgent {
             return Ok(());
         }
         let lines = std::mem::take(&mut self.pending_lines);
-        graph.append_agent_lines(now.wall, self.node.as_str(), lines)?;
+        // Written: a sync point follows before anything is acknowledged on them (`emit`).
+        graph.append_agent_lines(now.wall, self.node.as_str(), lines, Durability::Written)?;
         Ok(())
     }
 
-    fn emit(&mut self, graph: &ActorGraph, out: AgentOutput) {
+    /// Queues `out` behind the lines written so far. An effect ([`is_effect`]) is a sync
+    /// point: the batch issued last becomes [`Durability::Synced`] first, so that the
+    /// acknowledgement `poll_output` waits for says the lines are on stable storage.
+    fn emit(&mut self, graph: &mut ActorGraph, out: AgentOutput) {
+        if is_effect(&out) {
+            graph.require_synced();
+        }
         self.queue.push_back((graph.issued(), out));
     }
 
@@ -1311,17 +1337,38 @@ impl OrReason for Value {
 
 /// Whether `output` is a read the host may perform before the lines written before it are
 /// durable (see [`NodeAgent::poll_output`]): the start of a turn and its model request. A
-/// model request only reads the node's lines; if a crash loses them, the turn never happened
-/// on disk (no `turn_start`, and a person's line that was not durable was never
-/// acknowledged), and if they were durable the step is recorded interrupted, as for any step
-/// that was streaming. Everything the step's answer writes is acknowledged after them (acks
-/// are cumulative), so nothing that follows the request is released on lines a crash could
-/// lose.
+/// model request only reads the node's lines, so they are written without a sync point (see
+/// the module docs): if a crash loses them, the turn never happened on disk (no
+/// `turn_start`, and a person's line that was not synced was never acknowledged), and if they
+/// survived the step is recorded interrupted, as for any step that was streaming. Effects
+/// ([`is_effect`]) are sync points; everything the step's answer writes is acknowledged
+/// after the lines before it (acks are cumulative), so nothing that follows the request is
+/// released on lines a crash could lose.
 pub fn is_read(output: &AgentOutput) -> bool {
     matches!(
         output,
         AgentOutput::Session(Output::TurnStarted { .. } | Output::ModelRequest { .. })
     )
+}
+
+/// Whether `output` is an effect: something outside the host acts on it or is told by it — a
+/// call to start or abort, a turn's end (the answer to the person), a wait, a spawned child,
+/// queued mail, a model stream to drop. Queuing one is a sync point (the lines before it are
+/// [`Durability::Synced`] before it is released). Not effects: the reads ([`is_read`]) and
+/// the host's own bookkeeping — a call's result came from the host (`call_finished`), token
+/// counts (`model_usage`), a handler to drop (`handler_released`) — which are released once
+/// the lines before them are acknowledged as written, like every output, without a sync
+/// point of their own.
+pub fn is_effect(output: &AgentOutput) -> bool {
+    !is_read(output)
+        && !matches!(
+            output,
+            AgentOutput::Session(
+                Output::CallFinished { .. }
+                    | Output::ModelUsage { .. }
+                    | Output::HandlerReleased { .. }
+            )
+        )
 }
 
 /// Whether `status` ends a node's work (re-exported for hosts deciding nothing themselves).
@@ -1352,4 +1399,36 @@ pub fn admit_utterance(
         &json!({"node": node, "text": text}),
         &proposer,
     )?)
+}
+
+/// When a host tells the person that their line was taken: the durability the line needs
+/// follows from it ([`admit_user_line`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LineAck {
+    /// As soon as the line is stored (the desk answers `POST …/messages` after its flush):
+    /// the line is [`Durability::Synced`] before that answer.
+    OnStore,
+    /// Only with the turn's end (`weft chat` exits with it; a RAM session answers with it):
+    /// the line is [`Durability::Written`] and the turn's first lines join it. Nothing outside
+    /// the host has seen it when the model is asked (a read), and the turn's end — an effect,
+    /// so a sync point — makes it durable with the answer in the same round. A `SIGKILL`
+    /// before that loses nothing (the lines were written); a power loss may lose the line and
+    /// the turn's start, neither of which anyone was told about.
+    WithTurnEnd,
+}
+
+/// Appends a person's line to `node`, where its agent runs (a model is configured), with the
+/// durability `ack` calls for. Returns the line's number.
+pub fn admit_user_line(
+    now: Wall,
+    graph: &mut ActorGraph,
+    node: &str,
+    text: &str,
+    ack: LineAck,
+) -> Result<u64, AgentsError> {
+    let sync = match ack {
+        LineAck::OnStore => Durability::Synced,
+        LineAck::WithTurnEnd => Durability::Written,
+    };
+    Ok(graph.append_with(now, node, crate::actors::NewLine::user(text), sync)?)
 }

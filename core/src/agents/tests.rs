@@ -5,7 +5,7 @@ use serde_json::{Value, json};
 use super::*;
 use crate::actors::store::{ActorStore, MemoryStore};
 use crate::actors::vectors::BASE;
-use crate::actors::{HarnessConfig, SpawnRequest};
+use crate::actors::{HarnessConfig, SpawnRequest, WriteBatch};
 use crate::tools::ModelResponse;
 
 fn graph() -> (ActorGraph, MemoryStore) {
@@ -22,8 +22,8 @@ fn at(ms: u64) -> Now {
 
 fn flush(g: &mut ActorGraph, store: &mut MemoryStore) {
     for b in g.take_batches() {
-        store.apply(&b).unwrap();
-        g.ack(b.id).unwrap();
+        let done = store.perform(&b).unwrap();
+        g.ack(done).unwrap();
     }
 }
 
@@ -180,4 +180,190 @@ fn a_journal_event_and_a_note_are_persisted_on_the_wall_clock() {
     });
     let r = super::vectors::run_vector(&v);
     assert!(r.failures.is_empty(), "{:?}", r.failures);
+}
+
+/// The batches queued so far: (durability, the `agent.entry` kinds and roles of their lines).
+fn queued(g: &mut ActorGraph) -> Vec<(Durability, Vec<String>, WriteBatch)> {
+    g.take_batches()
+        .into_iter()
+        .map(|b| {
+            let kinds = b
+                .stages
+                .iter()
+                .flatten()
+                .flat_map(|op| match op {
+                    crate::actors::Op::Append { text, .. } => text
+                        .lines()
+                        .map(|l| {
+                            let v: Value = serde_json::from_str(l).unwrap();
+                            v[AGENT_FIELD]["entry"].as_str().map_or_else(
+                                || v["role"].as_str().unwrap().to_owned(),
+                                str::to_owned,
+                            )
+                        })
+                        .collect::<Vec<_>>(),
+                    _ => Vec::new(),
+                })
+                .collect();
+            (b.sync, kinds, b)
+        })
+        .collect()
+}
+
+fn names(outs: &[Value]) -> Vec<&str> {
+    outs.iter().map(|o| o["output"].as_str().unwrap()).collect()
+}
+
+/// The durability rule of a turn (module docs, "Durability before effects"): the lines before
+/// a read (the person's line acknowledged with the turn's end, `turn_start`, a call's result
+/// before the next model request) are written only; every effect (a call started, the turn's
+/// end) waits for a synced batch that holds every line before it; a line acknowledged on
+/// store, and mail, are synced. A plain turn is thus one synced batch.
+#[test]
+fn lines_before_a_read_are_written_and_every_effect_waits_for_a_synced_batch() {
+    let (mut g, mut store) = graph();
+    flush(&mut g, &mut store);
+    let mut r = SpawnRequest::new("coordinator", NodeType::Task);
+    r.id = Some("work".into());
+    g.spawn(BASE, r).unwrap();
+    flush(&mut g, &mut store);
+    let (mut a, _) = NodeAgent::open(at(0), &mut g, "work", AgentConfig::default()).unwrap();
+    flush(&mut g, &mut store);
+    a.register_tool(ToolDecl::new(
+        "probe",
+        "A test tool.",
+        json!({"type": "object", "properties": {}}),
+    ))
+    .unwrap();
+
+    // The person's line (acknowledged with the turn's end) and `turn_start`: one written
+    // batch; the reads go out before it is performed.
+    admit_user_line(BASE + 1, &mut g, "work", "probe it", LineAck::WithTurnEnd).unwrap();
+    a.sync(at(1), &mut g).unwrap();
+    assert_eq!(
+        names(&outputs(&mut a, &g)),
+        ["turn_started", "model_request"]
+    );
+    let b = queued(&mut g);
+    assert_eq!(b.len(), 1);
+    assert_eq!(
+        (b[0].0, b[0].1.clone()),
+        (
+            Durability::Written,
+            vec!["user".into(), "turn_start".into()]
+        )
+    );
+    assert_eq!(b[0].2.to_json()["sync"], "written");
+    let step = a.model_input(&g).unwrap().step;
+
+    // A call: an effect, released only once a synced batch with its `assistant` line is
+    // acknowledged (the `uncertain` rule needs it on stable storage before the call starts).
+    let call = crate::tools::ToolCall::new("c1", "probe", json!({}));
+    a.on_model_response(at(2), &mut g, step, ModelResponse::calls(vec![call]))
+        .unwrap();
+    assert!(
+        outputs(&mut a, &g).is_empty(),
+        "the call waits for its line"
+    );
+    let done = store.perform(&b[0].2).unwrap();
+    g.ack(done).unwrap();
+    assert!(
+        outputs(&mut a, &g).is_empty(),
+        "a written batch acknowledges no effect"
+    );
+    let b = queued(&mut g);
+    assert_eq!(b.len(), 1);
+    assert_eq!(
+        (b[0].0, b[0].1.clone()),
+        (Durability::Synced, vec!["assistant".into()])
+    );
+    let done = store.perform(&b[0].2).unwrap();
+    g.ack(done).unwrap();
+    let outs = outputs(&mut a, &g);
+    assert_eq!(names(&outs), ["start_call"]);
+    let inv = InvocationId(outs[0]["invocation"].as_u64().unwrap());
+
+    // Its result precedes a read (the next model request): written again.
+    a.on_call_settled(at(3), &mut g, inv, Settlement::Returned(json!("ok")))
+        .unwrap();
+    // `call_finished` is the host's own bookkeeping: released once the line is written.
+    assert!(outputs(&mut a, &g).is_empty());
+    let b = queued(&mut g);
+    assert_eq!(
+        b.iter().map(|x| (x.0, x.1.clone())).collect::<Vec<_>>(),
+        [(Durability::Written, vec!["tool_result".to_owned()])]
+    );
+    let done = store.perform(&b[0].2).unwrap();
+    g.ack(done).unwrap();
+    assert_eq!(
+        names(&outputs(&mut a, &g)),
+        ["call_finished", "model_request"]
+    );
+
+    // The answer and `turn_end`: the turn's end is an effect, so their batch is synced (a
+    // file store fsyncs the written lines before it in the same round).
+    let step = a.model_input(&g).unwrap().step;
+    a.on_model_response(at(4), &mut g, step, ModelResponse::text("done"))
+        .unwrap();
+    assert!(
+        outputs(&mut a, &g).is_empty(),
+        "the end waits for its lines"
+    );
+    let b = queued(&mut g);
+    assert_eq!(
+        b.iter().map(|x| (x.0, x.1.clone())).collect::<Vec<_>>(),
+        [(
+            Durability::Synced,
+            vec!["assistant".to_owned(), "turn_end".to_owned()]
+        )]
+    );
+    assert!(b[0].2.to_json().get("sync").is_none());
+    let done = store.perform(&b[0].2).unwrap();
+    g.ack(done).unwrap();
+    assert_eq!(names(&outputs(&mut a, &g)), ["turn_ended"]);
+
+    // Acknowledged on store (the desk's `POST`): synced, and its turn's start joins it.
+    admit_user_line(BASE + 5, &mut g, "work", "again", LineAck::OnStore).unwrap();
+    a.sync(at(5), &mut g).unwrap();
+    let b = queued(&mut g);
+    assert_eq!(
+        b.iter().map(|x| (x.0, x.1.clone())).collect::<Vec<_>>(),
+        [(
+            Durability::Synced,
+            vec!["user".to_owned(), "turn_start".to_owned()]
+        )]
+    );
+    let done = store.perform(&b[0].2).unwrap();
+    g.ack(done).unwrap();
+    outputs(&mut a, &g);
+
+    // Mail is acknowledged to its source: synced.
+    a.post_observation(at(6), &mut g, "probe", json!({"seen": 1}))
+        .unwrap();
+    let b = queued(&mut g);
+    assert!(b.iter().any(|x| x.1.contains(&"mail".to_owned())));
+    assert_eq!(b.last().unwrap().0, Durability::Synced);
+}
+
+/// A sync point after a written batch was already taken is an empty synced batch (the store
+/// then fsyncs what the written one left); after a synced batch it issues nothing.
+#[test]
+fn a_sync_point_after_a_taken_written_batch_is_an_empty_synced_batch() {
+    let (mut g, mut store) = graph();
+    flush(&mut g, &mut store);
+    admit_user_line(BASE, &mut g, "coordinator", "hi", LineAck::WithTurnEnd).unwrap();
+    let b = g.take_batches();
+    assert_eq!(b.len(), 1);
+    assert_eq!(b[0].sync, Durability::Written);
+    g.require_synced();
+    let s = g.take_batches();
+    assert_eq!(s.len(), 1);
+    assert_eq!((s[0].sync, s[0].op_count()), (Durability::Synced, 0));
+    assert!(s[0].id > b[0].id);
+    g.require_synced();
+    assert!(!g.has_batches(), "nothing is owed after a synced batch");
+    for x in b.iter().chain(&s) {
+        let done = store.perform(x).unwrap();
+        g.ack(done).unwrap();
+    }
 }

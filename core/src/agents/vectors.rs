@@ -116,8 +116,8 @@ impl Run {
         for _ in 0..16 {
             let batches = self.g.take_batches();
             for b in &batches {
-                self.store.apply(b).map_err(verr)?;
-                self.g.ack(b.id).map_err(aerr)?;
+                let done = self.store.perform(b).map_err(verr)?;
+                self.g.ack(done).map_err(aerr)?;
             }
             let nodes: Vec<String> = self.agents.keys().cloned().collect();
             for n in &nodes {
@@ -319,8 +319,8 @@ impl Run {
             }
             "flush" => {
                 for b in std::mem::take(&mut self.held) {
-                    self.store.apply(&b).map_err(verr)?;
-                    self.g.ack(b.id).map_err(aerr)?;
+                    let done = self.store.perform(&b).map_err(verr)?;
+                    self.g.ack(done).map_err(aerr)?;
                 }
                 Ok(Value::Null)
             }

@@ -62,11 +62,13 @@ pub fn flush(
     let batches = g.take_batches();
     let n = batches.len();
     for b in batches {
-        if let Err(e) = store.apply(&b) {
-            g.fail(b.id, &e.to_string());
-            return Err(e);
+        match store.perform(&b) {
+            Ok(done) => g.ack(done)?,
+            Err(e) => {
+                g.fail(b.id, &e.to_string());
+                return Err(e);
+            }
         }
-        g.ack(b.id)?;
     }
     Ok(n)
 }

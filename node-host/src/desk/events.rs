@@ -233,8 +233,8 @@ mod tests {
         .unwrap();
         let mut flush = |g: &mut ActorGraph| {
             for b in g.take_batches() {
-                store.apply(&b).map_err(ActorsError::StoreIo)?;
-                g.ack(b.id)?;
+                let done = store.perform(&b).map_err(ActorsError::StoreIo)?;
+                g.ack(done)?;
             }
             Ok(())
         };

@@ -253,8 +253,8 @@ fn flush_store(graph: &mut ActorGraph, store: &mut Store) -> Result<(), ActorsEr
         Store::Fs(s) => flush(graph, s.as_mut()).map(|_| ()),
         Store::Memory(m) => {
             for b in graph.take_batches() {
-                m.apply(&b).map_err(ActorsError::StoreIo)?;
-                graph.ack(b.id)?;
+                let done = m.perform(&b).map_err(ActorsError::StoreIo)?;
+                graph.ack(done)?;
             }
             Ok(())
         }

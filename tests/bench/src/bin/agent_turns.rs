@@ -5,10 +5,15 @@
 //!     written), both asking the same local streaming model over the same HTTP path (the
 //!     native reqwest client, `ReqwestModel::ask`). A turn is one user line and one streamed
 //!     model answer; the node's turn also makes its lines durable (the user line, the turn
-//!     boundaries and the answer) in the hosts' order: the model request is a read, asked
-//!     while the person's line and `turn_start` are flushed; the turn ends once the answer's
-//!     lines are durable. Reports bytes written, batches and fsyncs per turn (the fsyncs are
-//!     the store's own counter, `FsStore::stats`). Target: ≤ 2× the RAM-only turn.
+//!     boundaries and the answer) with the durability the core decides
+//!     (`weft_core::actors::Durability`): the person's line is acknowledged with the turn's
+//!     end (`LineAck::WithTurnEnd`, as `weft chat` and the RAM session answer), so it and
+//!     `turn_start` are only written (inline, no fsync) before the model is asked (a read);
+//!     the turn ends once the answer's lines are synced, one fsync covering both writes.
+//!     `--ack-line` acknowledges the line on store (the desk's `POST`): its batch is then
+//!     synced on the blocking pool beside the model (two fsyncs, the order before).
+//!     Reports bytes written, batches and fsyncs per turn (the fsyncs are the store's own
+//!     counter, `FsStore::stats`). Target: ≤ 2× the RAM-only turn.
 //! (b) Resume time of a root with 1,000 agent nodes, each with a few finished agent turns:
 //!     opening the store and the graph, then `NodeAgent::open` for all 1,000. Target: < 1 s.
 //!     (The root is generated through the core over a memory store, then written out file by
@@ -23,7 +28,7 @@
 //! request, the model task, the hand-off to the blocking pool, the first flush beside the
 //! model, the answer, the later flushes), over both stores. Prints figures; asserts nothing.
 //! `cargo run --release -p weft-bench --bin agent_turns -- [--dir DIR] [--turns N]
-//! [--rounds R] [--nodes N] [--chunk-ms MS] [--serial] [--late-flush]` (defaults: the system
+//! [--rounds R] [--nodes N] [--chunk-ms MS] [--serial] [--late-flush] [--ack-line]` (defaults: the system
 //! temp dir, 40 turns, 5 rounds, 1,000 nodes, 0 ms; `--serial` flushes before asking, the
 //! order before a model request was a read, and `--late-flush` hands the first flush off
 //! only once the request is built, the desk's order, for comparison).
@@ -38,8 +43,8 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 use weft_bench::disk::raw_fsync_rate;
 use weft_core::actors::store::{ActorStore, MemoryStore, Op, WriteBatch};
-use weft_core::actors::{ActorGraph, HarnessConfig, NewLine, NodeType, SpawnRequest};
-use weft_core::agents::{AgentConfig, AgentOutput, NodeAgent};
+use weft_core::actors::{ActorGraph, Durability, HarnessConfig, NodeType, SpawnRequest};
+use weft_core::agents::{AgentConfig, AgentOutput, LineAck, NodeAgent, admit_user_line};
 use weft_core::model::{ChatRequest, ModelChoice, ModelConfig, StreamEvent, ToolSpec};
 use weft_core::tools::{ModelResponse, Output, Session, SessionConfig, StepId};
 use weft_host::actors::{FsStore, mono_now, now, wall_ms};
@@ -101,6 +106,10 @@ fn add(p: Phase, ns: u64) {
 /// `--serial`: the order before a model request was a read — flush, then ask — for a
 /// comparison on the same disk in the same minute. The default is the hosts' order.
 static SERIAL: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// `--ack-line`: the person's line is acknowledged as soon as it is stored (the desk's `POST`),
+/// so its batch is synced before the answer; the default acknowledges it with the turn's end.
+static ACK_LINE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
 /// `--late-flush`: the first flush is handed to the blocking pool after the request is built
 /// (the desk's order), not before, for a comparison.
@@ -260,9 +269,9 @@ fn flush<S: ActorStore>(g: &mut ActorGraph, store: &mut S, w: &mut Written) {
     for b in g.take_batches() {
         count(w, &b);
         let t = Instant::now();
-        store.apply(&b).unwrap_or_else(|e| panic!("store: {e}"));
+        let done = store.perform(&b).unwrap_or_else(|e| panic!("store: {e}"));
         w.apply_ns += t.elapsed().as_nanos() as u64;
-        g.ack(b.id).expect("ack");
+        g.ack(done).expect("ack");
     }
 }
 
@@ -292,18 +301,19 @@ fn poll(agent: &mut NodeAgent, g: &ActorGraph) -> (Option<StepId>, bool) {
 fn applier<S: ActorStore + Send + 'static>(
     store: &Arc<Mutex<S>>,
     batches: Vec<WriteBatch>,
-) -> impl FnOnce() -> (Vec<weft_core::actors::BatchId>, u64) + Send + 'static {
+) -> impl FnOnce() -> (Vec<weft_core::actors::Applied>, u64) + Send + 'static {
     let store = store.clone();
     let handed = Instant::now();
     move || {
         time(Phase::HandOff, handed);
         let mut s = store.lock().expect("store");
         let t = Instant::now();
-        for b in &batches {
-            s.apply(b).unwrap_or_else(|e| panic!("store: {e}"));
-        }
+        let done = batches
+            .iter()
+            .map(|b| s.perform(b).unwrap_or_else(|e| panic!("store: {e}")))
+            .collect();
         let ns = t.elapsed().as_nanos() as u64;
-        (batches.iter().map(|b| b.id).collect(), ns)
+        (done, ns)
     }
 }
 
@@ -312,11 +322,12 @@ fn applier<S: ActorStore + Send + 'static>(
 ///
 /// The host's order: after a change the agent syncs (`Runtime::sync_open`: the person's line
 /// and the `turn_start` share one batch); when it releases a read (its model request, a read:
-/// `agents::is_read`), the batches are handed to the blocking pool first, so that they become
-/// durable while the request is built from the node (`model_input`, `chat_request`: taking
-/// the batches changes nothing it reads) and asked on a task; the answer is handed back once
-/// both are done, and the lines it writes are flushed inline (the turn ends once they are
-/// durable). The desk's `locked` builds the request before it flushes (under the graph's
+/// `agents::is_read`), the batches are taken first: written-only batches (the core's
+/// `Durability::Written`) are performed inline (no fsync, no hand-off); a synced one
+/// (`--ack-line`) goes to the blocking pool, so that it becomes durable while the request is
+/// built from the node (`model_input`, `chat_request`: taking the batches changes nothing it
+/// reads) and asked on a task; the answer is handed back once both are done, and the lines it
+/// writes are flushed inline (synced: the turn ends once they are durable). The desk's `locked` builds the request before it flushes (under the graph's
 /// lock), so its first flush starts that much later.
 async fn node_turn<S: ActorStore + Send + 'static>(
     g: &mut ActorGraph,
@@ -328,8 +339,15 @@ async fn node_turn<S: ActorStore + Send + 'static>(
     w: &mut Written,
 ) -> (usize, Vec<ToolSpec>, Option<String>) {
     let mut t0 = Instant::now();
-    g.append(wall_ms(), node, NewLine::user(text))
-        .expect("a user line");
+    // The person's line, with the durability the host's acknowledgement calls for (the core's
+    // rule): by default it is acknowledged with the turn's end (as `weft chat` and the RAM
+    // session answer), with `--ack-line` as soon as it is stored (the desk's `POST`).
+    let ack = if ACK_LINE.load(Ordering::Relaxed) {
+        LineAck::OnStore
+    } else {
+        LineAck::WithTurnEnd
+    };
+    admit_user_line(wall_ms(), g, node, text, ack).expect("a user line");
     let mut deltas = 0;
     let mut spec = (Vec::new(), None);
     for _ in 0..64 {
@@ -343,12 +361,19 @@ async fn node_turn<S: ActorStore + Send + 'static>(
         // changes nothing the request reads).
         let early = step.is_some() && matches!(answer, Answer::Model(_));
         let mut flushing = None;
+        let mut written = None;
         let mut hand_off = |g: &mut ActorGraph, w: &mut Written| {
             let batches = g.take_batches();
             for b in &batches {
                 count(w, b);
             }
-            if !batches.is_empty() {
+            if batches.is_empty() {
+            } else if batches.iter().all(|b| b.sync == Durability::Written) {
+                // Written only (no fsync): a few microseconds, inline — no hand-off.
+                let (acks, ns) = applier(store, batches)();
+                add(Phase::Flush1, ns);
+                written = Some((acks, ns));
+            } else {
                 flushing = Some(tokio::task::spawn_blocking(applier(store, batches)));
             }
         };
@@ -357,27 +382,37 @@ async fn node_turn<S: ActorStore + Send + 'static>(
             hand_off(g, w);
         }
         let mut asked = None;
+        let mut inline = None;
         if let Some(st) = step.take() {
             let input = agent.model_input(g).expect("the released step's input");
             let chat = input.chat_request();
             spec = (chat.tools.clone(), chat.system.clone());
             match answer {
                 Answer::Model(m) => {
-                    let m = (*m).clone();
                     if late {
                         hand_off(g, w);
                     }
                     time(Phase::Before, t0);
                     t0 = Instant::now();
-                    asked = Some((
-                        st,
-                        tokio::spawn(async move {
-                            let t = Instant::now();
-                            let r = ask(&m, &chat).await;
-                            time(Phase::Model, t);
-                            r
-                        }),
-                    ));
+                    if flushing.is_none() {
+                        // Nothing runs beside the model (its lines are written): asked on the
+                        // turn's own task, as `weft chat` and the RAM session ask it.
+                        let t = Instant::now();
+                        let r = ask(m, &chat).await;
+                        time(Phase::Model, t);
+                        inline = Some((st, r));
+                    } else {
+                        let m = (*m).clone();
+                        asked = Some((
+                            st,
+                            tokio::spawn(async move {
+                                let t = Instant::now();
+                                let r = ask(&m, &chat).await;
+                                time(Phase::Model, t);
+                                r
+                            }),
+                        ));
+                    }
                 }
                 Answer::Builtin => {
                     // The runtime's built-in model answers inside the pump, before the flush.
@@ -389,10 +424,19 @@ async fn node_turn<S: ActorStore + Send + 'static>(
             }
         }
         let (acks, answered) = match (asked, flushing) {
-            (Some((st, asking)), None) => (
-                (Vec::new(), 0),
-                Some((st, asking.await.expect("the model task"))),
-            ),
+            (None, None) if inline.is_some() => {
+                time(Phase::Joined, t0);
+                t0 = Instant::now();
+                (written.take().unwrap_or_default(), inline.take())
+            }
+            (Some((st, asking)), None) => {
+                let r = asking.await.expect("the model task");
+                if written.is_some() {
+                    time(Phase::Joined, t0);
+                    t0 = Instant::now();
+                }
+                (written.take().unwrap_or_default(), Some((st, r)))
+            }
             (Some((st, asking)), Some(flushing)) => {
                 let (acks, r) = tokio::join!(flushing, asking);
                 let acks = acks.expect("flush");
@@ -415,8 +459,8 @@ async fn node_turn<S: ActorStore + Send + 'static>(
         };
         let (acks, ns) = acks;
         w.apply_ns += ns;
-        for id in acks {
-            g.ack(id).expect("ack");
+        for done in acks {
+            g.ack(done).expect("ack");
         }
         let (later, e) = poll(agent, g);
         assert!(
@@ -819,6 +863,7 @@ async fn main() {
     let gap = Duration::from_millis(arg("--chunk-ms", 0));
     SERIAL.store(args.iter().any(|a| a == "--serial"), Ordering::Relaxed);
     LATE_FLUSH.store(args.iter().any(|a| a == "--late-flush"), Ordering::Relaxed);
+    ACK_LINE.store(args.iter().any(|a| a == "--ack-line"), Ordering::Relaxed);
     let dir = base.join(format!("weft-agent-turns-bench-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("bench dir");
     let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
@@ -852,7 +897,7 @@ async fn main() {
         } else if LATE_FLUSH.load(Ordering::Relaxed) {
             "--late-flush: the request is built, then the first lines are flushed while it is asked"
         } else {
-            "the first lines go to the flush, then the request is built and asked while they are flushed"
+            "the first lines are written (synced beside the model with --ack-line), then the request is built and asked"
         }
     );
     turns(&dir, turns_n, rounds, &model).await;
