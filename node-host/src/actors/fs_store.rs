@@ -12,7 +12,9 @@
 //! * `createNode`: build `.weft/.new,<batch>,<manifest>,<id>/` with its files (the manifest
 //!   lists each file's length and a hash of its content), fsync them, the directory and
 //!   `.weft/`, then rename it to `nodes/<id>` as the *next* stage begins; that stage's round
-//!   fsyncs `nodes/` and `.weft/`. Pending work never lives under `nodes/`, so `nodes/` holds
+//!   fsyncs `nodes/` (not `.weft/`: the staged entry's removal needs no round, and a power
+//!   loss that keeps it leaves the node under both names on a file system without a journal,
+//!   which opening recognizes by device and inode and leaves whole). Pending work never lives under `nodes/`, so `nodes/` holds
 //!   only whole nodes at every crash point (other readers of `$CHAT_ROOT` list it as is). A power loss can thus keep the next stage's ops without the rename: the
 //!   pending directory is then whole (its stage was durable before the next one began), and
 //!   opening as a writer renames it into place. A pending directory that is not whole was cut
@@ -57,7 +59,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use weft_core::actors::store::{
-    ActorStore, Op, Snapshot, WriteBatch, check_path, is_snapshot_path,
+    ActorStore, Durability, Op, Snapshot, WriteBatch, check_path, is_snapshot_path,
 };
 use weft_core::actors::{
     ActorsError, GraphEnds, GraphLookup, LazyRead, LazySnapshot, LogMark, LogTail, NodeId,
@@ -215,6 +217,11 @@ pub struct FsStore {
     pool: Option<SyncPool>,
     /// Fsyncs owed by prewritten temporaries, joined to the next stage's first round.
     pending_sync: Vec<SyncJob>,
+    /// The logs `Written` batches appended to and did not fsync (one job per path), joined to
+    /// the next synced batch's first round (see `Durability`).
+    unsynced: Vec<SyncJob>,
+    /// The batch in flight is a `Written` one: its rounds go to `unsynced` instead.
+    written: bool,
     /// Node directories of the previous stage, built and durable under their pending names
     /// in `.weft/`, to rename into `nodes/<id>` as the next stage begins: (staged name, id).
     deferred: Vec<(String, String)>,
@@ -400,6 +407,8 @@ impl FsStore {
             dir,
             lock,
             pending_sync: Vec::new(),
+            unsynced: Vec::new(),
+            written: false,
             deferred: Vec::new(),
             put_temps: BTreeMap::new(),
             spares: BTreeMap::new(),
@@ -560,15 +569,24 @@ impl FsStore {
         let Some(p) = self.dir_at(parent, create.as_deref_mut())? else {
             return Ok(None);
         };
-        if let Some(dirty) = create
-            && p.mkdir(name).map_err(|e| io("create", rel, e))?
-        {
-            dirty.insert(parent.to_owned());
-            dirty.insert(rel.to_owned());
-        }
+        // Opened first, created only when missing (a writer's directories almost always exist:
+        // no `mkdirat` per directory per batch).
         let d = match p.dir(name) {
             Ok(d) => d,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                let Some(dirty) = create else {
+                    return Ok(None);
+                };
+                if p.mkdir(name).map_err(|e| io("create", rel, e))? {
+                    dirty.insert(parent.to_owned());
+                    dirty.insert(rel.to_owned());
+                }
+                match p.dir(name) {
+                    Ok(d) => d,
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+                    Err(e) => return Err(io("open", rel, e)),
+                }
+            }
             Err(e) => return Err(io("open", rel, e)),
         };
         if self.lock.is_some() && self.cache.len() < 64 {
@@ -625,6 +643,13 @@ impl FsStore {
                     continue;
                 }
                 let rel = join(area, &name);
+                if kind == Kind::Dir && self.is_placed_node(&d, &name)? {
+                    // The very directory now at `nodes/<id>`, still listed under its staged
+                    // name: a file system without a journal can keep both entries of a rename
+                    // cut by a power loss. Removing its tree would empty the node; it is left
+                    // (only `fsck` can drop the extra entry of a directory).
+                    continue;
+                }
                 if name.starts_with(NODE_NEW_PREFIX) && kind == Kind::Dir {
                     // A node built in a stage whose rename into place was deferred to the next
                     // stage: if every file is whole, the stage was durable before the next one
@@ -666,6 +691,31 @@ impl FsStore {
         Ok(())
     }
 
+    /// Whether the staged directory `name` of `area` (`.weft/` or, in older roots, `nodes/`)
+    /// is the directory at `nodes/<id>` under a second name: same device and inode.
+    fn is_placed_node(&mut self, area: &Dir, name: &str) -> Result<bool, ActorsError> {
+        let id = if let Some(p) = PendingNode::parse(name) {
+            p.id
+        } else if let Some((id, batch)) = name
+            .strip_prefix(NODE_TMP_PREFIX)
+            .and_then(|r| r.rsplit_once('-'))
+            && batch.parse::<u64>().is_ok()
+            && NodeId::parse(id).is_ok()
+        {
+            id.to_owned()
+        } else {
+            return Ok(false);
+        };
+        let Some(nodes) = self.dir_at("nodes", None)? else {
+            return Ok(false);
+        };
+        let placed = nodes
+            .ident(&id)
+            .map_err(|e| io("stat", &format!("nodes/{id}"), e))?;
+        let staged = area.ident(name).map_err(|e| io("stat", name, e))?;
+        Ok(placed.is_some() && placed == staged)
+    }
+
     /// Every regular file under the root, by relative path: links are never followed (nor
     /// listed), `.weft/` and the pending directories are skipped.
     fn walk_files(&mut self) -> Result<Vec<String>, ActorsError> {
@@ -704,7 +754,23 @@ impl FsStore {
         self.crash.tear_now()
     }
 
-    fn sync(&self, jobs: Vec<SyncJob>) -> Result<(), ActorsError> {
+    /// One round of concurrent fsyncs. A `Written` batch's are owed instead (at most one per
+    /// path); the first round of any other batch also pays what is owed (a path it fsyncs
+    /// anyway once).
+    fn sync(&mut self, mut jobs: Vec<SyncJob>) -> Result<(), ActorsError> {
+        if self.written {
+            for j in jobs {
+                if !self.unsynced.iter().any(|u| u.0 == j.0) {
+                    self.unsynced.push(j);
+                }
+            }
+            return Ok(());
+        }
+        for u in std::mem::take(&mut self.unsynced) {
+            if !jobs.iter().any(|j| j.0 == u.0) {
+                jobs.push(u);
+            }
+        }
         self.pool
             .as_ref()
             .expect("writers have a pool")
@@ -975,11 +1041,14 @@ impl FsStore {
         // killed process never leaves this stage's effects without them); the rename becomes
         // durable in this stage's last round, and until then recovery completes it (see
         // `clean_staging`).
+        // Only `nodes/` is fsynced for the rename: the entry's removal from `.weft/` needs no
+        // round of its own (it becomes durable with the next stage that fsyncs `.weft/`, or
+        // with writeback). A power loss before then can leave the directory under its staged
+        // name too, which opening recognizes as the node itself (`is_placed_node`) and leaves.
         for (staged, id) in std::mem::take(&mut self.deferred) {
             self.step();
             self.move_node(&staged, &id)?;
             dirty.insert("nodes".into());
-            dirty.insert(STAGING_DIR.into());
         }
         let last = si + 1 == batch.stages.len();
         for (oi, op) in batch.stages[si].iter().enumerate() {
@@ -1011,8 +1080,8 @@ impl FsStore {
                             staged,
                             id: id.clone(),
                         });
+                        // As for a deferred rename: `nodes/` only (see above).
                         dirty.insert("nodes".into());
-                        dirty.insert(STAGING_DIR.into());
                     }
                 }
                 Op::Put { path, .. } => {
@@ -1134,6 +1203,11 @@ impl Drop for FsStore {
     /// Removes the spare temporaries (they hold previous versions only; a crash leaves them to
     /// the next writer's open).
     fn drop(&mut self) {
+        // Lines a `Written` batch left: fsynced on a clean close (a crash leaves them to the
+        // page cache).
+        for j in std::mem::take(&mut self.unsynced) {
+            let _ = j.run();
+        }
         let spares: Vec<String> = self.spares.values().cloned().collect();
         for s in spares {
             let (parent, name) = split(&s);
@@ -1177,7 +1251,20 @@ impl ActorStore for FsStore {
         }
         let start = Instant::now();
         self.stats.rounds_in_batch.store(0, Ordering::Relaxed);
-        let out = self.apply_batch(batch);
+        // Only appends are left unsynced; any other `Written` batch is performed synced.
+        self.written = batch.sync == Durability::Written
+            && batch
+                .stages
+                .iter()
+                .flatten()
+                .all(|op| matches!(op, Op::Append { .. }));
+        let mut out = self.apply_batch(batch);
+        if self.written {
+            self.written = false;
+        } else if out.is_ok() && !self.unsynced.is_empty() {
+            // A synced batch with no round of its own (a sync point): pay what is owed.
+            out = self.sync(Vec::new());
+        }
         self.cache.clear();
         self.stats
             .apply_ns
@@ -2048,16 +2135,16 @@ mod tests {
             )
             .unwrap();
             for b in g.take_batches() {
-                store.apply(&b).unwrap();
-                g.ack(b.id).unwrap();
+                let done = store.perform(&b).unwrap();
+                g.ack(done).unwrap();
             }
             let spawn = |g: &mut ActorGraph, store: &mut FsStore, id: &str| {
                 let mut r = SpawnRequest::new("coordinator", NodeType::Task);
                 r.id = Some(id.into());
                 g.spawn(weft_core::Wall::from_ms(2_000), r).unwrap();
                 for b in g.take_batches() {
-                    store.apply(&b).unwrap();
-                    g.ack(b.id).unwrap();
+                    let done = store.perform(&b).unwrap();
+                    g.ack(done).unwrap();
                 }
             };
             spawn(&mut g, &mut store, "a");

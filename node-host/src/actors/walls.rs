@@ -173,6 +173,17 @@ impl Dir {
         }))
     }
 
+    /// The identity (device, inode) of entry `name` itself (a link is not followed), or `None`
+    /// when there is none: two entries with one identity are one file or directory (after a
+    /// power loss a file system without a journal can keep a moved directory under both names).
+    // `dev_t` and `ino_t` are not `u64` on every target.
+    #[allow(clippy::unnecessary_cast)]
+    pub fn ident(&self, name: &str) -> io::Result<Option<(u64, u64)>> {
+        Ok(self
+            .lstat(name)?
+            .map(|st| (st.st_dev as u64, st.st_ino as u64)))
+    }
+
     /// The [`stamp`] of regular file `name` (not following a link: a link or anything but a
     /// file is `None`, as is no entry), read with one `fstatat`, no open.
     pub fn stamp_of(&self, name: &str) -> io::Result<Option<String>> {

@@ -1,15 +1,19 @@
-//! Actor-graph benchmark: durable spawns/s and messages/s on the filesystem store, beside the
-//! raw fsync-per-write rate of the same disk measured in the same run (the physical limit),
-//! and the audit walk of 10,000 metathread refs. Prints figures; asserts nothing.
+//! Actor-graph benchmark: durable spawns/s and messages/s of a long-lived writer on the
+//! filesystem store, at each node count of `--sizes` (the root grown in waves between them),
+//! beside the raw fsync-per-write rate of the same disk measured in the same run (the physical
+//! limit); sequential single spawns (the target) and waves of `--wave` children in one batch
+//! apart; then the audit walk of 10,000 metathread refs. Prints figures; asserts nothing.
 //!
-//! `cargo run --release -p weft-bench --bin actors -- [--dir DIR] [--spawns N] [--messages N]
-//! [--refs N]` (default: the system temp dir, 200 spawns, 500 messages, 10,000 refs).
+//! `cargo run --release -p weft-bench --bin actors -- [--dir DIR] [--sizes 10,1000,10000]
+//! [--spawns N] [--wave N] [--messages N] [--refs N]` (default: the system temp dir, sizes
+//! 10, 1,000 and 10,000, 200 spawns and 200 children in waves of 10 per size, 500 messages,
+//! 10,000 refs). The run's directory is removed at its end (on ext4 without a journal, freeing
+//! its inodes slows file creation in that block group for the next minutes: see `NewFiles`).
 
 use std::path::PathBuf;
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 
-use weft_bench::disk::{raw_create_rate, raw_fsync_rate};
 use weft_core::actors::store::{ActorStore, MemoryStore, Snapshot};
 use weft_core::actors::{ActorGraph, HarnessConfig, NewLine, NodeType, SpawnRequest};
 use weft_host::actors::{FsStore, flush};
@@ -27,6 +31,75 @@ fn arg(name: &str, default: usize) -> usize {
         .unwrap_or(default)
 }
 
+/// `--sizes 10,1000,10000`: the node counts to measure at (default: all three).
+fn sizes() -> Vec<usize> {
+    let args: Vec<String> = std::env::args().collect();
+    args.iter()
+        .position(|a| a == "--sizes")
+        .and_then(|i| args.get(i + 1))
+        .map(|v| v.split(',').filter_map(|n| n.trim().parse().ok()).collect())
+        .unwrap_or_else(|| vec![10, 1_000, 10_000])
+}
+
+/// The raw rate of this disk, as `weft_bench::disk::raw_fsync_rate` measures it (200-byte
+/// appends, each followed by an fsync), on one probe file kept for the whole run: the probe
+/// frees no inode between the spawns it is measured beside (see [`NewFiles`]).
+fn raw_rate(probe: &mut std::fs::File, n: usize) -> f64 {
+    use std::io::Write;
+    let line = [b'x'; 200];
+    let t = Instant::now();
+    for _ in 0..n {
+        probe.write_all(&line).expect("probe write");
+        probe.sync_all().expect("probe fsync");
+    }
+    n as f64 / t.elapsed().as_secs_f64()
+}
+
+/// The raw new-file rate (create + 300-byte write + fsync, as `raw_create_rate`), keeping the
+/// files until the run ends. On ext4 without a journal (this VM's `/`) the inode allocator
+/// skips every inode freed in the last 60–300 s of the block group, reading each, so deleting
+/// files between rounds would slow the very creations the spawns beside it make.
+struct NewFiles {
+    dir: PathBuf,
+    next: usize,
+}
+
+impl NewFiles {
+    fn rate(&mut self, n: usize) -> f64 {
+        use std::io::Write;
+        std::fs::create_dir_all(&self.dir).expect("create probe dir");
+        let data = [b'x'; 300];
+        let t = Instant::now();
+        for _ in 0..n {
+            let mut f =
+                std::fs::File::create(self.dir.join(self.next.to_string())).expect("create");
+            f.write_all(&data).expect("write");
+            f.sync_all().expect("fsync");
+            self.next += 1;
+        }
+        n as f64 / t.elapsed().as_secs_f64()
+    }
+}
+
+/// Grows the graph to `nodes` nodes: discussion children of `coordinator` in waves
+/// (`spawn_batch`, one batch per wave), each durable before the next.
+fn populate(g: &mut ActorGraph, store: &mut FsStore, nodes: usize, next_id: &mut usize) {
+    let now = weft_host::actors::wall_ms;
+    while g.node_ids().len() < nodes {
+        let n = (nodes - g.node_ids().len()).min(500);
+        let reqs = (0..n)
+            .map(|_| {
+                let mut r = SpawnRequest::new("coordinator", NodeType::Discussion);
+                r.id = Some(format!("p{next_id}"));
+                *next_id += 1;
+                r
+            })
+            .collect();
+        g.spawn_batch(now(), reqs).expect("populate");
+        flush(g, store).expect("populate batch");
+    }
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     let base = args
@@ -36,6 +109,7 @@ fn main() {
         .map(PathBuf::from)
         .unwrap_or_else(std::env::temp_dir);
     let spawns = arg("--spawns", 200);
+    let wave = arg("--wave", 10).max(1);
     let messages = arg("--messages", 500);
     let refs = arg("--refs", 10_000);
     let dir = base.join(format!("weft-actors-bench-{}", std::process::id()));
@@ -57,23 +131,86 @@ fn main() {
     )
     .expect("init");
     flush(&mut g, &mut store).expect("init batch");
+    let mut probe = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(dir.join(".weft-fsync-probe"))
+        .expect("fsync probe");
+    let mut new_files = NewFiles {
+        dir: dir.join(".weft-create-probe"),
+        next: 0,
+    };
+    let mut next_id = 0usize;
+    let mut k = 0usize;
+    for size in sizes() {
+        let t = Instant::now();
+        populate(&mut g, &mut store, size, &mut next_id);
+        println!(
+            "at {} existing nodes (grown in {:.1} s, waves of ≤ 500 through spawn_batch)",
+            g.node_ids().len(),
+            t.elapsed().as_secs_f64()
+        );
+        measure(
+            &mut g,
+            &mut store,
+            &mut probe,
+            &mut new_files,
+            &mut k,
+            spawns,
+            wave,
+            messages,
+        );
+    }
+    assert!(g.lineage_violations().is_empty());
+    drop(store);
+    audit(&dir, refs);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// One size: sequential single spawns (each flushed, as the desk and agents spawn one child),
+/// waves of `wave` children (`spawn_batch`, one batch each) and messages, in interleaved
+/// rounds with the raw rates.
+#[allow(clippy::too_many_arguments)]
+fn measure(
+    g: &mut ActorGraph,
+    store: &mut FsStore,
+    probe: &mut std::fs::File,
+    new_files: &mut NewFiles,
+    k: &mut usize,
+    spawns: usize,
+    wave: usize,
+    messages: usize,
+) {
+    let now = weft_host::actors::wall_ms;
     let rounds = 10;
     let (mut raw_n, mut raw_t) = (0usize, 0.0f64);
     let (mut new_n, mut new_t) = (0usize, 0.0f64);
     let (mut sp_n, mut sp_t, mut sp_core, mut sp_fsyncs, mut sp_rounds) =
         (0usize, 0.0f64, 0.0f64, 0u64, 0u64);
+    let (mut wv_n, mut wv_t, mut wv_fsyncs, mut wv_rounds) = (0usize, 0.0f64, 0u64, 0u64);
     let (mut msg_n, mut msg_t, mut msg_fsyncs) = (0usize, 0.0f64, 0u64);
     // Where a spawn's time goes: time in the store's `apply`, and waiting for each round.
     let mut sp_apply = 0u64;
     let mut sp_round = [0u64; 6];
     let mut round_ratios = Vec::new();
-    for round in 0..rounds {
-        // The raw rate: 200-byte appends, each followed by an fsync.
+    let request = |k: usize| {
+        let mut r = SpawnRequest::new(
+            "coordinator",
+            if k.is_multiple_of(4) {
+                NodeType::Discussion
+            } else {
+                NodeType::Task
+            },
+        );
+        r.id = Some(format!("n{k}"));
+        r
+    };
+    for _ in 0..rounds {
         let n = 40;
-        let rate = raw_fsync_rate(&dir, n, 200).expect("raw fsync probe");
+        let rate = raw_rate(probe, n);
         raw_n += n;
         raw_t += n as f64 / rate;
-        let created = raw_create_rate(&dir, 20, 300).expect("create probe");
+        let created = new_files.rate(20);
         new_n += 20;
         new_t += 20.0 / created;
         // Durable spawns, through the core and the filesystem store, as the CLI and desk do.
@@ -88,21 +225,12 @@ fn main() {
             .collect();
         let t = Instant::now();
         let per = spawns / rounds;
-        for i in 0..per {
-            let k = round * per + i;
-            let mut r = SpawnRequest::new(
-                "coordinator",
-                if k.is_multiple_of(4) {
-                    NodeType::Discussion
-                } else {
-                    NodeType::Task
-                },
-            );
-            r.id = Some(format!("n{k}"));
+        for _ in 0..per {
             let c = Instant::now();
-            g.spawn(now(), r).expect("spawn");
+            g.spawn(now(), request(*k)).expect("spawn");
+            *k += 1;
             sp_core += c.elapsed().as_secs_f64();
-            flush(&mut g, &mut store).expect("durable spawn");
+            flush(g, store).expect("durable spawn");
         }
         let dt = t.elapsed().as_secs_f64();
         sp_t += dt;
@@ -114,6 +242,23 @@ fn main() {
             sp_round[i] += r.load(Ordering::Relaxed) - rn0[i];
         }
         round_ratios.push((per as f64 / dt) / (rate / WRITES_PER_SPAWN));
+        // Waves: the same number of children, `wave` per batch.
+        let f0 = store.stats.fsyncs.load(Ordering::Relaxed);
+        let r0 = store.stats.rounds.load(Ordering::Relaxed);
+        let t = Instant::now();
+        let mut left = per;
+        while left > 0 {
+            let n = left.min(wave);
+            let reqs = (0..n).map(|i| request(*k + i)).collect();
+            *k += n;
+            g.spawn_batch(now(), reqs).expect("wave");
+            flush(g, store).expect("durable wave");
+            left -= n;
+            wv_n += n;
+        }
+        wv_t += t.elapsed().as_secs_f64();
+        wv_fsyncs += store.stats.fsyncs.load(Ordering::Relaxed) - f0;
+        wv_rounds += store.stats.rounds.load(Ordering::Relaxed) - r0;
         // Durable messages: one fsynced append each.
         let f0 = store.stats.fsyncs.load(Ordering::Relaxed);
         let t = Instant::now();
@@ -124,16 +269,15 @@ fn main() {
                 NewLine::user(format!("message {i}: progress on the docs sync")),
             )
             .expect("append");
-            flush(&mut g, &mut store).expect("durable message");
+            flush(g, store).expect("durable message");
         }
         msg_t += t.elapsed().as_secs_f64();
         msg_n += messages / rounds;
         msg_fsyncs += store.stats.fsyncs.load(Ordering::Relaxed) - f0;
     }
-    assert!(g.lineage_violations().is_empty());
-    drop(store);
     let raw = raw_n as f64 / raw_t;
     let spawn_rate = sp_n as f64 / sp_t;
+    let wave_rate = wv_n as f64 / wv_t;
     let msg_rate = msg_n as f64 / msg_t;
     let target = 0.5 * raw / WRITES_PER_SPAWN;
     round_ratios.sort_by(f64::total_cmp);
@@ -185,6 +329,17 @@ fn main() {
         100.0 * msg_rate / raw
     );
 
+    println!(
+        "durable waves                   {wave_rate:>9.1} spawns/s  ({wave} children per batch: {:.2} fsyncs in {:.2} rounds per child; {:.0}% of raw / {WRITES_PER_SPAWN}, judged: sequential spawns above)",
+        wv_fsyncs as f64 / wv_n as f64,
+        wv_rounds as f64 / wv_n as f64,
+        100.0 * wave_rate / (raw / WRITES_PER_SPAWN)
+    );
+}
+
+/// The audit walk of `refs` metathread refs, in memory and from disk (under `dir`).
+fn audit(dir: &std::path::Path, refs: usize) {
+    let now = weft_host::actors::wall_ms;
     // 4. Audit: walk `refs` metathread refs and peek at each referenced line.
     let mut mem = MemoryStore::default();
     let mut g = ActorGraph::init(
@@ -196,8 +351,8 @@ fn main() {
     )
     .unwrap();
     for b in g.take_batches() {
-        mem.apply(&b).unwrap();
-        g.ack(b.id).unwrap();
+        let done = mem.perform(&b).unwrap();
+        g.ack(done).unwrap();
     }
     let nodes = 100;
     let lines = refs.div_ceil(nodes);
@@ -206,8 +361,8 @@ fn main() {
         r.id = Some(format!("t{n}"));
         g.spawn(now(), r).unwrap();
         for b in g.take_batches() {
-            mem.apply(&b).unwrap();
-            g.ack(b.id).unwrap();
+            let done = mem.perform(&b).unwrap();
+            g.ack(done).unwrap();
         }
         for l in 0..lines {
             g.append(
@@ -228,8 +383,8 @@ fn main() {
         .unwrap();
     }
     for b in g.take_batches() {
-        mem.apply(&b).unwrap();
-        g.ack(b.id).unwrap();
+        let done = mem.perform(&b).unwrap();
+        g.ack(done).unwrap();
     }
     let t = Instant::now();
     let report = g.audit();
@@ -261,5 +416,4 @@ fn main() {
         report2.refs + nodes,
         report2.ok
     );
-    let _ = std::fs::remove_dir_all(&dir);
 }
