@@ -7,6 +7,21 @@
 //! issued. It is sans-IO: time and id seeds come in, write batches come out, and the host makes
 //! each batch durable before releasing the result.
 //!
+//! # Call order
+//!
+//! In full in [`engine`] (the server) and [`controller::run`] (a client's run); in short:
+//!
+//! ```text
+//! server, per request:
+//!     let (persist, pending) = engine.frame_json(now, ..)? | assess | commit | ...split();
+//!     store.write(persist.writes()); fsync;
+//!     answer(pending.release(persist.ack()));        // only once the writes are durable
+//! client (one surface's run):
+//!     while let Some(out) = run.poll_output() { Http / Judge / Generate → carry it, answer
+//!         with handle_http / handle_judgment / handle_text; Done(report) → finished }
+//!     arm one timer at run.poll_timeout() → handle_timeout(now); a stop → handle_stop(now)
+//! ```
+//!
 //! * [`types`] — the wire records of `dgp.schema.json`.
 //! * [`engine`] — surfaces, frames, assessments, commits, receipts, idempotency, budgets.
 //! * [`app`] — the seam an application implements ([`App`]).

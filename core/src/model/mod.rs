@@ -24,6 +24,22 @@
 //! the `poll_output` / `poll_timeout` shape of the job registry: hosts drive it and only move
 //! bytes and arm a timer.
 //!
+//! # Call order
+//!
+//! In full in `call.rs` (the machine [`ModelCall`]); in short:
+//!
+//! ```text
+//! let mut call = ModelCall::new(now, config, &request, ..);
+//! loop {
+//!     while let Some(out) = call.poll_output() {    // drain after every input
+//!         Send(http) → send it; Event(e) → pass it on; Done(r) → the step's answer, last
+//!     }
+//!     wait for: the answer's head → on_head(now, ..); a body chunk → on_body / on_error_body;
+//!     its end → on_end(now); a failed connection → on_transport_error;
+//!     call.poll_timeout() → handle_timeout(now); an interrupt → abort(reason)
+//! }
+//! ```
+//!
 //! Every error is a [`ModelError`] with a stable code (`MODEL_AUTH`, `MODEL_RATE_LIMITED`, ...).
 
 pub mod builtin;

@@ -21,6 +21,23 @@
 //! and lends it per call (`reg: &mut Registry`, the [`crate::tools::Session`] shape; call order
 //! on [`App`]). Slow observations can be hosted as registry jobs ([`App::host_as_job`]).
 //!
+//! # Call order
+//!
+//! In full on [`App`]; in short:
+//!
+//! ```text
+//! let mut reg = Registry::new(..);  let mut app = App::new(..);
+//! reg.open_endpoint(now, worker_spec);  app.load(now, &mut reg, spec)?;
+//! inputs (each lends the registry): set / act / observe .. then flush(now, &mut reg),
+//!     calc_*, on_worker_message, on_endpoint_closed, call_tool, handle_timeout(now, &mut reg)
+//! after calling the registry directly: app.on_registry_outputs(now, &mut reg)
+//! after every input:
+//!     while let Some(out) = app.poll_output() {    // Compute → run the host cell, report
+//!         ..                                        // with calc_*; OpFinished naming a selector
+//!     }                                             // → record_result / record_no_result
+//!     arm one timer at app.poll_timeout(&reg)
+//! ```
+//!
 //! * [`control`] — controls, validation, actions.
 //! * [`App`] — the graph, writes, calculations and operations.
 //! * [`tools`] — the published agent tools (`report`, `set`, `act`, `observe`, `wait`,

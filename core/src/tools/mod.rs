@@ -20,6 +20,25 @@
 //!   mailbox and become model input only at the start of the next turn. Only explicit choices
 //!   start turns: a submitted task (FIFO), a job submitted with `wake`, an application's
 //!   `wake`. Progress never reaches the session; standing desires are not tasks.
+//!
+//! # Call order
+//!
+//! ```text
+//! let mut s = Session::new(config);  register_tool(decl)*;
+//! inputs, each with the host's monotonic `now`:
+//!     submit_task | wake | deliver_note | post_observation | steer | interrupt ..
+//!     on_model_response(now, step, ..) | on_model_error(now, step, ..)
+//!     on_call_settled(now, inv, ..) | on_call_job | submit_job(now, inv, &mut registry, ..)
+//!     on_registry_output(now, &out, &mut registry)  // the registry's outputs, as they come
+//!     handle_timeout(now)                           // when poll_timeout()'s deadline passes
+//! after every input:
+//!     while let Some(out) = s.poll_output() {      // or drain_outputs()
+//!         ModelRequest → s.model_request(), ask the model; AbortModel → drop that request;
+//!         StartCall → run the handler; AbortCall → signal it; HandlerReleased → drop it;
+//!         TurnStarted / CallFinished / MailQueued / ModelUsage / TurnEnded → show them
+//!     }
+//!     arm one timer at s.poll_timeout()
+//! ```
 
 mod json;
 mod model;
