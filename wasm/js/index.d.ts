@@ -459,6 +459,8 @@ export class Operation<R = unknown> {
   wait(options?: { signal?: AbortSignal; timeoutMs?: number }): Promise<OpOutcome<R>>;
   /** Cancels the observation only; returns the outcome name. */
   cancel(reason?: string): OpOutcomeKind;
+  /** Hosts the operation as a registry job (see `App.hostAsJob`). */
+  hostAsJob(options?: { owner?: string; origin?: Origin; toolCall?: string }): Job<HostedOpValue>;
 }
 
 export class App {
@@ -483,6 +485,13 @@ export class App {
   observe<R = unknown>(request: ObserveRequest): Promise<OpOutcome<R>>;
   operation<R = unknown>(id: number): Operation<R>;
   submitTask(cell: string, overrides?: Record<string, ControlScalar>, options?: { owner?: string; origin?: Origin; toolCall?: string }): Job;
+  /**
+   * Hosts a waiting operation as a job of the app's registry (`owner` default `agent`): its
+   * progress goes to the job's journal, its outcome is the job's (with a mailbox note for the
+   * owner). Cancelling the job cancels the observation only. Hosting again returns the same
+   * job; a finished, never hosted operation is refused (INVALID_ARGUMENT).
+   */
+  hostAsJob(op: number | Operation, options?: { owner?: string; origin?: Origin; toolCall?: string }): Job<HostedOpValue>;
   readonly tools: {
     list(): ToolDefinition[];
     call(name: string, args?: Record<string, unknown>, options?: { by?: string; toolCall?: string; owner?: string; signal?: AbortSignal }): Promise<any>;
@@ -515,6 +524,49 @@ export interface Retention {
 }
 
 export function createApp(options?: { now?: () => number; instance?: number; firstOp?: number; firstJobId?: number; retention?: Retention }): App;
+
+/** The value of a hosted operation's job: the operation's outcome record. */
+export type HostedOpValue = OpOutcome & { job: number };
+
+// ----- standing desires ------------------------------------------------------------------
+
+export type ClaimPhase = 'idle' | 'pending' | 'active' | 'error';
+
+/** One claim's state; `held` is the desire held (the resource: `Claims.held`). */
+export interface ClaimState<D = unknown> {
+  phase: ClaimPhase;
+  desired?: D | null;
+  held?: D | null;
+  error?: string | null;
+  journal?: { at: number; what: string; attempt: number | null }[];
+}
+
+/**
+ * Standing desires (`weft_core::ops::claims`): per named claim the newest desire wins; one
+ * acquisition or release at a time per claim; an acquisition that arrives for a superseded
+ * desire is released at once, never adopted; a failed acquisition parks the claim in `error`
+ * until the desire changes or `retry`. Desires are compared as JSON values.
+ */
+export class Claims<D = unknown, R = unknown> {
+  /** Sets what should exist now (`null`: nothing); an equal desire changes nothing. */
+  desire(claim: string, desire: D | null): void;
+  /** Re-attempts a claim parked in `error` (UNKNOWN_CLAIM: no such claim). */
+  retry(claim: string): void;
+  phase(claim: string): ClaimPhase;
+  state(claim: string): ClaimState<D>;
+  /** The resource held for the newest desire, if any. */
+  held(claim: string): R | undefined;
+  /** Resolves once the claim is not pending; aborting ends only this wait (WAIT_CANCELLED). */
+  settled(claim: string, options?: { signal?: AbortSignal }): Promise<ClaimState<D>>;
+  /** Releases what is held (and acquisitions arriving later), rejects waits DISPOSED. */
+  dispose(): void;
+}
+
+export function createClaims<D = unknown, R = unknown>(options: {
+  acquire: (desire: D, info: { claim: string; attempt: number }) => R | Promise<R>;
+  release: (resource: R, info: { claim: string; attempt: number; desire: D }) => unknown;
+  now?: () => number;
+}): Claims<D, R>;
 // ----- agent sessions -------------------------------------------------------------------
 
 /** A tool as declared to an agent (the handler is bound separately). */

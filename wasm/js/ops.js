@@ -6,7 +6,7 @@
 // (the core's: operation timeouts and tool-call waits too) go through the ordinary Runtime,
 // whose registry is the app's own: a JobRegistry the app borrows per call (`appRegistry`).
 
-import { JobRegistry, OpsApp } from './weft_wasm.js';
+import { JobRegistry, OpsApp, OpsClaims } from './weft_wasm.js';
 import { Runtime, WeftError } from './runtime.js';
 import { DISPOSED, WAIT_CANCELLED, WAIT_TIMED_OUT, NO_VALUE, NO_COMPUTE } from './codes.js';
 
@@ -288,6 +288,18 @@ export class App {
   submitTask(cell, overrides = {}, { owner = 'app', origin, toolCall } = {}) {
     const id = this.#rt._call((_, now) => this.#core.submitTask(now, this.#reg, cell, overrides, owner, { origin, toolCall }));
     return this.#rt.job(id);
+  }
+
+  /**
+   * Hosts a waiting operation as a job of the app's registry (a Job: `wait`, `observe`,
+   * mailbox notes for `owner`, `cancel`). Cancelling the job cancels the observation only
+   * (calculations continue). Hosting it again returns the same job; a finished operation is
+   * refused (INVALID_ARGUMENT).
+   */
+  hostAsJob(op, { owner = 'agent', origin, toolCall } = {}) {
+    const id = typeof op === 'number' ? op : op?.id;
+    const job = this.#rt._call((_, now) => this.#core.hostAsJob(now, this.#reg, id, owner, { origin, toolCall }));
+    return this.#rt.job(job);
   }
 
   // ----- the published tools -----------------------------------------------------------------
@@ -642,8 +654,193 @@ export class Operation {
     });
   }
 
+  /** Hosts the operation as a registry job (see `App.hostAsJob`). */
+  hostAsJob(options) {
+    return this.#app.hostAsJob(this.id, options);
+  }
+
   /** Cancels the observation only (calculations continue). Returns the outcome name. */
   cancel(reason = 'cancelled by the caller') {
     return this.#app._cancel(this.id, reason);
+  }
+}
+
+// ----- standing desires ------------------------------------------------------------------------
+
+/**
+ * Standing desires (weft_core::ops::claims): per named claim the newest desire wins. `acquire`
+ * and `release` are the host's work; every rule (one operation at a time per claim, a late
+ * acquisition released and never adopted, an error parking the claim) is the core's.
+ */
+export function createClaims(options) {
+  return new Claims(options);
+}
+
+const message = (err) => String(err?.message ?? err);
+const weftError = (err) => (typeof err?.code === 'string' && !(err instanceof WeftError) ? new WeftError(err.code, err.message) : err);
+
+export class Claims {
+  #core = new OpsClaims();
+  #acquire;
+  #release;
+  #now;
+  // attempt -> the resource its acquisition gave (until it is released).
+  #resources = new Map();
+  // claim -> the attempt whose resource is held.
+  #held = new Map();
+  // claim -> the callbacks of `settled`.
+  #waiters = new Map();
+  #disposed = false;
+
+  /**
+   * `acquire(desire, {claim, attempt})` resolves with the resource or rejects (the claim is
+   * parked in `error` until the desire changes or `retry`); `release(resource, {claim,
+   * attempt, desire})` resolves when it is gone (a rejection is journaled, the resource is
+   * dropped anyway). `now`: the journal's clock (ms, default `performance.now`).
+   */
+  constructor({ acquire, release, now = () => performance.now() } = {}) {
+    if (typeof acquire !== 'function' || typeof release !== 'function') {
+      throw new WeftError('INVALID_ARGUMENT', 'createClaims needs `acquire` and `release` functions');
+    }
+    this.#acquire = acquire;
+    this.#release = release;
+    this.#now = now;
+  }
+
+  #live() {
+    if (this.#disposed) throw new WeftError(DISPOSED, 'the claims were disposed');
+    return this.#core;
+  }
+
+  /** Runs a core call, then carries out the acquisitions and releases it asked for. */
+  #step(fn) {
+    const core = this.#live();
+    let r;
+    try {
+      r = fn(core, this.#now());
+    } catch (err) {
+      throw weftError(err);
+    }
+    for (const o of core.drainOutputs()) {
+      if (o.output === 'acquire') this.#acquiring(o);
+      else this.#releasing(o);
+    }
+    this.#notify();
+    return r;
+  }
+
+  #acquiring({ claim, attempt, desire }) {
+    new Promise((resolve) => resolve(this.#acquire(desire, { claim, attempt }))).then(
+      (resource) => {
+        if (this.#disposed) return this.#drop(resource, { claim, attempt, desire });
+        this.#resources.set(attempt, { claim, desire, resource });
+        if (this.#step((c, now) => c.acquired(now, claim, attempt))) this.#held.set(claim, attempt);
+      },
+      (err) => {
+        if (!this.#disposed) this.#step((c, now) => c.acquireFailed(now, claim, attempt, message(err)));
+      },
+    );
+  }
+
+  #releasing({ claim, attempt, desire }) {
+    const { resource } = this.#resources.get(attempt) ?? {};
+    this.#resources.delete(attempt);
+    if (this.#held.get(claim) === attempt) this.#held.delete(claim);
+    new Promise((resolve) => resolve(this.#release(resource, { claim, attempt, desire }))).then(
+      () => {
+        if (!this.#disposed) this.#step((c, now) => c.released(now, claim, attempt, undefined));
+      },
+      (err) => {
+        if (!this.#disposed) this.#step((c, now) => c.released(now, claim, attempt, message(err)));
+      },
+    );
+  }
+
+  /** A resource whose claim is gone (disposed): released, errors ignored. */
+  #drop(resource, info) {
+    new Promise((resolve) => resolve(this.#release(resource, info))).catch(() => {});
+  }
+
+  #notify() {
+    for (const [claim, set] of this.#waiters) {
+      if (this.#core.phase(claim) === 'pending') continue;
+      this.#waiters.delete(claim);
+      for (const w of set) w.resolve();
+    }
+  }
+
+  /** Sets what should exist now for `claim` (`null`: nothing). An equal (JSON) desire changes nothing. */
+  desire(claim, desire) {
+    this.#step((c, now) => c.desire(now, claim, desire ?? null));
+  }
+
+  /** Re-attempts a claim parked in `error` with its unchanged desire (UNKNOWN_CLAIM: no such claim). */
+  retry(claim) {
+    this.#step((c, now) => c.retry(now, claim));
+  }
+
+  /** `'idle' | 'pending' | 'active' | 'error'`. */
+  phase(claim) {
+    return this.#live().phase(claim);
+  }
+
+  /** `{phase, desired, held, error, journal: [{at, what, attempt}]}` (`held`: the desire held). */
+  state(claim) {
+    return this.#live().state(claim);
+  }
+
+  /** The resource held for the claim's newest desire, or undefined. */
+  held(claim) {
+    this.#live();
+    return this.#held.has(claim) ? this.#resources.get(this.#held.get(claim))?.resource : undefined;
+  }
+
+  /**
+   * Resolves with the claim's state once it is not pending (active, idle or error). Aborting
+   * `signal` ends only this wait (WAIT_CANCELLED); dispose rejects it (DISPOSED).
+   */
+  settled(claim, { signal } = {}) {
+    try {
+      if (this.phase(claim) !== 'pending') return Promise.resolve(this.state(claim));
+    } catch (err) {
+      return Promise.reject(err);
+    }
+    if (signal?.aborted) return Promise.reject(new WeftError(WAIT_CANCELLED, 'the wait was cancelled', { cause: signal.reason }));
+    return new Promise((resolve, reject) => {
+      let set = this.#waiters.get(claim);
+      if (!set) this.#waiters.set(claim, (set = new Set()));
+      const onAbort = () => {
+        set.delete(w);
+        reject(new WeftError(WAIT_CANCELLED, 'the wait was cancelled; the claim continues', { cause: signal.reason }));
+      };
+      const w = {
+        resolve: () => {
+          signal?.removeEventListener('abort', onAbort);
+          resolve(this.state(claim));
+        },
+        reject: (err) => {
+          signal?.removeEventListener('abort', onAbort);
+          reject(err);
+        },
+      };
+      set.add(w);
+      signal?.addEventListener('abort', onAbort, { once: true });
+    });
+  }
+
+  /**
+   * Releases every resource acquired and not yet released (acquisitions still running are
+   * released when they arrive), rejects waits with DISPOSED and frees the core.
+   */
+  dispose() {
+    if (this.#disposed) return;
+    this.#disposed = true;
+    for (const [attempt, { claim, desire, resource }] of this.#resources) this.#drop(resource, { claim, attempt, desire });
+    this.#resources.clear();
+    this.#held.clear();
+    const waiters = [...this.#waiters.values()];
+    this.#waiters.clear();
+    for (const set of waiters) for (const w of set) w.reject(new WeftError(DISPOSED, 'the claims were disposed'));
+    this.#core.free();
   }
 }

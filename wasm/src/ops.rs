@@ -15,6 +15,7 @@ use js_sys::{Array, Object};
 use wasm_bindgen::prelude::*;
 use weft_core::Mono;
 use weft_core::jobs::{EndpointId, Origin};
+use weft_core::ops::claims::{ClaimOutput, Claims, ClaimsError};
 use weft_core::ops::{
     Actor, App, AppConfig, AppOutput, CalcId, CellSpec, CellView, GraphSpec, ObserveRequest,
     OnFailure, OnSupersede, OpId, OpsError, OpsValue, Retention, Selection, Snapshot, WriteId,
@@ -701,6 +702,31 @@ impl OpsApp {
             .map_err(ops_err)
     }
 
+    /// Hosts a waiting operation as a job of the registry (`owner`; `options`: `{origin,
+    /// toolCall}`); returns the job (the same one when it is hosted already). Cancelling the
+    /// job cancels the observation only.
+    #[wasm_bindgen(js_name = hostAsJob)]
+    pub fn host_as_job(
+        &mut self,
+        now: f64,
+        reg: &mut JobRegistry,
+        op: f64,
+        owner: &str,
+        options: JsValue,
+    ) -> Result<f64, JsValue> {
+        let t = self.t(now);
+        self.app
+            .host_as_job(
+                t,
+                &mut reg.inner,
+                OpId(op as u64),
+                owner,
+                origin_of(&options),
+            )
+            .map(|j| j.0 as f64)
+            .map_err(ops_err)
+    }
+
     // ----- the registry's outputs -------------------------------------------------------------
 
     /// A message from a Worker: its job and (for Worker cells) its calculation see it.
@@ -838,5 +864,119 @@ impl OpsApp {
     fn t(&mut self, now: f64) -> Mono {
         self.last_now = mono(now).max(self.last_now);
         self.last_now
+    }
+}
+
+/// Standing desires (`weft_core::ops::claims::Claims`) over JSON desires, as a JS class. The
+/// JS package (`wasm/js/ops.js`, `createClaims`) performs the acquisitions and releases the
+/// core asks for and reports back; desires are compared as JSON values.
+#[wasm_bindgen]
+pub struct OpsClaims {
+    claims: Claims<serde_json::Value>,
+    last_now: Mono,
+}
+
+fn claims_err(e: ClaimsError) -> JsValue {
+    error(&e)
+}
+
+impl OpsClaims {
+    /// The core's time for a host time: never earlier than a time already seen.
+    fn t(&mut self, now: f64) -> Mono {
+        self.last_now = mono(now).max(self.last_now);
+        self.last_now
+    }
+}
+
+impl Default for OpsClaims {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+#[wasm_bindgen]
+impl OpsClaims {
+    /// No claims yet; a claim is created by its first desire.
+    #[wasm_bindgen(constructor)]
+    pub fn new() -> OpsClaims {
+        OpsClaims {
+            claims: Claims::new(),
+            last_now: Mono::ZERO,
+        }
+    }
+
+    /// Sets what should exist now (`null`/`undefined`: nothing); an equal desire changes nothing.
+    pub fn desire(&mut self, now: f64, claim: &str, desire: JsValue) -> Result<(), JsValue> {
+        let t = self.t(now);
+        let d = if desire.is_null() || desire.is_undefined() {
+            None
+        } else {
+            Some(to_json(&desire)?)
+        };
+        self.claims.desire(t, claim, d);
+        Ok(())
+    }
+
+    /// The acquisition `attempt` succeeded; `true` when it was adopted (still the newest
+    /// desire), `false` when it is to be released at once.
+    pub fn acquired(&mut self, now: f64, claim: &str, attempt: f64) -> Result<bool, JsValue> {
+        let t = self.t(now);
+        self.claims
+            .acquired(t, claim, attempt as u64)
+            .map_err(claims_err)
+    }
+
+    /// The acquisition `attempt` failed with `error`.
+    #[wasm_bindgen(js_name = acquireFailed)]
+    pub fn acquire_failed(
+        &mut self,
+        now: f64,
+        claim: &str,
+        attempt: f64,
+        error: &str,
+    ) -> Result<(), JsValue> {
+        let t = self.t(now);
+        self.claims
+            .acquire_failed(t, claim, attempt as u64, error)
+            .map_err(claims_err)
+    }
+
+    /// The resource of `attempt` was released (`error`: the release failed; dropped anyway).
+    pub fn released(
+        &mut self,
+        now: f64,
+        claim: &str,
+        attempt: f64,
+        error: Option<String>,
+    ) -> Result<(), JsValue> {
+        let t = self.t(now);
+        self.claims
+            .released(t, claim, attempt as u64, error.as_deref())
+            .map_err(claims_err)
+    }
+
+    /// Re-attempts a claim parked in `error` with its unchanged desire.
+    pub fn retry(&mut self, now: f64, claim: &str) -> Result<(), JsValue> {
+        let t = self.t(now);
+        self.claims.retry(t, claim).map_err(claims_err)
+    }
+
+    /// `idle`, `pending`, `active` or `error`.
+    pub fn phase(&self, claim: &str) -> String {
+        self.claims.phase(claim).as_str().into()
+    }
+
+    /// `{phase, desired, held, error, journal: [{at, what, attempt}]}`.
+    pub fn state(&self, claim: &str) -> JsValue {
+        jv(&self.claims.to_json(claim))
+    }
+
+    /// The work for the host: `{output: "acquire" | "release", claim, attempt, desire}`.
+    #[wasm_bindgen(js_name = drainOutputs)]
+    pub fn drain_outputs(&mut self) -> Array {
+        self.claims
+            .drain_outputs()
+            .map(|o: ClaimOutput<serde_json::Value>| jv(&o.to_json(|d| d.clone())))
+            .collect()
     }
 }

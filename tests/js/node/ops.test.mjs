@@ -4,7 +4,7 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import Ajv from 'ajv';
-import { createAgent, createApp, scriptedModel } from 'weft';
+import { createAgent, createApp, createClaims, scriptedModel, WeftError } from 'weft';
 import { labSpec, analytic } from '../../../examples/diffusion-lab/src/graph.js';
 
 const diffusionWorker = new URL('../../../examples/diffusion/worker.js', import.meta.url);
@@ -601,4 +601,93 @@ test('app tools: aborting a waiting call ends that wait only; dispose rejects a 
   app.dispose();
   await assert.rejects(pending, (e) => e.code === 'DISPOSED');
   await assert.rejects(app.tools.call('report', {}), (e) => e.code === 'DISPOSED');
+});
+
+test('hostAsJob: a waiting operation becomes a job (progress journaled, mailbox note); cancelling the job cancels only the observation', async () => {
+  const { app, runs } = hostApp();
+  await tick();
+  runs[0].resolve(2);
+  await until(() => app.cell('stream').state === 'ready', 'initial');
+  const op = app.start({ writes: { a: 3 }, waitFor: ['slow'] });
+  await tick();
+  const job = op.hostAsJob({ owner: 'agent' });
+  assert.equal(app.hostAsJob(op.id).id, job.id, 'hosting again gives the same job');
+  runs[1].ctx.progress(0.5);
+  runs[1].resolve(6);
+  const out = await job.wait();
+  assert.equal(out.outcome, 'succeeded');
+  assert.equal(out.value.operation, op.id);
+  assert.equal(out.value.outcome, 'settled');
+  assert.equal(out.value.job, job.id);
+  assert.ok(job.journal().some((e) => e.type === 'progress' && e.value.progress === 0.5), 'progress on the job journal');
+  assert.deepEqual(app.runtime.readMailbox('agent').map((n) => n.job), [job.id]);
+  assert.equal(op.hostAsJob().id, job.id, 'a hosted operation keeps its job once finished');
+  const quick = app.start({ writes: { label: 'z' }, waitFor: ['title'] });
+  await quick.wait();
+  assert.throws(() => quick.hostAsJob(), (e) => e.code === 'INVALID_ARGUMENT', 'a finished operation is not hosted');
+
+  const op2 = app.start({ writes: { a: 4 }, waitFor: ['slow'] });
+  await tick();
+  const job2 = op2.hostAsJob();
+  job2.cancel('stopped waiting');
+  assert.equal((await job2.wait()).outcome, 'cancelled');
+  assert.equal(op2.outcome.outcome, 'cancelled');
+  assert.equal(runs[2].ctx.signal.aborted, false, 'the calculation continues');
+  app.dispose();
+});
+
+test('createClaims: the newest desire wins, a late acquisition is released unadopted; errors park; dispose releases', async () => {
+  const log = [];
+  const pending = new Map();
+  const claims = createClaims({
+    acquire: (desire, { claim, attempt }) => {
+      log.push(['acquire', claim, attempt, desire]);
+      return new Promise((resolve, reject) => pending.set(attempt, { resolve, reject }));
+    },
+    release: async (resource, { claim, attempt }) => {
+      log.push(['release', claim, attempt, resource]);
+    },
+  });
+  claims.desire('worker', { source: 'A' });
+  claims.desire('worker', { source: 'B' });
+  const ac = new AbortController();
+  const cancelled = claims.settled('worker', { signal: ac.signal });
+  const settled = claims.settled('worker');
+  ac.abort();
+  await assert.rejects(cancelled, (e) => e instanceof WeftError && e.code === 'WAIT_CANCELLED');
+  assert.equal(claims.phase('worker'), 'pending', 'aborting a wait leaves the claim');
+  pending.get(1).resolve('res A');
+  await tick();
+  assert.deepEqual(log, [
+    ['acquire', 'worker', 1, { source: 'A' }],
+    ['release', 'worker', 1, 'res A'],
+    ['acquire', 'worker', 2, { source: 'B' }],
+  ]);
+  pending.get(2).resolve('res B');
+  const state = await settled;
+  assert.equal(state.phase, 'active');
+  assert.deepEqual(state.held, { source: 'B' });
+  assert.equal(claims.held('worker'), 'res B');
+  claims.desire('worker', { source: 'B' });
+  assert.equal(log.length, 3, 'an equal (JSON) desire changes nothing');
+
+  claims.desire('mic', 1);
+  pending.get(3).reject(new Error('denied'));
+  const parked = await claims.settled('mic');
+  assert.equal(parked.phase, 'error');
+  assert.equal(parked.error, 'denied');
+  assert.equal(claims.phase('worker'), 'active', 'claims are independent');
+  claims.retry('mic');
+  assert.equal(claims.phase('mic'), 'pending');
+  assert.throws(() => claims.retry('nothing'), (e) => e instanceof WeftError && e.code === 'UNKNOWN_CLAIM');
+
+  const waiting = claims.settled('mic');
+  claims.dispose();
+  await assert.rejects(waiting, (e) => e.code === 'DISPOSED');
+  await tick();
+  assert.deepEqual(log.at(-1), ['release', 'worker', 2, 'res B'], 'dispose releases what is held');
+  pending.get(4).resolve('late mic');
+  await tick();
+  assert.deepEqual(log.at(-1), ['release', 'mic', 4, 'late mic'], 'an acquisition that arrives after dispose is released');
+  assert.throws(() => claims.desire('worker', null), (e) => e.code === 'DISPOSED');
 });

@@ -1,8 +1,8 @@
-// Typed usage of `weft` (jobs, agents, models, ops) as a TypeScript user writes it. Checked with
+// Typed usage of `weft` (jobs, agents, models, ops, standing desires) as a TypeScript user writes it. Checked with
 // `tsc --strict --noEmit` against the packed package (check.mjs); never run.
 import {
-  createRuntime, createAgent, createApp, scriptedModel, openaiModel, anthropicModel, builtinModel,
-  WeftError, type Outcome, type JobEvent, type Delivery, type TurnResult, type ModelErrorCode,
+  createRuntime, createAgent, createApp, createClaims, scriptedModel, openaiModel, anthropicModel, builtinModel,
+  WeftError, type ClaimPhase, type ClaimState, type Outcome, type JobEvent, type Delivery, type TurnResult, type ModelErrorCode,
 } from 'weft';
 
 export async function jobs(): Promise<number> {
@@ -78,6 +78,26 @@ export async function ops(): Promise<unknown> {
   });
   const receipt = app.set('points', 200, { by: 'user' });
   const outcome = await app.observe<number>({ waitFor: ['double'] });
+  const hosted = app.start({ writes: { points: 300 }, waitFor: ['double'] }).hostAsJob({ owner: 'agent' });
+  const same = app.hostAsJob(hosted.id);
+  const done = await same.wait({ timeoutMs: 1000 });
+  const opOutcome: string | null = done.outcome === 'succeeded' ? done.value.outcome : null;
   app.dispose();
-  return [receipt.status, outcome.outcome];
+  return [receipt.status, outcome.outcome, opOutcome];
+}
+
+export async function claims(): Promise<ClaimPhase> {
+  const c = createClaims<{ device: number }, MediaStream | string>({
+    acquire: async (desire, { claim, attempt }) => `${claim} ${attempt} ${desire.device}`,
+    release: async (resource, { desire }) => console.log(resource, desire.device),
+  });
+  c.desire('mic', { device: 1 });
+  const state: ClaimState<{ device: number }> = await c.settled('mic', { signal: AbortSignal.timeout(1000) });
+  const held: MediaStream | string | undefined = c.held('mic');
+  if (state.phase === 'error') c.retry('mic');
+  c.desire('mic', null);
+  console.log(held, state.held?.device);
+  const phase = c.phase('mic');
+  c.dispose();
+  return phase;
 }

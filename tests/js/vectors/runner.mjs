@@ -28,6 +28,8 @@
 //   Rust driver's own `inspect` answers a missing job: UNKNOWN_JOB / UNKNOWN_ENDPOINT.
 // - wait and subscription numbers are not returned by the public API (it returns a Promise and
 //   an unsubscribe function); the runner numbers them in call order from 1, as the registry does.
+// - standing-desire vectors (`"kind": "claims"`) run through `createClaims`: its `acquire` and
+//   `release` record the outputs and return Promises that the steps settle.
 //
 // What cannot be expressed is listed, with the reason, in SKIPS (whole vectors), STEP_SKIPS
 // (single steps) and UNSEEN_RESULTS (a result the API does not return); what fails through JS
@@ -36,7 +38,10 @@
 const STAGED_ACROSS_TIME =
   'the vector keeps a write staged while time passes (accepted at one `at`, flushed at a later one); the JS App ' +
   'ends every tick at the microtask checkpoint, so time never passes with a write staged';
-const NO_CLAIMS = 'the standing-desire reconciler (ops::claims) has no JS binding';
+const ONE_REPORT =
+  'a claim\'s acquisition is reported by how the Promise `acquire` returned settles: the Claims report each ' +
+  'attempt they started once, so a report for an attempt no longer in flight or for a claim that does not ' +
+  'exist cannot be made through the public API';
 
 /** Vectors the public API cannot express, by suite and name, with the reason. */
 export const SKIPS = {
@@ -46,16 +51,10 @@ export const SKIPS = {
       STAGED_ACROSS_TIME,
     'graph hot replacement under onSupersede follow, then a rerun of an awaited cell after it was processed: the operation settles only when every awaited cell is ready in one snapshot (recorded property-test case)':
       STAGED_ACROSS_TIME,
-    'a slow observation hosted as a registry job: progress on its journal, one outcome, a mailbox note; cancelling the job cancels only the observation':
-      'the App has no public form of `host_as_job` (hosting a running operation as a registry job)',
     'a finished stream commits its last value once: finish makes the last partial the result, and dependents computed from it become final without recomputing':
       'a host calculation finishes a stream (`finish`) only by ending the async iterable its compute returned, and ' +
       'whether compute returns a Promise (for `done`) or an iterable is fixed when it is called, before the ' +
       'vector says which it will be',
-    'standing desire: a desire that changes during acquisition makes the late resource released, never adopted; the newest desire is applied next':
-      NO_CLAIMS,
-    'standing desire: an acquisition error parks the claim until the desire changes or a retry; other claims are independent':
-      NO_CLAIMS,
   },
   jobs: {
     'a slow observer is told which sequence numbers it missed; unsubscribe stops observation only':
@@ -97,6 +96,12 @@ const ONE_SETTLEMENT =
 
 export const STEP_SKIPS = {
   jobs: {},
+  ops: {
+    'standing desire: a desire that changes during acquisition makes the late resource released, never adopted; the newest desire is applied next': {
+      10: ONE_REPORT,
+      11: ONE_REPORT,
+    },
+  },
   tools: {
     'unknown tools and invalid arguments are refused before anything runs; refused calls separate no groups': {
       3: ONE_SETTLEMENT,
@@ -133,7 +138,7 @@ export const KNOWN_DISAGREEMENTS = {
 export const EXPECTED = {
   jobs: { total: 23, passed: 22, skipped: 1, disagrees: 0, skippedSteps: 0, unseenResults: 0 },
   tools: { total: 23, passed: 23, skipped: 0, disagrees: 0, skippedSteps: 5, unseenResults: 0 },
-  ops: { total: 36, passed: 30, skipped: 6, disagrees: 0, skippedSteps: 0, unseenResults: 7 },
+  ops: { total: 36, passed: 33, skipped: 3, disagrees: 0, skippedSteps: 2, unseenResults: 8 },
 };
 
 /** The counts of a `runSuite` report, in the shape of EXPECTED. */
@@ -859,6 +864,10 @@ class OpsHarness {
         return this.jobs.apply(op, s);
       case 'cancel_op':
         return app.operation(s.operation).cancel(s.reason ?? 'test');
+      case 'host_as_job': {
+        const job = app.operation(s.operation).hostAsJob({ owner: s.owner ?? 'agent' });
+        return { job: job.id };
+      }
       case 'cancel_job':
         return this.jobs.apply('cancel', s);
       case 'wait_job':
@@ -979,8 +988,8 @@ class OpsHarness {
   }
 }
 
-/** Ops whose effect is a Promise settling. */
-const ASYNC_OPS = new Set(['done', 'fail', 'tool', 'tool_reply']);
+/** Ops whose effect is a Promise settling (`cancel_job`: the waits on the job it finishes). */
+const ASYNC_OPS = new Set(['done', 'fail', 'tool', 'tool_reply', 'cancel_job']);
 
 /** A step result known only once microtasks ran (a Promise's settlement). */
 const LATER = Symbol('later');
@@ -994,6 +1003,7 @@ function resolveOps(suite, v) {
 }
 
 async function runOpsVector(weft, time, v, stepSkips, tally) {
+  if (v.kind === 'claims') return runClaimsVector(weft, time, v, stepSkips, tally);
   const failures = [];
   const h = new OpsHarness(weft, time, v);
   try {
@@ -1075,6 +1085,96 @@ function opsStep(h, v, step, failures, stepSkips, tally) {
   if (!next || (next.at ?? step.at) > step.at || ASYNC_OPS.has(step.op)) return settle().then(check);
   check();
   return undefined;
+}
+
+/**
+ * A standing-desire vector (ops::vectors::run_claims_vector) through `weft.createClaims`: the
+ * `acquire` and `release` it is given record the outputs and return Promises the steps settle
+ * (`acquired` resolves an acquisition, `acquire_failed` rejects it, `released` settles a
+ * release, rejecting with the step's `error`). An `acquired` step's `adopted` is whether the
+ * resource it gave is the claim's held one afterwards (`claims.held`).
+ */
+async function runClaimsVector(weft, time, v, stepSkips, tally) {
+  const failures = [];
+  const outputs = [];
+  const inFlight = new Map(); // "acquire 1" | "release 1" -> { resolve, reject }
+  const claims = weft.createClaims({
+    now: () => time.now,
+    acquire: (desire, { claim, attempt }) => {
+      outputs.push({ output: 'acquire', claim, attempt, desire });
+      return new Promise((resolve, reject) => inFlight.set(`acquire ${attempt}`, { resolve, reject }));
+    },
+    release: (_resource, { claim, attempt, desire }) => {
+      outputs.push({ output: 'release', claim, attempt, desire });
+      return new Promise((resolve, reject) => inFlight.set(`release ${attempt}`, { resolve, reject }));
+    },
+  });
+  const report = (what, attempt) => {
+    const p = inFlight.get(`${what} ${attempt}`);
+    if (!p) throw vectorError(`no ${what} of attempt ${attempt} is in flight`);
+    inFlight.delete(`${what} ${attempt}`);
+    return p;
+  };
+  try {
+    await eachStep(v, failures, async (step) => {
+      time.advance(step.at);
+      if (step.index in stepSkips) {
+        tally.skippedSteps++;
+        outputs.length = 0;
+        return;
+      }
+      const s = step.json;
+      const claim = typeof s.claim === 'string' ? s.claim : 'c';
+      const attempt = s.attempt;
+      let result;
+      try {
+        switch (step.op) {
+          case 'desire':
+            claims.desire(claim, s.desire ?? null);
+            result = { value: null };
+            break;
+          case 'acquired': {
+            const resource = { claim, attempt };
+            report('acquire', attempt).resolve(resource);
+            await settle();
+            result = { value: { adopted: claims.held(claim) === resource } };
+            break;
+          }
+          case 'acquire_failed':
+            report('acquire', attempt).reject(new Error(s.error ?? 'failed'));
+            result = { value: null };
+            break;
+          case 'released': {
+            const p = report('release', attempt);
+            if (typeof s.error === 'string') p.reject(new Error(s.error));
+            else p.resolve();
+            result = { value: null };
+            break;
+          }
+          case 'retry':
+            claims.retry(claim);
+            result = { value: null };
+            break;
+          case 'state':
+            result = { value: claims.state(claim) };
+            break;
+          default:
+            failures.push(`step ${step.index}: unknown op \`${step.op}\``);
+            return;
+        }
+      } catch (err) {
+        result = { error: errorOf(err) };
+      }
+      await settle();
+      checkStep(step.ctx, s, result, outputs.splice(0), failures);
+      if ('phase' in s && s.phase !== claims.phase(claim)) {
+        failures.push(`${step.ctx}: phase ${claims.phase(claim)} (expected ${show(s.phase)})`);
+      }
+    });
+  } finally {
+    claims.dispose();
+  }
+  return failures;
 }
 
 // ----- suites -------------------------------------------------------------------------------
