@@ -5,9 +5,12 @@
 //! [`NONE`] once released). Records are stored in pages of [`PAGE`] records, packed (a release
 //! moves the last record into the freed place), so a lookup is two array reads, an insert
 //! never copies more than one page, and a released record costs 4 bytes of index until every
-//! older one is released too.
+//! older one is released too — or until the index is more than half holes: then its oldest
+//! held entries move to a small ordered map ([`JobTable::old`]) and the holes are dropped, so
+//! the index is bounded by the records held (a long-lived job among millions of released ones
+//! keeps one map entry, not 4 bytes per job released since).
 
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, VecDeque};
 
 use super::{Job, JobId};
 
@@ -15,6 +18,8 @@ use super::{Job, JobId};
 const PAGE: usize = 1024;
 /// An index entry of a released record.
 const NONE: u32 = u32::MAX;
+/// Holes the dense index may hold beyond as many as it holds records.
+const SLACK: usize = 1024;
 
 #[derive(Debug)]
 pub(crate) struct JobTable<V> {
@@ -25,6 +30,8 @@ pub(crate) struct JobTable<V> {
     /// The records, packed: position `p` is `pages[p / PAGE][p % PAGE]`.
     pages: Vec<Vec<Job<V>>>,
     len: usize,
+    /// Positions of held records older than `first`, moved out of a sparse index.
+    old: BTreeMap<u64, u32>,
 }
 
 impl<V> Default for JobTable<V> {
@@ -34,6 +41,7 @@ impl<V> Default for JobTable<V> {
             index: VecDeque::new(),
             pages: Vec::new(),
             len: 0,
+            old: BTreeMap::new(),
         }
     }
 }
@@ -45,7 +53,10 @@ impl<V> JobTable<V> {
     }
 
     fn position(&self, id: &JobId) -> Option<usize> {
-        let off = usize::try_from(id.0.checked_sub(self.first)?).ok()?;
+        if id.0 < self.first {
+            return self.old.get(&id.0).map(|p| *p as usize);
+        }
+        let off = usize::try_from(id.0 - self.first).ok()?;
         match self.index.get(off) {
             Some(&p) if p != NONE => Some(p as usize),
             _ => None,
@@ -92,8 +103,11 @@ impl<V> JobTable<V> {
     /// Takes a record out; the last record moves into its place.
     pub(crate) fn remove(&mut self, id: &JobId) -> Option<Job<V>> {
         let p = self.position(id)?;
-        let off = (id.0 - self.first) as usize;
-        self.index[off] = NONE;
+        if id.0 < self.first {
+            self.old.remove(&id.0);
+        } else {
+            self.index[(id.0 - self.first) as usize] = NONE;
+        }
         let last = self.pages.last_mut().expect("a record is held").pop();
         let last = last.expect("pages hold no empty page");
         if self.pages.last().is_some_and(|page| page.is_empty()) {
@@ -105,22 +119,44 @@ impl<V> JobTable<V> {
         } else {
             let moved = last.id;
             let job = std::mem::replace(&mut self.pages[p / PAGE][p % PAGE], last);
-            let moved_off = (moved.0 - self.first) as usize;
-            self.index[moved_off] = p as u32;
+            if moved.0 < self.first {
+                *self
+                    .old
+                    .get_mut(&moved.0)
+                    .expect("an old record is in the map") = p as u32;
+            } else {
+                self.index[(moved.0 - self.first) as usize] = p as u32;
+            }
             job
         };
         while self.index.front() == Some(&NONE) {
             self.index.pop_front();
             self.first += 1;
         }
+        // More holes than records in the index: move its oldest held entries to `old` until
+        // it is dense again (each id is moved at most once: amortized O(1) per release).
+        let dense = self.len - self.old.len();
+        if self.index.len() > 2 * dense + SLACK {
+            while self.index.len() > dense.max(1) * 3 / 2 {
+                let p = self.index.pop_front().expect("a non-empty index");
+                if p != NONE {
+                    self.old.insert(self.first, p);
+                }
+                self.first += 1;
+            }
+            while self.index.front() == Some(&NONE) {
+                self.index.pop_front();
+                self.first += 1;
+            }
+        }
         Some(job)
     }
 
     /// The records in id order.
     pub(crate) fn values(&self) -> impl Iterator<Item = &Job<V>> {
-        self.index
-            .iter()
-            .filter(|p| **p != NONE)
+        self.old
+            .values()
+            .chain(self.index.iter().filter(|p| **p != NONE))
             .map(|p| self.at(*p as usize))
     }
 }
@@ -202,8 +238,97 @@ mod tests {
             assert!(t.remove(&JobId(id)).is_some());
         }
         assert_eq!(t.len(), 0);
-        assert!(t.index.is_empty() && t.pages.is_empty());
+        assert!(t.index.is_empty() && t.pages.is_empty() && t.old.is_empty());
         t.insert(job(next + 5));
         assert_eq!(t.get(&JobId(next + 5)).map(|j| j.id.0), Some(next + 5));
+    }
+
+    /// A long-lived record among many released ones keeps the index bounded by what is held
+    /// (it grew by 4 bytes per job released after it), and lookups, moves and iteration still
+    /// find it.
+    #[test]
+    fn a_long_lived_record_does_not_grow_the_index_with_every_released_job() {
+        let mut t = JobTable::default();
+        t.insert(job(1));
+        let mut held = std::collections::VecDeque::new();
+        for id in 2..200_000u64 {
+            t.insert(job(id));
+            held.push_back(id);
+            if held.len() > 50 {
+                let gone = held.pop_front().unwrap();
+                assert!(t.remove(&JobId(gone)).is_some());
+            }
+            assert!(
+                t.index.len() <= 2 * t.len() + SLACK + 1,
+                "index {} for {} records",
+                t.index.len(),
+                t.len()
+            );
+        }
+        assert_eq!(t.len(), 51);
+        assert_eq!(t.get(&JobId(1)).map(|j| j.id.0), Some(1));
+        let ids: Vec<u64> = t.values().map(|j| j.id.0).collect();
+        let mut want = vec![1];
+        want.extend(held.iter().copied());
+        assert_eq!(ids, want);
+        // Releasing the recent ones moves records across pages into old entries' places.
+        for id in held.clone() {
+            assert!(t.remove(&JobId(id)).is_some());
+        }
+        assert_eq!(t.get(&JobId(1)).map(|j| j.id.0), Some(1));
+        assert!(t.remove(&JobId(1)).is_some());
+        assert!(t.index.is_empty() && t.pages.is_empty() && t.old.is_empty());
+    }
+
+    /// Churn with a few long-lived records at random: records move between the dense index
+    /// and the old map and across pages; every lookup and the id order agree with a model.
+    #[test]
+    fn churn_with_long_lived_records_agrees_with_an_ordered_map() {
+        let mut t = JobTable::default();
+        let mut model = std::collections::BTreeSet::new();
+        let mut recent = std::collections::VecDeque::new();
+        let mut x = 7u64;
+        let mut rnd = || {
+            x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            x >> 33
+        };
+        for id in 1..60_000u64 {
+            t.insert(job(id));
+            model.insert(id);
+            if rnd() % 100 != 0 {
+                recent.push_back(id);
+            }
+            if recent.len() > 40 {
+                let gone = recent.remove((rnd() % 40) as usize).unwrap();
+                assert!(t.remove(&JobId(gone)).is_some());
+                model.remove(&gone);
+            }
+            if rnd() % 500 == 0 && model.len() > 1 {
+                // Release a long-lived one (anywhere) too.
+                let all: Vec<u64> = model.iter().copied().collect();
+                let gone = all[(rnd() as usize) % all.len()];
+                assert!(t.remove(&JobId(gone)).is_some());
+                model.remove(&gone);
+                recent.retain(|r| *r != gone);
+            }
+            if id % 5_000 == 0 {
+                let got: Vec<u64> = t.values().map(|j| j.id.0).collect();
+                assert_eq!(got, model.iter().copied().collect::<Vec<_>>());
+                for probe in 0..id + 2 {
+                    assert_eq!(
+                        t.get(&JobId(probe)).map(|j| j.id.0),
+                        model.get(&probe).copied()
+                    );
+                }
+            }
+        }
+        assert!(!t.old.is_empty(), "the test moves records to the old map");
+        assert!(t.index.len() <= 2 * t.len() + SLACK + 1);
+        for id in model.clone() {
+            assert!(t.remove(&JobId(id)).is_some());
+        }
+        assert!(t.index.is_empty() && t.pages.is_empty() && t.old.is_empty());
     }
 }
