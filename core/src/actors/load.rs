@@ -425,7 +425,7 @@ impl ActorGraph {
                 .get(GRAPH)
                 .and_then(|b| super::patch::graph_patch_at(b));
         }
-        g.nodes = nodes;
+        g.set_nodes(nodes);
         g.broken = broken;
         if let Some(b) = snap.files.get(METATHREAD) {
             let log = parse_log::<Map<String, Value>>(METATHREAD, b, &mut diags);
@@ -1595,7 +1595,7 @@ impl ActorGraph {
         });
         g.index = index.nodes;
         g.graph_at = graph_at;
-        g.nodes = nodes;
+        g.set_nodes(nodes);
         g.meta_base = scan.mark.lines;
         Ok(LazyOpen::Ready(Box::new(g)))
     }

@@ -55,7 +55,7 @@ mod views;
 #[cfg(test)]
 mod tests;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use serde::Serialize;
 use serde_json::{Map, Value, json};
@@ -380,6 +380,51 @@ pub struct ActorGraph {
     diagnostics: Vec<Diagnostic>,
     /// Set when the graph was opened lazily: what it knows of the nodes it did not read.
     lazy: Option<Lazy>,
+    /// What the wave rule reads of the nodes, kept as they change ([`TaskIndex`]); `None`
+    /// until first used after the nodes were replaced whole (an open).
+    tasks: Option<TaskIndex>,
+    /// Nodes handed out for change ([`ActorGraph::state_mut`]) or added since `tasks` was
+    /// last brought up to date.
+    touched: Vec<NodeId>,
+}
+
+/// What the wave rule (`closeout`) reads of every node, kept so that a spawn reads it without
+/// visiting every node: the non-terminal tasks, and those of them a wave downgrades (a
+/// defaulted `per-node` close-out). Derived from each node's own record only, so bringing it
+/// up to date re-reads just the nodes changed since ([`ActorGraph::task_index`]).
+#[derive(Debug, Default, PartialEq)]
+pub(crate) struct TaskIndex {
+    /// Non-terminal tasks.
+    pub open: BTreeSet<NodeId>,
+    /// Non-terminal tasks whose `per-node` close-out was defaulted (not explicit).
+    pub per_node: BTreeSet<NodeId>,
+}
+
+impl TaskIndex {
+    fn of(nodes: &BTreeMap<NodeId, NodeState>) -> TaskIndex {
+        let mut ix = TaskIndex::default();
+        for (id, st) in walk_nodes(nodes) {
+            ix.note(id, Some(st));
+        }
+        ix
+    }
+
+    /// Puts `id` where its record (`None`: no record) says it belongs.
+    fn note(&mut self, id: &NodeId, st: Option<&NodeState>) {
+        let m = st.map(|s| &s.meta);
+        let open = m.is_some_and(|m| m.node_type == NodeType::Task && !m.status.is_terminal());
+        let per_node = open
+            && m.is_some_and(|m| {
+                !m.git_closeout_explicit && m.git_closeout == Some(GitCloseout::PerNode)
+            });
+        for (set, member) in [(&mut self.open, open), (&mut self.per_node, per_node)] {
+            if !member {
+                set.remove(id);
+            } else if !set.contains(id) {
+                set.insert(id.clone());
+            }
+        }
+    }
 }
 
 /// What a lazily opened graph keeps of the nodes whose records it did not read.
@@ -463,6 +508,23 @@ impl Tx {
             self.stages.push(Vec::new());
         }
     }
+}
+
+#[cfg(test)]
+thread_local! {
+    /// Nodes visited on this thread by [`walk_nodes`] (tests count a spawn's work with it).
+    pub(crate) static NODES_VISITED: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
+/// Every node in id order, each visit counted in tests ([`NODES_VISITED`]): the walk the
+/// rules use when they derive something from every node.
+pub(crate) fn walk_nodes(
+    nodes: &BTreeMap<NodeId, NodeState>,
+) -> impl Iterator<Item = (&NodeId, &NodeState)> {
+    nodes.iter().inspect(|_| {
+        #[cfg(test)]
+        NODES_VISITED.with(|c| c.set(c.get() + 1));
+    })
 }
 
 pub(crate) fn meta_path(id: &str) -> String {
@@ -597,6 +659,8 @@ impl ActorGraph {
             seq: 0,
             diagnostics: Vec::new(),
             lazy: None,
+            tasks: Some(TaskIndex::default()),
+            touched: Vec::new(),
         }
     }
 
@@ -1069,8 +1133,56 @@ impl ActorGraph {
         &self.nodes[id]
     }
 
+    /// A node to change: noted for the [`TaskIndex`], which re-reads it at its next use.
     pub(crate) fn state_mut(&mut self, id: &NodeId) -> &mut NodeState {
+        self.touch(id);
         self.nodes.get_mut(id).expect("checked node")
+    }
+
+    /// Adds (or replaces) a node.
+    pub(crate) fn insert_node(&mut self, id: NodeId, st: NodeState) {
+        self.touch(&id);
+        self.nodes.insert(id, st);
+    }
+
+    /// Replaces every node (an open): the [`TaskIndex`] is rebuilt at its next use.
+    pub(crate) fn set_nodes(&mut self, nodes: BTreeMap<NodeId, NodeState>) {
+        self.nodes = nodes;
+        self.tasks = None;
+        self.touched.clear();
+    }
+
+    fn touch(&mut self, id: &NodeId) {
+        if self.tasks.is_none() || self.touched.last() == Some(id) {
+            return;
+        }
+        if self.touched.len() > self.nodes.len() {
+            // More changes than nodes since the last use: a rebuild costs no more.
+            self.tasks = None;
+            self.touched.clear();
+            return;
+        }
+        self.touched.push(id.clone());
+    }
+
+    /// The [`TaskIndex`], brought up to date: by the nodes changed since its last use, or
+    /// (once after an open) by one walk of every node.
+    pub(crate) fn task_index(&mut self) -> &TaskIndex {
+        let touched = std::mem::take(&mut self.touched);
+        let nodes = &self.nodes;
+        let ix = self.tasks.get_or_insert_with(|| TaskIndex::of(nodes));
+        for id in &touched {
+            ix.note(id, nodes.get(id));
+        }
+        #[cfg(test)]
+        {
+            let mut full = TaskIndex::default();
+            for (id, st) in nodes {
+                full.note(id, Some(st));
+            }
+            assert_eq!(*ix, full, "the task index follows every change of a node");
+        }
+        ix
     }
 
     /// The op writing `id`'s record whole. A record whose children a trusted lazy open did
@@ -1190,7 +1302,8 @@ impl ActorGraph {
     /// Appends a chat line in memory and returns its 1-based number and the store op.
     pub(crate) fn push_chat(&mut self, id: &NodeId, l: ChatLine) -> (u64, Op) {
         let text = line(&l);
-        let st = self.state_mut(id);
+        // Only the chat changes: nothing the task index reads.
+        let st = self.nodes.get_mut(id).expect("checked node");
         st.chat.push(Entry::Ok(l));
         (
             st.lines(),

@@ -251,7 +251,7 @@ impl ActorGraph {
             ("meta.json".to_owned(), pretty(&meta)),
             ("chat.jsonl".to_owned(), line(&addendum)),
         ];
-        g.nodes.insert(
+        g.insert_node(
             root.clone(),
             NodeState {
                 meta,
@@ -316,20 +316,19 @@ impl ActorGraph {
         Ok(())
     }
 
-    fn non_terminal_tasks(&self) -> usize {
-        self.nodes
-            .values()
-            .filter(|n| n.meta.node_type == NodeType::Task && !n.meta.status.is_terminal())
-            .count()
+    /// The non-terminal tasks (from the [`TaskIndex`](super::TaskIndex): no node is visited).
+    fn non_terminal_tasks(&mut self) -> usize {
+        self.task_index().open.len()
     }
 
     /// Validates a spawn and allocates the child id (`reserved` holds ids planned earlier in
-    /// the same call).
+    /// the same call; `tasks` is [`non_terminal_tasks`](Self::non_terminal_tasks) before it).
     fn plan_spawn(
         &self,
         parent: &NodeId,
         req: SpawnRequest,
         reserved: &BTreeSet<NodeId>,
+        tasks: usize,
     ) -> Result<Plan, ActorsError> {
         let ptype = &self.state(parent).meta.node_type;
         if !may_spawn(ptype, &req.node_type) {
@@ -411,7 +410,7 @@ impl ActorGraph {
             }
             None => None,
         };
-        let tasks_after = self.non_terminal_tasks() + usize::from(req.node_type == NodeType::Task);
+        let tasks_after = tasks + usize::from(req.node_type == NodeType::Task);
         let (closeout, explicit) = match req.git_closeout {
             Some(c) => (c, true),
             None => (
@@ -515,7 +514,7 @@ impl ActorGraph {
             id: p.id.to_string(),
             files,
         });
-        self.nodes.insert(
+        self.insert_node(
             p.id.clone(),
             NodeState {
                 meta,
@@ -581,20 +580,13 @@ impl ActorGraph {
     /// In a high-volatility wave, task leaves whose close-out was defaulted to `per-node`
     /// switch to `coordinator-batch`, with a new addendum line.
     fn wave_downgrade(&mut self, now: Wall, later: &mut Vec<Op>) {
-        if !super::closeout::is_high_volatility(self.non_terminal_tasks()) {
+        // The non-terminal tasks with a defaulted `per-node` close-out, in id order, from the
+        // task index: no node is visited.
+        let tasks = self.task_index();
+        if !super::closeout::is_high_volatility(tasks.open.len()) {
             return;
         }
-        let ids: Vec<NodeId> = self
-            .nodes
-            .iter()
-            .filter(|(_, n)| {
-                n.meta.node_type == NodeType::Task
-                    && !n.meta.status.is_terminal()
-                    && !n.meta.git_closeout_explicit
-                    && n.meta.git_closeout == Some(GitCloseout::PerNode)
-            })
-            .map(|(id, _)| id.clone())
-            .collect();
+        let ids: Vec<NodeId> = tasks.per_node.iter().cloned().collect();
         for id in ids {
             let c = GitCloseout::CoordinatorBatch;
             self.state_mut(&id).meta.git_closeout = Some(c.clone());
@@ -625,7 +617,8 @@ impl ActorGraph {
         self.check_spawn_enabled()?;
         let parent = self.writable(&req.parent)?;
         self.check_not_paused(&parent)?;
-        let plan = self.plan_spawn(&parent, req, &BTreeSet::new())?;
+        let tasks = self.non_terminal_tasks();
+        let plan = self.plan_spawn(&parent, req, &BTreeSet::new(), tasks)?;
         let label = format!("spawn {}", plan.id);
         let (mut outs, _) = self.commit_spawns(
             now,
@@ -668,7 +661,8 @@ impl ActorGraph {
         self.check_not_paused(&parent)?;
         let mut reserved = BTreeSet::new();
         let mut plans = Vec::new();
-        let mut tasks = self.non_terminal_tasks();
+        let before = self.non_terminal_tasks();
+        let mut tasks = before;
         for r in reqs {
             if r.parent != parent.as_str() {
                 return Err(ActorsError::InvalidArgument(format!(
@@ -681,7 +675,7 @@ impl ActorGraph {
                     "a disambiguation pauses its parent: spawn it on its own".into(),
                 ));
             }
-            let mut p = self.plan_spawn(&parent, r, &reserved)?;
+            let mut p = self.plan_spawn(&parent, r, &reserved, before)?;
             if p.node_type == NodeType::Task {
                 tasks += 1;
             }
@@ -1207,6 +1201,7 @@ impl ActorGraph {
         let mut plans = Vec::new();
         let mut reserved = BTreeSet::new();
         let mut continue_parent = false;
+        let tasks = self.non_terminal_tasks();
         for c in candidates {
             match c {
                 Candidate::Continue => {
@@ -1237,7 +1232,7 @@ impl ActorGraph {
                     r.topic = topic;
                     r.reason = format!("resolved from `{d}`");
                     r.trigger = Trigger::Resolution;
-                    let p = self.plan_spawn(&parent, r, &reserved)?;
+                    let p = self.plan_spawn(&parent, r, &reserved, tasks)?;
                     reserved.insert(p.id.clone());
                     into.push(p.id.clone());
                     plans.push(p);

@@ -1791,3 +1791,79 @@ fn a_record_read_by_its_ends_grows_in_place_and_is_read_whole_before_a_rewrite()
     w.reopen();
     assert_eq!(w.g.node("coordinator").unwrap().spawned, want);
 }
+
+/// The nodes a spawn visits (`NODES_VISITED`) and the ops of its batch, in a graph grown to
+/// `nodes` nodes under the root (one in four a task, so the wave rule is live), for a single
+/// task spawned under the root, one under a task, and a wave of ten under the root.
+fn spawn_work(nodes: usize) -> Vec<(u64, usize)> {
+    let mut w = World::new();
+    let mut k = 0;
+    while w.g.nodes.len() < nodes {
+        let n = (nodes - w.g.nodes.len()).min(MAX_SPAWN_BATCH);
+        let reqs = (0..n)
+            .map(|_| {
+                k += 1;
+                let t = if k % 4 == 0 {
+                    NodeType::Task
+                } else {
+                    NodeType::Discussion
+                };
+                let mut r = SpawnRequest::new("coordinator", t);
+                r.id = Some(format!("p{k}"));
+                r
+            })
+            .collect();
+        let now = w.tick();
+        w.g.spawn_batch(now, reqs).unwrap();
+        w.flush();
+    }
+    let mut out = Vec::new();
+    let mut measure = |w: &mut World, f: &dyn Fn(&mut ActorGraph, Wall)| {
+        let now = w.tick();
+        let before = NODES_VISITED.with(|c| c.get());
+        f(&mut w.g, now);
+        let visited = NODES_VISITED.with(|c| c.get()) - before;
+        let batches = w.g.take_batches();
+        let ops = batches
+            .iter()
+            .flat_map(|b| b.stages.iter().flatten())
+            .count();
+        for b in batches {
+            let done = w.store.perform(&b).unwrap();
+            w.g.ack(done).unwrap();
+        }
+        out.push((visited, ops));
+    };
+    let task = |id: &str, parent: &str| {
+        let mut r = SpawnRequest::new(parent, NodeType::Task);
+        r.id = Some(id.into());
+        r
+    };
+    measure(&mut w, &|g, now| {
+        g.spawn(now, task("probe", "coordinator")).unwrap();
+    });
+    measure(&mut w, &|g, now| {
+        g.spawn(now, task("probe-child", "probe")).unwrap();
+    });
+    measure(&mut w, &|g, now| {
+        let reqs = (0..10).map(|i| task(&format!("wave{i}"), "coordinator"));
+        g.spawn_batch(now, reqs.collect()).unwrap();
+    });
+    // (The lineage check is quadratic in a parent's children: at the small size only.)
+    assert!(nodes > 1_000 || w.g.lineage_violations().is_empty());
+    out
+}
+
+#[test]
+fn a_spawn_visits_no_node_whatever_the_graph_and_parent_size() {
+    let small = spawn_work(100);
+    let large = spawn_work(10_000);
+    assert_eq!(
+        small, large,
+        "(nodes visited, ops) per spawn at 100 vs 10,000 nodes"
+    );
+    assert!(
+        small.iter().all(|(visited, _)| *visited == 0),
+        "a spawn walks no node: {small:?}"
+    );
+}
