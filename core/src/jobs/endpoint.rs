@@ -1,6 +1,6 @@
 //! Per-endpoint state: readiness, capabilities, wire-id correlation and the endpoint's own log.
 
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, VecDeque};
 
 use serde_json::{Value, json};
 
@@ -88,10 +88,12 @@ pub enum EndpointEventKind {
         id: u64,
         reply: String,
     },
-    /// A reply for a run whose job was disposed with its owner.
+    /// A reply for a run whose job was disposed with its owner, or released. `job` is `None`
+    /// (JSON `null`) for a run older than the endpoint's last 1,024 whose record is gone: the
+    /// endpoint keeps the jobs of old runs only while their records are held.
     DisposedRun {
         id: u64,
-        job: JobId,
+        job: Option<JobId>,
         reply: String,
     },
     Closed {
@@ -157,7 +159,7 @@ impl EndpointEvent {
             }
             EndpointEventKind::DisposedRun { id, job, reply } => (
                 "disposed_run",
-                json!({"id": id, "job": job.0, "reply": reply}),
+                json!({"id": id, "job": job.map(|j| j.0), "reply": reply}),
             ),
             EndpointEventKind::Closed { reason, terminated } => (
                 "closed",
@@ -189,26 +191,111 @@ impl EndpointEvent {
     }
 }
 
-/// The jobs of an endpoint's wire ids. Wire ids are issued densely from 1, so wire id `w`'s
-/// job is entry `w - 1` (8 bytes per run, no hashing).
-#[derive(Clone, Debug, Default)]
-pub(crate) struct WireIds(Vec<JobId>);
+/// How many of an endpoint's most recent wire ids keep their job whatever became of it: a
+/// late reply for one of them names its job even after the job's record was released.
+const WIRE_WINDOW: usize = 1024;
+
+/// The jobs of an endpoint's wire ids. Wire ids are issued densely from 1; the last
+/// [`WIRE_WINDOW`] are kept in order (8 bytes each, no hashing), older ones only while their
+/// job's record is held (a long-lived run among many released ones), so the map is bounded by
+/// the window plus the records held — not by every run the endpoint ever made.
+#[derive(Clone, Debug)]
+pub(crate) struct WireIds {
+    /// The wire id of `recent[0]`.
+    first: u64,
+    recent: VecDeque<JobId>,
+    /// Entries older than `first` whose job was held when they left the window.
+    old: BTreeMap<u64, JobId>,
+    /// `old.len()` after its last pruning.
+    old_mark: usize,
+}
+
+impl Default for WireIds {
+    fn default() -> Self {
+        WireIds {
+            first: 1,
+            recent: VecDeque::new(),
+            old: BTreeMap::new(),
+            old_mark: 0,
+        }
+    }
+}
+
+/// What an endpoint knows of a wire id ([`WireIds::get`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Wire {
+    /// Issued for this job.
+    Job(JobId),
+    /// Issued long ago (before the window) for a job whose record has since been released.
+    Released,
+    /// Never issued.
+    Unknown,
+}
 
 impl WireIds {
-    pub(crate) fn get(&self, wire: &u64) -> Option<&JobId> {
-        let i = usize::try_from(wire.checked_sub(1)?).ok()?;
-        self.0.get(i)
+    pub(crate) fn get(&self, wire: &u64) -> Wire {
+        let w = *wire;
+        if w == 0 {
+            return Wire::Unknown;
+        }
+        if w < self.first {
+            return self.old.get(&w).map_or(Wire::Released, |j| Wire::Job(*j));
+        }
+        match usize::try_from(w - self.first)
+            .ok()
+            .and_then(|i| self.recent.get(i))
+        {
+            Some(j) => Wire::Job(*j),
+            None => Wire::Unknown,
+        }
     }
 
-    /// Records the next wire id's job (`wire` is the next id issued).
-    pub(crate) fn insert(&mut self, wire: u64, job: JobId) {
-        debug_assert_eq!(wire, self.0.len() as u64 + 1, "wire ids are issued densely");
-        self.0.push(job);
+    /// The job of `wire` when it is known.
+    pub(crate) fn job(&self, wire: &u64) -> Option<JobId> {
+        match self.get(wire) {
+            Wire::Job(j) => Some(j),
+            _ => None,
+        }
     }
 
-    /// Every wire id issued with its job, in wire id order.
+    /// Records the next wire id's job (`wire` is the next id issued); `held` says whether a
+    /// job's record is still held, for entries leaving the window.
+    pub(crate) fn insert(&mut self, wire: u64, job: JobId, held: impl Fn(JobId) -> bool) {
+        debug_assert_eq!(
+            wire,
+            self.first + self.recent.len() as u64,
+            "wire ids are issued densely"
+        );
+        self.recent.push_back(job);
+        while self.recent.len() > WIRE_WINDOW {
+            let j = self.recent.pop_front().expect("a full window");
+            if held(j) {
+                self.old.insert(self.first, j);
+            }
+            self.first += 1;
+        }
+        // Entries of records released since they moved out: pruned once the map has doubled
+        // (amortized O(1) per run).
+        if self.old.len() > 2 * self.old_mark + 64 {
+            self.old.retain(|_, j| held(*j));
+            self.old_mark = self.old.len();
+        }
+    }
+
+    /// Every wire id kept with its job, in wire id order.
     pub(crate) fn iter(&self) -> impl Iterator<Item = (u64, JobId)> + '_ {
-        self.0.iter().enumerate().map(|(i, j)| (i as u64 + 1, *j))
+        self.old.iter().map(|(w, j)| (*w, *j)).chain(
+            self.recent
+                .iter()
+                .enumerate()
+                .map(|(i, j)| (self.first + i as u64, *j)),
+        )
+    }
+
+    /// Entries kept (for tests of the bound).
+    #[cfg(test)]
+    pub(crate) fn kept(&self) -> usize {
+        self.recent.len() + self.old.len()
     }
 }
 

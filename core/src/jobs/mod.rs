@@ -40,6 +40,7 @@ use std::collections::{BTreeSet, HashMap, VecDeque};
 
 use thiserror::Error;
 
+use endpoint::Wire;
 pub use endpoint::{
     Endpoint, EndpointEvent, EndpointEventKind, EndpointSpec, EndpointState, Hello,
 };
@@ -408,7 +409,7 @@ impl<V: Payload> Registry<V> {
                     },
                 );
                 // Show the violation in the named run's journal too, when that run is ours.
-                if let Some(job) = refused.id.and_then(|w| ep.wire.get(&w).copied())
+                if let Some(job) = refused.id.and_then(|w| ep.wire.job(&w))
                     && self.jobs.get(&job).is_some_and(|j| !j.is_finished())
                 {
                     self.record(
@@ -445,15 +446,29 @@ impl<V: Payload> Registry<V> {
             return Ok(());
         };
         let closed = matches!(ep.state, EndpointState::Closed { .. });
-        let Some(&job) = ep.wire.get(&wire_id) else {
-            ep.record(
-                now,
-                EndpointEventKind::UnknownRun {
-                    id: wire_id,
-                    reply: reply.kind().into(),
-                },
-            );
-            return Ok(());
+        let job = match ep.wire.get(&wire_id) {
+            Wire::Job(job) => job,
+            Wire::Released => {
+                ep.record(
+                    now,
+                    EndpointEventKind::DisposedRun {
+                        id: wire_id,
+                        job: None,
+                        reply: reply.kind().into(),
+                    },
+                );
+                return Ok(());
+            }
+            Wire::Unknown => {
+                ep.record(
+                    now,
+                    EndpointEventKind::UnknownRun {
+                        id: wire_id,
+                        reply: reply.kind().into(),
+                    },
+                );
+                return Ok(());
+            }
         };
         if self.live_job(job).is_none() {
             let ep = self.endpoints.get_mut(&endpoint).expect("checked");
@@ -461,7 +476,7 @@ impl<V: Payload> Registry<V> {
                 now,
                 EndpointEventKind::DisposedRun {
                     id: wire_id,
-                    job,
+                    job: Some(job),
                     reply: reply.kind().into(),
                 },
             );
@@ -1489,7 +1504,8 @@ impl<V: Payload> Registry<V> {
             };
             let wire_id = ep.next_wire;
             ep.next_wire += 1;
-            ep.wire.insert(wire_id, job);
+            let jobs = &self.jobs;
+            ep.wire.insert(wire_id, job, |j| jobs.get(&j).is_some());
             ep.running.insert(job);
             let capabilities = ep.capabilities;
             let j = self.jobs.get_mut(&job).expect("queued jobs exist");

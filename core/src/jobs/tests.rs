@@ -178,7 +178,9 @@ fn closing_a_large_owner_in_slices_gives_every_job_its_outcome_and_releases_the_
     )
     .unwrap();
     let last = reg.endpoint(ep).unwrap().events().last().unwrap();
-    assert!(matches!(last.kind, EndpointEventKind::DisposedRun { job, .. } if job == running));
+    assert!(
+        matches!(last.kind, EndpointEventKind::DisposedRun { job, .. } if job == Some(running))
+    );
     // The owner's name is free at once: a new job of "big" is its own.
     let fresh = reg
         .submit(Mono::from_ms(3), Submit::new("big", ep, json!(1)))
@@ -723,4 +725,79 @@ fn watched_journals_are_reported_once_per_change_in_id_order() {
     let _ = reg.drain_outputs().count();
     reg.watch_journal(ids[3]).unwrap();
     assert_eq!(reg.drain_outputs().count(), 0);
+}
+
+/// An endpoint that runs many jobs, each released once done, beside one long-lived run,
+/// keeps a bounded wire map (it kept one entry per run ever made): the long-lived run's
+/// replies still reach its job, a late reply of a recent released run names its job, and
+/// one of a run released long ago is a disposed run whose job is no longer known.
+#[test]
+fn an_endpoint_keeps_the_jobs_of_recent_and_held_runs_only() {
+    let mut reg = Registry::default();
+    let ep = endpoint(&mut reg, "app", caps(false, true));
+    let long = reg
+        .submit(Mono::from_ms(0), Submit::new("a", ep, json!(0)))
+        .unwrap()
+        .job;
+    let n = 5_000u64;
+    let mut last = long;
+    for i in 0..n {
+        let job = reg
+            .submit(Mono::from_ms(1), Submit::new("a", ep, json!(i)))
+            .unwrap()
+            .job;
+        let wire = i + 2;
+        reg.on_message(
+            Mono::from_ms(1),
+            ep,
+            &json!({"id": wire, "type": "done", "value": i}),
+        )
+        .unwrap();
+        assert!(reg.forget(job));
+        last = job;
+    }
+    assert!(reg.job(last).is_none());
+    let kept = reg.endpoints[&ep].wire.kept();
+    assert!(kept <= 1024 + 1, "{kept} wire entries kept after {n} runs");
+    // The long-lived run (wire id 1) is still attributed.
+    reg.on_message(
+        Mono::from_ms(2),
+        ep,
+        &json!({"id": 1, "type": "progress", "value": 0.5}),
+    )
+    .unwrap();
+    let names: Vec<_> = reg
+        .job(long)
+        .unwrap()
+        .journal()
+        .iter()
+        .map(|e| e.kind.name())
+        .collect();
+    assert_eq!(names.last(), Some(&"progress"));
+    // A recent released run: named; an old one: disposed, job unknown; never issued: unknown.
+    for (wire, want) in [
+        (
+            n + 1,
+            json!({"type": "disposed_run", "id": n + 1, "job": last.0, "reply": "done"}),
+        ),
+        (
+            10,
+            json!({"type": "disposed_run", "id": 10, "job": null, "reply": "done"}),
+        ),
+        (
+            n + 50,
+            json!({"type": "unknown_run", "id": n + 50, "reply": "done"}),
+        ),
+    ] {
+        reg.on_message(
+            Mono::from_ms(3),
+            ep,
+            &json!({"id": wire, "type": "done", "value": 1}),
+        )
+        .unwrap();
+        let ev = reg.endpoint(ep).unwrap().events().last().unwrap().to_json();
+        for (k, v) in want.as_object().unwrap() {
+            assert_eq!(&ev[k], v, "{k} of {ev}");
+        }
+    }
 }

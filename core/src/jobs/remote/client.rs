@@ -705,7 +705,7 @@ impl<V: Payload> Registry<V> {
     }
 
     fn remote_job_of(&self, endpoint: EndpointId, wire: u64) -> Option<JobId> {
-        let job = *self.endpoints.get(&endpoint)?.wire.get(&wire)?;
+        let job = self.endpoints.get(&endpoint)?.wire.job(&wire)?;
         self.live_job(job).map(|_| job)
     }
 
