@@ -17,7 +17,7 @@ use weft_core::tools::{
     HandlerFailure, InvocationId, ModelResponse, Settlement, StepId, ToolDecl, ToolsError,
 };
 
-use crate::js::{error, from_js_json, json};
+use crate::js::{error, from_js_json, json, ms};
 
 /// A wall-clock reading (`Date.now()`): what actor lines and metas carry.
 fn wall(now: f64) -> weft_core::Wall {
@@ -27,14 +27,6 @@ fn wall(now: f64) -> weft_core::Wall {
 /// Both host clocks of a call: `now` from `Date.now()`, `mono` from `performance.now()`.
 fn clocks(now: f64, mono: f64) -> weft_core::time::Now {
     weft_core::time::Now::new(weft_core::Mono::from_ms(ms(mono)), wall(now))
-}
-
-fn ms(now: f64) -> u64 {
-    if now.is_finite() && now > 0.0 {
-        now as u64
-    } else {
-        0
-    }
 }
 
 fn config(vars: &JsValue) -> Result<(HarnessConfig, Vec<String>), JsValue> {

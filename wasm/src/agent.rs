@@ -5,7 +5,6 @@
 use js_sys::Array;
 use serde_json::json;
 use wasm_bindgen::prelude::*;
-use weft_core::Mono;
 use weft_core::jobs::{EndpointId, JobId, Submit};
 use weft_core::tools::{
     CallOutcome, CallResult, HandlerFailure, InvocationId, Mail, MailItem, ModelResponse, Session,
@@ -14,21 +13,9 @@ use weft_core::tools::{
 
 use crate::jobs::JobRegistry;
 use crate::js::{
-    Js, coded_error, error, from_js_json, json, object, opt, opt_bool, opt_string, parse_text, set,
+    Js, coded_error, error, from_js_json, json, mono, ms, object, opt, opt_bool, opt_string,
+    parse_text, set,
 };
-
-fn ms(now: f64) -> u64 {
-    if now.is_finite() && now > 0.0 {
-        now as u64
-    } else {
-        0
-    }
-}
-
-/// A JS monotonic time (`performance.now()`, milliseconds) as the core's [`Mono`].
-fn mono(now: f64) -> Mono {
-    Mono::from_ms(ms(now))
-}
 
 fn from_js(v: &JsValue, what: &str) -> Result<serde_json::Value, JsValue> {
     if v.is_undefined() {

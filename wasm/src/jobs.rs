@@ -3,7 +3,6 @@
 
 use js_sys::Array;
 use wasm_bindgen::prelude::*;
-use weft_core::Mono;
 use weft_core::jobs::wire::{Capabilities, Reply, Violation, WireRequest};
 use weft_core::jobs::{
     CancelEvidence, Delivery, EndpointId, EndpointSpec, EventKind, Hello, InputRejector, Job,
@@ -12,7 +11,9 @@ use weft_core::jobs::{
 };
 
 use crate::agent::AgentSession;
-use crate::js::{Js, Msg, array, error, json, object, opt, opt_bool, opt_f64, opt_string, set};
+use crate::js::{
+    Js, Msg, array, error, json, mono, ms, object, opt, opt_bool, opt_f64, opt_string, set,
+};
 
 // Object builders: one JS call per object instead of one per property (hot paths).
 #[wasm_bindgen(inline_js = r#"
@@ -197,19 +198,6 @@ fn reply_payload(msg: JsValue, limit: usize, spare: &mut Option<Box<Msg>>) -> Js
 /// Output kinds a pump may leave out (bits of `pump`'s `interest`).
 const WANT_FINISHED: u32 = 1;
 const WANT_NOTES: u32 = 2;
-
-fn ms(now: f64) -> u64 {
-    if now.is_finite() && now > 0.0 {
-        now as u64
-    } else {
-        0
-    }
-}
-
-/// A JS monotonic time (`performance.now()`, milliseconds) as the core's [`Mono`].
-fn mono(now: f64) -> Mono {
-    Mono::from_ms(ms(now))
-}
 
 /// The portable job registry, as a JS class. Times are milliseconds on a monotonic clock the
 /// caller chooses (the JS runtime uses `performance.now()`).

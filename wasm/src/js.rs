@@ -4,6 +4,23 @@ use js_sys::{Array, Object, Reflect};
 use wasm_bindgen::prelude::*;
 use weft_core::value::Payload;
 
+/// A JS time in milliseconds (`performance.now()` or `Date.now()`) as whole milliseconds: a
+/// negative, NaN or infinite time is 0.
+#[cfg(any(feature = "jobs", feature = "models", feature = "actors"))]
+pub(crate) fn ms(now: f64) -> u64 {
+    if now.is_finite() && now > 0.0 {
+        now as u64
+    } else {
+        0
+    }
+}
+
+/// A JS monotonic time (`performance.now()`, milliseconds) as the core's [`weft_core::Mono`].
+#[cfg(any(feature = "jobs", feature = "models"))]
+pub(crate) fn mono(now: f64) -> weft_core::Mono {
+    weft_core::Mono::from_ms(ms(now))
+}
+
 #[wasm_bindgen(inline_js = r#"
 export function approxSize(v, limit) {
   let budget = limit;

@@ -7,29 +7,15 @@
 
 use serde_json::{Value, json};
 use wasm_bindgen::prelude::*;
-use weft_core::Mono;
 use weft_core::model::{
     self, CallOutput, CallTimeouts, ChatRequest, ModelChoice, ModelConfig, ModelError, RetryPolicy,
     builtin::BuiltinModel,
 };
 
-use crate::js::{coded_error, error, parse_text};
+use crate::js::{coded_error, error, mono, parse_text};
 
 fn parse(what: &str, text: &str) -> Result<Value, JsValue> {
     parse_text(text).map_err(|e| coded_error("INVALID_ARGUMENT", &format!("{what}: {e}")))
-}
-
-fn ms(now: f64) -> u64 {
-    if now.is_finite() && now > 0.0 {
-        now as u64
-    } else {
-        0
-    }
-}
-
-/// A JS monotonic time (`performance.now()`, milliseconds) as the core's [`Mono`].
-fn mono(now: f64) -> Mono {
-    Mono::from_ms(ms(now))
 }
 
 fn error_json(e: &ModelError) -> Value {

@@ -23,7 +23,9 @@ use weft_core::ops::{
 };
 
 use crate::jobs::JobRegistry;
-use crate::js::{Js, array, error, from_js_json, key, opt, opt_f64, opt_string, put, same_value};
+use crate::js::{
+    Js, array, error, from_js_json, key, mono, ms, opt, opt_f64, opt_string, put, same_value,
+};
 
 /// A JSON value as a JS value: one string and the engine's JSON.parse, much cheaper than a
 /// property-by-property conversion for records like outcomes and journals.
@@ -60,19 +62,6 @@ impl OpsValue for Js {
             _ => false,
         }
     }
-}
-
-fn ms(now: f64) -> u64 {
-    if now.is_finite() && now > 0.0 {
-        now as u64
-    } else {
-        0
-    }
-}
-
-/// A JS monotonic time (`performance.now()`, milliseconds) as the core's [`Mono`].
-fn mono(now: f64) -> Mono {
-    Mono::from_ms(ms(now))
 }
 
 fn ops_err(e: OpsError) -> JsValue {
