@@ -20,7 +20,15 @@
 //!   opening as a writer renames it into place. A pending directory that is not whole was cut
 //!   short in its own stage, which nothing durable names yet, and is removed. When the node is
 //!   created by a batch's last stage (or its file names cannot be spelled in a manifest), it is
-//!   renamed in its own stage, as before: the node appears whole or not at all;
+//!   renamed in its own stage, as before: the node appears whole or not at all. A long-lived
+//!   writer that keeps spare node directories ([`FsStore::keep_spare_nodes`]: `.weft/.spare,<n>/`
+//!   with empty `meta.json` and `chat.jsonl`, made and fsynced ahead by a thread of their own)
+//!   renames the oldest spare to the pending name and writes the files in place instead of
+//!   creating three inodes; the rounds and their order are the same, minus the fsync of the
+//!   child's directory, whose entries are durable already. A spare is never a node: opening as a
+//!   writer removes every spare (it is renamed before anything is written into it, so one that
+//!   holds a record is the directory of that node under a second name, kept by a power loss on
+//!   a file system without a journal, and is left whole like a staged name);
 //! * `patch` (a spawn growing `graph.json` and the parent's record by their last bytes): a
 //!   positioned write at the patch offset and the new length, while holding the readers' lock
 //!   exclusively for an instant (no reader that takes it sees the record half written), then
@@ -86,6 +94,17 @@ const NODE_TMP_PREFIX: &str = ".tmp-";
 /// A node directory under construction whose name carries the manifest of its files (see
 /// [`PendingNode`]).
 const NODE_NEW_PREFIX: &str = ".new,";
+/// An empty node directory a long-lived writer made ahead of time in `.weft/` (see
+/// [`FsStore::keep_spare_nodes`]): `.spare,<n>/` with empty [`SPARE_NODE_FILES`], all fsynced.
+const SPARE_NODE_PREFIX: &str = ".spare,";
+/// The most files `Written` batches may leave owing an fsync before a batch is synced anyway.
+const MAX_OWED_FSYNCS: usize = 64;
+/// Spare node directories the product's long-lived writers keep (the desk, `weft serve`):
+/// deep enough that a spare is made long before the spawn that takes it (a shallow pool, 4,
+/// made its inodes beside the spawn's own rounds and bought nothing; see the README).
+pub const LONG_LIVED_SPARE_NODES: usize = 32;
+/// The files of a spare node directory (a spawn whose child has exactly these files uses one).
+const SPARE_NODE_FILES: [&str; 2] = ["meta.json", "chat.jsonl"];
 /// The marks a lazy open returned ([`weft_core::actors::ActorGraph::lazy_marks`]), kept at the
 /// root beside the lock (readers of the layout ignore it) so that the next lazy open reads
 /// only what the logs gained since. A cache: written without fsync, checked before use,
@@ -222,6 +241,9 @@ pub struct FsStore {
     unsynced: Vec<SyncJob>,
     /// The batch in flight is a `Written` one: its rounds go to `unsynced` instead.
     written: bool,
+    /// An fsync failed: the kernel may have dropped the dirty pages it could not write, and a
+    /// second fsync would not say so, so nothing more is acknowledged on this store (reopen).
+    fsync_failed: Option<String>,
     /// Node directories of the previous stage, built and durable under their pending names
     /// in `.weft/`, to rename into `nodes/<id>` as the next stage begins: (staged name, id).
     deferred: Vec<(String, String)>,
@@ -256,6 +278,110 @@ pub struct FsStore {
     seen: BTreeMap<String, (u64, u64, bool)>,
     /// Durability steps counted for crash injection (inert unless armed: `set_failpoint`).
     crash: Steps,
+    /// Spare node directories made ahead of time (see [`FsStore::keep_spare_nodes`]).
+    spare_nodes: Option<SpareNodes>,
+}
+
+/// Spare node directories kept ready in `.weft/` (see [`FsStore::keep_spare_nodes`]): made by
+/// a thread of their own, or (crash tests: deterministic steps) by the writer after each batch.
+struct SpareNodes {
+    /// Spares the thread made, fsynced with their entries, oldest first.
+    rx: Option<std::sync::mpsc::Receiver<String>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    /// In-line mode: spares the writer made, oldest first, and how many to keep.
+    ready: std::collections::VecDeque<String>,
+    keep: usize,
+    next: u64,
+    staging: Dir,
+}
+
+impl SpareNodes {
+    /// The most spares a writer keeps.
+    const MAX: usize = 64;
+
+    fn start(staging: Dir, n: usize, in_line: bool) -> std::io::Result<SpareNodes> {
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let mut out = SpareNodes {
+            rx: None,
+            thread: None,
+            stop: stop.clone(),
+            ready: Default::default(),
+            keep: n,
+            next: 0,
+            staging,
+        };
+        if in_line {
+            return Ok(out);
+        }
+        // The thread holds one spare beyond the channel's while it waits to hand it over.
+        let (tx, rx) = std::sync::mpsc::sync_channel::<String>(n.saturating_sub(1));
+        let own = out.staging.try_clone()?;
+        out.thread = Some(
+            std::thread::Builder::new()
+                .name("weft-spare-nodes".into())
+                .spawn(move || {
+                    let mut k = 0u64;
+                    while !stop.load(Ordering::Relaxed) {
+                        let name = format!("{SPARE_NODE_PREFIX}{k}");
+                        k += 1;
+                        match Self::make(&own, &name) {
+                            Ok(true) => {}
+                            Ok(false) => continue,
+                            Err(_) => break,
+                        }
+                        if let Err(e) = tx.send(name) {
+                            let _ = own.remove_tree(&e.0);
+                            break;
+                        }
+                    }
+                })?,
+        );
+        out.rx = Some(rx);
+        Ok(out)
+    }
+
+    /// Makes spare `name`: the directory and its empty files, each fsynced, then `.weft/`
+    /// (false: the name is taken).
+    fn make(staging: &Dir, name: &str) -> std::io::Result<bool> {
+        if !staging.mkdir(name)? {
+            return Ok(false);
+        }
+        let d = staging.dir(name)?;
+        for f in SPARE_NODE_FILES {
+            d.open(f, Mode::Create)?.sync_all()?;
+        }
+        d.into_file().sync_all()?;
+        staging.try_clone()?.into_file().sync_all()?;
+        Ok(true)
+    }
+
+    /// The oldest ready spare, if any (never waits).
+    fn take(&mut self) -> Option<String> {
+        match &self.rx {
+            Some(rx) => rx.try_recv().ok(),
+            None => self.ready.pop_front(),
+        }
+    }
+}
+
+impl Drop for SpareNodes {
+    /// Removes the ready spares (one the thread makes meanwhile is left to the next writer's
+    /// open, which removes every spare).
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(rx) = self.rx.take() {
+            while let Ok(n) = rx.try_recv() {
+                let _ = self.staging.remove_tree(&n);
+            }
+        }
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+        for n in std::mem::take(&mut self.ready) {
+            let _ = self.staging.remove_tree(&n);
+        }
+    }
 }
 
 /// An I/O error of the store on `rel` (a path under the root): a symbolic link met on the way
@@ -409,6 +535,7 @@ impl FsStore {
             pending_sync: Vec::new(),
             unsynced: Vec::new(),
             written: false,
+            fsync_failed: None,
             deferred: Vec::new(),
             put_temps: BTreeMap::new(),
             spares: BTreeMap::new(),
@@ -423,6 +550,88 @@ impl FsStore {
             records: BTreeMap::new(),
             seen: BTreeMap::new(),
             crash: Steps::default(),
+            spare_nodes: None,
+        }
+    }
+
+    /// Keeps up to `n` (at most 64) spare node directories ready in `.weft/`, for a long-lived
+    /// writer (the benchmark; the desk, `weft serve` and agents could): a thread of their own
+    /// makes each (the directory and its empty `meta.json` and `chat.jsonl`, fsynced with its
+    /// entry) ahead of the spawns, and a spawn whose child has exactly those files renames the
+    /// oldest one to its pending name and writes the files in place: no inode is created on the
+    /// spawn's path and the child's directory needs no fsync of its own (its entries are
+    /// durable), in the same rounds and order as before. `0` stops. Spares are not nodes: they
+    /// live outside `nodes/`, and opening as a writer removes those a previous writer left.
+    pub fn keep_spare_nodes(&mut self, n: usize) -> Result<(), ActorsError> {
+        self.start_spares(n, false)
+    }
+
+    /// [`keep_spare_nodes`](Self::keep_spare_nodes) with the spares made by the writer itself
+    /// after each batch, as durability steps (for the crash tests: deterministic steps).
+    #[doc(hidden)]
+    pub fn keep_spare_nodes_in_line(&mut self, n: usize) -> Result<(), ActorsError> {
+        self.start_spares(n, true)?;
+        self.refill_spares()
+    }
+
+    fn start_spares(&mut self, n: usize, in_line: bool) -> Result<(), ActorsError> {
+        self.spare_nodes = None;
+        let n = n.min(SpareNodes::MAX);
+        if n == 0 || self.lock.is_none() {
+            return Ok(());
+        }
+        let mut dirty = BTreeSet::new();
+        let staging = self.make_dir(STAGING_DIR, &mut dirty)?;
+        if !dirty.is_empty() {
+            let mut jobs = Vec::new();
+            for rel in dirty {
+                jobs.extend(self.sync_job(&rel)?);
+            }
+            self.sync(jobs)?;
+        }
+        self.spare_nodes =
+            Some(SpareNodes::start(staging, n, in_line).map_err(|e| io("start", STAGING_DIR, e))?);
+        Ok(())
+    }
+
+    /// In-line mode: makes spares until `keep` are ready (two durability steps each: creating,
+    /// then the fsyncs).
+    fn refill_spares(&mut self) -> Result<(), ActorsError> {
+        loop {
+            let Some(sp) = self.spare_nodes.as_mut().filter(|s| s.rx.is_none()) else {
+                return Ok(());
+            };
+            if sp.ready.len() >= sp.keep {
+                return Ok(());
+            }
+            let name = format!("{SPARE_NODE_PREFIX}{}", sp.next);
+            sp.next += 1;
+            let staging = sp
+                .staging
+                .try_clone()
+                .map_err(|e| io("open", STAGING_DIR, e))?;
+            let rel = join(STAGING_DIR, &name);
+            self.step();
+            if !staging.mkdir(&name).map_err(|e| io("create", &rel, e))? {
+                continue;
+            }
+            let d = staging.dir(&name).map_err(|e| io("open", &rel, e))?;
+            let mut files = Vec::new();
+            for f in SPARE_NODE_FILES {
+                files.push(d.open(f, Mode::Create).map_err(|e| io("create", &rel, e))?);
+            }
+            self.step();
+            for f in files {
+                f.sync_all().map_err(|e| io("fsync", &rel, e))?;
+            }
+            d.into_file().sync_all().map_err(|e| io("fsync", &rel, e))?;
+            staging
+                .into_file()
+                .sync_all()
+                .map_err(|e| io("fsync", STAGING_DIR, e))?;
+            if let Some(sp) = self.spare_nodes.as_mut() {
+                sp.ready.push_back(name);
+            }
         }
     }
 
@@ -637,8 +846,13 @@ impl FsStore {
                 continue;
             }
             let entries = d.list().map_err(|e| io("list", area, e))?;
+            let mut spares = Vec::new();
             for (name, kind) in entries {
                 let staged = area == STAGING_DIR;
+                if staged && name.starts_with(SPARE_NODE_PREFIX) {
+                    spares.push(name);
+                    continue;
+                }
                 if !staged && !name.starts_with('.') {
                     continue;
                 }
@@ -679,6 +893,19 @@ impl FsStore {
                     dirty.insert(area.into());
                 }
             }
+            // Spare node directories, once every pending node is in place: never a node. One
+            // that a spawn had begun to use is the very directory of a node when a power loss
+            // kept its spare name beside the names the spawn gave it (found by the id its
+            // `meta.json` holds, by device and inode): left whole, like a staged name above.
+            // Every other one (empty, or written by a spawn that never completed) is removed.
+            for name in spares {
+                if self.is_placed_spare(&d, &name)? {
+                    continue;
+                }
+                d.remove_tree(&name)
+                    .map_err(|e| io("remove", &join(area, &name), e))?;
+                dirty.insert(area.into());
+            }
         }
         let mut jobs = Vec::new();
         for rel in dirty {
@@ -714,6 +941,31 @@ impl FsStore {
             .map_err(|e| io("stat", &format!("nodes/{id}"), e))?;
         let staged = area.ident(name).map_err(|e| io("stat", name, e))?;
         Ok(placed.is_some() && placed == staged)
+    }
+
+    /// Whether spare `name` of `.weft/` is the directory of the node its `meta.json` names.
+    fn is_placed_spare(&mut self, staging: &Dir, name: &str) -> Result<bool, ActorsError> {
+        let rel = join(STAGING_DIR, name);
+        let Ok(sub) = staging.dir(name) else {
+            return Ok(false);
+        };
+        let id = match sub.read("meta.json") {
+            Ok(Some(b)) if !b.is_empty() => serde_json::from_slice::<serde_json::Value>(&b)
+                .ok()
+                .and_then(|v| v.get("id")?.as_str().map(str::to_owned)),
+            _ => None,
+        };
+        let Some(id) = id.filter(|i| NodeId::parse(i).is_ok()) else {
+            return Ok(false);
+        };
+        let Some(nodes) = self.dir_at("nodes", None)? else {
+            return Ok(false);
+        };
+        let placed = nodes
+            .ident(&id)
+            .map_err(|e| io("stat", &format!("nodes/{id}"), e))?;
+        let spare = staging.ident(name).map_err(|e| io("stat", &rel, e))?;
+        Ok(placed.is_some() && placed == spare)
     }
 
     /// Every regular file under the root, by relative path: links are never followed (nor
@@ -771,10 +1023,15 @@ impl FsStore {
                 jobs.push(u);
             }
         }
-        self.pool
+        let out = self
+            .pool
             .as_ref()
             .expect("writers have a pool")
-            .run(jobs, &self.stats)
+            .run(jobs, &self.stats);
+        if let Err(e) = &out {
+            self.fsync_failed = Some(e.to_string());
+        }
+        out
     }
 
     fn write_new(dir: &Dir, rel: &str, text: &str) -> Result<File, ActorsError> {
@@ -911,6 +1168,33 @@ impl FsStore {
             staging
                 .remove_tree(staged)
                 .map_err(|e| io("remove", &rel, e))?;
+        }
+        let fits = init.len() == SPARE_NODE_FILES.len()
+            && SPARE_NODE_FILES
+                .iter()
+                .all(|f| init.iter().any(|(n, _)| n == f));
+        if let Some(spare) = self
+            .spare_nodes
+            .as_mut()
+            .filter(|_| fits)
+            .and_then(SpareNodes::take)
+        {
+            // The spare's entries are durable: only its files' contents (and, for a deferred
+            // rename, its new name in `.weft/`) are owed.
+            self.step();
+            staging
+                .rename(&spare, &staging, staged)
+                .map_err(|e| io("rename", &rel, e))?;
+            let top = staging.dir(staged).map_err(|e| io("open", &rel, e))?;
+            for (name, text) in init {
+                self.step();
+                self.stats
+                    .bytes_written
+                    .fetch_add(text.len() as u64, Ordering::Relaxed);
+                let frel = join(&rel, name);
+                first.push(SyncJob(frel.clone(), Self::overwrite(&top, &frel, text)?));
+            }
+            return Ok(());
         }
         staging.mkdir(staged).map_err(|e| io("create", &rel, e))?;
         let top = staging.dir(staged).map_err(|e| io("open", &rel, e))?;
@@ -1249,16 +1533,40 @@ impl ActorStore for FsStore {
                 "the store was opened read-only".into(),
             ));
         }
+        if let Some(e) = &self.fsync_failed {
+            return Err(ActorsError::StoreIo(format!(
+                "an earlier fsync failed ({e}); reopen the root"
+            )));
+        }
         let start = Instant::now();
         self.stats.rounds_in_batch.store(0, Ordering::Relaxed);
-        // Only appends are left unsynced; any other `Written` batch is performed synced.
+        // Only appends are left unsynced, to a bounded number of files (each owed fsync holds
+        // an open file); any other `Written` batch is performed synced.
         self.written = batch.sync == Durability::Written
+            && self.unsynced.len() < MAX_OWED_FSYNCS
             && batch
                 .stages
                 .iter()
                 .flatten()
                 .all(|op| matches!(op, Op::Append { .. }));
+        // A synced batch that writes anything but appends to the files owed (a metathread ref
+        // naming the owed lines, a record, a new node) pays the debt in a round of its own
+        // first: its own writes must not reach the disk before the lines they may name.
+        if !self.written
+            && !self.unsynced.is_empty()
+            && !batch.stages.iter().flatten().all(|op| {
+                matches!(op, Op::Append { path, .. } if self.unsynced.iter().any(|u| u.0 == *path))
+            })
+            && let Err(e) = self.sync(Vec::new())
+        {
+            return Err(e);
+        }
         let mut out = self.apply_batch(batch);
+        if out.is_ok() && self.refill_spares().is_err() {
+            // In-line spares (crash tests) are made once the batch is durable; a failure to
+            // make one fails no batch: the writer just stops keeping spares.
+            self.spare_nodes = None;
+        }
         if self.written {
             self.written = false;
         } else if out.is_ok() && !self.unsynced.is_empty() {
@@ -2112,6 +2420,126 @@ mod tests {
         fs::remove_file(dir.join("meta.json")).unwrap();
         assert!(!p.complete(&handle), "missing");
         fs::remove_dir_all(&dir).unwrap();
+    }
+
+    fn ident(p: &std::path::Path) -> (u64, u64) {
+        use std::os::unix::fs::MetadataExt;
+        let m = fs::symlink_metadata(p).unwrap();
+        (m.dev(), m.ino())
+    }
+
+    fn spares_in(root: &std::path::Path) -> Vec<String> {
+        let mut v: Vec<String> = fs::read_dir(root.join(STAGING_DIR))
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .filter(|n| n.starts_with(SPARE_NODE_PREFIX))
+            .collect();
+        v.sort();
+        v
+    }
+
+    /// A writer keeping spare node directories builds each child in the oldest spare (the
+    /// child's directory is the spare's inode, one fsync fewer than building it), keeps them
+    /// outside `nodes/`, and a root left with spares (empty, written in part, or naming a node
+    /// they are not) opens with the same files in `nodes/` and the same lineage, the spares gone.
+    #[test]
+    fn spare_node_directories_become_children_and_leftovers_are_never_nodes() {
+        use weft_core::actors::{ActorGraph, HarnessConfig, NodeType, SpawnRequest};
+        let root = std::env::temp_dir().join(format!("weft-spare-nodes-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&root);
+        let mut store = FsStore::open_writer(&root, Duration::ZERO).unwrap();
+        store.keep_spare_nodes_in_line(2).unwrap();
+        let snap = store.load().unwrap();
+        let t = weft_core::Wall::from_ms(1_000);
+        let mut g = ActorGraph::init(HarnessConfig::default(), "t:", &snap, t, "t").unwrap();
+        for b in g.take_batches() {
+            let done = store.perform(&b).unwrap();
+            g.ack(done).unwrap();
+        }
+        let mut fsyncs = Vec::new();
+        for id in ["a", "b", "c"] {
+            let spares = spares_in(&root);
+            assert_eq!(spares.len(), 2, "kept ready: {spares:?}");
+            let oldest = ident(&root.join(STAGING_DIR).join(&spares[0]));
+            let f0 = store.stats.fsyncs.load(Ordering::Relaxed);
+            let mut r = SpawnRequest::new("coordinator", NodeType::Task);
+            r.id = Some(id.into());
+            g.spawn(weft_core::Wall::from_ms(2_000), r).unwrap();
+            for b in g.take_batches() {
+                let done = store.perform(&b).unwrap();
+                g.ack(done).unwrap();
+            }
+            fsyncs.push(store.stats.fsyncs.load(Ordering::Relaxed) - f0);
+            assert_eq!(
+                ident(&root.join("nodes").join(id)),
+                oldest,
+                "{id} is the spare"
+            );
+            assert!(!spares_in(&root).contains(&spares[0]));
+        }
+        drop(store);
+        assert!(spares_in(&root).is_empty(), "removed on close");
+        // Without spares the same spawn (at steady state: not the first) fsyncs the child's
+        // directory too.
+        let mut plain = FsStore::open_writer(&root, Duration::ZERO).unwrap();
+        let snap = plain.load().unwrap();
+        let mut g = ActorGraph::open(HarnessConfig::default(), "t:", &snap, t)
+            .unwrap()
+            .0;
+        for b in g.take_batches() {
+            let done = plain.perform(&b).unwrap();
+            g.ack(done).unwrap();
+        }
+        let f0 = plain.stats.fsyncs.load(Ordering::Relaxed);
+        let mut r = SpawnRequest::new("coordinator", NodeType::Task);
+        r.id = Some("d".into());
+        g.spawn(weft_core::Wall::from_ms(3_000), r).unwrap();
+        for b in g.take_batches() {
+            let done = plain.perform(&b).unwrap();
+            g.ack(done).unwrap();
+        }
+        let plain_fsyncs = plain.stats.fsyncs.load(Ordering::Relaxed) - f0;
+        assert!(
+            fsyncs[1..].iter().all(|f| *f + 1 == plain_fsyncs),
+            "{fsyncs:?} vs {plain_fsyncs}"
+        );
+        drop(plain);
+        // What a killed writer can leave: an empty spare, one a spawn wrote in part, one whose
+        // record names a node it is not.
+        let before = |root: &std::path::Path| {
+            let mut m = BTreeMap::new();
+            for e in fs::read_dir(root.join("nodes")).unwrap() {
+                let e = e.unwrap();
+                let n = e.file_name().into_string().unwrap();
+                m.insert(n.clone(), fs::read(e.path().join("meta.json")).unwrap());
+            }
+            (m, fs::read(root.join(GRAPH_FILE)).unwrap())
+        };
+        let was = before(&root);
+        assert_eq!(
+            was.0.keys().cloned().collect::<Vec<_>>(),
+            ["a", "b", "c", "coordinator", "d"]
+        );
+        let staging = root.join(STAGING_DIR);
+        for (name, meta) in [
+            (",0", &b""[..]),
+            (",1", &b"{\"id\": \"zz"[..]),
+            (",2", &br#"{"id": "a"}"#[..]),
+        ] {
+            let d = staging.join(format!("{SPARE_NODE_PREFIX}{}", &name[1..]));
+            fs::create_dir_all(&d).unwrap();
+            fs::write(d.join("meta.json"), meta).unwrap();
+            fs::write(d.join("chat.jsonl"), b"").unwrap();
+        }
+        let mut store = FsStore::open_writer(&root, Duration::ZERO).unwrap();
+        assert!(spares_in(&root).is_empty());
+        assert_eq!(before(&root), was, "nodes/ and graph.json as they were");
+        let snap = store.load().unwrap();
+        let (g, report) = ActorGraph::open(HarnessConfig::default(), "t:", &snap, t).unwrap();
+        assert!(report.diagnostics.is_empty(), "{:?}", report.diagnostics);
+        assert_eq!(g.node_ids().len(), 5);
+        drop(store);
+        fs::remove_dir_all(&root).unwrap();
     }
 
     /// A record's previous version stays intact for a reader that opened it, however many

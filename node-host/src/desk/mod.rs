@@ -421,6 +421,10 @@ impl DeskState {
             };
             // Crash injection (the crash tests only): a long-lived writer aborted at a step.
             s.store.set_failpoint(failpoint);
+            // A long-lived writer: spare node directories made ahead of its spawns (outside
+            // `nodes/`; removed when it stops, and by the next writer's open after a crash).
+            s.store
+                .keep_spare_nodes(crate::actors::LONG_LIVED_SPARE_NODES)?;
             for d in &s.report.diagnostics {
                 eprintln!("weft desk: {} {}: {}", d.code, d.file, d.message);
             }

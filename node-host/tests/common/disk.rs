@@ -113,6 +113,9 @@ pub fn read_disk(root: &Path) -> Disk {
             leftovers.push(format!(".weft/{}", e.file_name().to_string_lossy()));
         }
     }
+    // A running (or killed) long-lived writer's spare node directories are not leftovers of
+    // a spawn: they are made ahead of spawns and removed by the next writer's open.
+    leftovers.retain(|l| !l.starts_with(".weft/.spare,"));
     Disk {
         metas,
         chats,

@@ -5,9 +5,9 @@
 //! apart; then the audit walk of 10,000 metathread refs. Prints figures; asserts nothing.
 //!
 //! `cargo run --release -p weft-bench --bin actors -- [--dir DIR] [--sizes 10,1000,10000]
-//! [--spawns N] [--wave N] [--messages N] [--refs N]` (default: the system temp dir, sizes
-//! 10, 1,000 and 10,000, 200 spawns and 200 children in waves of 10 per size, 500 messages,
-//! 10,000 refs). The run's directory is removed at its end (on ext4 without a journal, freeing
+//! [--spawns N] [--wave N] [--messages N] [--refs N] [--spare-nodes N]` (default: the system
+//! temp dir, sizes 10, 1,000 and 10,000, 200 spawns and 200 children in waves of 10 per size,
+//! 500 messages, 10,000 refs, 32 spare node directories kept by the writer; `0` for none). The run's directory is removed at its end (on ext4 without a journal, freeing
 //! its inodes slows file creation in that block group for the next minutes: see `NewFiles`).
 
 use std::path::PathBuf;
@@ -109,6 +109,8 @@ fn main() {
         .map(PathBuf::from)
         .unwrap_or_else(std::env::temp_dir);
     let spawns = arg("--spawns", 200);
+    // Spare node directories the long-lived writer keeps (`FsStore::keep_spare_nodes`; 0: none).
+    let spare_nodes = arg("--spare-nodes", weft_host::actors::LONG_LIVED_SPARE_NODES);
     let wave = arg("--wave", 10).max(1);
     let messages = arg("--messages", 500);
     let refs = arg("--refs", 10_000);
@@ -120,6 +122,8 @@ fn main() {
     // three see the same disk (a shared machine's I/O load changes from second to second).
     let root = dir.join("root");
     let mut store = FsStore::open_writer(&root, std::time::Duration::ZERO).expect("lock");
+    // A long-lived writer: spare node directories made ahead of its spawns.
+    store.keep_spare_nodes(spare_nodes).expect("spare nodes");
     let snap = store.load().expect("load");
     let now = weft_host::actors::wall_ms;
     let mut g = ActorGraph::init(
