@@ -110,6 +110,38 @@ fn a_turn_is_written_before_the_ask_and_fsynced_once_at_its_end() {
     assert_eq!(b[0].sync, Durability::Synced);
     perform(&mut g, &mut store, b);
     assert_eq!(fsyncs(&store).0 - before.0, 1);
+
+    // Written lines, then a synced batch that writes elsewhere (a metathread record that may
+    // name them): the debt is paid in a round of its own before that batch writes anything,
+    // so the record never reaches the disk ahead of the lines it names.
+    admit_user_line(
+        wall_ms(),
+        &mut g,
+        "coordinator",
+        "named later",
+        LineAck::WithTurnEnd,
+    )
+    .unwrap();
+    let b = g.take_batches();
+    perform(&mut g, &mut store, b);
+    let before = fsyncs(&store);
+    g.narrate(wall_ms(), "a record elsewhere").unwrap();
+    let b = g.take_batches();
+    assert_eq!(b[0].sync, Durability::Synced);
+    assert!(
+        b[0].stages.iter().flatten().all(|op| !op
+            .paths()
+            .iter()
+            .any(|p| p == "nodes/coordinator/chat.jsonl")),
+        "the batch writes only elsewhere"
+    );
+    perform(&mut g, &mut store, b);
+    let after = fsyncs(&store);
+    assert_eq!(
+        after.1 - before.1,
+        2,
+        "the owed fsync in its own round, then the batch's own"
+    );
     drop(store);
     let _ = std::fs::remove_dir_all(&dir);
 }

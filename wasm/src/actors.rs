@@ -197,6 +197,7 @@ impl ActorGraphJs {
     /// The store failed batch `id`: later writes are refused until the store is reopened.
     pub fn fail(&mut self, id: f64, detail: &str) {
         let id = ms(id);
+        // Later batches stay held: acknowledging one is refused by the core (`STORE_FAILED`).
         self.in_flight.retain(|f| f.id() > id);
         self.inner.fail(id, detail);
     }

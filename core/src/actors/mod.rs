@@ -719,6 +719,16 @@ impl ActorGraph {
                 "batch {id} was never issued"
             )));
         }
+        // Acknowledgements are cumulative: one at or past a failed batch would release what
+        // waits on the failed one.
+        if let Some((failed, detail)) = &self.failed
+            && id >= *failed
+        {
+            return Err(ActorsError::StoreFailed {
+                batch: *failed,
+                detail: detail.clone(),
+            });
+        }
         self.acked = self.acked.max(id);
         self.gates.retain(|_, b| *b > id);
         self.gate_labels.retain(|b, _| *b > id);

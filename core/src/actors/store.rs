@@ -199,9 +199,10 @@ impl WriteBatch {
 /// Proof that a store performed a [`WriteBatch`]: what
 /// [`ActorGraph::ack`](super::ActorGraph::ack) takes. Only [`ActorStore::perform`] (the
 /// store's `apply` returned `Ok`) and [`InFlight::performed`] (an out-of-line store reported
-/// the batch it was handed performed) make one, so a host cannot acknowledge a batch it did
-/// not hand to a store. As with the frames engine's `Persisted`, the types prove that the
-/// store said yes, not that an fsync happened.
+/// the batch it was handed performed) make one, so acknowledging by id, or without asking a
+/// store, does not compile. It guards against mistakes, not against a host set on forging one
+/// (a cloned batch handed off yields a proof too). As with the frames engine's `Persisted`,
+/// the types prove that the store said yes, not that an fsync happened.
 #[derive(Debug)]
 #[must_use = "acknowledge it: `ActorGraph::ack`"]
 pub struct Applied(BatchId);

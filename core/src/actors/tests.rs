@@ -274,6 +274,20 @@ fn a_failed_batch_stops_all_writes_until_reopen() {
         "STORE_FAILED"
     );
     assert_eq!(code(w.g.narrate(now, "x")), "STORE_FAILED");
+    // A later batch the store performed cannot be acknowledged over the failed one (acks are
+    // cumulative: it would release what waits on the failed batch).
+    let now = w.tick();
+    let mut w2 = World::new();
+    w2.g.spawn(now, SpawnRequest::new("coordinator", NodeType::Task))
+        .unwrap();
+    let mut bs = w2.g.take_batches();
+    w2.g.narrate(now, "later").unwrap();
+    bs.extend(w2.g.take_batches());
+    assert_eq!(bs.len(), 2);
+    let later = w2.store.perform(&bs[1]).unwrap();
+    w2.g.fail(bs[0].id, "disk full");
+    assert_eq!(code(w2.g.ack(later)), "STORE_FAILED");
+    assert!(w2.g.acked() < bs[0].id);
     // The batch never reached the store: reopening shows the graph without it.
     w.reopen();
     assert!(w.g.node("task").is_none());
