@@ -250,6 +250,11 @@ impl WireIds {
         }
     }
 
+    /// Whether `wire` is one of the last [`WIRE_WINDOW`] issued (or not issued yet).
+    pub(crate) fn is_recent(&self, wire: u64) -> bool {
+        wire >= self.first
+    }
+
     /// The job of `wire` when it is known.
     pub(crate) fn job(&self, wire: &u64) -> Option<JobId> {
         match self.get(wire) {

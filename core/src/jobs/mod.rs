@@ -471,12 +471,16 @@ impl<V: Payload> Registry<V> {
             }
         };
         if self.live_job(job).is_none() {
+            // An old run (before the window) names its job only while the record is held, so
+            // the answer does not depend on when the kept entries were last pruned.
+            let known = self.jobs.get(&job).is_some();
             let ep = self.endpoints.get_mut(&endpoint).expect("checked");
+            let job = (known || ep.wire.is_recent(wire_id)).then_some(job);
             ep.record(
                 now,
                 EndpointEventKind::DisposedRun {
                     id: wire_id,
-                    job: Some(job),
+                    job,
                     reply: reply.kind().into(),
                 },
             );
