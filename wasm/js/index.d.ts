@@ -538,7 +538,10 @@ export interface ClaimState<D = unknown> {
   desired?: D | null;
   held?: D | null;
   error?: string | null;
+  /** The claim's latest events (a window of at least the last 256). */
   journal?: { at: number; what: string; attempt: number | null }[];
+  /** How many older events the journal no longer holds (absent when none). */
+  journalDropped?: number;
 }
 
 /**

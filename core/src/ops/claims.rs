@@ -86,7 +86,24 @@ struct Claim<D> {
     /// The desire the in-flight acquisition is for.
     acquiring_for: Option<D>,
     error: Option<String>,
+    /// The last events, at most `2 * JOURNAL_WINDOW` (older ones are counted in `dropped`).
     journal: Vec<ClaimEvent>,
+    dropped: u64,
+}
+
+/// How many of a claim's latest events its journal keeps at least: a standing claim whose
+/// desire changes forever keeps a window, not its whole history.
+const JOURNAL_WINDOW: usize = 256;
+
+impl<D> Claim<D> {
+    fn log(&mut self, event: ClaimEvent) {
+        if self.journal.len() >= 2 * JOURNAL_WINDOW {
+            let cut = self.journal.len() - JOURNAL_WINDOW;
+            self.journal.drain(..cut);
+            self.dropped += cut as u64;
+        }
+        self.journal.push(event);
+    }
 }
 
 /// A set of independent claims over desires of type `D`.
@@ -154,13 +171,14 @@ impl<D: Clone + PartialEq + std::fmt::Debug> Claims<D> {
             acquiring_for: None,
             error: None,
             journal: vec![],
+            dropped: 0,
         });
         if c.desired == desire {
             return;
         }
         c.desired = desire.clone();
         c.error = None;
-        c.journal.push(ClaimEvent {
+        c.log(ClaimEvent {
             at: now,
             what: "desired",
             attempt: None,
@@ -183,7 +201,7 @@ impl<D: Clone + PartialEq + std::fmt::Debug> Claims<D> {
             }
             let (attempt, held) = (*attempt, held.clone());
             c.busy = Some(Busy::Releasing(attempt));
-            c.journal.push(ClaimEvent {
+            c.log(ClaimEvent {
                 at: now,
                 what: "release",
                 attempt: Some(attempt),
@@ -201,7 +219,7 @@ impl<D: Clone + PartialEq + std::fmt::Debug> Claims<D> {
             self.next_attempt += 1;
             c.busy = Some(Busy::Acquiring(attempt));
             c.acquiring_for = Some(d.clone());
-            c.journal.push(ClaimEvent {
+            c.log(ClaimEvent {
                 at: now,
                 what: "acquire",
                 attempt: Some(attempt),
@@ -234,7 +252,7 @@ impl<D: Clone + PartialEq + std::fmt::Debug> Claims<D> {
         let c = self.claim_mut(name)?;
         if c.desired.as_ref() == Some(&desire) {
             c.actual = Some((attempt, desire));
-            c.journal.push(ClaimEvent {
+            c.log(ClaimEvent {
                 at: now,
                 what: "active",
                 attempt: Some(attempt),
@@ -243,7 +261,7 @@ impl<D: Clone + PartialEq + std::fmt::Debug> Claims<D> {
             Ok(true)
         } else {
             c.busy = Some(Busy::Releasing(attempt));
-            c.journal.push(ClaimEvent {
+            c.log(ClaimEvent {
                 at: now,
                 what: "stale_released",
                 attempt: Some(attempt),
@@ -269,7 +287,7 @@ impl<D: Clone + PartialEq + std::fmt::Debug> Claims<D> {
     ) -> Result<(), ClaimsError> {
         let desire = self.take_acquiring(name, attempt)?;
         let c = self.claim_mut(name)?;
-        c.journal.push(ClaimEvent {
+        c.log(ClaimEvent {
             at: now,
             what: "acquire_failed",
             attempt: Some(attempt),
@@ -303,7 +321,7 @@ impl<D: Clone + PartialEq + std::fmt::Debug> Claims<D> {
         if c.actual.as_ref().is_some_and(|(a, _)| *a == attempt) {
             c.actual = None;
         }
-        c.journal.push(ClaimEvent {
+        c.log(ClaimEvent {
             at: now,
             what: if error.is_some() {
                 "release_failed"
@@ -353,12 +371,18 @@ impl<D: Clone + PartialEq + std::fmt::Debug> Claims<D> {
         self.outputs.drain(..)
     }
 
-    /// The claim's history.
+    /// The claim's latest history: a window of at least the last 256 events (see
+    /// [`journal_dropped`](Self::journal_dropped) for how many older ones are gone).
     pub fn journal(&self, name: &str) -> &[ClaimEvent] {
         self.claims
             .get(name)
             .map(|c| c.journal.as_slice())
             .unwrap_or(&[])
+    }
+
+    /// How many of the claim's oldest events its journal no longer holds.
+    pub fn journal_dropped(&self, name: &str) -> u64 {
+        self.claims.get(name).map_or(0, |c| c.dropped)
     }
 
     /// The desire currently held, if any.
@@ -373,13 +397,17 @@ impl Claims<Value> {
         let Some(c) = self.claims.get(name) else {
             return json!({"phase": "idle"});
         };
-        json!({
+        let mut v = json!({
             "phase": self.phase(name).as_str(),
             "desired": c.desired,
             "held": c.actual.as_ref().map(|(_, d)| d),
             "error": c.error,
             "journal": c.journal.iter().map(|e| json!({"at": e.at, "what": e.what, "attempt": e.attempt})).collect::<Vec<_>>(),
-        })
+        });
+        if c.dropped > 0 {
+            v["journalDropped"] = json!(c.dropped);
+        }
+        v
     }
 }
 
@@ -402,5 +430,41 @@ impl<D: Clone> ClaimOutput<D> {
                 json!({"output": "release", "claim": claim, "attempt": attempt, "desire": f(desire)})
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod bound_tests {
+    use super::*;
+
+    /// A standing claim whose desire changes forever keeps a window of its journal, not every
+    /// event (it kept ~5 per change before).
+    #[test]
+    fn a_claim_changed_ten_thousand_times_keeps_a_window_of_its_journal() {
+        let mut c: Claims<Value> = Claims::new();
+        for i in 0..10_000u64 {
+            c.desire(Mono::from_ms(i), "gpu", Some(json!(i)));
+            while let Some(o) = c.poll_output() {
+                match o {
+                    ClaimOutput::Acquire { attempt, .. } => {
+                        c.acquired(Mono::from_ms(i), "gpu", attempt).unwrap();
+                    }
+                    ClaimOutput::Release { attempt, .. } => {
+                        c.released(Mono::from_ms(i), "gpu", attempt, None).unwrap();
+                    }
+                }
+            }
+        }
+        let kept = c.journal("gpu").len();
+        assert!(
+            (JOURNAL_WINDOW..=2 * JOURNAL_WINDOW).contains(&kept),
+            "{kept} events kept"
+        );
+        assert!(c.journal_dropped("gpu") > 40_000);
+        assert_eq!(c.held("gpu"), Some(&json!(9_999)));
+        assert_eq!(
+            c.to_json("gpu")["journalDropped"],
+            json!(c.journal_dropped("gpu"))
+        );
     }
 }
