@@ -880,9 +880,25 @@ impl FsStore {
                         None => None,
                     };
                     match whole {
-                        Some(id) => d
-                            .rename(&name, &nodes, &id)
-                            .map_err(|e| io("rename", &rel, e))?,
+                        Some(id) => {
+                            // Whole in the page cache is not whole on disk: the stage may have
+                            // been cut before its fsync round. Its files and directory are
+                            // made durable before the node is moved into `nodes/`.
+                            let sub = d.dir(&name).map_err(|e| io("open", &rel, e))?;
+                            let mut round = Vec::new();
+                            for (f, kind) in sub.list().map_err(|e| io("list", &rel, e))? {
+                                if kind == Kind::File {
+                                    let file = sub
+                                        .open(&f, Mode::Read)
+                                        .map_err(|e| io("open", &join(&rel, &f), e))?;
+                                    round.push(SyncJob(join(&rel, &f), file));
+                                }
+                            }
+                            round.push(SyncJob(rel.clone(), sub.into_file()));
+                            self.sync(round)?;
+                            d.rename(&name, &nodes, &id)
+                                .map_err(|e| io("rename", &rel, e))?
+                        }
                         None => d.remove_tree(&name).map_err(|e| io("remove", &rel, e))?,
                     }
                     dirty.insert("nodes".into());
@@ -898,8 +914,9 @@ impl FsStore {
             // kept its spare name beside the names the spawn gave it (found by the id its
             // `meta.json` holds, by device and inode): left whole, like a staged name above.
             // Every other one (empty, or written by a spawn that never completed) is removed.
+            let mut idents = None;
             for name in spares {
-                if self.is_placed_spare(&d, &name)? {
+                if self.is_placed_spare(&d, &name, &mut idents)? {
                     continue;
                 }
                 d.remove_tree(&name)
@@ -943,29 +960,58 @@ impl FsStore {
         Ok(placed.is_some() && placed == staged)
     }
 
-    /// Whether spare `name` of `.weft/` is the directory of the node its `meta.json` names.
-    fn is_placed_spare(&mut self, staging: &Dir, name: &str) -> Result<bool, ActorsError> {
-        let rel = join(STAGING_DIR, name);
+    /// Whether spare `name` of `.weft/` must be kept: it is (or, in doubt, may be) the
+    /// directory of a node — a power loss kept its spare name beside the node's. Found by the
+    /// id its `meta.json` names, by device and inode, or, when that names nothing, against
+    /// every node directory (`idents`, listed once per recovery: only after a crash). Any error
+    /// keeps it: removing a node's tree through a second name would empty the node.
+    fn is_placed_spare(
+        &mut self,
+        staging: &Dir,
+        name: &str,
+        idents: &mut Option<BTreeSet<(u64, u64)>>,
+    ) -> Result<bool, ActorsError> {
+        let Ok(Some(spare)) = staging.ident(name) else {
+            return Ok(true);
+        };
         let Ok(sub) = staging.dir(name) else {
-            return Ok(false);
+            return Ok(true);
         };
         let id = match sub.read("meta.json") {
             Ok(Some(b)) if !b.is_empty() => serde_json::from_slice::<serde_json::Value>(&b)
                 .ok()
                 .and_then(|v| v.get("id")?.as_str().map(str::to_owned)),
-            _ => None,
-        };
-        let Some(id) = id.filter(|i| NodeId::parse(i).is_ok()) else {
-            return Ok(false);
+            Ok(_) => None,
+            Err(_) => return Ok(true),
         };
         let Some(nodes) = self.dir_at("nodes", None)? else {
             return Ok(false);
         };
-        let placed = nodes
-            .ident(&id)
-            .map_err(|e| io("stat", &format!("nodes/{id}"), e))?;
-        let spare = staging.ident(name).map_err(|e| io("stat", &rel, e))?;
-        Ok(placed.is_some() && placed == spare)
+        if let Some(id) = id.filter(|i| NodeId::parse(i).is_ok())
+            && let Ok(Some(placed)) = nodes.ident(&id)
+            && placed == spare
+        {
+            return Ok(true);
+        }
+        if idents.is_none() {
+            let Ok(list) = nodes.list() else {
+                return Ok(true);
+            };
+            let mut set = BTreeSet::new();
+            for (n, kind) in list {
+                if kind == Kind::Dir {
+                    match nodes.ident(&n) {
+                        Ok(Some(i)) => {
+                            set.insert(i);
+                        }
+                        Ok(None) => {}
+                        Err(_) => return Ok(true),
+                    }
+                }
+            }
+            *idents = Some(set);
+        }
+        Ok(idents.as_ref().is_some_and(|set| set.contains(&spare)))
     }
 
     /// Every regular file under the root, by relative path: links are never followed (nor
@@ -1487,6 +1533,10 @@ impl Drop for FsStore {
     /// Removes the spare temporaries (they hold previous versions only; a crash leaves them to
     /// the next writer's open).
     fn drop(&mut self) {
+        // The spare thread stops, and its spares go, while the lock is still held (fields are
+        // dropped after this, `lock` before `spare_nodes`): a writer that takes the lock next
+        // must not meet a thread still making or removing spares in `.weft/`.
+        drop(self.spare_nodes.take());
         // Lines a `Written` batch left: fsynced on a clean close (a crash leaves them to the
         // page cache).
         for j in std::mem::take(&mut self.unsynced) {

@@ -907,3 +907,45 @@ fn a_node_listed_under_a_spare_name_too_is_kept_whole() {
     assert_eq!(check(&base, &acked), 2);
     let _ = std::fs::remove_dir_all(&base);
 }
+
+/// The same twin, with the node's `meta.json` torn (a power loss can tear the record the
+/// spawn was writing): the spare's `meta.json` then names no node, and the spare is matched
+/// against every node directory by device and inode instead of being removed — removing it
+/// emptied the node's `chat.jsonl` through the second name. Needs `mount --bind` (root).
+#[test]
+fn a_twin_spare_whose_record_is_torn_is_kept_whole() {
+    let base = scratch("crash-spare-torn-twin");
+    let b = base.to_str().unwrap().to_owned();
+    run_json(&["actors", "init", &b, "--json"]);
+    run_json(&[
+        "actors", "spawn", &b, "--type", "task", "--id", "kid", "--json",
+    ]);
+    let kid = base.join("nodes/kid");
+    let meta = std::fs::read(kid.join("meta.json")).unwrap();
+    std::fs::write(kid.join("meta.json"), &meta[..meta.len() / 3]).unwrap();
+    let chat = std::fs::read(kid.join("chat.jsonl")).unwrap();
+    let twin = base.join(".weft/.spare,4");
+    std::fs::create_dir_all(&twin).unwrap();
+    let ok = Command::new("mount")
+        .arg("--bind")
+        .arg(&kid)
+        .arg(&twin)
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if !ok {
+        eprintln!("mount --bind is not available here: the torn twin case is not checked");
+        let _ = std::fs::remove_dir_all(&base);
+        return;
+    }
+    let mounted = Mounted(twin.clone());
+    let reopened = FsStore::open_writer(&base, Duration::from_secs(5));
+    let after = std::fs::read(kid.join("chat.jsonl")).ok();
+    let meta_after = std::fs::read(kid.join("meta.json")).ok();
+    drop(reopened);
+    drop(mounted);
+    let _ = std::fs::remove_dir(&twin);
+    assert_eq!(after.as_ref(), Some(&chat), "the node's chat is untouched");
+    assert!(meta_after.is_some(), "the node's record is not removed");
+    let _ = std::fs::remove_dir_all(&base);
+}
