@@ -20,8 +20,6 @@ export async function loadActors() {
   await wasm.load();
 }
 
-const enc = new TextEncoder();
-const dec = new TextDecoder();
 
 function coded(err) {
   if (err instanceof WeftError) return err;
@@ -41,47 +39,35 @@ class MemoryBackend {
   }
   async apply(batch) {
     const next = new Map(this.files);
-    for (const stage of batch.stages) for (const op of stage) applyOp(next, op);
+    applyOps(next, batch.stages.flat());
     this.files = next;
   }
   close() {}
 }
 
-/** Applies one op to a Map-like `{get, set, delete, has}` of path → text. */
-function applyOp(m, op) {
-  switch (op.op) {
-    case 'createNode':
-      if (m.has(`${op.path}/meta.json`)) throw new WeftError('STORE_IO', `${op.path} already exists`);
-      for (const [name, text] of Object.entries(op.files)) m.set(`${op.path}/${name}`, text);
-      break;
-    case 'put':
-      m.set(op.path, op.text);
-      break;
-    case 'append':
-      m.set(op.path, (m.get(op.path) ?? '') + op.text);
-      break;
-    case 'patch': {
-      // Replace the bytes from `at` to the end (the record must be `size` bytes long).
-      const cur = m.get(op.path);
-      const bytes = cur === undefined ? undefined : enc.encode(cur);
-      if (bytes === undefined || bytes.length !== op.size || op.at > op.size)
-        throw new WeftError('STORE_IO', `${op.path} is not the ${op.size} bytes a patch at ${op.at} expects`);
-      m.set(op.path, dec.decode(bytes.subarray(0, op.at)) + op.text);
-      break;
-    }
-    case 'truncate': {
-      const cur = m.get(op.path);
-      if (cur !== undefined) m.set(op.path, dec.decode(enc.encode(cur).slice(0, op.len)));
-      break;
-    }
-    case 'rename':
-      if (m.has(op.path)) {
-        m.set(op.to, m.get(op.path));
-        m.delete(op.path);
-      }
-      break;
-    default:
-      throw new WeftError('STORE_IO', `unknown store op ${op.op}`);
+/**
+ * Applies a batch's ops, in order, to a Map-like `{get, set, delete, has}` of path → text.
+ * The core applies them (`applyStoreOps`: its memory store's rules, path checks included);
+ * this only hands it the current texts and writes back what changed.
+ */
+function applyOps(m, ops) {
+  const current = {};
+  for (const op of ops) {
+    const p = op.op === 'createNode' ? `${op.path}/meta.json` : op.path;
+    if (!(p in current)) current[p] = m.get(p) ?? null;
+  }
+  const glue = wasm.loadSync();
+  if (!glue) throw new WeftError('STORE_IO', 'the actor-graph module is not loaded');
+  let out;
+  try {
+    out = glue.applyStoreOps(current, ops);
+  } catch (e) {
+    throw coded(e);
+  }
+  for (const [p, v] of Object.entries(out)) {
+    if (v === null) {
+      if (m.has(p)) m.delete(p);
+    } else if (v !== m.get(p)) m.set(p, v);
   }
 }
 
@@ -148,7 +134,7 @@ class IndexedDbBackend {
           },
         };
         try {
-          for (const stage of batch.stages) for (const op of stage) applyOp(view, op);
+          applyOps(view, batch.stages.flat());
         } catch (e) {
           fail(e);
         }

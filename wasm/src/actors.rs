@@ -222,6 +222,48 @@ pub fn actor_config(vars: JsValue) -> Result<JsValue, JsValue> {
     Ok(json(&serde_json::json!({"config": c, "notes": notes})))
 }
 
+/// Applies a batch's ops (their JSON, in order) the way the core's memory store does — path
+/// checks, `createNode` refused over an existing node, `patch` refused on a record of another
+/// size — to `current` (`{path: text | null}`: the files the ops touch, and each created
+/// node's `meta.json`), and returns the touched paths' new contents (`null`: gone). The JS
+/// memory and IndexedDB stores apply batches through it, so the op semantics live once, in
+/// the core. A refused op changes nothing (`STORE_IO`).
+#[wasm_bindgen(js_name = applyStoreOps)]
+pub fn apply_store_ops(current: JsValue, ops: JsValue) -> Result<JsValue, JsValue> {
+    use weft_core::actors::store::{MemoryStore, Op};
+    let refuse = |e: String| error(&ActorsError::StoreIo(e));
+    let cur = from_js_json(&current).map_err(&refuse)?;
+    let ops = from_js_json(&ops).map_err(&refuse)?;
+    let mut store = MemoryStore::default();
+    for (p, v) in cur.as_object().into_iter().flatten() {
+        if let Some(t) = v.as_str() {
+            store.files.insert(p.clone(), t.as_bytes().to_vec());
+            if let Some(dir) = p.strip_suffix("/meta.json") {
+                store.dirs.insert(dir.to_owned());
+            }
+        }
+    }
+    let mut touched = Vec::new();
+    for v in ops
+        .as_array()
+        .ok_or_else(|| refuse("ops must be an array".into()))?
+    {
+        let op = Op::from_json(v).map_err(&refuse)?;
+        touched.extend(op.paths());
+        store.apply_op(&op).map_err(&refuse)?;
+    }
+    let mut out = serde_json::Map::new();
+    for p in touched {
+        let v = store
+            .files
+            .get(&p)
+            .map(|b| Value::String(String::from_utf8_lossy(b).into_owned()))
+            .unwrap_or(Value::Null);
+        out.insert(p, v);
+    }
+    Ok(json(&Value::Object(out)))
+}
+
 /// The nodes whose chat holds agent lines (the agents a reopened store resumes), in id order.
 #[wasm_bindgen(js_class = ActorGraph)]
 impl ActorGraphJs {

@@ -96,6 +96,62 @@ impl Op {
         }
     }
 
+    /// Reads an op back from its JSON form ([`to_json`](Self::to_json)): how a store that
+    /// received a batch as JSON (the JS stores) has the core apply it
+    /// ([`MemoryStore::apply_op`]) instead of re-implementing the ops.
+    pub fn from_json(v: &Value) -> Result<Op, String> {
+        let s = |k: &str| {
+            v.get(k)
+                .and_then(Value::as_str)
+                .map(str::to_owned)
+                .ok_or_else(|| format!("store op: `{k}` must be a string"))
+        };
+        let n = |k: &str| {
+            v.get(k)
+                .and_then(Value::as_u64)
+                .ok_or_else(|| format!("store op: `{k}` must be a whole number"))
+        };
+        Ok(match v.get("op").and_then(Value::as_str) {
+            Some("createNode") => Op::CreateNode {
+                id: s("id")?,
+                files: v
+                    .get("files")
+                    .and_then(Value::as_object)
+                    .ok_or("store op: `files` must be an object")?
+                    .iter()
+                    .map(|(k, t)| {
+                        t.as_str()
+                            .map(|t| (k.clone(), t.to_owned()))
+                            .ok_or_else(|| format!("store op: file {k} must be text"))
+                    })
+                    .collect::<Result<_, String>>()?,
+            },
+            Some("put") => Op::Put {
+                path: s("path")?,
+                text: s("text")?,
+            },
+            Some("append") => Op::Append {
+                path: s("path")?,
+                text: s("text")?,
+            },
+            Some("truncate") => Op::Truncate {
+                path: s("path")?,
+                len: n("len")?,
+            },
+            Some("rename") => Op::Rename {
+                from: s("path")?,
+                to: s("to")?,
+            },
+            Some("patch") => Op::Patch {
+                path: s("path")?,
+                at: n("at")?,
+                size: n("size")?,
+                text: s("text")?,
+            },
+            other => return Err(format!("unknown store op {other:?}")),
+        })
+    }
+
     /// The paths this op writes.
     pub fn paths(&self) -> Vec<String> {
         match self {
@@ -507,5 +563,51 @@ mod tail_tests {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod op_json_tests {
+    use super::*;
+
+    /// Every op reads back from its JSON form as itself; a bad one is refused.
+    #[test]
+    fn every_op_round_trips_through_its_json() {
+        let ops = [
+            Op::CreateNode {
+                id: "kid".into(),
+                files: vec![
+                    ("chat.jsonl".into(), String::new()),
+                    ("meta.json".into(), "{}".into()),
+                ],
+            },
+            Op::Put {
+                path: "graph.json".into(),
+                text: "{}".into(),
+            },
+            Op::Append {
+                path: "nodes/a/chat.jsonl".into(),
+                text: "{}\n".into(),
+            },
+            Op::Truncate {
+                path: "nodes/a/chat.jsonl".into(),
+                len: 3,
+            },
+            Op::Rename {
+                from: "nodes/a/meta.json".into(),
+                to: "nodes/a/meta.json.corrupt".into(),
+            },
+            Op::Patch {
+                path: "graph.json".into(),
+                at: 2,
+                size: 9,
+                text: "x}".into(),
+            },
+        ];
+        for op in ops {
+            assert_eq!(Op::from_json(&op.to_json()), Ok(op));
+        }
+        assert!(Op::from_json(&json!({"op": "chmod", "path": "x"})).is_err());
+        assert!(Op::from_json(&json!({"op": "put", "path": "x"})).is_err());
     }
 }
