@@ -560,6 +560,19 @@ impl Drop for Mounted {
     }
 }
 
+/// Bind-mounts `src` at `dst` (a second name of the same directory: same device and inode),
+/// or `None` where `mount --bind` is not available (not root).
+fn bind_mount(src: &std::path::Path, dst: &std::path::Path) -> Option<Mounted> {
+    Command::new("mount")
+        .arg("--bind")
+        .arg(src)
+        .arg(dst)
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+        .then(|| Mounted(dst.to_path_buf()))
+}
+
 /// (c) of the cuts above, on a file system without a journal (this project's VM): the node's
 /// rename reached `nodes/` but the staged entry's removal from `.weft/` did not (the store
 /// fsyncs only `nodes/` for the rename), so after the power loss the node's directory is
@@ -601,19 +614,11 @@ fn a_node_listed_under_its_staged_name_too_is_kept_whole() {
         .collect();
     let twin = base.join(&staged);
     std::fs::create_dir(&twin).unwrap();
-    let ok = Command::new("mount")
-        .arg("--bind")
-        .arg(&kid)
-        .arg(&twin)
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success());
-    if !ok {
+    let Some(mounted) = bind_mount(&kid, &twin) else {
         eprintln!("mount --bind is not available here: the twin-entry case is not checked");
         let _ = std::fs::remove_dir_all(&base);
         return;
-    }
-    let mounted = Mounted(twin.clone());
+    };
     let reopened = FsStore::open_writer(&base, Duration::from_secs(5));
     let after: Vec<_> = ["meta.json", "chat.jsonl"]
         .iter()
@@ -878,19 +883,11 @@ fn a_node_listed_under_a_spare_name_too_is_kept_whole() {
         .collect();
     let twin = base.join(".weft/.spare,9");
     std::fs::create_dir_all(&twin).unwrap();
-    let ok = Command::new("mount")
-        .arg("--bind")
-        .arg(&kid)
-        .arg(&twin)
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success());
-    if !ok {
+    let Some(mounted) = bind_mount(&kid, &twin) else {
         eprintln!("mount --bind is not available here: the spare twin case is not checked");
         let _ = std::fs::remove_dir_all(&base);
         return;
-    }
-    let mounted = Mounted(twin.clone());
+    };
     let reopened = FsStore::open_writer(&base, Duration::from_secs(5));
     let after: Vec<_> = ["meta.json", "chat.jsonl"]
         .iter()
@@ -926,19 +923,11 @@ fn a_twin_spare_whose_record_is_torn_is_kept_whole() {
     let chat = std::fs::read(kid.join("chat.jsonl")).unwrap();
     let twin = base.join(".weft/.spare,4");
     std::fs::create_dir_all(&twin).unwrap();
-    let ok = Command::new("mount")
-        .arg("--bind")
-        .arg(&kid)
-        .arg(&twin)
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success());
-    if !ok {
+    let Some(mounted) = bind_mount(&kid, &twin) else {
         eprintln!("mount --bind is not available here: the torn twin case is not checked");
         let _ = std::fs::remove_dir_all(&base);
         return;
-    }
-    let mounted = Mounted(twin.clone());
+    };
     let reopened = FsStore::open_writer(&base, Duration::from_secs(5));
     let after = std::fs::read(kid.join("chat.jsonl")).ok();
     let meta_after = std::fs::read(kid.join("meta.json")).ok();
