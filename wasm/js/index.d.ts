@@ -548,12 +548,14 @@ export interface ClaimState<D = unknown> {
  * Standing desires (`weft_core::ops::claims`): per named claim the newest desire wins; one
  * acquisition or release at a time per claim; an acquisition that arrives for a superseded
  * desire is released at once, never adopted; a failed acquisition parks the claim in `error`
- * until the desire changes or `retry`. Desires are compared as JSON values.
+ * until the desire changes or `retry`. Desires are compared as JSON values. Idle claims
+ * (nothing desired, held or in flight) are kept for inspection up to 256; the longest idle
+ * beyond that are forgotten (their state then reads `{ phase: 'idle' }`, as a name never used).
  */
 export class Claims<D = unknown, R = unknown> {
   /** Sets what should exist now (`null`: nothing); an equal desire changes nothing. */
   desire(claim: string, desire: D | null): void;
-  /** Re-attempts a claim parked in `error` (UNKNOWN_CLAIM: no such claim). */
+  /** Re-attempts a claim parked in `error` (UNKNOWN_CLAIM: no such claim, or idle and forgotten). */
   retry(claim: string): void;
   phase(claim: string): ClaimPhase;
   state(claim: string): ClaimState<D>;

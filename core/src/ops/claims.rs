@@ -89,11 +89,18 @@ struct Claim<D> {
     /// The last events, at most `2 * JOURNAL_WINDOW` (older ones are counted in `dropped`).
     journal: Vec<ClaimEvent>,
     dropped: u64,
+    /// Its place in [`Claims::idle`] while it is idle (nothing desired, held or in flight).
+    idle_seq: Option<u64>,
 }
 
 /// How many of a claim's latest events its journal keeps at least: a standing claim whose
 /// desire changes forever keeps a window, not its whole history.
 const JOURNAL_WINDOW: usize = 256;
+
+/// How many idle claims (nothing desired, held or in flight) are kept for inspection; the
+/// longest idle beyond this are forgotten, so a reconciler that names a new claim per thread,
+/// source or session holds the claims in use plus this window, not every name it ever saw.
+pub const IDLE_CLAIMS_KEPT: usize = 256;
 
 impl<D> Claim<D> {
     fn log(&mut self, event: ClaimEvent) {
@@ -112,6 +119,9 @@ pub struct Claims<D> {
     claims: BTreeMap<String, Claim<D>>,
     next_attempt: u64,
     outputs: VecDeque<ClaimOutput<D>>,
+    /// Idle claims, oldest first (by the sequence number of the moment they became idle).
+    idle: BTreeMap<u64, String>,
+    next_idle: u64,
 }
 
 impl<D> Default for Claims<D> {
@@ -120,6 +130,8 @@ impl<D> Default for Claims<D> {
             claims: BTreeMap::new(),
             next_attempt: 1,
             outputs: VecDeque::new(),
+            idle: BTreeMap::new(),
+            next_idle: 0,
         }
     }
 }
@@ -162,8 +174,12 @@ impl<D: Clone + PartialEq + std::fmt::Debug> Claims<D> {
             .ok_or_else(|| ClaimsError::UnknownClaim(name.into()))
     }
 
-    /// Sets what should exist now (`None`: nothing). An equal desire changes nothing.
+    /// Sets what should exist now (`None`: nothing). An equal desire changes nothing (nothing
+    /// for a claim it does not know: no claim is created to desire nothing).
     pub fn desire(&mut self, now: Mono, name: &str, desire: Option<D>) {
+        if desire.is_none() && !self.claims.contains_key(name) {
+            return;
+        }
         let c = self.claims.entry(name.into()).or_insert_with(|| Claim {
             desired: None,
             actual: None,
@@ -172,6 +188,7 @@ impl<D: Clone + PartialEq + std::fmt::Debug> Claims<D> {
             error: None,
             journal: vec![],
             dropped: 0,
+            idle_seq: None,
         });
         if c.desired == desire {
             return;
@@ -185,6 +202,33 @@ impl<D: Clone + PartialEq + std::fmt::Debug> Claims<D> {
             detail: Some(format!("{desire:?}")),
         });
         self.step(now, name);
+        self.track_idle(name);
+    }
+
+    /// Keeps [`Self::idle`] in step with the claim's phase after a change, and forgets the
+    /// longest-idle claims beyond [`IDLE_CLAIMS_KEPT`].
+    fn track_idle(&mut self, name: &str) {
+        let idle = self.phase(name) == ClaimPhase::Idle;
+        let Some(c) = self.claims.get_mut(name) else {
+            return;
+        };
+        match (idle, c.idle_seq) {
+            (true, None) => {
+                c.idle_seq = Some(self.next_idle);
+                self.idle.insert(self.next_idle, name.to_owned());
+                self.next_idle += 1;
+            }
+            (false, Some(seq)) => {
+                c.idle_seq = None;
+                self.idle.remove(&seq);
+            }
+            _ => {}
+        }
+        while self.idle.len() > IDLE_CLAIMS_KEPT {
+            if let Some((_, old)) = self.idle.pop_first() {
+                self.claims.remove(&old);
+            }
+        }
     }
 
     /// Drives one claim towards its newest desire when nothing is in flight.
@@ -248,6 +292,12 @@ impl<D: Clone + PartialEq + std::fmt::Debug> Claims<D> {
     /// The host acquired the resource of `attempt`. Adopted only if it is still the newest
     /// desire; otherwise released at once (a late acquisition is never adopted).
     pub fn acquired(&mut self, now: Mono, name: &str, attempt: u64) -> Result<bool, ClaimsError> {
+        let adopted = self.acquired_inner(now, name, attempt)?;
+        self.track_idle(name);
+        Ok(adopted)
+    }
+
+    fn acquired_inner(&mut self, now: Mono, name: &str, attempt: u64) -> Result<bool, ClaimsError> {
         let desire = self.take_acquiring(name, attempt)?;
         let c = self.claim_mut(name)?;
         if c.desired.as_ref() == Some(&desire) {
@@ -298,6 +348,7 @@ impl<D: Clone + PartialEq + std::fmt::Debug> Claims<D> {
         } else {
             self.step(now, name);
         }
+        self.track_idle(name);
         Ok(())
     }
 
@@ -332,16 +383,29 @@ impl<D: Clone + PartialEq + std::fmt::Debug> Claims<D> {
             detail: error.map(str::to_owned),
         });
         self.step(now, name);
+        self.track_idle(name);
         Ok(())
     }
 
-    /// Re-attempts a claim parked in `error` with its unchanged desire.
+    /// Re-attempts a claim parked in `error` with its unchanged desire (`UNKNOWN_CLAIM` for a
+    /// name never desired, or idle and forgotten beyond [`IDLE_CLAIMS_KEPT`]).
     pub fn retry(&mut self, now: Mono, name: &str) -> Result<(), ClaimsError> {
         let c = self.claim_mut(name)?;
         if c.error.take().is_some() {
             self.step(now, name);
         }
+        self.track_idle(name);
         Ok(())
+    }
+
+    /// How many claims are kept: those in use plus at most [`IDLE_CLAIMS_KEPT`] idle ones.
+    pub fn len(&self) -> usize {
+        self.claims.len()
+    }
+
+    /// No claim is kept.
+    pub fn is_empty(&self) -> bool {
+        self.claims.is_empty()
     }
 
     /// A claim's phase.
@@ -466,5 +530,75 @@ mod bound_tests {
             c.to_json("gpu")["journalDropped"],
             json!(c.journal_dropped("gpu"))
         );
+    }
+
+    /// Drives every output to completion (acquisitions succeed).
+    fn settle(c: &mut Claims<Value>, now: Mono) {
+        while let Some(o) = c.poll_output() {
+            match o {
+                ClaimOutput::Acquire { claim, attempt, .. } => {
+                    c.acquired(now, &claim, attempt).unwrap();
+                }
+                ClaimOutput::Release { claim, attempt, .. } => {
+                    c.released(now, &claim, attempt, None).unwrap();
+                }
+            }
+        }
+    }
+
+    /// A reconciler naming a new claim per session holds the claims in use and a window of
+    /// idle ones, not every name it ever saw (it kept all 10,000 before).
+    #[test]
+    fn claims_released_to_idle_are_forgotten_beyond_a_window() {
+        let mut c: Claims<Value> = Claims::new();
+        c.desire(Mono::from_ms(0), "kept", Some(json!("gpu")));
+        settle(&mut c, Mono::from_ms(0));
+        for i in 0..10_000u64 {
+            let name = format!("session-{i}");
+            c.desire(Mono::from_ms(i), &name, Some(json!(i)));
+            settle(&mut c, Mono::from_ms(i));
+            c.desire(Mono::from_ms(i), &name, None);
+            settle(&mut c, Mono::from_ms(i));
+            assert_eq!(c.phase(&name), ClaimPhase::Idle);
+        }
+        assert_eq!(c.len(), 1 + IDLE_CLAIMS_KEPT);
+        // The claim in use is never forgotten; the newest idle ones are still inspectable.
+        assert_eq!(c.phase("kept"), ClaimPhase::Active);
+        assert_eq!(c.held("kept"), Some(&json!("gpu")));
+        let newest = c.journal("session-9999");
+        assert_eq!(newest.last().map(|e| e.what), Some("released"));
+        // The oldest are gone: idle, and retry names them as unknown.
+        assert!(c.journal("session-0").is_empty());
+        assert_eq!(
+            c.retry(Mono::from_ms(10_000), "session-0")
+                .unwrap_err()
+                .code(),
+            "UNKNOWN_CLAIM"
+        );
+        // Desiring nothing of an unknown name creates nothing.
+        c.desire(Mono::from_ms(10_000), "never", None);
+        assert_eq!(c.len(), 1 + IDLE_CLAIMS_KEPT);
+    }
+
+    /// A claim that becomes busy again leaves the idle window: it is never forgotten while it
+    /// holds or works towards something, however many other claims go idle.
+    #[test]
+    fn a_revived_claim_is_not_forgotten() {
+        let mut c: Claims<Value> = Claims::new();
+        c.desire(Mono::from_ms(0), "a", Some(json!(1)));
+        settle(&mut c, Mono::from_ms(0));
+        c.desire(Mono::from_ms(0), "a", None);
+        settle(&mut c, Mono::from_ms(0));
+        c.desire(Mono::from_ms(1), "a", Some(json!(2)));
+        // Revived: it leaves the idle window and is kept while others come and go.
+        for i in 0..(2 * IDLE_CLAIMS_KEPT as u64) {
+            let name = format!("s{i}");
+            c.desire(Mono::from_ms(2), &name, Some(json!(i)));
+            c.desire(Mono::from_ms(2), &name, None);
+            settle(&mut c, Mono::from_ms(2));
+        }
+        assert_eq!(c.phase("a"), ClaimPhase::Active);
+        assert_eq!(c.held("a"), Some(&json!(2)));
+        assert_eq!(c.len(), 1 + IDLE_CLAIMS_KEPT);
     }
 }
