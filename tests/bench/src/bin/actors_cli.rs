@@ -16,8 +16,8 @@
 //! CLI (`PATH spawn ROOT --parent=coordinator --type=task --title=ID`, one process per spawn,
 //! no fsync) on a harness-format root of the same shape, generated the same way from a
 //! template the harness spawned itself, interleaved spawn by spawn with weft's on the same
-//! disk, and prints its rate beside weft's and the ratio. `tests/bench/harness.sh` builds a
-//! harness binary from its sources.
+//! disk, and prints its rate beside weft's and the ratio. The harness binary is yours to
+//! provide: this repository carries neither its code nor a recipe that builds it.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
