@@ -8,6 +8,9 @@
 //! result), `expectError` (the error code) and `outputs` (everything the registry emitted since
 //! the previous step). Expectations are subsets: objects need only the keys they name, arrays
 //! must have the same length, and a string stands for an object with that `type` or `output`.
+//! In the jobs suite each step is one host turn, after which the host flushes the requests
+//! held for batch frames (`Registry::flush_sends`); a step with `"sameTurn": true` leaves the
+//! turn open for the next step (at the same `at`), as a host's synchronous loop does.
 
 use serde_json::{Value, json};
 
@@ -216,12 +219,26 @@ fn run_jobs_vector(v: &Value) -> VectorResult {
     let name = vector_name(v);
     let mut failures = Vec::new();
     let mut reg: Registry<Value> = Registry::default();
+    // The time of the host turn a `sameTurn` step left open.
+    let mut open_turn: Option<u64> = None;
     each_step(v, &mut failures, |step, failures| {
         let at = Mono::from_ms(step.at);
+        if open_turn.is_some_and(|t| t != step.at) {
+            failures.push(format!("{}: a host turn does not span time", step.ctx));
+        }
         while let Some(d) = reg.poll_timeout().filter(|d| *d <= at) {
             reg.handle_timeout(d);
         }
         let result = apply_jobs_step(&mut reg, at, step.op, step.json);
+        // The host's turn ends after the step (held sends go out in batches) unless the step
+        // says the next one runs in the same turn.
+        open_turn = step.json["sameTurn"]
+            .as_bool()
+            .unwrap_or(false)
+            .then_some(step.at);
+        if open_turn.is_none() {
+            reg.flush_sends();
+        }
         let outputs: Vec<Value> = reg.drain_outputs().map(|o| o.to_json()).collect();
         check_step(&step.ctx, step.json, &result, outputs, failures);
     });
@@ -275,6 +292,9 @@ pub(crate) fn apply_jobs_step(
             if let Some(m) = s["maxMessageBytes"].as_u64() {
                 spec.max_message_bytes = m as usize;
             }
+            // The transport offers batch frames unless the step says not (as the JS runtime's
+            // transports do).
+            spec.batch_sends = s["batchSends"].as_bool().unwrap_or(true);
             json!({"endpoint": reg.open_endpoint(at, spec).0})
         }
         "submit" => {

@@ -25,6 +25,9 @@ pub trait Payload: Clone + Debug {
     /// Whether the value's encoded size is at most `limit` bytes. Implementations may stop
     /// walking as soon as the limit is exceeded.
     fn fits_within(&self, limit: usize) -> bool;
+    /// The elements when the value is an array of at most `max` (`Err(length)` when it is
+    /// longer; `None` when it is not an array). Reads a batch frame's messages.
+    fn elements(&self, max: usize) -> Option<Result<Vec<Self>, usize>>;
     /// Structural equality (used for reuse keys).
     fn same_as(&self, other: &Self) -> bool;
     /// The JSON form, for journals and exports.
@@ -52,6 +55,14 @@ impl Payload for serde_json::Value {
     fn fits_within(&self, limit: usize) -> bool {
         let mut budget = limit as i64;
         json_fits(self, &mut budget)
+    }
+    fn elements(&self, max: usize) -> Option<Result<Vec<Self>, usize>> {
+        let a = self.as_array()?;
+        Some(if a.len() > max {
+            Err(a.len())
+        } else {
+            Ok(a.clone())
+        })
     }
     fn same_as(&self, other: &Self) -> bool {
         self == other

@@ -350,6 +350,7 @@ impl JobsHost {
             input: false,
             cancel_ack: true,
             error_code: true,
+            batch: false,
         });
         let id = self.registry.open_endpoint(self.now(), spec);
         self.transports.insert(
@@ -509,6 +510,12 @@ impl JobsHost {
         for out in outputs {
             match out {
                 Output::Send { endpoint, request } => self.send(endpoint, request),
+                // Only for transports opened with `batch_sends` (this host opens none).
+                Output::SendBatch { endpoint, requests } => {
+                    for request in requests {
+                        self.send(endpoint, request);
+                    }
+                }
                 Output::Terminate { endpoint } => match self.transports.get_mut(&endpoint) {
                     Some(Transport::Child { kill, .. }) => {
                         if let Some(k) = kill.take() {

@@ -297,4 +297,67 @@ export const scenarios = {
     eq(rt.jobs({ owner: 'agent' }).length, 0, 'disposed');
     rt.close();
   },
+  async 'a burst through a batching Worker records the journals a non-batching one records'({ createRuntime, worker }) {
+    // One sync loop of submits (successes, progress, failures, cancels of runs just sent);
+    // the same loop against quick.js (batch) and quick-single.js (no batch).
+    const N = 700;
+    const payload = (i) => (i % 11 === 0 ? { fail: `f${i}` } : i % 5 === 0 ? { n: i, progress: i / N } : { n: i % 13 });
+    const burst = async (name) => {
+      const rt = createRuntime();
+      const ep = rt.openWorker(worker(name));
+      // Ready first (its hello arrived): the burst goes to a running worker.
+      await ep.submit({ n: 1 }).wait();
+      const jobs = [];
+      for (let i = 0; i < N; i++) {
+        jobs.push(ep.submit(payload(i)));
+        if (i % 97 === 50) jobs[i - 3].cancel('in the burst');
+      }
+      const outs = await Promise.all(jobs.map((j) => j.wait()));
+      // A run's cancel may arrive after its done: late evidence, recorded after the outcome.
+      await sleep(50);
+      // Times differ between runs; a run's capabilities differ by `batch` only.
+      const journals = jobs.map((j) =>
+        j.journal().map(({ at, ...e }) => (e.capabilities ? { ...e, capabilities: { ...e.capabilities, batch: undefined } } : e)),
+      );
+      const info = ep.info;
+      rt.close();
+      return { outs, journals, info };
+    };
+    const batched = await burst('quick');
+    const single = await burst('quick-single');
+    eq(batched.info.capabilities.batch, true, 'quick.js announces batch');
+    eq(single.info.capabilities.batch, undefined, 'quick-single.js does not');
+    eq(batched.outs, single.outs, 'outcomes');
+    for (let i = 0; i < N; i++) eq(batched.journals[i], single.journals[i], `journal of job ${i + 1}`);
+    check(batched.journals.some((j) => j.some((e) => e.type === 'late_evidence')), 'a cancel after a done is late evidence');
+    eq(single.info.framesSent, 1 + N + Math.floor((N - 51) / 97) + 1, 'one frame per request without batch');
+    check(batched.info.framesSent < single.info.framesSent / 20, `far fewer frames with batch (${batched.info.framesSent})`);
+    eq(batched.info.protocolErrors + single.info.protocolErrors, 0, 'no protocol errors');
+  },
+
+  async 'batch frames: a burst of 1000 goes out in 5 frames and its replies come back in 5'({ createRuntime, worker }) {
+    const rt = createRuntime();
+    const ep = rt.openWorker(worker('quick'));
+    const first = ep.submit({ n: 3 });
+    eq((await first.wait()).value, 3, 'first');
+    const before = ep.info;
+    eq([before.framesSent, before.framesReceived], [1, 2], 'a lone run and its reply (after the hello) go alone');
+    const jobs = [];
+    for (let i = 0; i < 1000; i++) jobs.push(ep.submit({ n: i % 7 }));
+    // One lone run, then three frames of 256 at the bound; the rest waits for the microtask.
+    eq(ep.info.framesSent - before.framesSent, 4, 'frames sent during the loop');
+    await Promise.resolve();
+    eq(ep.info.framesSent - before.framesSent, 5, 'the rest at the end of the turn');
+    const outs = await Promise.all(jobs.map((j) => j.wait()));
+    check(outs.every((o, i) => o.outcome === 'succeeded' && o.value === [0, 0, 1, 3, 6, 10, 15][i % 7]), 'every result');
+    eq(ep.info.framesReceived - before.framesReceived, 5, 'one frame of replies per frame of runs');
+    eq(ep.info.protocolErrors, 0, 'no protocol errors');
+    // Without batch: one frame per message each way.
+    const single = rt.openWorker(worker('quick-single'));
+    const s = [];
+    for (let i = 0; i < 300; i++) s.push(single.submit({ n: i % 7 }));
+    await Promise.all(s.map((j) => j.wait()));
+    eq([single.info.framesSent, single.info.framesReceived], [300, 301], 'frames without batch (hello included)');
+    rt.close();
+  },
 };

@@ -10,6 +10,8 @@ export interface Capabilities {
   input: boolean;
   cancelAck: boolean;
   errorCode: boolean;
+  /** Present (true) when the worker announced `batch`: messages may travel in batch frames. */
+  batch?: boolean;
 }
 
 export interface Origin {
@@ -149,6 +151,9 @@ export interface EndpointOptions {
   quietMs?: number;
   maxConcurrent?: number;
   maxMessageBytes?: number;
+  /** false: never send batch frames to this endpoint, even when its worker announces `batch`
+   * (default true: the transport's `post` may receive `{type: "batch", messages}`). */
+  batchSends?: boolean;
 }
 
 export interface WorkerOptions extends EndpointOptions {
@@ -253,8 +258,10 @@ export class Job<T = unknown> {
 
 export class Endpoint {
   readonly id: number;
-  /** State, capabilities and log; `remote` for an endpoint opened with `openRemote`. */
-  readonly info: (Record<string, unknown> & { remote?: RemoteInfo }) | undefined;
+  /** State, capabilities and log; `remote` for an endpoint opened with `openRemote`;
+   * `framesSent` / `framesReceived`: frames put on and taken from its transport (a batch
+   * frame counts once). */
+  readonly info: (Record<string, unknown> & { remote?: RemoteInfo; framesSent?: number; framesReceived?: number }) | undefined;
   submit<T = unknown>(payload: unknown, options?: SubmitOptions): Job<T>;
   terminate(reason?: string): void;
 }

@@ -74,6 +74,16 @@ export class Runtime {
   // Core calls made through this runtime; a pump drains again only when dispatching made one.
   #calls = 0;
   #batched = false;
+  // A microtask that flushes the requests the core holds for batch frames is queued.
+  #flushQueued = false;
+  #flushSends = () => {
+    this.#flushQueued = false;
+    if (!this.#reg) return;
+    this.#calls++;
+    // Only the runtime's own registry offers batch frames (an app's wrapper never asks).
+    this.#reg.flushSends?.();
+    this._pump();
+  };
 
   /**
    * `core` (internal): an object with the JobRegistry interface to drive instead of a fresh
@@ -117,6 +127,10 @@ export class Runtime {
       quietMs: options.quietMs,
       maxConcurrent: options.maxConcurrent,
       maxMessageBytes: options.maxMessageBytes,
+      // The transport may carry batch frames (used once the worker announces `batch`). The
+      // runtime flushes what the core holds at the end of each turn (a microtask); an app's
+      // registry is drained by the app, so its endpoints send single messages.
+      batchSends: this.#batched && options.batchSends !== false,
     };
     const id = this.#call((r, now) => r.openEndpoint(now, spec));
     const handlers = {
@@ -435,7 +449,8 @@ export class Runtime {
   /** @internal `Job.wait`'s core call (not pumped: the caller registers the wait first). */
   _wait(job, timeoutMs) {
     this.#calls++;
-    return this.#reg.wait(this.#now(), job, timeoutMs);
+    // The core reads `now` only for a timeout's deadline: no clock read without one.
+    return this.#reg.wait(timeoutMs === undefined || timeoutMs === null ? 0 : this.#now(), job, timeoutMs);
   }
 
   #call(fn) {
@@ -453,6 +468,13 @@ export class Runtime {
     switch (o.output) {
       case 'send':
         this.#endpoints.get(o.endpoint)?._post(o.message);
+        break;
+      case 'flush':
+        // Requests are held for batch frames: they go out at the end of this turn.
+        if (!this.#flushQueued) {
+          this.#flushQueued = true;
+          queueMicrotask(this.#flushSends);
+        }
         break;
       case 'terminate':
         this.#endpoints.get(o.endpoint)?._terminate();

@@ -4,6 +4,10 @@
 //   * as a child process: `node worker-shim.mjs <script>`, one JSON message per line on
 //     stdin/stdout. console output goes to stderr so stdout carries only the protocol.
 // Messages that arrive before the script has installed its handler are held, not dropped.
+// In a Worker the shim speaks the protocol's `batch` capability for the script (worker-batch.js:
+// the script's hello announces it; batch frames are delivered as their messages; replies made
+// while handling a message, or in one microtask, go out as one frame). As a child process it
+// does not (one JSON message per line, as the native hosts expect).
 // In a Worker the shim imports only `node:worker_threads`: a Worker's start-up time is mostly
 // the built-in modules it loads, so the child-process helpers are imported in that branch only.
 import { isMainThread, parentPort, workerData } from 'node:worker_threads';
@@ -29,8 +33,10 @@ let post;
 let script;
 if (!isMainThread && parentPort) {
   script = workerData.script;
-  post = (m) => parentPort.postMessage(m);
-  parentPort.on('message', dispatch);
+  const { batching } = await import('./worker-batch.js');
+  const b = batching((m, t) => parentPort.postMessage(m, t), dispatch);
+  post = b.post;
+  parentPort.on('message', b.receive);
 } else {
   const [{ resolve }, { pathToFileURL }, { format }, { createInterface }] = await Promise.all([
     import('node:path'),
@@ -59,6 +65,9 @@ if (!isMainThread && parentPort) {
   rl.on('close', () => process.exit(0));
 }
 
+// `weft/worker` (worker.js), imported by a script that also runs in browsers, does nothing
+// under the shim: in a Worker the shim batches itself, as a child process nothing batches.
+globalThis.__weftWorkerShim = true;
 globalThis.self = globalThis;
 globalThis.postMessage = post;
 globalThis.addEventListener = (type, fn) => {

@@ -25,6 +25,21 @@ export function outSend(endpoint, id, kind, value, inputId) {
     : kind === 1 ? { id, type: 'cancel' } : { id, type: 'input', inputId, value };
   return { output: 'send', endpoint, message };
 }
+// A batch frame of requests: `spec` holds [kind, id] pairs (kinds as in outSend), `values`
+// the run payloads and the inputs' [inputId, value], in order.
+export function outBatch(endpoint, spec, values) {
+  const n = spec.length >> 1;
+  const messages = new Array(n);
+  for (let i = 0, v = 0; i < n; i++) {
+    const kind = spec[2 * i], id = spec[2 * i + 1];
+    if (kind === 0) messages[i] = { id, type: 'run', payload: values[v++] };
+    else if (kind === 1) messages[i] = { id, type: 'cancel' };
+    else { const inputId = values[v++]; messages[i] = { id, type: 'input', inputId, value: values[v++] }; }
+  }
+  return { output: 'send', endpoint, message: { type: 'batch', messages } };
+}
+// Requests are held for a batch frame: the host calls flushSends() before it yields.
+const FLUSH = Object.freeze({ output: 'flush' });
 export function outWait(wait, job, end, outcome) {
   const o = { output: 'wait_settled', wait, job, end: END[end] };
   if (outcome !== undefined) { o.outcome = outcome.outcome; o.result = outcome; }
@@ -36,6 +51,7 @@ export function outJob(kind, job, outcome, owner) {
     case 1: return { output: 'note_queued', owner, job };
     case 2: return { output: 'wake', owner, job };
     case 3: return { output: 'terminate', endpoint: job };
+    case 5: return FLUSH;
     default: return { output: 'observed', subscription: job };
   }
 }
@@ -73,7 +89,7 @@ export function mkBatch(deadline, a, b, c) {
 // KINDS, -1: read it field by field), id present, id, value tag, value number, fits]. A
 // message is read here only when it is a non-array object whose `type` is a known name and
 // whose `id` is a number or absent; every rule is checked in Rust on what this reads.
-const KINDS = ['hello', 'partial', 'progress', 'done', 'error', 'cancelled', 'input_applied', 'input_rejected'];
+const KINDS = ['hello', 'partial', 'progress', 'done', 'error', 'cancelled', 'input_applied', 'input_rejected', 'batch'];
 const leaf = (x) => {
   switch (typeof x) {
     case 'string': return x.length + 2;
@@ -88,6 +104,13 @@ export function readReply(m, limit, out) {
   if (typeof m !== 'object' || m === null || Array.isArray(m) || ArrayBuffer.isView(m) || m instanceof ArrayBuffer) return undefined;
   const kind = KINDS.indexOf(m.type);
   if (kind < 0) return undefined;
+  // A batch frame: out[1] its length (-1: `messages` is no array), the messages returned.
+  if (kind === 8) {
+    const list = m.messages;
+    out[0] = 8;
+    out[1] = Array.isArray(list) ? list.length : -1;
+    return list;
+  }
   const id = m.id;
   if (id !== undefined && typeof id !== 'number') return undefined;
   // approxSize's sum (js.rs) for a flat object.
@@ -109,6 +132,23 @@ export function readReply(m, limit, out) {
     case 'boolean': out[3] = 5; out[4] = v ? 1 : 0; return undefined;
     default: if (v === null) { out[3] = 0; return undefined; } out[3] = 2; return v;
   }
+}
+// A batch frame's messages read in one call: readReply's six numbers per message in `out`,
+// and per message [the message, its value when not inline] in the returned list.
+export function readBatch(list, limit, out) {
+  const n = list.length;
+  const held = new Array(2 * n);
+  const o = [0, 0, 0, 0, 0, 0];
+  for (let i = 0; i < n; i++) {
+    const m = list[i];
+    const v = readReply(m, limit, o);
+    // A batch inside is read field by field (the core refuses it).
+    if (o[0] === 8) o[0] = -1;
+    for (let k = 0; k < 6; k++) out[6 * i + k] = o[k];
+    held[2 * i] = m;
+    held[2 * i + 1] = v;
+  }
+  return held;
 }
 "#)]
 extern "C" {
@@ -145,10 +185,14 @@ extern "C" {
     fn mk_batch(deadline: Option<f64>, a: &JsValue, b: &JsValue, c: &JsValue) -> Array;
     #[wasm_bindgen(js_name = readReply)]
     fn read_reply(msg: &JsValue, limit: f64, out: &mut [f64]) -> JsValue;
+    #[wasm_bindgen(js_name = readBatch)]
+    fn read_batch(list: &JsValue, limit: f64, out: &mut [f64]) -> Vec<JsValue>;
+    #[wasm_bindgen(js_name = outBatch)]
+    fn out_batch(endpoint: f64, spec: &[f64], values: Vec<JsValue>) -> JsValue;
 }
 
 /// The message types `readReply` knows, in its order.
-const KINDS: [&str; 8] = [
+const KINDS: [&str; 9] = [
     "hello",
     "partial",
     "progress",
@@ -157,7 +201,64 @@ const KINDS: [&str; 8] = [
     "cancelled",
     "input_applied",
     "input_rejected",
+    "batch",
 ];
+
+/// `readReply`'s six numbers (and the value it returned) as a `Msg`.
+fn msg_of(raw: JsValue, kind: &'static str, out: &[f64], v: JsValue, limit: usize) -> Msg {
+    let value = match out[3] as u32 {
+        0 => Some(Js::Null),
+        4 => Some(Js::Num(out[4])),
+        5 => Some(Js::Bool(out[4] != 0.0)),
+        6 => None,
+        _ => Some(Js::Val(v)),
+    };
+    Msg {
+        raw,
+        kind,
+        id: (out[1] != 0.0).then_some(out[2]),
+        value,
+        limit,
+        fits: (out[5] >= 0.0).then_some(out[5] != 0.0),
+        messages: None,
+    }
+}
+
+/// A batch frame (`readReply` said so: `out[1]` is the length of its `messages`, -1 when
+/// that is no array) as a `Msg` whose messages are pre-read in one JS call, when it is within
+/// the bound; beyond it (or not an array) the core reads what it needs itself.
+fn batch_payload(raw: JsValue, list: JsValue, len: f64, limit: usize) -> Js {
+    let messages = if len < 0.0 || len as usize > weft_core::jobs::wire::BATCH_MAX {
+        (!list.is_undefined()).then(|| Js::from_js(list))
+    } else {
+        let n = len as usize;
+        let mut out = vec![0.0f64; 6 * n];
+        let mut held = read_batch(&list, limit as f64, &mut out).into_iter();
+        let mut items = Vec::with_capacity(n);
+        for o in out.chunks_exact(6) {
+            let (m, v) = (
+                held.next().unwrap_or(JsValue::UNDEFINED),
+                held.next().unwrap_or(JsValue::UNDEFINED),
+            );
+            items.push(
+                match usize::try_from(o[0] as i64).ok().and_then(|k| KINDS.get(k)) {
+                    Some(&kind) => Js::Msg(Box::new(msg_of(m, kind, o, v, limit))),
+                    None => Js::from_js(m),
+                },
+            );
+        }
+        Some(Js::Items(items.into()))
+    };
+    Js::Msg(Box::new(Msg {
+        raw,
+        kind: "batch",
+        id: None,
+        value: None,
+        limit,
+        fits: None,
+        messages,
+    }))
+}
 
 /// A worker's message as the core's payload: read in one JS call when it has the usual shape
 /// (see `readReply`), field by field otherwise.
@@ -171,21 +272,10 @@ fn reply_payload(msg: JsValue, limit: usize, spare: &mut Option<Box<Msg>>) -> Js
     else {
         return Js::from_js(msg);
     };
-    let value = match out[3] as u32 {
-        0 => Some(Js::Null),
-        4 => Some(Js::Num(out[4])),
-        5 => Some(Js::Bool(out[4] != 0.0)),
-        6 => None,
-        _ => Some(Js::Val(v)),
-    };
-    let m = Msg {
-        raw: msg,
-        kind,
-        id: (out[1] != 0.0).then_some(out[2]),
-        value,
-        limit,
-        fits: (out[5] >= 0.0).then_some(out[5] != 0.0),
-    };
+    if kind == "batch" {
+        return batch_payload(msg, v, out[1], limit);
+    }
+    let m = msg_of(msg, kind, &out, v, limit);
     match spare.take() {
         Some(mut b) => {
             *b = m;
@@ -209,6 +299,8 @@ pub struct JobRegistry {
     pending: Vec<Output<Js>>,
     /// The box of the last worker message read (emptied: it holds no JS value).
     spare_msg: Option<Box<Msg>>,
+    /// A `flush` output was handed out since the last `flushSends`.
+    flush_asked: bool,
 }
 
 impl Default for JobRegistry {
@@ -229,6 +321,7 @@ impl JobRegistry {
             owner_strings: Default::default(),
             pending: Vec::new(),
             spare_msg: None,
+            flush_asked: false,
         }
     }
 
@@ -249,6 +342,7 @@ impl JobRegistry {
                     input: opt_bool(&declared, "input").unwrap_or(false),
                     cancel_ack: opt_bool(&declared, "cancelAck").unwrap_or(false),
                     error_code: opt_bool(&declared, "errorCode").unwrap_or(false),
+                    batch: opt_bool(&declared, "batch").unwrap_or(false),
                 })
             }
             Some(h) if h.as_string().as_deref() != Some("await") && h.as_bool() != Some(true) => {
@@ -276,6 +370,7 @@ impl JobRegistry {
         if let Some(m) = opt_f64(&spec, "maxMessageBytes") {
             s.max_message_bytes = m as usize;
         }
+        s.batch_sends = opt_bool(&spec, "batchSends").unwrap_or(false);
         Ok(self.inner.open_endpoint(mono(now), s).0 as f64)
     }
 
@@ -385,6 +480,7 @@ impl JobRegistry {
         if let Js::Msg(mut b) = msg {
             b.raw = JsValue::UNDEFINED;
             b.value = None;
+            b.messages = None;
             self.spare_msg = Some(b);
         }
         r.map_err(|e| error(&e))
@@ -648,7 +744,18 @@ impl JobRegistry {
             out.push(&self.output_js(o));
         }
         self.pending = pending;
+        if let Some(f) = self.flush_output() {
+            out.push(&f);
+        }
         out
+    }
+
+    /// The host's turn ends: the requests held for batch frames go out (see the `flush`
+    /// output); carry out the outputs next (`pump` / `drainOutputs`).
+    #[wasm_bindgen(js_name = flushSends)]
+    pub fn flush_sends(&mut self) {
+        self.flush_asked = false;
+        self.inner.flush_sends();
     }
 
     /// `drainOutputs` and `pollTimeout` in one call: `[deadline, ...outputs]` (the deadline is
@@ -680,6 +787,9 @@ impl JobRegistry {
         }
         drop(wanted);
         self.pending = pending;
+        if let Some(f) = self.flush_output() {
+            batch.push(&f);
+        }
         batch
     }
 
@@ -744,11 +854,16 @@ impl JobRegistry {
 }
 
 fn caps_js(c: &Capabilities) -> JsValue {
-    object(&[
+    let o = object(&[
         ("input", c.input.into()),
         ("cancelAck", c.cancel_ack.into()),
         ("errorCode", c.error_code.into()),
-    ])
+    ]);
+    // Shown only when announced, as in the core's JSON.
+    if c.batch {
+        set(&o, "batch", true);
+    }
+    o
 }
 
 fn origin_js(o: &Origin) -> JsValue {
@@ -990,6 +1105,16 @@ fn kind_code(k: weft_core::jobs::OutcomeKind) -> u32 {
 }
 
 impl JobRegistry {
+    /// `{output: "flush"}` once per turn in which requests are held for a batch frame: the
+    /// host then calls `flushSends` before it yields.
+    fn flush_output(&mut self) -> Option<JsValue> {
+        if self.flush_asked || !self.inner.holds_sends() {
+            return None;
+        }
+        self.flush_asked = true;
+        Some(out_job(5, 0.0, 0, &JsValue::UNDEFINED))
+    }
+
     fn owner_js(&mut self, owner: &OwnerId) -> JsValue {
         if let Some(v) = self.owner_strings.get(&owner.0) {
             return v.clone();
@@ -1017,6 +1142,29 @@ impl JobRegistry {
                         value,
                     } => out_send(ep, id as f64, 2, &value.to_js(), Some(input_id)),
                 }
+            }
+            Output::SendBatch { endpoint, requests } => {
+                let mut spec = Vec::with_capacity(2 * requests.len());
+                let mut values = Vec::with_capacity(requests.len());
+                for r in requests {
+                    match r {
+                        WireRequest::Run { id, payload } => {
+                            spec.extend([0.0, id as f64]);
+                            values.push(payload.to_js());
+                        }
+                        WireRequest::Cancel { id } => spec.extend([1.0, id as f64]),
+                        WireRequest::Input {
+                            id,
+                            input_id,
+                            value,
+                        } => {
+                            spec.extend([2.0, id as f64]);
+                            values.push(JsValue::from_str(&input_id));
+                            values.push(value.to_js());
+                        }
+                    }
+                }
+                out_batch(endpoint.0 as f64, &spec, values)
             }
             Output::Terminate { endpoint } => out_job(3, endpoint.0 as f64, 0, &none),
             Output::WaitSettled { wait, job, end } => {

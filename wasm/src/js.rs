@@ -139,6 +139,9 @@ const KEYS: &[&str] = &[
     "reuseKey",
     "note",
     "wake",
+    "batch",
+    "batchSends",
+    "messages",
 ];
 
 thread_local! {
@@ -168,6 +171,9 @@ pub enum Js {
     Msg(Box<Msg>),
     /// A string known to the bindings (a message's `type`): read without a JS call.
     Name(&'static str),
+    /// A batch frame's `messages`, pre-read in one JS call (each element a `Msg` when it has
+    /// the usual shape): only while the core parses the frame; its elements are taken once.
+    Items(std::cell::RefCell<Vec<Js>>),
 }
 
 /// A worker's message, pre-read in one JS call: `type` (one of the known names), `id` (when a
@@ -187,6 +193,8 @@ pub struct Msg {
     pub limit: usize,
     /// Whether the message fits within `limit` (`None`: not checked yet, a nested value).
     pub fits: Option<bool>,
+    /// A batch frame's `messages` (`None`: absent), pre-read.
+    pub messages: Option<Js>,
 }
 
 impl Js {
@@ -211,6 +219,7 @@ impl Js {
             Js::Val(v) => v.clone(),
             Js::Msg(m) => m.raw.clone(),
             Js::Name(s) => JsValue::from_str(s),
+            Js::Items(items) => array(items.borrow().iter().map(Js::to_js)).into(),
         }
     }
 }
@@ -223,6 +232,13 @@ impl Payload for Js {
                 "type" => return Some(Js::Name(m.kind)),
                 "id" => return m.id.map(Js::Num),
                 "value" => return m.value.clone(),
+                // Handed over, not copied: the core reads a frame's messages once.
+                "messages" if m.kind == "batch" => {
+                    return match &m.messages {
+                        Some(Js::Items(items)) => Some(Js::Items(items.take().into())),
+                        other => other.clone(),
+                    };
+                }
                 _ => &m.raw,
             },
             _ => return None,
@@ -270,6 +286,7 @@ impl Payload for Js {
             Js::Val(v) => NAMES[(type_code(v) as usize).min(9)],
             Js::Msg(_) => "object",
             Js::Name(_) => "string",
+            Js::Items(_) => "array",
         }
     }
     fn fits_within(&self, limit: usize) -> bool {
@@ -280,7 +297,26 @@ impl Payload for Js {
                 _ => approx_size(&m.raw, limit as f64),
             },
             Js::Name(s) => limit >= s.encode_utf16().count() + 2,
+            Js::Items(_) => approx_size(&self.to_js(), limit as f64),
             _ => limit >= 24,
+        }
+    }
+    fn elements(&self, max: usize) -> Option<Result<Vec<Self>, usize>> {
+        match self {
+            Js::Items(items) => {
+                let n = items.borrow().len();
+                Some(if n > max { Err(n) } else { Ok(items.take()) })
+            }
+            Js::Val(v) if Array::is_array(v) => {
+                let a: &Array = v.unchecked_ref();
+                let n = a.length() as usize;
+                Some(if n > max {
+                    Err(n)
+                } else {
+                    Ok(a.iter().map(Js::from_js).collect())
+                })
+            }
+            _ => None,
         }
     }
     fn same_as(&self, other: &Self) -> bool {

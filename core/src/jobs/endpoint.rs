@@ -34,6 +34,11 @@ pub struct EndpointSpec {
     pub max_concurrent: Option<usize>,
     /// Messages larger than this are refused as protocol errors.
     pub max_message_bytes: usize,
+    /// The transport can post batch frames (`wire::batch_json`). When its worker announces
+    /// `batch` too, requests made while the wire is busy are held and sent together (see
+    /// [`crate::jobs::Registry::flush_sends`]); the host then calls `flush_sends` at the end
+    /// of each of its turns. Off by default: a host that never flushes never holds.
+    pub batch_sends: bool,
 }
 
 impl EndpointSpec {
@@ -46,6 +51,7 @@ impl EndpointSpec {
             quiet_ms: 500,
             max_concurrent: None,
             max_message_bytes: 16 << 20,
+            batch_sends: false,
         }
     }
 }
@@ -371,6 +377,14 @@ pub struct Endpoint {
     pub quiet_ms: u64,
     pub max_concurrent: Option<usize>,
     pub max_message_bytes: usize,
+    /// The transport offers batch frames ([`EndpointSpec::batch_sends`]).
+    pub(crate) batch_sends: bool,
+    /// A request went out since the host's last flush or since the worker was last heard
+    /// from: further requests are held for one batch (see `Registry::send`).
+    pub(crate) wire_busy: bool,
+    /// Frames put on the transport (a batch frame counts once) and frames received from it.
+    pub(crate) frames_sent: u64,
+    pub(crate) frames_received: u64,
     pub(crate) next_wire: u64,
     /// Every wire id ever issued, with its job (ids are never reused).
     pub(crate) wire: WireIds,
@@ -411,6 +425,10 @@ impl Endpoint {
             quiet_ms: spec.quiet_ms,
             max_concurrent: spec.max_concurrent,
             max_message_bytes: spec.max_message_bytes,
+            batch_sends: spec.batch_sends,
+            wire_busy: false,
+            frames_sent: 0,
+            frames_received: 0,
             next_wire: 1,
             wire: WireIds::default(),
             queue: VecDeque::new(),
@@ -445,6 +463,13 @@ impl Endpoint {
         self.protocol_errors
     }
 
+    /// Frames the registry put on this endpoint's transport (`Send` and `SendBatch` outputs:
+    /// a batch frame counts once) and frames it received from it (`on_message` calls), so a
+    /// host can see how many messages went per frame.
+    pub fn frames(&self) -> (u64, u64) {
+        (self.frames_sent, self.frames_received)
+    }
+
     /// Jobs waiting for dispatch.
     pub fn queued(&self) -> impl Iterator<Item = &JobId> {
         self.queue.iter()
@@ -453,6 +478,12 @@ impl Endpoint {
     /// Jobs currently dispatched.
     pub fn running(&self) -> impl Iterator<Item = &JobId> {
         self.running.iter()
+    }
+
+    /// Whether requests to this endpoint are coalesced into batch frames: its transport
+    /// offers them and its worker announced them.
+    pub fn batches_sends(&self) -> bool {
+        self.batch_sends && self.capabilities.batch
     }
 
     /// The JSON form (without the log).
@@ -467,6 +498,7 @@ impl Endpoint {
             "endpoint": self.id.0, "owner": self.owner.0, "label": self.label, "state": state,
             "capabilities": self.capabilities, "running": self.running.len(),
             "queued": self.queue.len(), "protocolErrors": self.protocol_errors(),
+            "framesSent": self.frames_sent, "framesReceived": self.frames_received,
         })
     }
 

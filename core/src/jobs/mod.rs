@@ -22,10 +22,12 @@
 //!     handle_timeout(now)                          // when poll_timeout()'s deadline passes
 //! after every input:
 //!     while let Some(out) = reg.poll_output() {   // or drain_outputs()
-//!         Send → post it on the endpoint; Terminate → kill it; WaitSettled / JobFinished /
+//!         Send / SendBatch → post it on the endpoint; Terminate → kill it; WaitSettled / JobFinished /
 //!         NoteQueued / Wake / Observed → the host's waiters; Connect / SendFrame /
 //!         CloseSocket → the remote link's socket
 //!     }
+//!     before yielding (end of the host's turn): if reg.holds_sends() { reg.flush_sends() }
+//!         and carry out its outputs (batch frames: `SendBatch`)
 //!     arm one timer at reg.poll_timeout()
 //!     take_deliveries(sub) / read_mailbox(owner) / take_changed_jobs() when told to
 //! ```
@@ -276,6 +278,8 @@ pub struct Registry<V> {
     retired: VecDeque<EndpointId>,
     /// Watched jobs whose journal changed since the last [`Registry::take_changed_jobs`].
     changed: BTreeSet<JobId>,
+    /// Requests held for a batch frame, per endpoint, in order (see `Registry::send`).
+    held: Vec<(EndpointId, Vec<WireRequest<V>>)>,
     /// Whether a consumer took the journal watches ([`Registry::attach_journal_consumer`]).
     journal_consumer: bool,
 }
@@ -318,6 +322,7 @@ impl<V: Payload> Registry<V> {
             retired: VecDeque::new(),
             changed: BTreeSet::new(),
             journal_consumer: false,
+            held: Vec::new(),
         }
     }
 
@@ -385,45 +390,67 @@ impl<V: Payload> Registry<V> {
         id
     }
 
-    /// A message arrived from the endpoint's execution host. Malformed messages are recorded
-    /// as protocol errors; they never affect another run.
+    /// A message arrived from the endpoint's execution host: one message, or a batch frame
+    /// of them (see [`wire::parse_frame`]), applied in order in this one call. Malformed
+    /// messages are recorded as protocol errors; they never affect another run.
     pub fn on_message(
         &mut self,
         now: Mono,
         endpoint: EndpointId,
         msg: &V,
     ) -> Result<(), JobsError> {
-        let remote = self.links.contains_key(&endpoint);
         let ep = self
             .endpoints
             .get_mut(&endpoint)
             .ok_or(JobsError::UnknownEndpoint(endpoint))?;
-        let reply = match wire::parse_reply(msg, ep.max_message_bytes) {
-            Ok(r) => r,
-            Err(refused) => {
-                ep.record(
-                    now,
-                    EndpointEventKind::ProtocolError {
-                        id: refused.id,
-                        violation: refused.violation.clone(),
-                    },
-                );
-                // Show the violation in the named run's journal too, when that run is ours.
-                if let Some(job) = refused.id.and_then(|w| ep.wire.job(&w))
-                    && self.jobs.get(&job).is_some_and(|j| !j.is_finished())
-                {
-                    self.record(
-                        job,
-                        now,
-                        Source::Endpoint(endpoint),
-                        EventKind::ProtocolError {
-                            violation: Box::new(refused.violation),
-                        },
-                    );
+        // Heard from: the wire is idle again (the next lone request goes out at once).
+        ep.wire_busy = false;
+        ep.frames_received += 1;
+        let max = ep.max_message_bytes;
+        match wire::parse_frame(msg, max, ep.capabilities.batch) {
+            Ok(wire::Frame::One(reply)) => self.apply_reply(now, endpoint, reply),
+            Ok(wire::Frame::Batch(items)) => {
+                for item in &items {
+                    match wire::parse_batched(item, max) {
+                        Ok(reply) => self.apply_reply(now, endpoint, reply),
+                        Err(refused) => self.refuse(now, endpoint, refused),
+                    }
                 }
-                return Ok(());
             }
-        };
+            Err(refused) => self.refuse(now, endpoint, refused),
+        }
+        Ok(())
+    }
+
+    /// Records a refused message: a protocol error of the endpoint, and of the named run.
+    fn refuse(&mut self, now: Mono, endpoint: EndpointId, refused: wire::Refused) {
+        let ep = self.endpoints.get_mut(&endpoint).expect("checked");
+        ep.record(
+            now,
+            EndpointEventKind::ProtocolError {
+                id: refused.id,
+                violation: refused.violation.clone(),
+            },
+        );
+        // Show the violation in the named run's journal too, when that run is ours.
+        if let Some(job) = refused.id.and_then(|w| ep.wire.job(&w))
+            && self.jobs.get(&job).is_some_and(|j| !j.is_finished())
+        {
+            self.record(
+                job,
+                now,
+                Source::Endpoint(endpoint),
+                EventKind::ProtocolError {
+                    violation: Box::new(refused.violation),
+                },
+            );
+        }
+    }
+
+    /// Applies one well-formed message of the endpoint's worker.
+    fn apply_reply(&mut self, now: Mono, endpoint: EndpointId, reply: Reply<V>) {
+        let remote = self.links.contains_key(&endpoint);
+        let ep = self.endpoints.get_mut(&endpoint).expect("checked");
         let Some(wire_id) = reply.id() else {
             // A hello.
             if let Reply::Hello {
@@ -432,8 +459,13 @@ impl<V: Payload> Registry<V> {
             } = reply
             {
                 // A remote host settles every cancel (worker ack, its own quiet period, or
-                // lost): the client never measures quiet across the socket.
+                // lost): the client never measures quiet across the socket. Its link carries
+                // one message per frame.
                 capabilities.cancel_ack |= remote;
+                capabilities.batch &= !remote;
+                // Requests held under the old capabilities go out first.
+                self.flush_endpoint(endpoint);
+                let ep = self.endpoints.get_mut(&endpoint).expect("checked");
                 let became_ready = ep.on_hello(now, protocol, capabilities);
                 if remote {
                     self.remote_hello_seen(endpoint);
@@ -443,7 +475,7 @@ impl<V: Payload> Registry<V> {
                     self.pump(endpoint, now);
                 }
             }
-            return Ok(());
+            return;
         };
         let closed = matches!(ep.state, EndpointState::Closed { .. });
         let job = match ep.wire.get(&wire_id) {
@@ -457,7 +489,7 @@ impl<V: Payload> Registry<V> {
                         reply: reply.kind().into(),
                     },
                 );
-                return Ok(());
+                return;
             }
             Wire::Unknown => {
                 ep.record(
@@ -467,7 +499,7 @@ impl<V: Payload> Registry<V> {
                         reply: reply.kind().into(),
                     },
                 );
-                return Ok(());
+                return;
             }
         };
         if self.live_job(job).is_none() {
@@ -484,13 +516,13 @@ impl<V: Payload> Registry<V> {
                     reply: reply.kind().into(),
                 },
             );
-            return Ok(());
+            return;
         }
         let source = Source::Endpoint(endpoint);
         let j = self.jobs.get(&job).expect("checked");
         if j.is_finished() || closed {
             self.record(job, now, source, EventKind::LateEvidence { reply });
-            return Ok(());
+            return;
         }
         // Any message from a run that was asked to stop resets its quiet period.
         if j.cancel_requested_at.is_some() && j.quiet_deadline.is_some() {
@@ -549,7 +581,6 @@ impl<V: Payload> Registry<V> {
                 );
             }
         }
-        Ok(())
     }
 
     /// The transport received something it could not decode (a line that is not JSON, a
@@ -627,6 +658,8 @@ impl<V: Payload> Registry<V> {
         if matches!(ep.state, EndpointState::Closed { .. }) {
             return Ok(());
         }
+        // What was held for the endpoint goes out before it closes (as it would have).
+        self.flush_endpoint(endpoint);
         // A remote endpoint closes its socket instead of terminating a process.
         let remote = self.remote_close(now, endpoint, reason, terminate);
         let terminate_output = terminate && !remote;
@@ -1153,7 +1186,8 @@ impl<V: Payload> Registry<V> {
     }
 
     /// Waits for the job's terminal outcome; ends with [`Output::WaitSettled`]. A timeout or
-    /// [`Registry::cancel_wait`] ends only the wait.
+    /// [`Registry::cancel_wait`] ends only the wait. `now` is read only for the timeout's
+    /// deadline (a host need not read its clock for a wait without one).
     pub fn wait(
         &mut self,
         now: Mono,
@@ -1479,6 +1513,26 @@ impl<V: Payload> Registry<V> {
         }
     }
 
+    /// The host's turn ended (a JS host: its microtask; any host: before it waits for
+    /// events): every request held for a batch goes out now, as [`Output::SendBatch`] (or
+    /// [`Output::Send`] when one is held), and every endpoint's wire counts as idle again. A
+    /// host that opens endpoints with [`EndpointSpec::batch_sends`] calls it whenever
+    /// [`Registry::holds_sends`] says so before it yields; others never need to.
+    pub fn flush_sends(&mut self) {
+        while !self.held.is_empty() {
+            self.flush_held(0);
+        }
+        for (_, ep) in self.endpoints.iter_mut() {
+            ep.wire_busy = false;
+        }
+    }
+
+    /// Whether requests are held for a batch (see [`Registry::flush_sends`]).
+    #[must_use]
+    pub fn holds_sends(&self) -> bool {
+        !self.held.is_empty()
+    }
+
     /// The next output for the host.
     #[must_use]
     pub fn poll_output(&mut self) -> Option<Output<V>> {
@@ -1538,12 +1592,65 @@ impl<V: Payload> Registry<V> {
     }
 
     /// Puts a request on the endpoint's transport: through its remote link when it has one.
+    ///
+    /// On an endpoint that batches ([`Endpoint::batches_sends`]) a run goes out at once only
+    /// while the wire is idle (nothing sent since the host's last [`Registry::flush_sends`]
+    /// or since the worker was last heard from): a lone request is never delayed. Later ones
+    /// are held, in order, and go out together as one batch frame at the host's flush, as
+    /// soon as [`wire::BATCH_MAX`] are held, or with the first cancel or input among them (a
+    /// cancel or input is never held past the call that made it).
     fn send(&mut self, endpoint: EndpointId, job: JobId, request: WireRequest<V>) {
         if self.links.contains_key(&endpoint) {
             self.remote_send(endpoint, job, request);
             return;
         }
-        self.outputs.push_back(Output::Send { endpoint, request });
+        let ep = self.endpoints.get_mut(&endpoint).expect("exists");
+        if !ep.batches_sends() {
+            ep.frames_sent += 1;
+            self.outputs.push_back(Output::Send { endpoint, request });
+            return;
+        }
+        let run = matches!(request, WireRequest::Run { .. });
+        let slot = self.held.iter().position(|(e, _)| *e == endpoint);
+        let busy = std::mem::replace(&mut ep.wire_busy, true);
+        let i = match slot {
+            None if run && !busy => {
+                ep.frames_sent += 1;
+                self.outputs.push_back(Output::Send { endpoint, request });
+                return;
+            }
+            Some(i) => i,
+            None => {
+                self.held.push((endpoint, Vec::new()));
+                self.held.len() - 1
+            }
+        };
+        self.held[i].1.push(request);
+        if !run || self.held[i].1.len() >= wire::BATCH_MAX {
+            self.flush_held(i);
+        }
+    }
+
+    /// Emits held requests `self.held[i]`: one `Send` for one, a `SendBatch` for more.
+    fn flush_held(&mut self, i: usize) {
+        let (endpoint, mut requests) = self.held.remove(i);
+        if let Some(ep) = self.endpoints.get_mut(&endpoint) {
+            ep.frames_sent += 1;
+        }
+        if requests.len() == 1 {
+            let request = requests.pop().expect("one");
+            self.outputs.push_back(Output::Send { endpoint, request });
+        } else {
+            self.outputs
+                .push_back(Output::SendBatch { endpoint, requests });
+        }
+    }
+
+    /// Emits the requests held for `endpoint`, if any.
+    fn flush_endpoint(&mut self, endpoint: EndpointId) {
+        if let Some(i) = self.held.iter().position(|(e, _)| *e == endpoint) {
+            self.flush_held(i);
+        }
     }
 
     fn set_quiet(&mut self, job: JobId, deadline: Option<Mono>) {

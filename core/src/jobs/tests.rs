@@ -14,6 +14,7 @@ fn caps(input: bool, cancel_ack: bool) -> Capabilities {
         input,
         cancel_ack,
         error_code: true,
+        batch: false,
     }
 }
 
@@ -800,4 +801,114 @@ fn an_endpoint_keeps_the_jobs_of_recent_and_held_runs_only() {
             assert_eq!(&ev[k], v, "{k} of {ev}");
         }
     }
+}
+
+/// An endpoint whose transport offers batch frames and whose worker announced them.
+fn batching_endpoint(reg: &mut Registry<Value>) -> EndpointId {
+    let mut spec = EndpointSpec::new("app", "batching");
+    spec.hello = Hello::Declared(Capabilities {
+        batch: true,
+        ..caps(true, true)
+    });
+    spec.batch_sends = true;
+    reg.open_endpoint(Mono::from_ms(0), spec)
+}
+
+/// The number of requests in each frame the outputs put on the wire, in order.
+fn frames(reg: &mut Registry<Value>) -> Vec<usize> {
+    reg.drain_outputs()
+        .filter_map(|o| match o {
+            Output::Send { .. } => Some(1),
+            Output::SendBatch { requests, .. } => {
+                assert!(requests.len() >= 2, "a batch frame carries two or more");
+                Some(requests.len())
+            }
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn a_turn_of_many_runs_goes_out_in_frames_of_at_most_the_bound() {
+    let mut reg = Registry::default();
+    let ep = batching_endpoint(&mut reg);
+    let now = Mono::from_ms(1);
+    let n = 2 * wire::BATCH_MAX + 88;
+    for i in 0..n {
+        reg.submit(now, Submit::new("a", ep, json!(i))).unwrap();
+    }
+    // The first goes out at once; the bound flushes without waiting for the turn's end.
+    assert_eq!(
+        frames(&mut reg),
+        [1, wire::BATCH_MAX, wire::BATCH_MAX],
+        "held until the turn ends: the rest"
+    );
+    assert!(reg.holds_sends());
+    reg.flush_sends();
+    assert!(!reg.holds_sends());
+    assert_eq!(frames(&mut reg), [87]);
+    // Every run went out once, in wire id order.
+    let (sent, received) = reg.endpoint(ep).unwrap().frames();
+    assert_eq!((sent, received), (4, 0));
+    // After the flush the wire is idle: a lone run goes out at once, a second one is held.
+    reg.submit(now, Submit::new("a", ep, json!("x"))).unwrap();
+    reg.submit(now, Submit::new("a", ep, json!("y"))).unwrap();
+    assert_eq!(frames(&mut reg), [1]);
+    // An input is never held: it takes the held run with it.
+    let job = JobId(1);
+    reg.send_input(now, job, Some("i1".into()), json!(5))
+        .unwrap();
+    let outs: Vec<Value> = reg.drain_outputs().map(|o| o.to_json()).collect();
+    assert_eq!(
+        outs,
+        [
+            json!({"output": "send", "endpoint": ep.0, "message": {"type": "batch", "messages": [
+                {"id": n as u64 + 2, "type": "run", "payload": "y"},
+                {"id": 1, "type": "input", "inputId": "i1", "value": 5},
+            ]}})
+        ]
+    );
+    assert!(!reg.holds_sends());
+}
+
+#[test]
+fn a_batch_of_replies_records_what_the_same_replies_alone_record() {
+    let replies = |ids: std::ops::Range<u64>| -> Vec<Value> {
+        ids.flat_map(|id| {
+            [
+                json!({"id": id, "type": "progress", "value": id}),
+                json!({"id": id, "type": if id % 3 == 0 { "error" } else { "done" },
+                       "value": id * 2, "message": "m"}),
+            ]
+        })
+        .collect()
+    };
+    let run = |batched: bool| {
+        let mut reg: Registry<Value> = Registry::default();
+        let ep = batching_endpoint(&mut reg);
+        for i in 0..40 {
+            reg.submit(Mono::from_ms(1), Submit::new("a", ep, json!(i)))
+                .unwrap();
+        }
+        reg.flush_sends();
+        let _ = reg.drain_outputs().count();
+        let all = replies(1..41);
+        if batched {
+            for chunk in all.chunks(wire::BATCH_MAX) {
+                let frame = json!({"type": "batch", "messages": chunk});
+                reg.on_message(Mono::from_ms(2), ep, &frame).unwrap();
+            }
+        } else {
+            for m in &all {
+                reg.on_message(Mono::from_ms(2), ep, m).unwrap();
+            }
+        }
+        let outputs: Vec<Value> = reg.drain_outputs().map(|o| o.to_json()).collect();
+        let journals: Vec<Value> = reg
+            .jobs()
+            .map(|j| json!(j.journal().iter().map(|e| e.to_json()).collect::<Vec<_>>()))
+            .collect();
+        (outputs, journals)
+    };
+    assert_eq!(run(true), run(false));
 }

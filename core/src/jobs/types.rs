@@ -729,6 +729,13 @@ pub enum Output<V> {
         endpoint: EndpointId,
         request: super::wire::WireRequest<V>,
     },
+    /// Put these requests on the endpoint's transport as one batch frame
+    /// ([`super::wire::batch_json`]), in order. Only for endpoints whose transport offers
+    /// batches and whose worker announced them; at most [`super::wire::BATCH_MAX`] requests.
+    SendBatch {
+        endpoint: EndpointId,
+        requests: Vec<super::wire::WireRequest<V>>,
+    },
     /// Terminate the endpoint's execution host (Worker.terminate, kill the process).
     Terminate { endpoint: EndpointId },
     /// A wait ended.
@@ -765,6 +772,11 @@ impl<V: Payload> Output<V> {
             Output::Send { endpoint, request } => {
                 json!({"output": "send", "endpoint": endpoint.0, "message": request.to_json()})
             }
+            // What goes on the wire: a send of one batch frame.
+            Output::SendBatch { endpoint, requests } => json!({
+                "output": "send", "endpoint": endpoint.0,
+                "message": super::wire::batch_json(requests),
+            }),
             Output::Terminate { endpoint } => {
                 json!({"output": "terminate", "endpoint": endpoint.0})
             }

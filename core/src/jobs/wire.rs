@@ -12,6 +12,15 @@
 //!   `{id, type:"input_applied", inputId}` or `{id, type:"input_rejected", inputId, message}`.
 //! * `cancelAck` — the worker answers a cancel with `{id, type:"cancelled"}` once it stopped.
 //! * `errorCode` — `error` replies may carry a string `code`.
+//! * `batch` — both sides may put several messages in one frame,
+//!   `{type:"batch", messages:[m1, m2, ...]}` (at most [`BATCH_MAX`] messages, in order). The
+//!   host sends batches only to a worker that announced it and only when its transport offers
+//!   it ([`crate::jobs::EndpointSpec::batch_sends`]); a batch from a worker that did not
+//!   announce it is refused whole (`batch_not_announced`). Each message of a batch means what
+//!   it would mean alone (the size limit applies to each, a malformed one is a protocol error
+//!   of that message only, the others still apply in order); a batch inside a batch, a batch
+//!   over the bound or one without a `messages` array is refused whole. See
+//!   [`parse_frame`].
 //!
 //! Every rule about what a message means lives here and in the registry; transports only move
 //! messages.
@@ -36,7 +45,19 @@ pub struct Capabilities {
     pub cancel_ack: bool,
     /// Sends a machine-readable `code` with errors.
     pub error_code: bool,
+    /// Takes and sends batch frames (`{type:"batch", messages}`); shown only when announced.
+    #[serde(skip_serializing_if = "is_false")]
+    pub batch: bool,
 }
+
+fn is_false(b: &bool) -> bool {
+    !*b
+}
+
+/// The most messages one batch frame carries, in either direction: what one frame makes a
+/// host or worker hold and handle at once stays bounded (each message also obeys the
+/// endpoint's size limit, as if sent alone).
+pub const BATCH_MAX: usize = 256;
 
 /// A request from the host to a worker.
 #[derive(Clone, Debug, PartialEq)]
@@ -75,6 +96,22 @@ impl<V: Payload> WireRequest<V> {
             }),
         }
     }
+}
+
+/// A batch frame of `requests`, as the JSON object put on the wire.
+pub fn batch_json<V: Payload>(requests: &[WireRequest<V>]) -> serde_json::Value {
+    serde_json::json!({
+        "type": "batch",
+        "messages": requests.iter().map(WireRequest::to_json).collect::<Vec<_>>(),
+    })
+}
+
+/// A well-formed frame from a worker: one message, or a batch of them (each still to be
+/// parsed with [`parse_batched`]).
+#[derive(Clone, Debug, PartialEq)]
+pub enum Frame<V> {
+    One(Reply<V>),
+    Batch(Vec<V>),
 }
 
 /// A well-formed message from a worker.
@@ -174,6 +211,12 @@ pub enum Violation {
     SeqGap { expected: u64, found: u64 },
     /// A remote frame other than hello/resume before the session was authenticated.
     NotAuthenticated,
+    /// A batch frame from a worker whose hello did not announce `batch`.
+    BatchNotAnnounced,
+    /// A batch frame with more than `limit` messages.
+    BatchTooLarge { limit: usize, found: usize },
+    /// A batch frame inside a batch frame.
+    NestedBatch,
 }
 
 impl Violation {
@@ -204,6 +247,13 @@ impl Violation {
                 format!("frame seq {found} skips ahead of the expected {expected}")
             }
             Violation::NotAuthenticated => "no hello or resume yet: authenticate first".into(),
+            Violation::BatchNotAnnounced => {
+                "a batch frame, but the worker's hello did not announce `batch`".into()
+            }
+            Violation::BatchTooLarge { limit, found } => {
+                format!("a batch of {found} messages exceeds the bound of {limit}")
+            }
+            Violation::NestedBatch => "a batch frame inside a batch frame".into(),
         }
     }
 }
@@ -215,8 +265,46 @@ pub struct Refused {
     pub violation: Violation,
 }
 
-/// Parses one message from a worker, enforcing the size limit first.
+/// Where a message is parsed: whether a batch frame may appear there.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Place {
+    /// A frame of the endpoint (`announced`: whether its worker announced `batch`).
+    Top { announced: bool },
+    /// An element of a batch.
+    InBatch,
+    /// Where batches do not exist (a remote frame's payload).
+    Alone,
+}
+
+/// Parses one message from a worker, enforcing the size limit first. A `batch` frame is an
+/// unknown type here (see [`parse_frame`]).
 pub fn parse_reply<V: Payload>(msg: &V, max_bytes: usize) -> Result<Reply<V>, Refused> {
+    match parse(msg, max_bytes, Place::Alone)? {
+        Frame::One(r) => Ok(r),
+        Frame::Batch(_) => unreachable!("no batch is parsed alone"),
+    }
+}
+
+/// Parses one frame from an endpoint's worker: a message, or a batch frame (`announced`:
+/// whether the worker's hello announced `batch`; otherwise a batch is refused whole).
+pub fn parse_frame<V: Payload>(
+    msg: &V,
+    max_bytes: usize,
+    announced: bool,
+) -> Result<Frame<V>, Refused> {
+    parse(msg, max_bytes, Place::Top { announced })
+}
+
+/// Parses one message of a batch frame: what it would be alone; a batch is refused
+/// (`nested_batch`).
+pub fn parse_batched<V: Payload>(msg: &V, max_bytes: usize) -> Result<Reply<V>, Refused> {
+    match parse(msg, max_bytes, Place::InBatch)? {
+        Frame::One(r) => Ok(r),
+        Frame::Batch(_) => unreachable!("a batch in a batch is refused"),
+    }
+}
+
+fn parse<V: Payload>(msg: &V, max_bytes: usize, place: Place) -> Result<Frame<V>, Refused> {
     let refuse = |id, violation| Refused { id, violation };
     if !msg.is_object() {
         return Err(refuse(
@@ -244,7 +332,17 @@ pub fn parse_reply<V: Payload>(msg: &V, max_bytes: usize) -> Result<Reply<V>, Re
         if !msg.fits_within(max_bytes) {
             return Err(refuse(None, Violation::Oversized { limit: max_bytes }));
         }
-        return parse_hello(msg);
+        return parse_hello(msg).map(Frame::One);
+    }
+    if kind == "batch" {
+        match place {
+            Place::Alone => {}
+            Place::InBatch => return Err(refuse(None, Violation::NestedBatch)),
+            Place::Top { announced: false } => {
+                return Err(refuse(None, Violation::BatchNotAnnounced));
+            }
+            Place::Top { announced: true } => return parse_batch(msg).map(Frame::Batch),
+        }
     }
     let id = match read_id(msg) {
         Ok(Some(id)) => id,
@@ -302,7 +400,7 @@ pub fn parse_reply<V: Payload>(msg: &V, max_bytes: usize) -> Result<Reply<V>, Re
             _ => Ok(V::null()),
         }
     };
-    Ok(match kind.as_str() {
+    Ok(Frame::One(match kind.as_str() {
         "partial" => Reply::Partial {
             id,
             value: value(true)?,
@@ -334,7 +432,37 @@ pub fn parse_reply<V: Payload>(msg: &V, max_bytes: usize) -> Result<Reply<V>, Re
             input_id: text("inputId")?,
             message: text("message")?,
         },
-    })
+    }))
+}
+
+/// The messages of an announced batch frame: a `messages` array of at most [`BATCH_MAX`].
+fn parse_batch<V: Payload>(msg: &V) -> Result<Vec<V>, Refused> {
+    let refuse = |violation| Refused {
+        id: None,
+        violation,
+    };
+    let list = match msg.field("messages") {
+        Some(l) if l.type_name() != "undefined" => l,
+        _ => {
+            return Err(refuse(Violation::MissingField {
+                kind: "batch".into(),
+                field: "messages".into(),
+            }));
+        }
+    };
+    match list.elements(BATCH_MAX) {
+        Some(Ok(items)) => Ok(items),
+        Some(Err(found)) => Err(refuse(Violation::BatchTooLarge {
+            limit: BATCH_MAX,
+            found,
+        })),
+        None => Err(refuse(Violation::WrongFieldType {
+            kind: "batch".into(),
+            field: "messages".into(),
+            expected: "array".into(),
+            found: list.type_name().into(),
+        })),
+    }
 }
 
 /// Reads `id`: `Ok(None)` when absent, `Err(type)` when present but not a valid run id.
@@ -372,6 +500,7 @@ fn parse_hello<V: Payload>(msg: &V) -> Result<Reply<V>, Refused> {
             input: flag("input"),
             cancel_ack: flag("cancelAck"),
             error_code: flag("errorCode"),
+            batch: flag("batch"),
         };
     }
     Ok(Reply::Hello {
@@ -465,6 +594,55 @@ mod tests {
     }
 
     #[test]
+    fn batch_frames_parse_only_where_announced() {
+        let frame = json!({"type": "batch", "messages": [{"id": 1, "type": "done"}, 7]});
+        let refused = |r: Result<Frame<Value>, Refused>| r.unwrap_err().violation;
+        assert_eq!(
+            parse_frame(&frame, 1 << 20, true),
+            Ok(Frame::Batch(vec![
+                json!({"id": 1, "type": "done"}),
+                json!(7)
+            ]))
+        );
+        assert_eq!(
+            refused(parse_frame(&frame, 1 << 20, false)),
+            Violation::BatchNotAnnounced
+        );
+        // Alone (a remote frame's payload) it is no message of the protocol.
+        assert!(matches!(
+            parse_reply(&frame, 1 << 20).unwrap_err().violation,
+            Violation::MissingId { .. }
+        ));
+        assert_eq!(
+            parse_batched(&frame, 1 << 20).unwrap_err().violation,
+            Violation::NestedBatch
+        );
+        let over = json!({"type": "batch", "messages": vec![json!(1); BATCH_MAX + 1]});
+        assert_eq!(
+            refused(parse_frame(&over, 1 << 20, true)),
+            Violation::BatchTooLarge {
+                limit: BATCH_MAX,
+                found: BATCH_MAX + 1
+            }
+        );
+        assert!(matches!(
+            refused(parse_frame(&json!({"type": "batch"}), 1 << 20, true)),
+            Violation::MissingField { .. }
+        ));
+        assert!(matches!(
+            refused(parse_frame(
+                &json!({"type": "batch", "messages": {}}),
+                1 << 20,
+                true
+            )),
+            Violation::WrongFieldType { .. }
+        ));
+        // The size limit is each message's, not the frame's.
+        let many = json!({"type": "batch", "messages": vec![json!({"id": 1, "type": "progress", "value": "x".repeat(50)}); 100]});
+        assert!(matches!(parse_frame(&many, 200, true), Ok(Frame::Batch(v)) if v.len() == 100));
+    }
+
+    #[test]
     fn hello_announces_capabilities() {
         let r = parse(json!({"type": "hello", "protocol": PROTOCOL,
             "capabilities": {"input": true, "cancelAck": true}}));
@@ -475,7 +653,8 @@ mod tests {
                 capabilities: Capabilities {
                     input: true,
                     cancel_ack: true,
-                    error_code: false
+                    error_code: false,
+                    batch: false
                 }
             })
         );

@@ -385,6 +385,7 @@ impl<V: OpsValue> App<V> {
             input: false,
             cancel_ack: true,
             error_code: true,
+            batch: false,
         });
         let e = reg.open_endpoint(now, spec);
         self.ops_endpoint = Some(e);

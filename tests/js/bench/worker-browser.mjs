@@ -6,13 +6,18 @@
 // over rounds, tasks/s and ratios. A program, not a test: figures move with machine load.
 //
 //     cd tests/js && node bench/worker-browser.mjs [--rounds 5] [--n 10000] [--serial 2000]
-//         [--threads 1,2] [--only burst,serial] [--profile]
+//         [--threads 1,2] [--only burst,serial] [--profile] [--before DIR]
+//
+// `--before DIR` adds "weft (before)": the package in DIR (a wasm/pkg built from another
+// commit) with the plain weft-task.js worker, interleaved with the rest (before/after in one
+// run). "weft" runs weft-task-batch.mjs (weft-task.js behind `weft/worker`); with
+// `--plain-worker` it runs weft-task.js too (the host side of a change alone).
 //
 // `--profile` then profiles one weft burst (1 worker) on the page's main thread with the
 // Chrome DevTools protocol (Profiler domain) and prints the top functions by self time.
 import { execFileSync } from 'node:child_process';
-import { readFileSync } from 'node:fs';
-import { join } from 'node:path';
+import { mkdirSync, readFileSync, rmSync, symlinkSync } from 'node:fs';
+import { join, resolve } from 'node:path';
 import { launch } from '../lib/browser.mjs';
 import { repoRoot, serveStatic } from '../lib/server.mjs';
 
@@ -27,12 +32,24 @@ const SERIAL = Number(flag('serial', 2000));
 const THREADS = String(flag('threads', '1,2')).split(',').map(Number);
 const ONLY = new Set(String(flag('only', 'burst,serial')).split(','));
 const PROFILE = args.includes('--profile');
-const NAMES = ['raw', 'comlink', 'weft'];
+const BEFORE = flag('before', null);
+const PLAIN = args.includes('--plain-worker');
+const NAMES = ['raw', 'comlink', 'weft', ...(BEFORE ? ['weft (before)'] : [])];
 
 console.log(execFileSync('uptime', { encoding: 'utf8' }).trim());
+// The before package is served from inside the repository (target/ is not tracked).
+let beforeQuery = '';
+if (BEFORE) {
+  const link = join(repoRoot, 'target', 'worker-browser-before');
+  rmSync(link, { force: true, recursive: false });
+  mkdirSync(join(repoRoot, 'target'), { recursive: true });
+  symlinkSync(resolve(BEFORE), link);
+  beforeQuery = '?before=/target/worker-browser-before';
+}
+if (PLAIN) beforeQuery += `${beforeQuery ? '&' : '?'}plain=1`;
 const server = await serveStatic();
 const browser = await launch();
-const pageUrl = `${server.url}/tests/js/bench/worker-browser.html`;
+const pageUrl = `${server.url}/tests/js/bench/worker-browser.html${beforeQuery}`;
 
 async function openPage() {
   const page = await browser.newPage();
@@ -80,10 +97,11 @@ for (let s = 0; s < sections.length; s++) {
   console.log(`\n${title[mode]} (${count} tasks, ${threads} worker${threads > 1 ? 's' : ''}, ${ROUNDS} rounds): median ms [range], tasks/s`);
   const med = Object.fromEntries(NAMES.map((k) => [k, median(res[k])]));
   for (const k of NAMES) {
-    console.log(`  ${k.padEnd(8)} ${f1(med[k]).padStart(8)} ms [${range(res[k])}]  ${Math.round((count / med[k]) * 1000).toLocaleString('en')}/s`);
+    console.log(`  ${k.padEnd(14)} ${f1(med[k]).padStart(8)} ms [${range(res[k])}]  ${Math.round((count / med[k]) * 1000).toLocaleString('en')}/s`);
   }
   const w = med.weft;
-  console.log(`  weft rate ÷ raw ${((med.raw / w) * 100).toFixed(0)}%, ÷ comlink ${(med.comlink / w).toFixed(2)}×${mode === 'burst' ? ' (target: ≥ 1.50×)' : ''}`);
+  const vsBefore = BEFORE ? `, ÷ weft (before) ${(med['weft (before)'] / w).toFixed(2)}×` : '';
+  console.log(`  weft rate ÷ raw ${((med.raw / w) * 100).toFixed(0)}%, ÷ comlink ${(med.comlink / w).toFixed(2)}×${mode === 'burst' ? ' (target: ≥ 1.50×)' : ''}${vsBefore}`);
 }
 
 /** Function index → export name of a .wasm file (V8 names unnamed functions `wasm-function[index]`). */

@@ -1,6 +1,8 @@
 // The job-runtime scenarios with real worker_threads Workers, through the package as a user
 // imports it (`import { createRuntime } from 'weft'`).
 import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { readFileSync } from 'node:fs';
 import { createRuntime } from 'weft';
 import { scenarios } from '../scenarios.mjs';
 
@@ -149,4 +151,54 @@ test('worker replies are size-checked to the byte whatever their shape; listener
   // Every job left a completion note, read or not by a listener.
   if (report.unreadNotes.length !== 5) throw new Error(`unread notes ${report.unreadNotes.length}`);
   rt.dispose();
+});
+
+test('the worker side of `batch` (worker-batch.js): announce, unpack in order, one frame per delivery, the bound', async () => {
+  const { batching, BATCH_MAX } = await import(new URL('../node_modules/weft/worker-batch.js', import.meta.url));
+  // The bound is the core's (wire::BATCH_MAX).
+  const wire = readFileSync(new URL('../../../core/src/jobs/wire.rs', import.meta.url), 'utf8');
+  assert.equal(BATCH_MAX, Number(/pub const BATCH_MAX: usize = (\d+);/.exec(wire)[1]));
+  const frames = [];
+  const seen = [];
+  const { post, receive } = batching(
+    (m, t) => frames.push(t === undefined ? [m] : [m, t]),
+    (m) => {
+      seen.push(m);
+      if (m.type === 'run') post({ id: m.id, type: 'done', value: m.payload });
+    },
+  );
+  // Before the hello nothing is batched; the hello announces `batch`.
+  post({ id: 0, type: 'progress', value: 0 });
+  post({ type: 'hello', protocol: 'weft-worker/1', capabilities: { cancelAck: true } });
+  assert.deepEqual(frames.splice(0), [
+    [{ id: 0, type: 'progress', value: 0 }],
+    [{ type: 'hello', protocol: 'weft-worker/1', capabilities: { cancelAck: true, batch: true } }],
+  ]);
+  // A batch is delivered as its messages, in order; the replies made meanwhile are one frame.
+  const runs = [1, 2, 3].map((id) => ({ id, type: 'run', payload: id * 10 }));
+  receive({ type: 'batch', messages: runs });
+  assert.deepEqual(seen.splice(0), runs);
+  assert.deepEqual(frames.splice(0), [[{ type: 'batch', messages: runs.map((r) => ({ id: r.id, type: 'done', value: r.payload })) }]]);
+  // A single message: its one reply goes alone, not as a batch of one.
+  receive({ id: 4, type: 'run', payload: 40 });
+  assert.deepEqual(frames.splice(0), [[{ id: 4, type: 'done', value: 40 }]]);
+  // Outside a delivery: the first at once (the wire is idle), the rest at the microtask, with
+  // their transfer lists.
+  const buf = new ArrayBuffer(8);
+  post({ id: 5, type: 'progress', value: 1 });
+  post({ id: 5, type: 'progress', value: 2 }, [buf]);
+  post({ id: 5, type: 'done', value: 3 });
+  assert.deepEqual(frames.splice(0), [[{ id: 5, type: 'progress', value: 1 }]]);
+  await Promise.resolve();
+  assert.deepEqual(frames.splice(0), [[{ type: 'batch', messages: [{ id: 5, type: 'progress', value: 2 }, { id: 5, type: 'done', value: 3 }] }, [buf]]]);
+  // At most BATCH_MAX replies share a frame.
+  receive({ type: 'batch', messages: Array.from({ length: BATCH_MAX + 10 }, (_, i) => ({ id: 100 + i, type: 'run', payload: i })) });
+  assert.deepEqual(frames.splice(0).map(([f]) => f.messages?.length ?? 1), [BATCH_MAX, 10]);
+  // A hello saying `batch: false` turns it off: every message alone again.
+  post({ type: 'hello', capabilities: { batch: false } });
+  receive({ type: 'batch', messages: runs });
+  assert.equal(seen.at(-1).type, 'batch', 'an unannounced batch frame is handed over as it is');
+  post({ id: 9, type: 'done' });
+  post({ id: 9, type: 'done' });
+  assert.deepEqual(frames.splice(0).map(([f]) => f.type), ['hello', 'done', 'done']);
 });

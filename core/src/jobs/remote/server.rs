@@ -514,8 +514,10 @@ impl<V: Payload> SessionTable<V> {
             return;
         }
         s.hello_sent = true;
+        // The link carries one message per frame: no batches across it.
         let caps = Capabilities {
             cancel_ack: true,
+            batch: false,
             ..capabilities
         };
         let body = json!({"type": "hello", "protocol": wire::PROTOCOL, "capabilities": caps});

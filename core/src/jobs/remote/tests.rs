@@ -105,6 +105,7 @@ impl World {
                 input: true,
                 cancel_ack: true,
                 error_code: true,
+                batch: false,
             },
             fail_open: None,
             hold_submits: false,
