@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what the tests need, skipping whatever is already there: the wasm32 target,
 # wasm-bindgen-cli 0.2.130, Debian's Chromium + ChromeDriver, Debian's PostgreSQL, Python's
-# jsonschema, and the npm packages of tests/js.
+# jsonschema, and the npm packages of wasm/tools (esbuild, which wasm/build.sh minifies the JS
+# package with) and tests/js.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -46,7 +47,7 @@ npm_install() { # dir: npm ci when the lock changed since the last install
     cp "$dir/package-lock.json" "$dir/node_modules/.weft-lock"
   fi
 }
-for lock in tests/js/package-lock.json examples/*/package-lock.json; do
+for lock in wasm/tools/package-lock.json tests/js/package-lock.json examples/*/package-lock.json; do
   [ -f "$lock" ] && npm_install "$(dirname "$lock")"
 done
 exit 0

@@ -2,7 +2,7 @@
 # Builds the JS package `weft` into wasm/pkg: four release WebAssembly modules of weft-wasm
 # (profile wasm-release: lto, opt-level "s"), one per feature, with their wasm-bindgen glue
 # (--target web, which also loads in Node via initSync; no generated typings: the public
-# types are wasm/js/*.d.ts), and the hand-written runtime in wasm/js. `weft` loads
+# types are wasm/js/*.d.ts), and the hand-written runtime in wasm/js, the JS minified. `weft` loads
 # weft_wasm_bg.wasm (jobs, agent sessions, ops); weft_frames_bg.wasm, weft_actors_bg.wasm and
 # weft_models_bg.wasm (the model providers' codecs) are loaded on first use (see
 # wasm/js/lazy.js). Prints every module's size raw and gzipped, the package without the lazily
@@ -39,6 +39,17 @@ for part in "$out.parts"/*; do
 done
 rm -rf "$out.parts"
 cp wasm/js/*.js wasm/js/*.mjs wasm/js/*.d.ts wasm/js/package.json "$out.tmp/"
+# The package's JS without comments and whitespace (esbuild, wasm/tools; tests/setup.sh installs
+# it): the hand-written modules' documentation is in the .d.ts files and wasm/js, and a browser
+# that imports `weft` downloads half the JS bytes gzipped. Names are kept (no identifier
+# mangling: stack traces and class names read as in wasm/js).
+esbuild=wasm/tools/node_modules/.bin/esbuild
+if [ ! -x "$esbuild" ]; then
+  echo "wasm/build.sh: $esbuild is missing: run tests/setup.sh (or npm ci in wasm/tools)" >&2
+  exit 1
+fi
+find "$out.tmp" -name '*.js' -o -name '*.mjs' | xargs "$esbuild" --minify-whitespace --minify-syntax \
+  --format=esm --target=es2022 --log-level=error --allow-overwrite --outbase="$out.tmp" --outdir="$out.tmp"
 rm -rf "$out"
 mv "$out.tmp" "$out"
 # Every module, raw and gzipped; what a browser downloads for `import 'weft'` (the entry's
@@ -60,7 +71,9 @@ while todo:
         continue
     seen.add(f)
     text = read(f).decode()
-    for m in re.finditer(r"""(?:^|\n)\s*(?:import|export)\b[^'";]*?['"](\./[^'"]+)['"]""", text):
+    # static imports and re-exports at a statement's start (minified: after `;` or `}`), not
+    # `import('./x')`, which loads on first use
+    for m in re.finditer(r"""(?:^|[\n;}])\s*(?:import|export)\b(?!\s*\()[^'";()]*?['"](\./[^'"]+)['"]""", text):
         todo.append(os.path.join(os.path.dirname(f), m.group(1)))
 seen.add('weft_wasm_bg.wasm')
 weft = sum(gz(read(f)) for f in seen)

@@ -7,7 +7,11 @@
 import { WeftError } from './error.js';
 import { CLOSED, UNSUPPORTED, AGENT_OPEN } from './codes.js';
 import { lazyModule } from './lazy.js';
-import { NodeAgent, appTools } from './node-agent.js';
+import { appTools } from './agent-tools.js';
+
+// The agent host (node-agent.js), imported by the first `openActorStore`: a store's agents
+// exist only once a store is open.
+let NodeAgent = null;
 
 // The monotonic clock an agent's deadlines are on (see node-agent.js); `Date.now()` is for lines.
 const mono = () => Math.floor(performance.now());
@@ -418,7 +422,7 @@ export async function openActorStore({ backend, name = 'weft-actors', root, lock
   if (kind === 'fs' && (typeof root !== 'string' || root === '')) throw new WeftError('INVALID_ARGUMENT', 'the "fs" backend needs `root`, the $CHAT_ROOT directory');
   if (kind !== 'fs' && root !== undefined) throw new WeftError('INVALID_ARGUMENT', `\`root\` is for the "fs" backend, not "${kind}"`);
   if (kind === 'fs' && !loadFsBackend) throw new WeftError('INVALID_ARGUMENT', 'the "fs" backend runs in Node only; use "indexeddb" or "memory" here');
-  const glue = await wasm.load();
+  const [glue] = await Promise.all([wasm.load(), NodeAgent ?? import('./node-agent.js').then((m) => (NodeAgent = m.NodeAgent))]);
   const { ActorGraph } = glue;
   let store;
   let address;

@@ -49,7 +49,7 @@ setWorkerFactory((specifier, options = {}) => (h) => {
 
 export { createRuntime, Runtime, Endpoint, Job, WeftError } from './runtime.js';
 export { openActorStore, deleteActorStore, ActorStore, loadActors } from './actors.js';
-export { appTools, jobTool } from './node-agent.js';
+export { appTools, jobTool } from './agent-tools.js';
 export { createApp, App, Operation, createClaims, Claims } from './ops.js';
 export { createAgent, Agent, scriptedModel } from './agent.js';
 export { openaiModel, anthropicModel, builtinModel, resolveModel, loadModels } from './models.js';
