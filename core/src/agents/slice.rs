@@ -212,6 +212,31 @@ pub fn blocked_on(graph: &ActorGraph, node: &str) -> Vec<String> {
     on
 }
 
+/// What decides the last line taken (see [`build`]), noted from lines read from the end.
+#[derive(Default)]
+struct Taken {
+    any_turn: bool,
+    /// The latest task line of the turns noted.
+    task_line: u64,
+    /// The first assistant line noted (the last one, read from the end).
+    last_assistant: u64,
+}
+
+impl Taken {
+    /// Notes line `n`; returns its agent entry when it is a `turn_start`.
+    fn note<'a>(&mut self, l: &'a ChatLine, n: u64) -> Option<&'a Value> {
+        if l.role == Role::Assistant && self.last_assistant == 0 {
+            self.last_assistant = n;
+        }
+        let a = agent_of(l).filter(|a| kind(a) == "turn_start")?;
+        self.any_turn = true;
+        if let Some(tl) = a["taskLine"].as_u64() {
+            self.task_line = self.task_line.max(tl);
+        }
+        Some(a)
+    }
+}
+
 fn user(text: String) -> Value {
     json!({"role": "user", "text": text})
 }
@@ -226,47 +251,60 @@ pub(crate) fn build(
     tools: Vec<Value>,
 ) -> ModelInput {
     let chat = graph.chat(node).unwrap_or_default();
-    // The window: the most recent lines within the budget.
+    // The window: the most recent lines within the budget. On the way back, what its turns
+    // name: the task lines they took (shown where the turn started, not where they are) and
+    // the mail they admitted.
     let mut start = chat.len();
     let mut used = 0u64;
+    let mut task_lines = BTreeSet::new();
+    let mut admitted: BTreeSet<u64> = BTreeSet::new();
+    let mut taken = Taken::default();
     while start > 0 && chat.len() - start < config.recent_lines {
-        let t = chat[start - 1]
-            .ok()
-            .map_or(1, |l| l.tokens.max(l.text.len().div_ceil(4) as u64).max(1));
+        let line = chat[start - 1].ok();
+        let t = line.map_or(1, |l| l.tokens.max(l.text.len().div_ceil(4) as u64).max(1));
         if used + t > config.context_tokens && start < chat.len() {
             break;
         }
         used += t;
         start -= 1;
-    }
-    // Mail (by seq: its record) and task lines, wherever they are: they are shown where a
-    // turn took them (a mail record is copied only there).
-    let mut mail: BTreeMap<u64, &Value> = BTreeMap::new();
-    let mut task_lines = BTreeSet::new();
-    let mut any_turn = false;
-    let mut last_assistant = 0;
-    for (i, e) in chat.iter().enumerate() {
-        let Some(l) = e.ok() else { continue };
-        if l.role == Role::Assistant {
-            last_assistant = i as u64 + 1;
-        }
-        let Some(a) = agent_of(l) else { continue };
-        match kind(a) {
-            "mail" => {
-                mail.insert(a["seq"].as_u64().unwrap_or(0), a);
+        if let Some(a) = line.and_then(|l| taken.note(l, start as u64 + 1)) {
+            task_lines.extend(a["taskLine"].as_u64());
+            for m in a["admitted"].as_array().into_iter().flatten() {
+                admitted.extend(m.as_u64());
             }
-            "turn_start" => {
-                any_turn = true;
-                task_lines.extend(a["taskLine"].as_u64());
-            }
-            _ => {}
         }
     }
-    let taken = if any_turn {
-        task_lines.iter().next_back().copied().unwrap_or(0)
+    // The last line taken: the latest task line of any turn (with no turn yet, the last
+    // assistant line). A turn's task line comes before its `turn_start`, so the lines before
+    // the window are read back only until none can name a later one (for a node that has
+    // had turns, a line or two).
+    for (i, e) in chat[..start].iter().enumerate().rev() {
+        let n = i as u64 + 1;
+        if taken.any_turn && n <= taken.task_line {
+            break;
+        }
+        if let Some(l) = e.ok() {
+            taken.note(l, n);
+        }
+    }
+    let taken = if taken.any_turn {
+        taken.task_line
     } else {
-        last_assistant
+        taken.last_assistant
     };
+    // The mail the window's turns admitted, by seq (the last line with it), wherever it is.
+    let mut mail: BTreeMap<u64, &Value> = BTreeMap::new();
+    for e in chat.iter().rev() {
+        if mail.len() == admitted.len() {
+            break;
+        }
+        if let Some(a) = e.ok().and_then(agent_of).filter(|a| kind(a) == "mail") {
+            let seq = a["seq"].as_u64().unwrap_or(0);
+            if admitted.contains(&seq) {
+                mail.entry(seq).or_insert(a);
+            }
+        }
+    }
     let mut out: Vec<Value> = Vec::new();
     let mut open: Vec<String> = Vec::new();
     let mut deferred: Vec<Value> = Vec::new();

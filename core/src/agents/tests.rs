@@ -367,3 +367,72 @@ fn a_sync_point_after_a_taken_written_batch_is_an_empty_synced_batch() {
         g.ack(done).unwrap();
     }
 }
+
+/// A slice whose window starts after the mail and the task line its turn took still shows
+/// them where the turn took them, and earlier user lines the turns took are not repeated.
+#[test]
+fn a_slice_shows_what_its_turns_took_from_before_the_window() {
+    let (mut g, mut store) = graph();
+    flush(&mut g, &mut store);
+    let mut r = SpawnRequest::new("coordinator", NodeType::Task);
+    r.id = Some("work".into());
+    g.spawn(BASE, r).unwrap();
+    flush(&mut g, &mut store);
+    let config = AgentConfig {
+        recent_lines: 1,
+        ..AgentConfig::default()
+    };
+    let (mut a, _) = NodeAgent::open(at(0), &mut g, "work", config).unwrap();
+    flush(&mut g, &mut store);
+    let ask = |a: &mut NodeAgent, g: &mut ActorGraph, store: &mut MemoryStore, t, text: &str| {
+        admit_user_line(BASE + t, g, "work", text, LineAck::WithTurnEnd).unwrap();
+        a.sync(at(t), g).unwrap();
+        flush(g, store);
+        outputs(a, g);
+        a.model_input(g).expect("released step")
+    };
+    for i in 0..3 {
+        let input = ask(&mut a, &mut g, &mut store, 1 + i, &format!("earlier {i}"));
+        a.on_model_response(at(1 + i), &mut g, input.step, input.builtin_answer())
+            .unwrap();
+        flush(&mut g, &mut store);
+        outputs(&mut a, &g);
+    }
+    a.post_observation(at(10), &mut g, "probe", json!({"seen": 1}))
+        .unwrap();
+    flush(&mut g, &mut store);
+    outputs(&mut a, &g);
+    let input = ask(&mut a, &mut g, &mut store, 11, "now");
+    let n = g.chat("work").unwrap().len() as u64;
+    // The window is the `turn_start` alone; its mail and task line are lines before it.
+    assert_eq!(input.lines, (n, n));
+    let roles: Vec<&str> = input
+        .messages
+        .iter()
+        .map(|m| m["role"].as_str().unwrap())
+        .collect();
+    assert_eq!(roles, ["mail", "user"], "{:?}", input.messages);
+    assert_eq!(input.messages[0]["value"], json!({"seen": 1}));
+    assert_eq!(input.messages[1]["text"], "now");
+    // A wider window shows the earlier turns once each (their task lines where they started).
+    let wide = slice::build(
+        &g,
+        "work",
+        input.turn,
+        input.step,
+        &AgentConfig::default(),
+        Vec::new(),
+    );
+    let users: Vec<&str> = wide
+        .messages
+        .iter()
+        .filter(|m| m["role"] == "user")
+        .map(|m| m["text"].as_str().unwrap())
+        .collect();
+    assert_eq!(users, ["earlier 0", "earlier 1", "earlier 2", "now"]);
+    assert_eq!(wide.messages.last(), input.messages.last());
+    assert_eq!(
+        wide.messages.iter().filter(|m| m["role"] == "mail").count(),
+        1
+    );
+}
