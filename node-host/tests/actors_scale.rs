@@ -664,3 +664,91 @@ fn kept_marks_still_see_a_missing_spawn_record_and_a_torn_tail() {
     assert!(lineage_problems(&read_disk(&root)).is_empty());
     let _ = std::fs::remove_dir_all(&root);
 }
+
+/// A one-shot command's views list every child of a parent whose record a trusted lazy open
+/// read by its ends (only the children spawned since are held in memory): the graph view's
+/// `spawned`, the tree's spawn edges, `children` and `subtree` read the rest back, in spawn
+/// order, as a full open lists them.
+#[test]
+fn a_lazy_view_lists_every_child_of_a_parent_read_by_its_ends() {
+    let root = generate("lazy-view", 400);
+    let spawn = |id: &str| {
+        let mut s = lazy(&root, &["coordinator"], true);
+        let mut r = SpawnRequest::new("coordinator", NodeType::Task);
+        r.id = Some(id.into());
+        s.graph.spawn(NOW, r).unwrap();
+        s.flush().unwrap();
+        s
+    };
+    // The first spawn rewrites the generated records canonically, the second is trusted.
+    drop(spawn("warm-1"));
+    drop(spawn("warm-2"));
+    let s = spawn("seen");
+    assert!(s.graph.opened_trusted());
+    let held = s.graph.node("coordinator").unwrap().spawned.clone();
+    assert_eq!(
+        held.iter().map(|c| c.as_str()).collect::<Vec<_>>(),
+        ["seen"],
+        "the parent was read by its ends"
+    );
+    let full = Session::reader(&root, config()).unwrap();
+    let want = full.graph.node("coordinator").unwrap().spawned.clone();
+    drop(full);
+    assert_eq!(want.len(), 400 + 3);
+    let coordinator = weft_core::actors::NodeId::parse("coordinator").unwrap();
+    assert_eq!(*s.graph.children("coordinator").unwrap(), want[..]);
+    let view = s.graph.graph_view();
+    let node = view["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|n| n["id"] == "coordinator")
+        .unwrap();
+    assert_eq!(node["spawned"], json!(want));
+    let tree = s.graph.tree_view();
+    let edges: Vec<&str> = tree["edges"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["kind"] == "spawn" && e["from"] == "coordinator")
+        .map(|e| e["to"].as_str().unwrap())
+        .collect();
+    assert_eq!(edges, want.iter().map(|c| c.as_str()).collect::<Vec<_>>());
+    assert_eq!(s.graph.subtree(&coordinator).len(), 400 + 3 + 1);
+    // Views change nothing: the parent still holds only the child spawned since the open.
+    assert_eq!(s.graph.node("coordinator").unwrap().spawned, held);
+    drop(s);
+    let _ = std::fs::remove_dir_all(&root);
+}
+
+/// The marks a lazy command keeps are replaced without a new inode: the previous version stays
+/// beside them and the next command overwrites it and exchanges it into place, so the two
+/// files trade places and no inode is made or freed for them.
+#[test]
+fn kept_marks_trade_places_with_their_spare_instead_of_making_an_inode() {
+    use std::os::unix::fs::MetadataExt;
+    use weft_host::actors::fs_store::{MARKS_FILE, MARKS_SPARE};
+    let root = generate("marks-spare", 3);
+    let ino = |name: &str| std::fs::metadata(root.join(name)).map(|m| m.ino()).ok();
+    let mut seen = Vec::new();
+    for i in 0..4 {
+        let mut s = lazy(&root, &["coordinator"], true);
+        let mut r = SpawnRequest::new("coordinator", NodeType::Task);
+        r.id = Some(format!("m-{i}"));
+        s.graph.spawn(NOW, r).unwrap();
+        s.flush().unwrap();
+        drop(s);
+        seen.push((ino(MARKS_FILE), ino(MARKS_SPARE)));
+    }
+    // From the second write on both exist, and each write swaps them.
+    for w in seen[1..].windows(2) {
+        let ((m0, s0), (m1, s1)) = (w[0], w[1]);
+        assert!(m0.is_some() && s0.is_some(), "{seen:?}");
+        assert_eq!((m1, s1), (s0, m0), "{seen:?}");
+    }
+    let marks: Value =
+        serde_json::from_slice(&std::fs::read(root.join(MARKS_FILE)).unwrap()).unwrap();
+    assert_eq!(marks["v"], 1);
+    assert!(lineage_problems(&read_disk(&root)).is_empty());
+    let _ = std::fs::remove_dir_all(&root);
+}

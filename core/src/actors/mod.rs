@@ -823,9 +823,30 @@ impl ActorGraph {
         ids.into_iter().map(|(_, _, id)| id).collect()
     }
 
-    /// A node's record.
+    /// A node's record. On a graph opened lazily from trusted stamps, a parent read by the
+    /// ends of its record ([`LazySnapshot::record_ends`]) lists in `spawned` only the children
+    /// spawned since the open: [`children`](Self::children) lists them all.
     pub fn node(&self, id: &str) -> Option<&Node> {
         self.nodes.get(id).map(|n| &n.meta)
+    }
+
+    /// The children of node `id`, in spawn order (`None`: no such node loaded). The children a
+    /// trusted lazy open did not read of the record ([`NodeState::spawned_elided`]) are read
+    /// back through the host for this answer, the graph unchanged (O(children) bytes, as a
+    /// full open reads); when they cannot be read (the record changed under the writer), the
+    /// ones spawned since the open.
+    pub fn children(&self, id: &str) -> Option<std::borrow::Cow<'_, [NodeId]>> {
+        let (nid, st) = self.nodes.get_key_value(id)?;
+        let Some(e) = &st.spawned_elided else {
+            return Some(std::borrow::Cow::Borrowed(&st.meta.spawned));
+        };
+        Some(match e.read(nid) {
+            Ok(mut all) => {
+                all.extend(st.meta.spawned.iter().cloned());
+                std::borrow::Cow::Owned(all)
+            }
+            Err(_) => std::borrow::Cow::Borrowed(&st.meta.spawned),
+        })
     }
 
     /// A node's chat lines (1-based line `n` is index `n - 1`).

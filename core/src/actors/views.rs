@@ -168,9 +168,9 @@ impl ActorGraph {
         let mut stack = vec![id.clone()];
         while let Some(n) = stack.pop() {
             if out.insert(n.clone())
-                && let Some(st) = self.nodes.get(&n)
+                && let Some(c) = self.children(n.as_str())
             {
-                stack.extend(st.meta.spawned.iter().cloned());
+                stack.extend(c.iter().cloned());
             }
         }
         out
@@ -337,7 +337,7 @@ impl ActorGraph {
             "title": m.title,
             "topic": m.topic,
             "spawnedBy": m.spawned_by,
-            "spawned": m.spawned,
+            "spawned": self.children(id.as_str()).unwrap_or_default(),
             "status": m.status,
             "summary": m.summary,
             // As written on disk (a contradicting status is diagnosed at open).
@@ -361,7 +361,7 @@ impl ActorGraph {
     fn edges(&self) -> Vec<Value> {
         let mut out = Vec::new();
         for id in self.node_ids() {
-            for c in &self.state(&id).meta.spawned {
+            for c in self.children(id.as_str()).unwrap_or_default().iter() {
                 out.push(json!({"from": id, "to": c, "kind": "spawn"}));
             }
         }
@@ -516,7 +516,7 @@ impl ActorGraph {
             v["canSpawn"] = json!(can);
             nodes.push(v);
             row += 1;
-            for c in m.spawned.iter().rev() {
+            for c in self.children(id.as_str()).unwrap_or_default().iter().rev() {
                 stack.push((c.clone(), depth + 1));
             }
         }

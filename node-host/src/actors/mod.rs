@@ -14,7 +14,7 @@ use weft_core::actors::{
     ActorGraph, ActorStore, ActorsError, HarnessConfig, LazyOpen, OpenReport, Snapshot,
 };
 
-pub use fs_store::{FsStore, LONG_LIVED_SPARE_NODES};
+pub use fs_store::{FsStore, LONG_LIVED_SPARE_NODES, SpareNodesStatus};
 
 /// The host's wall clock: milliseconds since the Unix epoch (actor timestamps are persisted).
 pub fn wall_ms() -> Wall {

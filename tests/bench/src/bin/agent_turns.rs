@@ -534,7 +534,7 @@ fn line(i: u64) -> String {
 async fn turns(dir: &Path, turns: u64, rounds: u64, model: &ReqwestModel) {
     let (mut node_ms, mut ram_ms, mut ratios) = (Vec::new(), Vec::new(), Vec::new());
     let mut mem_ms = Vec::new();
-    let (mut raw_rates, mut fsyncs, mut fs_rounds) = (Vec::new(), 0u64, 0u64);
+    let (mut raw_rates, mut fsyncs, mut fs_rounds, mut opens) = (Vec::new(), 0u64, 0u64, 0u64);
     let (mut round_ns, mut apply_ns) = (0u64, 0u64);
     let mut w = Written::default();
     let mut chat_bytes = 0u64;
@@ -578,9 +578,10 @@ async fn turns(dir: &Path, turns: u64, rounds: u64, model: &ReqwestModel) {
                     .iter()
                     .map(|n| n.load(Ordering::Relaxed))
                     .sum::<u64>(),
+                s.opens(),
             )
         };
-        let (f0, r0, n0) = stat(&store);
+        let (f0, r0, n0, o0) = stat(&store);
         let a0 = w.apply_ns;
         TIMING.store(1, Ordering::Relaxed);
         let t = Instant::now();
@@ -602,8 +603,9 @@ async fn turns(dir: &Path, turns: u64, rounds: u64, model: &ReqwestModel) {
         }
         let node_t = t.elapsed().as_secs_f64() * 1000.0 / turns as f64;
         TIMING.store(0, Ordering::Relaxed);
-        let (f1, r1, n1) = stat(&store);
+        let (f1, r1, n1, o1) = stat(&store);
         fsyncs += f1 - f0;
+        opens += o1 - o0;
         fs_rounds += r1 - r0;
         round_ns += n1 - n0;
         apply_ns += w.apply_ns - a0;
@@ -705,9 +707,11 @@ async fn turns(dir: &Path, turns: u64, rounds: u64, model: &ReqwestModel) {
     );
     println!(
         "  per node turn in FsStore::apply: {:.3} ms, of which {:.3} ms in its fsync rounds \
-         (the rest: writes, opens, stats)",
+         (the rest: writes, opens, stats); {:.2} files or directories opened (FsStore::opens: \
+         the log's append handle is kept between batches)",
         apply_ns as f64 / n / 1e6,
-        round_ns as f64 / n / 1e6
+        round_ns as f64 / n / 1e6,
+        opens as f64 / n
     );
     println!(
         "  node turn batches by label: {}",
