@@ -6,13 +6,53 @@
 // Messages that arrive before the script has installed its handler are held, not dropped.
 // In a Worker the shim speaks the protocol's `batch` capability for the script (worker-batch.js:
 // the script's hello announces it; batch frames are delivered as their messages; replies made
-// while handling a message, or in one microtask, go out as one frame). As a child process it
-// does not (one JSON message per line, as the native hosts expect).
-// In a Worker the shim imports only `node:worker_threads`: a Worker's start-up time is mostly
-// the built-in modules it loads, so the child-process helpers are imported in that branch only.
+// while handling a message, or in one microtask, go out as one frame, held at most about 1 ms;
+// `close()` sends what is held first). As a child process it does not (one JSON message per
+// line, as the native hosts expect).
+// As in a DOM Worker, a handler that throws is reported as an uncaught error (a rethrow from a
+// microtask: `process.on('uncaughtException')` sees it, else the worker dies with it) and the
+// other listeners, and the rest of a batch, still get their messages; `addEventListener`
+// honours `once` and `signal`.
+// In a Worker the shim imports only `node:worker_threads` of the built-in modules: a Worker's
+// start-up time is mostly the built-in modules it loads, so the child-process helpers are
+// imported in that branch only.
+// The native hosts run this file as `node --eval` text, without its directory: the Worker
+// branch alone imports worker-batch.js, and the listener rules below are kept here (the same
+// as worker.js's for DOM Workers).
 import { isMainThread, parentPort, workerData } from 'node:worker_threads';
 
-const listeners = new Set();
+// A handler's error, as uncaught, without unwinding the delivery (Node has no reportError).
+const report = (e) =>
+  queueMicrotask(() => {
+    throw e;
+  });
+
+// The `message` listeners, as addEventListener keeps them: one per (listener, capture), `once`
+// and `signal` honoured, `handleEvent` objects accepted, a throwing one reported without
+// stopping the others. The list is replaced, never changed in place: what a listener adds or
+// removes applies from the next message (one removed before its turn is skipped).
+let listeners = [];
+const capture = (o) => (typeof o === 'boolean' ? o : Boolean(o?.capture));
+const drop = (entry) => {
+  entry.removed = true;
+  listeners = listeners.filter((e) => e !== entry);
+};
+function listen(fn, options) {
+  if (fn === null || (typeof fn !== 'function' && typeof fn !== 'object')) return;
+  const o = typeof options === 'object' && options !== null ? options : null;
+  if (o?.signal?.aborted) return;
+  const c = capture(options);
+  if (listeners.some((e) => e.fn === fn && e.capture === c)) return;
+  const entry = { fn, capture: c, once: Boolean(o?.once), removed: false };
+  listeners = [...listeners, entry];
+  o?.signal?.addEventListener('abort', () => drop(entry), { once: true });
+}
+function unlisten(fn, options) {
+  const c = capture(options);
+  const entry = listeners.find((e) => e.fn === fn && e.capture === c);
+  if (entry) drop(entry);
+}
+
 let handler = null;
 let ready = false;
 const held = [];
@@ -23,19 +63,36 @@ function dispatch(data) {
     return;
   }
   const event = { type: 'message', data };
-  if (handler) handler.call(globalThis, event);
-  if (listeners.size > 0) for (const l of listeners) l.call(globalThis, event);
+  if (handler) {
+    try {
+      handler.call(globalThis, event);
+    } catch (e) {
+      report(e);
+    }
+  }
+  for (const entry of listeners) {
+    if (entry.removed) continue;
+    if (entry.once) drop(entry);
+    try {
+      if (typeof entry.fn === 'function') entry.fn.call(globalThis, event);
+      else entry.fn.handleEvent(event);
+    } catch (e) {
+      report(e);
+    }
+  }
 }
 
 const toJson = (_k, v) => (ArrayBuffer.isView(v) && !(v instanceof DataView) ? Array.from(v) : v);
 
 let post;
 let script;
+let flush = () => {};
 if (!isMainThread && parentPort) {
   script = workerData.script;
   const { batching } = await import('./worker-batch.js');
   const b = batching((m, t) => parentPort.postMessage(m, t), dispatch);
   post = b.post;
+  flush = b.flush;
   parentPort.on('message', b.receive);
 } else {
   const [{ resolve }, { pathToFileURL }, { format }, { createInterface }] = await Promise.all([
@@ -70,11 +127,11 @@ if (!isMainThread && parentPort) {
 globalThis.__weftWorkerShim = true;
 globalThis.self = globalThis;
 globalThis.postMessage = post;
-globalThis.addEventListener = (type, fn) => {
-  if (type === 'message') listeners.add(fn);
+globalThis.addEventListener = (type, fn, options) => {
+  if (type === 'message') listen(fn, options);
 };
-globalThis.removeEventListener = (type, fn) => {
-  if (type === 'message') listeners.delete(fn);
+globalThis.removeEventListener = (type, fn, options) => {
+  if (type === 'message') unlisten(fn, options);
 };
 Object.defineProperty(globalThis, 'onmessage', {
   configurable: true,
@@ -83,7 +140,11 @@ Object.defineProperty(globalThis, 'onmessage', {
     handler = fn;
   },
 });
-globalThis.close = () => process.exit(0);
+// What the script posted before closing goes out first (held replies would be lost).
+globalThis.close = () => {
+  flush();
+  process.exit(0);
+};
 
 await import(script);
 ready = true;
