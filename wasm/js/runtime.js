@@ -4,7 +4,7 @@
 
 import { JobRegistry } from './weft_wasm.js';
 import { WeftError } from './error.js';
-import { CANCELLED, TERMINATED, WAIT_CANCELLED, WAIT_TIMED_OUT, UNSUPPORTED } from './codes.js';
+import { CANCELLED, DISPOSED, TERMINATED, WAIT_CANCELLED, WAIT_TIMED_OUT, UNSUPPORTED } from './codes.js';
 
 export { WeftError };
 
@@ -342,11 +342,6 @@ export class Runtime {
   }
 
   /** @internal */
-  _registerWait(id, entry) {
-    this.#waits.set(id, entry);
-  }
-
-  /** @internal */
   _registerSub(id, entry) {
     this.#subs.set(id, entry);
   }
@@ -383,21 +378,27 @@ export class Runtime {
   // `_pump` over the runtime's own registry: `pump` drains and reads the next deadline in one
   // call, leaving out the `job_finished` / `note_queued` outputs no listener carries out (the
   // core records them either way).
-  #pumpBatched() {
+  // `first`: a batch a call already pumped (`submitPump`, `waitPump`, `onMessagePump`), its
+  // deadline at `first[from]`, its outputs after it.
+  #pumpBatched(first, from = 0) {
     this.#pumping = true;
     let at;
     try {
+      let batch = first;
+      let i0 = from;
       for (;;) {
-        const interest = this.#extra !== null ? 3
-          : (this.#listeners.finished.size > 0 ? 1 : 0) | (this.#listeners.note.size > 0 ? 2 : 0);
-        const batch = this.#reg.pump(interest);
-        at = batch[0];
-        if (batch.length === 1) break;
+        if (batch === undefined) {
+          batch = this.#reg.pump(this.#interest());
+          i0 = 0;
+        }
+        at = batch[i0];
+        if (batch.length === i0 + 1) break;
         const calls = this.#calls;
-        for (let i = 1; i < batch.length; i++) this.#dispatch(batch[i]);
+        for (let i = i0 + 1; i < batch.length; i++) this.#dispatch(batch[i]);
         // Only a core call can queue outputs or move the deadline (an `onOutput` handler
         // may call the core directly: then drained again, as `_pump` does).
         if (calls === this.#calls && this.#extra === null) break;
+        batch = undefined;
       }
     } finally {
       this.#pumping = false;
@@ -406,6 +407,18 @@ export class Runtime {
     if (this.#remotes.size > 0) this.#forgetClosedRemotes();
     this.#deadline.set(at);
     if (this.#pumped !== null) this.#pumped();
+  }
+
+  // The outputs a batched pump builds (bits: 1 `job_finished`, 2 `note_queued`).
+  #interest() {
+    return this.#extra !== null ? 3
+      : (this.#listeners.finished.size > 0 ? 1 : 0) | (this.#listeners.note.size > 0 ? 2 : 0);
+  }
+
+  // Whether a core call may pump in the same call (the runtime's own registry, not inside a
+  // pump: outputs are then carried out by the pump running).
+  #fused() {
+    return this.#batched && !this.#pumping;
   }
 
   /** Drops the socket holders (and endpoint entries) of closed remote endpoints: bounded memory. */
@@ -422,11 +435,23 @@ export class Runtime {
     }
   }
 
-  // The hot path of a worker's message (`#call` without a closure per message).
+  // The hot path of a worker's message (`#call` without a closure per message): the message
+  // and the pump in one core call.
   #onMessage(id, data) {
     const reg = this.#reg;
     if (!reg) return;
     this.#calls++;
+    if (this.#fused()) {
+      let batch;
+      try {
+        batch = reg.onMessagePump(this.#now(), id, data, this.#interest());
+      } catch (err) {
+        this._pump();
+        throw err;
+      }
+      this.#pumpBatched(batch, 0);
+      return;
+    }
     try {
       reg.onMessage(this.#now(), id, data);
     } finally {
@@ -434,23 +459,59 @@ export class Runtime {
     }
   }
 
-  /** @internal `Endpoint.submit`'s core call, carried out (the hot path: no closure). */
+  /**
+   * @internal `Endpoint.submit`'s core call, carried out (the hot path: no closure; submit
+   * and pump in one core call). Returns the job id, negated when an existing job was reused.
+   */
   _submit(endpoint, payload, options) {
     const reg = this.#reg;
     if (!reg) return undefined;
     this.#calls++;
+    if (this.#fused()) {
+      let batch;
+      try {
+        batch = reg.submitPump(this.#now(), endpoint, payload, options, this.#interest());
+      } catch (err) {
+        this._pump();
+        throw err;
+      }
+      this.#pumpBatched(batch, 1);
+      return batch[0];
+    }
     try {
-      return reg.submit(this.#now(), endpoint, payload, options);
+      const r = reg.submit(this.#now(), endpoint, payload, options);
+      return r.reused ? -r.job : r.job;
     } finally {
       this._pump();
     }
   }
 
-  /** @internal `Job.wait`'s core call (not pumped: the caller registers the wait first). */
-  _wait(job, timeoutMs) {
+  /**
+   * @internal `Job.wait`'s core call and its pump: the wait's entry (settling `resolve` /
+   * `reject`) is registered before the outputs are carried out (the wait may already be
+   * settled among them). Throws what the core throws, having registered nothing.
+   */
+  _wait(job, timeoutMs, resolve, reject, signal) {
+    const reg = this.#reg;
     this.#calls++;
     // The core reads `now` only for a timeout's deadline: no clock read without one.
-    return this.#reg.wait(timeoutMs === undefined || timeoutMs === null ? 0 : this.#now(), job, timeoutMs);
+    const now = timeoutMs === undefined || timeoutMs === null ? 0 : this.#now();
+    if (this.#fused()) {
+      let batch;
+      try {
+        batch = reg.waitPump(now, job, timeoutMs, this.#interest());
+      } catch (err) {
+        this._pump();
+        throw err;
+      }
+      const waitId = batch[0];
+      this.#waits.set(waitId, new WaitEntry(this, waitId, resolve, reject, signal, timeoutMs));
+      this.#pumpBatched(batch, 1);
+      return;
+    }
+    const waitId = reg.wait(now, job, timeoutMs);
+    this.#waits.set(waitId, new WaitEntry(this, waitId, resolve, reject, signal, timeoutMs));
+    this._pump();
   }
 
   #call(fn) {
@@ -667,8 +728,9 @@ export class Endpoint {
   submit(payload, options) {
     // No options cross as `undefined`: the core reads each field of it without a property lookup.
     const r = this.#rt._submit(this.id, payload, options);
-    // undefined only after dispose(): the registry is gone (as before, reading `.job` throws).
-    return new Job(this.#rt, r.job, r.reused);
+    // undefined only after dispose(): the registry is gone.
+    if (r === undefined) throw new WeftError(DISPOSED, 'the runtime was disposed');
+    return r < 0 ? new Job(this.#rt, -r, true) : new Job(this.#rt, r, false);
   }
 
   /** The endpoint's state, capabilities and log. */
@@ -779,15 +841,11 @@ export class Job {
       return Promise.reject(new WeftError(WAIT_CANCELLED, 'the wait was cancelled', { cause: signal.reason }));
     }
     return new Promise((resolve, reject) => {
-      let waitId;
       try {
-        waitId = rt._wait(this.id, timeoutMs);
+        rt._wait(this.id, timeoutMs, resolve, reject, signal);
       } catch (err) {
         reject(err);
-        return;
       }
-      rt._registerWait(waitId, new WaitEntry(rt, waitId, resolve, reject, signal, timeoutMs));
-      rt._pump();
     });
   }
 

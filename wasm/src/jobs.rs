@@ -85,6 +85,11 @@ export function mkBatch(deadline, a, b, c) {
   return a === undefined ? [deadline] : b === undefined ? [deadline, a]
     : c === undefined ? [deadline, a, b] : [deadline, a, b, c];
 }
+// The batch of a call that also pumps (submitPump, waitPump): the call's result first.
+export function mkLedBatch(lead, deadline, a, b, c) {
+  return a === undefined ? [lead, deadline] : b === undefined ? [lead, deadline, a]
+    : c === undefined ? [lead, deadline, a, b] : [lead, deadline, a, b, c];
+}
 // A worker's message read in one call (JobRegistry.onMessage). out: [kind (index into
 // KINDS, -1: read it field by field), id present, id, value tag, value number, fits]. A
 // message is read here only when it is a non-array object whose `type` is a known name and
@@ -183,6 +188,14 @@ extern "C" {
     fn read_submit(opts: &JsValue, out: &mut [f64]) -> Option<String>;
     #[wasm_bindgen(js_name = mkBatch)]
     fn mk_batch(deadline: Option<f64>, a: &JsValue, b: &JsValue, c: &JsValue) -> Array;
+    #[wasm_bindgen(js_name = mkLedBatch)]
+    fn mk_led_batch(
+        lead: f64,
+        deadline: Option<f64>,
+        a: &JsValue,
+        b: &JsValue,
+        c: &JsValue,
+    ) -> Array;
     #[wasm_bindgen(js_name = readReply)]
     fn read_reply(msg: &JsValue, limit: f64, out: &mut [f64]) -> JsValue;
     #[wasm_bindgen(js_name = readBatch)]
@@ -529,6 +542,64 @@ impl JobRegistry {
         payload: JsValue,
         opts: Option<JsValue>,
     ) -> Result<JsValue, JsValue> {
+        let r = self.submit_inner(now, endpoint, payload, opts)?;
+        Ok(mk_submitted(r.job.0 as f64, r.reused))
+    }
+
+    /// `submit` and `pump` in one call (the runtime's hot path): `[job, deadline, ...outputs]`,
+    /// the job's id negated when an existing job was reused. On an error nothing is pumped.
+    #[wasm_bindgen(js_name = submitPump)]
+    pub fn submit_pump(
+        &mut self,
+        now: f64,
+        endpoint: f64,
+        payload: JsValue,
+        opts: Option<JsValue>,
+        interest: u32,
+    ) -> Result<Array, JsValue> {
+        let r = self.submit_inner(now, endpoint, payload, opts)?;
+        let job = r.job.0 as f64;
+        Ok(self.batch(interest, Some(if r.reused { -job } else { job })))
+    }
+
+    /// `wait` and `pump` in one call: `[wait, deadline, ...outputs]` (the wait's own
+    /// `wait_settled` among them when the job has already ended). On an error nothing is
+    /// pumped.
+    #[wasm_bindgen(js_name = waitPump)]
+    pub fn wait_pump(
+        &mut self,
+        now: f64,
+        job: f64,
+        timeout_ms: Option<f64>,
+        interest: u32,
+    ) -> Result<Array, JsValue> {
+        let w = self.wait(now, job, timeout_ms)?;
+        Ok(self.batch(interest, Some(w)))
+    }
+
+    /// `onMessage` and `pump` in one call: `[deadline, ...outputs]` as `pump` returns. On an
+    /// error nothing is pumped.
+    #[wasm_bindgen(js_name = onMessagePump)]
+    pub fn on_message_pump(
+        &mut self,
+        now: f64,
+        endpoint: f64,
+        msg: JsValue,
+        interest: u32,
+    ) -> Result<Array, JsValue> {
+        self.on_message(now, endpoint, msg)?;
+        Ok(self.batch(interest, None))
+    }
+}
+
+impl JobRegistry {
+    fn submit_inner(
+        &mut self,
+        now: f64,
+        endpoint: f64,
+        payload: JsValue,
+        opts: Option<JsValue>,
+    ) -> Result<weft_core::jobs::Submitted, JsValue> {
         // The options' fields are read in one JS call (`readSubmit`); origin and reuse key
         // are read again only when present.
         let mut flags = [-1.0f64, -1.0, 0.0, 0.0];
@@ -556,10 +627,47 @@ impl JobRegistry {
             req.note = flags[0] != 0.0;
             req.wake = flags[1] == 1.0;
         }
-        let r = self.inner.submit(mono(now), req).map_err(|e| error(&e))?;
-        Ok(mk_submitted(r.job.0 as f64, r.reused))
+        self.inner.submit(mono(now), req).map_err(|e| error(&e))
     }
 
+    /// What `pump` returns, after `lead` when one is given (see `mkLedBatch`).
+    fn batch(&mut self, interest: u32, lead: Option<f64>) -> Array {
+        // The drained outputs go through a buffer kept between calls (no allocation per pump).
+        let mut pending = std::mem::take(&mut self.pending);
+        pending.extend(self.inner.drain_outputs());
+        let deadline = self.poll_timeout();
+        let mut wanted = pending.drain(..).filter(|o| match o {
+            Output::JobFinished { .. } => interest & WANT_FINISHED != 0,
+            Output::NoteQueued { .. } => interest & WANT_NOTES != 0,
+            _ => true,
+        });
+        let (a, b, c) = (wanted.next(), wanted.next(), wanted.next());
+        let more = c.is_some();
+        let mut js = |o: Option<Output<Js>>| match o {
+            Some(o) => self.output_js(o),
+            None => JsValue::UNDEFINED,
+        };
+        let (a, b, c) = (js(a), js(b), js(c));
+        let batch = match lead {
+            Some(l) => mk_led_batch(l, deadline, &a, &b, &c),
+            None => mk_batch(deadline, &a, &b, &c),
+        };
+        if more {
+            for o in wanted.by_ref() {
+                batch.push(&self.output_js(o));
+            }
+        }
+        drop(wanted);
+        self.pending = pending;
+        if let Some(f) = self.flush_output() {
+            batch.push(&f);
+        }
+        batch
+    }
+}
+
+#[wasm_bindgen]
+impl JobRegistry {
     /// Asks the job's execution to stop; returns the status name.
     pub fn cancel(&mut self, now: f64, job: f64, reason: &str) -> Result<String, JsValue> {
         self.inner
@@ -763,34 +871,7 @@ impl JobRegistry {
     /// names the outputs the caller carries out; the others are drained without building their
     /// objects (the core records every event and note either way).
     pub fn pump(&mut self, interest: u32) -> Array {
-        // The drained outputs go through a buffer kept between calls (no allocation per pump).
-        let mut pending = std::mem::take(&mut self.pending);
-        pending.extend(self.inner.drain_outputs());
-        let deadline = self.poll_timeout();
-        let mut wanted = pending.drain(..).filter(|o| match o {
-            Output::JobFinished { .. } => interest & WANT_FINISHED != 0,
-            Output::NoteQueued { .. } => interest & WANT_NOTES != 0,
-            _ => true,
-        });
-        let (a, b, c) = (wanted.next(), wanted.next(), wanted.next());
-        let more = c.is_some();
-        let mut js = |o: Option<Output<Js>>| match o {
-            Some(o) => self.output_js(o),
-            None => JsValue::UNDEFINED,
-        };
-        let (a, b, c) = (js(a), js(b), js(c));
-        let batch = mk_batch(deadline, &a, &b, &c);
-        if more {
-            for o in wanted.by_ref() {
-                batch.push(&self.output_js(o));
-            }
-        }
-        drop(wanted);
-        self.pending = pending;
-        if let Some(f) = self.flush_output() {
-            batch.push(&f);
-        }
-        batch
+        self.batch(interest, None)
     }
 
     /// A job summary (`undefined` when unknown).

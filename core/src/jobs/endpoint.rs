@@ -1,6 +1,6 @@
 //! Per-endpoint state: readiness, capabilities, wire-id correlation and the endpoint's own log.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::VecDeque;
 
 use serde_json::{Value, json};
 
@@ -210,8 +210,10 @@ pub(crate) struct WireIds {
     /// The wire id of `recent[0]`.
     first: u64,
     recent: VecDeque<JobId>,
-    /// Entries older than `first` whose job was held when they left the window.
-    old: BTreeMap<u64, JobId>,
+    /// Entries older than `first` whose job was held when they left the window, in wire id
+    /// order (they leave the window in that order: appended, never inserted; found by binary
+    /// search).
+    old: Vec<(u64, JobId)>,
     /// `old.len()` after its last pruning.
     old_mark: usize,
 }
@@ -221,7 +223,7 @@ impl Default for WireIds {
         WireIds {
             first: 1,
             recent: VecDeque::new(),
-            old: BTreeMap::new(),
+            old: Vec::new(),
             old_mark: 0,
         }
     }
@@ -245,7 +247,10 @@ impl WireIds {
             return Wire::Unknown;
         }
         if w < self.first {
-            return self.old.get(&w).map_or(Wire::Released, |j| Wire::Job(*j));
+            return match self.old.binary_search_by_key(&w, |(k, _)| *k) {
+                Ok(i) => Wire::Job(self.old[i].1),
+                Err(_) => Wire::Released,
+            };
         }
         match usize::try_from(w - self.first)
             .ok()
@@ -281,21 +286,21 @@ impl WireIds {
         while self.recent.len() > WIRE_WINDOW {
             let j = self.recent.pop_front().expect("a full window");
             if held(j) {
-                self.old.insert(self.first, j);
+                self.old.push((self.first, j));
             }
             self.first += 1;
         }
         // Entries of records released since they moved out: pruned once the map has doubled
         // (amortized O(1) per run).
         if self.old.len() > 2 * self.old_mark + 64 {
-            self.old.retain(|_, j| held(*j));
+            self.old.retain(|(_, j)| held(*j));
             self.old_mark = self.old.len();
         }
     }
 
     /// Every wire id kept with its job, in wire id order.
     pub(crate) fn iter(&self) -> impl Iterator<Item = (u64, JobId)> + '_ {
-        self.old.iter().map(|(w, j)| (*w, *j)).chain(
+        self.old.iter().copied().chain(
             self.recent
                 .iter()
                 .enumerate()

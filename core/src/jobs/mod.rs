@@ -1729,11 +1729,15 @@ impl<V: Payload> Registry<V> {
         let kind = outcome.kind();
         // Each text is written once into a buffer of its final size (no intermediate strings).
         let note = j.note.then(|| {
-            use std::fmt::Write;
+            // `{job}:{kind}` and `{job} {summary}`, the id's digits written by hand (the
+            // formatting machinery costs more than the rest of a note).
             let mut correlation = String::with_capacity(24);
-            let _ = write!(correlation, "{}:{}", j.id, kind.as_str());
+            push_job_id(&mut correlation, j.id);
+            correlation.push(':');
+            correlation.push_str(kind.as_str());
             let mut summary = String::with_capacity(32);
-            let _ = write!(summary, "{} ", j.id);
+            push_job_id(&mut summary, j.id);
+            summary.push(' ');
             outcome.write_summary(&mut summary);
             Note {
                 correlation,
@@ -1798,6 +1802,25 @@ impl<V: Payload> Registry<V> {
     }
 }
 
+/// Appends `job`'s display form (`job-{n}`, as `JobId`'s `Display`) to `out`.
+fn push_job_id(out: &mut String, job: JobId) {
+    out.push_str("job-");
+    let mut digits = [0u8; 20];
+    let mut i = digits.len();
+    let mut n = job.0;
+    loop {
+        i -= 1;
+        digits[i] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    for &d in &digits[i..] {
+        out.push(char::from(d));
+    }
+}
+
 /// Queues a missed range `from..=to`, merged with a missed range that ends just before it.
 fn push_missed<V>(s: &mut Subscription<V>, job: JobId, from: u64, to: u64) {
     if let Some(Delivery::Missed { to: last, .. }) = s.queue.back_mut()
@@ -1830,3 +1853,17 @@ fn push_delivery<V: Clone>(s: &mut Subscription<V>, ev: &JobEvent<V>) {
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+mod push_job_id_tests {
+    use super::{JobId, push_job_id};
+
+    #[test]
+    fn writes_what_display_writes() {
+        for n in [0, 1, 9, 10, 99, 100, 12_345, u64::MAX] {
+            let mut s = String::from("x");
+            push_job_id(&mut s, JobId(n));
+            assert_eq!(s, format!("x{}", JobId(n)));
+        }
+    }
+}

@@ -15,7 +15,8 @@
 //
 // Sections:
 //   burst     N small tasks submitted at once, 1 and 2 threads: ms per N, tasks/s
-//   serial    one in flight (submit, await, next), 1 and 2 threads (round robin)
+//   serial    one in flight (submit, await, next), 1 and 2 threads (round robin; "weft idle-first":
+//             the endpoint with the fewest in flight, as the pools schedule)
 //   startup   a fresh `node` process: `import` of the library → first result (and import alone)
 //   cancel    cancel → evidence that the run stopped (2 ms chunks) and cancel → next task done
 //             on the same endpoint/pool, p50/p99
@@ -133,21 +134,35 @@ function workerpoolPool(threads, extra = {}, script = path('./workers/workerpool
   return { run: (i, method = 'task', a = [payload(i)]) => pool.exec(method, a), pool, close: () => pool.terminate() };
 }
 
-function weftPool(threads, script = here('./workers/weft-task.js'), create = createRuntime) {
+// `idleFirst`: each task goes to the first endpoint with the fewest tasks in flight (counted
+// here, by the caller: what piscina's and workerpool's schedulers do inside), not round robin —
+// with one in flight always the same endpoint.
+function weftPool(threads, script = here('./workers/weft-task.js'), create = createRuntime, idleFirst = false) {
   const rt = create();
   const eps = [];
   for (let t = 0; t < threads; t++) eps.push(rt.openWorker(script));
+  const busy = new Array(threads).fill(0);
+  const pick = (i) => {
+    if (!idleFirst) return i % threads;
+    let k = 0;
+    for (let t = 1; t < threads; t++) if (busy[t] < busy[k]) k = t;
+    return k;
+  };
   return {
     rt,
     eps,
-    run: (i, p = payload(i)) =>
-      eps[i % threads]
+    run: (i, p = payload(i)) => {
+      const k = pick(i);
+      busy[k]++;
+      return eps[k]
         .submit(p)
         .wait()
         .then((o) => {
+          busy[k]--;
           if (o.outcome !== 'succeeded') throw new Error(`weft: ${JSON.stringify(o)}`);
           return o.value;
-        }),
+        });
+    },
     close: () => rt.close(),
   };
 }
@@ -161,6 +176,7 @@ const contenders = {
   workerpool: (t) => workerpoolPool(t),
   'workerpool thread+min': (t) => workerpoolPool(t, { workerType: 'thread', minWorkers: t }),
   weft: (t) => weftPool(t),
+  'weft idle-first': (t) => weftPool(t, undefined, createRuntime, true),
 };
 if (before) contenders['weft (before)'] = (t) => weftPool(t, undefined, before.createRuntime);
 // `--with raw,weft` runs only those contenders in the burst and one-in-flight sections.
@@ -203,6 +219,18 @@ function report(title, mode, threads, results, count) {
   }
   if (med['weft (before)'] !== undefined) line.push(`vs weft (before) ${(med['weft (before)'] / w).toFixed(2)}× its rate`);
   console.log(`  ${mode} ${threads}t: ${line.join('; ')}`);
+  // The same ratios for weft with idle-first dispatch (only differs from round robin at 2+ threads).
+  const wi = med['weft idle-first'];
+  if (wi !== undefined && threads > 1) {
+    const li = [`weft idle-first/raw rate ${(med.raw / wi * 100).toFixed(0)}%`];
+    for (const [peer, all] of Object.entries(PEERS)) {
+      const names = all.filter((k) => med[k] !== undefined);
+      if (names.length === 0) continue;
+      const best = names.reduce((a, b) => (med[a] <= med[b] ? a : b));
+      li.push(`vs ${peer} (${best === peer ? 'default' : best}) ${(med[best] / wi).toFixed(2)}× its rate`);
+    }
+    console.log(`  ${mode} ${threads}t: ${li.join('; ')}`);
+  }
 }
 
 async function section(mode) {
