@@ -364,6 +364,41 @@ export const scenarios = {
     rt.close();
   },
 
+  async 'batch, host side: a held or queued payload is the one passed at submit; one that cannot be cloned is refused at submit'({ createRuntime, worker }) {
+    const rt = createRuntime();
+    const ep = rt.openWorker(worker('quick'));
+    // Queued until the hello: the payloads are captured at the call, not when they leave.
+    const p = { n: 0 };
+    const queued = [];
+    for (let i = 1; i <= 3; i++) { p.n = i; queued.push(ep.submit(p)); }
+    eq((await Promise.all(queued.map((j) => j.wait()))).map((o) => o.value), [0, 1, 3], 'queued before the hello');
+    // Ready: the first run goes at once, the rest are held for one frame.
+    const held = [];
+    for (let i = 4; i <= 7; i++) { p.n = i; held.push(ep.submit(p)); }
+    p.n = 100;
+    eq((await Promise.all(held.map((j) => j.wait()))).map((o) => o.value), [6, 10, 15, 21], 'held for a batch frame');
+    // A payload postMessage could not clone throws at submit and submits nothing; the runs
+    // around it still go out (nothing is lost, nothing waits for a flush that never comes).
+    const a = ep.submit({ n: 3 });
+    let refused = null;
+    try {
+      ep.submit({ n: 1, f() {} });
+    } catch (err) {
+      refused = err;
+    }
+    eq(refused?.name, 'DataCloneError', 'an uncloneable payload is refused at submit (as postMessage refuses it)');
+    const b = ep.submit({ n: 4 });
+    eq(b.id, a.id + 1, 'nothing was submitted in between (job ids are dense)');
+    eq([(await a.wait()).value, (await b.wait()).value], [3, 6], 'the runs around it');
+    // Later turns keep batching (a failed submit leaves no stale flush state).
+    await Promise.resolve();
+    const later = [];
+    for (let i = 0; i < 10; i++) later.push(ep.submit({ n: 2 }));
+    eq((await Promise.all(later.map((j) => j.wait({ timeoutMs: 5000 })))).every((o) => o.value === 1), true, 'a later burst');
+    eq(ep.info.protocolErrors, 0, 'no protocol errors');
+    rt.close();
+  },
+
   async "batch, worker side: held replies are snapshots, a throwing handler or an uncloneable reply stops nothing, a script's own batch joins the frame"({ createRuntime, worker }) {
     const rt = createRuntime();
     const ep = rt.openWorker(worker('batch-edges'));

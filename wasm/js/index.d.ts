@@ -262,6 +262,12 @@ export class Endpoint {
    * `framesSent` / `framesReceived`: frames put on and taken from its transport (a batch
    * frame counts once). */
   readonly info: (Record<string, unknown> & { remote?: RemoteInfo; framesSent?: number; framesReceived?: number }) | undefined;
+  /**
+   * Submits a job. The payload is captured at the call, as `postMessage` captures it: a run
+   * that does not leave at once (queued before the hello, behind others, or held for a batch
+   * frame) carries a copy, so the caller may reuse the object; a payload that cannot be
+   * cloned throws `DataCloneError` here and submits nothing.
+   */
   submit<T = unknown>(payload: unknown, options?: SubmitOptions): Job<T>;
   terminate(reason?: string): void;
 }

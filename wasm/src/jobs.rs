@@ -40,6 +40,25 @@ export function outBatch(endpoint, spec, values) {
 }
 // Requests are held for a batch frame: the host calls flushSends() before it yields.
 const FLUSH = Object.freeze({ output: 'flush' });
+// A payload's snapshot at submit, for a run that does not leave within the call (held for a
+// batch frame, queued): what structuredClone gives (postMessage's clone), without its cost for
+// the common payload, a plain object of primitives; anything else through structuredClone,
+// which throws DataCloneError (the submit then changes nothing).
+export function snapshotPayload(m) {
+  const t = typeof m;
+  if (t !== 'object' || m === null) return t === 'function' || t === 'symbol' ? structuredClone(m) : m;
+  if (Object.getPrototypeOf(m) === Object.prototype) {
+    const c = {};
+    for (const k of Object.keys(m)) {
+      const v = m[k];
+      const tv = typeof v;
+      if ((tv === 'object' && v !== null) || tv === 'function' || tv === 'symbol') return structuredClone(m);
+      c[k] = v;
+    }
+    return c;
+  }
+  return structuredClone(m);
+}
 export function outWait(wait, job, end, outcome) {
   const o = { output: 'wait_settled', wait, job, end: END[end] };
   if (outcome !== undefined) { o.outcome = outcome.outcome; o.result = outcome; }
@@ -186,6 +205,8 @@ extern "C" {
     fn mk_submitted(job: f64, reused: bool) -> JsValue;
     #[wasm_bindgen(js_name = readSubmit)]
     fn read_submit(opts: &JsValue, out: &mut [f64]) -> Option<String>;
+    #[wasm_bindgen(catch, js_name = snapshotPayload)]
+    fn snapshot_payload(v: &JsValue) -> Result<JsValue, JsValue>;
     #[wasm_bindgen(js_name = mkBatch)]
     fn mk_batch(deadline: Option<f64>, a: &JsValue, b: &JsValue, c: &JsValue) -> Array;
     #[wasm_bindgen(js_name = mkLedBatch)]
@@ -312,8 +333,6 @@ pub struct JobRegistry {
     pending: Vec<Output<Js>>,
     /// The box of the last worker message read (emptied: it holds no JS value).
     spare_msg: Option<Box<Msg>>,
-    /// A `flush` output was handed out since the last `flushSends`.
-    flush_asked: bool,
 }
 
 impl Default for JobRegistry {
@@ -334,7 +353,6 @@ impl JobRegistry {
             owner_strings: Default::default(),
             pending: Vec::new(),
             spare_msg: None,
-            flush_asked: false,
         }
     }
 
@@ -604,9 +622,17 @@ impl JobRegistry {
         // are read again only when present.
         let mut flags = [-1.0f64, -1.0, 0.0, 0.0];
         let owner = opts.as_ref().and_then(|o| read_submit(o, &mut flags));
+        let endpoint = EndpointId(endpoint as u64);
+        // Captured at the call, as postMessage would: a run held for a batch frame or queued
+        // leaves later, and the caller may reuse the object meanwhile.
+        let payload = if self.inner.sends_at_once(endpoint) {
+            payload
+        } else {
+            snapshot_payload(&payload)?
+        };
         let mut req = Submit::new(
             owner.unwrap_or_else(|| "app".into()),
-            EndpointId(endpoint as u64),
+            endpoint,
             Js::from_js(payload),
         );
         // No options (`undefined` or `null`): the defaults, without reading a field.
@@ -862,7 +888,6 @@ impl JobRegistry {
     /// output); carry out the outputs next (`pump` / `drainOutputs`).
     #[wasm_bindgen(js_name = flushSends)]
     pub fn flush_sends(&mut self) {
-        self.flush_asked = false;
         self.inner.flush_sends();
     }
 
@@ -1189,10 +1214,12 @@ impl JobRegistry {
     /// `{output: "flush"}` once per turn in which requests are held for a batch frame: the
     /// host then calls `flushSends` before it yields.
     fn flush_output(&mut self) -> Option<JsValue> {
-        if self.flush_asked || !self.inner.holds_sends() {
+        // Every pump while requests are held (the output is one frozen object; the runtime
+        // queues one microtask for them): a pump whose carrying-out threw before this output
+        // cannot leave the held requests without a flush.
+        if !self.inner.holds_sends() {
             return None;
         }
-        self.flush_asked = true;
         Some(out_job(5, 0.0, 0, &JsValue::UNDEFINED))
     }
 

@@ -1533,6 +1533,26 @@ impl<V: Payload> Registry<V> {
         !self.held.is_empty()
     }
 
+    /// Whether a run submitted to `endpoint` now would leave on its transport within the
+    /// submit call: the endpoint is ready with a free slot and nothing queued before it, and
+    /// (when it batches) its wire is idle with nothing held. A host whose payloads are
+    /// references (the JS binding) snapshots the payload when it would not, so what is sent
+    /// is what the caller passed, not what the value became by the time it left. `true` for
+    /// an unknown endpoint (the submit fails anyway, with its own error).
+    #[must_use]
+    pub fn sends_at_once(&self, endpoint: EndpointId) -> bool {
+        let Some(ep) = self.endpoints.get(&endpoint) else {
+            return true;
+        };
+        let ready = matches!(ep.state, EndpointState::Ready)
+            && ep.max_concurrent.is_none_or(|m| ep.running.len() < m)
+            && ep.queue.is_empty();
+        ready
+            && (self.links.contains_key(&endpoint)
+                || !ep.batches_sends()
+                || (!ep.wire_busy && !self.held.iter().any(|(e, _)| *e == endpoint)))
+    }
+
     /// The next output for the host.
     #[must_use]
     pub fn poll_output(&mut self) -> Option<Output<V>> {
@@ -1594,13 +1614,18 @@ impl<V: Payload> Registry<V> {
     /// Puts a request on the endpoint's transport: through its remote link when it has one.
     ///
     /// On an endpoint that batches ([`Endpoint::batches_sends`]) a run goes out at once only
-    /// while the wire is idle (nothing sent since the host's last [`Registry::flush_sends`]
-    /// or since the worker was last heard from): a lone request is never delayed. Later ones
+    /// while the wire is idle (nothing sent since the worker was last heard from, or since
+    /// the host's last [`Registry::flush_sends`], which a host calls when requests are held):
+    /// the first request after a reply is never delayed; a second one sent before the
+    /// worker answers waits for the end of the host's turn. Later ones
     /// are held, in order, and go out together as one batch frame at the host's flush, as
     /// soon as [`wire::BATCH_MAX`] are held, or with the first cancel or input among them (a
     /// cancel or input is never held past the call that made it).
     fn send(&mut self, endpoint: EndpointId, job: JobId, request: WireRequest<V>) {
         if self.links.contains_key(&endpoint) {
+            if let Some(ep) = self.endpoints.get_mut(&endpoint) {
+                ep.frames_sent += 1;
+            }
             self.remote_send(endpoint, job, request);
             return;
         }
