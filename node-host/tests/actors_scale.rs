@@ -705,6 +705,7 @@ fn a_lazy_view_lists_every_child_of_a_parent_read_by_its_ends() {
         .find(|n| n["id"] == "coordinator")
         .unwrap();
     assert_eq!(node["spawned"], json!(want));
+    assert!(node.get("spawnedIncomplete").is_none(), "{node}");
     let tree = s.graph.tree_view();
     let edges: Vec<&str> = tree["edges"]
         .as_array()
@@ -717,6 +718,50 @@ fn a_lazy_view_lists_every_child_of_a_parent_read_by_its_ends() {
     assert_eq!(s.graph.subtree(&coordinator).len(), 400 + 3 + 1);
     // Views change nothing: the parent still holds only the child spawned since the open.
     assert_eq!(s.graph.node("coordinator").unwrap().spawned, held);
+    drop(s);
+    let _ = std::fs::remove_dir_all(&root);
+}
+
+/// When the children a lazy open did not read cannot be read back (the parent's record
+/// changed under the writer), a view says its list is partial (`spawnedIncomplete`) instead
+/// of looking complete.
+#[test]
+fn a_lazy_view_whose_children_cannot_be_read_back_says_so() {
+    let root = generate("lazy-view-partial", 400);
+    let spawn = |id: &str| {
+        let mut s = lazy(&root, &["coordinator"], true);
+        let mut r = SpawnRequest::new("coordinator", NodeType::Task);
+        r.id = Some(id.into());
+        s.graph.spawn(NOW, r).unwrap();
+        s.flush().unwrap();
+        s
+    };
+    drop(spawn("warm-1"));
+    drop(spawn("warm-2"));
+    let s = spawn("seen");
+    assert!(s.graph.opened_trusted());
+    assert_eq!(
+        s.graph.node("coordinator").unwrap().spawned.len(),
+        1,
+        "read by its ends"
+    );
+    let node = |s: &Session| {
+        let view = s.graph.graph_view();
+        view["nodes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|n| n["id"] == "coordinator")
+            .unwrap()
+            .clone()
+    };
+    // The record shrinks under the writer before anything read its elided children back:
+    // they cannot be read back. (Read back whole, a view has no marker: the test above.)
+    std::fs::write(root.join("nodes/coordinator/meta.json"), b"{}").unwrap();
+    let n = node(&s);
+    assert_eq!(n["spawned"], json!(["seen"]), "{n}");
+    assert!(n["spawnedIncomplete"].is_string(), "{n}");
+    assert!(s.graph.children_read("coordinator").unwrap().1.is_some());
     drop(s);
     let _ = std::fs::remove_dir_all(&root);
 }
@@ -750,5 +795,33 @@ fn kept_marks_trade_places_with_their_spare_instead_of_making_an_inode() {
         serde_json::from_slice(&std::fs::read(root.join(MARKS_FILE)).unwrap()).unwrap();
     assert_eq!(marks["v"], 1);
     assert!(lineage_problems(&read_disk(&root)).is_empty());
+    let _ = std::fs::remove_dir_all(&root);
+}
+
+/// A hard link planted where the marks' spare lives (`.weft-marks.json.spare`, overwritten in
+/// place by the next write of the marks) is never written through: the file it names
+/// (outside the root) keeps its bytes, and the marks are written fresh and still used.
+#[test]
+fn a_hard_link_planted_at_the_marks_spare_is_not_written_through() {
+    use weft_host::actors::fs_store::{MARKS_FILE, MARKS_SPARE};
+    let root = generate("marks-spare-link", 3);
+    let outside = root.with_extension("outside-file");
+    std::fs::write(&outside, b"keep me").unwrap();
+    for i in 0..3 {
+        let _ = std::fs::remove_file(root.join(MARKS_SPARE));
+        std::fs::hard_link(&outside, root.join(MARKS_SPARE)).unwrap();
+        let mut s = lazy(&root, &["coordinator"], true);
+        let mut r = SpawnRequest::new("coordinator", NodeType::Task);
+        r.id = Some(format!("h-{i}"));
+        s.graph.spawn(NOW, r).unwrap();
+        s.flush().unwrap();
+        drop(s);
+        assert_eq!(std::fs::read(&outside).unwrap(), b"keep me", "write {i}");
+    }
+    let marks: Value =
+        serde_json::from_slice(&std::fs::read(root.join(MARKS_FILE)).unwrap()).unwrap();
+    assert_eq!(marks["v"], 1);
+    assert!(lineage_problems(&read_disk(&root)).is_empty());
+    let _ = std::fs::remove_file(&outside);
     let _ = std::fs::remove_dir_all(&root);
 }

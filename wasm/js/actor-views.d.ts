@@ -11,6 +11,9 @@ export interface ActorNode {
   spawnedBy: string | null;
   /** Children, in spawn order. */
   spawned: string[];
+  /** Present only when a lazily opened graph could not read the node's earlier children back:
+   * why `spawned` lists only those spawned since the open. */
+  spawnedIncomplete?: string;
   status: NodeStatus;
   summary: string;
   /** As written on disk (a contradiction with `status` is diagnosed at open). */

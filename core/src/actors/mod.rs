@@ -834,18 +834,28 @@ impl ActorGraph {
     /// trusted lazy open did not read of the record ([`NodeState::spawned_elided`]) are read
     /// back through the host for this answer, the graph unchanged (O(children) bytes, as a
     /// full open reads); when they cannot be read (the record changed under the writer), the
-    /// ones spawned since the open.
+    /// ones spawned since the open, a partial list: [`children_read`](Self::children_read) says
+    /// so (the views mark such a node `spawnedIncomplete`).
     pub fn children(&self, id: &str) -> Option<std::borrow::Cow<'_, [NodeId]>> {
+        self.children_read(id).map(|(c, _)| c)
+    }
+
+    /// [`children`](Self::children), with why the list is partial (`Some`: the children the
+    /// lazy open did not read could not be read back; only those spawned since are listed).
+    pub fn children_read(
+        &self,
+        id: &str,
+    ) -> Option<(std::borrow::Cow<'_, [NodeId]>, Option<String>)> {
         let (nid, st) = self.nodes.get_key_value(id)?;
         let Some(e) = &st.spawned_elided else {
-            return Some(std::borrow::Cow::Borrowed(&st.meta.spawned));
+            return Some((std::borrow::Cow::Borrowed(&st.meta.spawned), None));
         };
         Some(match e.read(nid) {
             Ok(mut all) => {
                 all.extend(st.meta.spawned.iter().cloned());
-                std::borrow::Cow::Owned(all)
+                (std::borrow::Cow::Owned(all), None)
             }
-            Err(_) => std::borrow::Cow::Borrowed(&st.meta.spawned),
+            Err(why) => (std::borrow::Cow::Borrowed(&st.meta.spawned), Some(why)),
         })
     }
 

@@ -331,13 +331,14 @@ impl ActorGraph {
     fn node_json(&self, id: &NodeId) -> Value {
         let st = self.state(id);
         let m = &st.meta;
-        json!({
+        let (spawned, partial) = self.children_read(id.as_str()).unwrap_or_default();
+        let mut v = json!({
             "id": id,
             "type": m.node_type,
             "title": m.title,
             "topic": m.topic,
             "spawnedBy": m.spawned_by,
-            "spawned": self.children(id.as_str()).unwrap_or_default(),
+            "spawned": spawned,
             "status": m.status,
             "summary": m.summary,
             // As written on disk (a contradicting status is diagnosed at open).
@@ -354,7 +355,13 @@ impl ActorGraph {
             "lines": st.lines(),
             "mailboxVersion": st.mailbox.as_ref().map_or(0, |mb| mb.version),
             "persisted": !self.gates.contains_key(id),
-        })
+        });
+        if let Some(why) = partial {
+            // `spawned` (and the edges and tree rows under this node) list only the children
+            // spawned since a lazy open: the others could not be read back.
+            v["spawnedIncomplete"] = json!(why);
+        }
+        v
     }
 
     /// Edges for views: spawn edges, then wait and related edges.

@@ -184,6 +184,94 @@ impl Dir {
             .map(|st| (st.st_dev as u64, st.st_ino as u64)))
     }
 
+    /// The identity (device, inode) of this directory itself (`fstat` of the handle): compared
+    /// with [`ident`](Self::ident) of its name, it says whether the name still leads here.
+    #[allow(clippy::unnecessary_cast)]
+    pub fn own_ident(&self) -> io::Result<(u64, u64)> {
+        use std::os::unix::fs::MetadataExt;
+        let m = self.fd.metadata()?;
+        Ok((m.dev(), m.ino()))
+    }
+
+    /// The identity (device, inode) of the entry at `rel` (components separated by `/`)
+    /// beneath this directory, resolved without following any link and without leaving it;
+    /// `None` when there is no such entry or a link (or `..`) is on the way. One
+    /// `openat2(O_PATH, RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS)` and an `fstat` on Linux (no
+    /// file is opened for reading or writing, so it does not count in [`opens`](Self::opens));
+    /// where `openat2` is missing, a walk of [`dir`](Self::dir) per component and an
+    /// [`ident`](Self::ident) of the last.
+    pub fn ident_beneath(&self, rel: &str) -> io::Result<Option<(u64, u64)>> {
+        // Each component one entry: `..`, `.` or an empty one is not a path of the store's.
+        if rel
+            .split('/')
+            .any(|c| c.is_empty() || c == "." || c == "..")
+        {
+            return Ok(None);
+        }
+        #[cfg(target_os = "linux")]
+        {
+            use std::os::unix::fs::MetadataExt;
+            let c = CString::new(rel)
+                .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "NUL in a path"))?;
+            // SAFETY: `open_how` is plain data; zeroed is its documented initial value.
+            let mut how: libc::open_how = unsafe { std::mem::zeroed() };
+            // No O_NOFOLLOW: with O_PATH it would open a link at the last component as the
+            // link; without it, RESOLVE_NO_SYMLINKS refuses it (ELOOP).
+            how.flags = (libc::O_PATH | libc::O_CLOEXEC) as u64;
+            how.resolve = libc::RESOLVE_BENEATH | libc::RESOLVE_NO_SYMLINKS;
+            // SAFETY: `c` and `how` outlive the call, which only reads them; the fd returned
+            // is owned below.
+            let r = unsafe {
+                libc::syscall(
+                    libc::SYS_openat2,
+                    self.fd.as_raw_fd(),
+                    c.as_ptr(),
+                    &how as *const libc::open_how,
+                    std::mem::size_of::<libc::open_how>(),
+                )
+            };
+            if r >= 0 {
+                // SAFETY: `r` is a fresh descriptor nobody else owns.
+                let f = File::from(unsafe { OwnedFd::from_raw_fd(r as libc::c_int) });
+                let m = f.metadata()?;
+                return Ok((!m.file_type().is_symlink()).then(|| (m.dev(), m.ino())));
+            }
+            let e = io::Error::last_os_error();
+            match e.raw_os_error() {
+                // ENOSYS (older kernel), EPERM (a seccomp filter): the walk below.
+                Some(libc::ENOSYS) | Some(libc::EPERM) => {}
+                // A link on the way (ELOOP), a step out (EXDEV), no entry.
+                Some(libc::ELOOP) | Some(libc::EXDEV) | Some(libc::ENOENT)
+                | Some(libc::ENOTDIR) => return Ok(None),
+                _ => return Err(e),
+            }
+        }
+        self.ident_walk(rel)
+    }
+
+    /// [`ident_beneath`](Self::ident_beneath) without `openat2`: one [`dir`](Self::dir) per
+    /// component, then an `fstatat` of the last.
+    fn ident_walk(&self, rel: &str) -> io::Result<Option<(u64, u64)>> {
+        let parts: Vec<&str> = rel.split('/').collect();
+        let (last, dirs) = parts.split_last().expect("split yields one part");
+        let mut d: Option<Dir> = None;
+        for c in dirs {
+            let next = match d.as_ref().unwrap_or(self).dir(c) {
+                Ok(x) => x,
+                Err(e) if e.kind() == io::ErrorKind::NotFound || is_symlink_error(&e) => {
+                    return Ok(None);
+                }
+                Err(e) => return Err(e),
+            };
+            d = Some(next);
+        }
+        let d = d.as_ref().unwrap_or(self);
+        if d.kind(last)? == Some(Kind::Symlink) {
+            return Ok(None);
+        }
+        d.ident(last)
+    }
+
     /// The [`stamp`] of regular file `name` (not following a link: a link or anything but a
     /// file is `None`, as is no entry), read with one `fstatat`, no open.
     pub fn stamp_of(&self, name: &str) -> io::Result<Option<String>> {
@@ -512,6 +600,30 @@ mod tests {
         );
         assert_eq!(d.stamp_of("link").unwrap(), None);
         assert_eq!(d.stamp_of("absent").unwrap(), None);
+        // A path's identity beneath the root: the same with `openat2` and with the walk;
+        // nothing through a link, nothing past the root.
+        d.dir("sub").unwrap().open("f", Mode::Create).unwrap();
+        let want = {
+            use std::os::unix::fs::MetadataExt;
+            let m = std::fs::symlink_metadata(root.join("sub/f")).unwrap();
+            Some((m.dev(), m.ino()))
+        };
+        for rel in [
+            "sub/f",
+            "dirlink/f",
+            "link",
+            "sub/absent",
+            "../x",
+            "sub/../sub/f",
+        ] {
+            let (a, b) = (
+                d.ident_beneath(rel).ok().flatten(),
+                d.ident_walk(rel).ok().flatten(),
+            );
+            assert_eq!(a, b, "{rel}");
+            assert_eq!(a.is_some(), rel == "sub/f", "{rel}: {a:?}");
+        }
+        assert_eq!(d.ident_beneath("sub/f").unwrap(), want);
         std::fs::remove_dir_all(&root).unwrap();
         std::fs::remove_file(&outside).unwrap();
     }

@@ -178,7 +178,7 @@ fn main() {
 fn refill(store: &FsStore) -> f64 {
     let t = Instant::now();
     while let Some(st) = store.spare_nodes_status() {
-        let ready = st.made.saturating_sub(st.used + st.vanished);
+        let ready = st.made.saturating_sub(st.used + st.vanished + st.discarded);
         if ready >= st.keep as u64 || t.elapsed().as_secs() >= 30 {
             break;
         }
