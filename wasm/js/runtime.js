@@ -76,6 +76,12 @@ export class Runtime {
   #batched = false;
   // A microtask that flushes the requests the core holds for batch frames is queued.
   #flushQueued = false;
+  #queueFlush() {
+    if (!this.#flushQueued) {
+      this.#flushQueued = true;
+      queueMicrotask(this.#flushSends);
+    }
+  }
   #flushSends = () => {
     this.#flushQueued = false;
     if (!this.#reg) return;
@@ -400,6 +406,11 @@ export class Runtime {
         if (calls === this.#calls && this.#extra === null) break;
         batch = undefined;
       }
+    } catch (err) {
+      // Carrying out an output threw: the outputs after it (a `flush` among them) are not
+      // carried out, so the end of this turn flushes whatever the core holds regardless.
+      this.#queueFlush();
+      throw err;
     } finally {
       this.#pumping = false;
     }
@@ -478,6 +489,11 @@ export class Runtime {
       this.#pumpBatched(batch, 1);
       return batch[0];
     }
+    // Inside a pump (a listener submitting) the run is posted only once the listener
+    // returns: the payload is captured now, as postMessage would capture it.
+    if (this.#pumping && payload !== null && (typeof payload === 'object' || typeof payload === 'function')) {
+      payload = structuredClone(payload);
+    }
     try {
       const r = reg.submit(this.#now(), endpoint, payload, options);
       return r.reused ? -r.job : r.job;
@@ -532,10 +548,7 @@ export class Runtime {
         break;
       case 'flush':
         // Requests are held for batch frames: they go out at the end of this turn.
-        if (!this.#flushQueued) {
-          this.#flushQueued = true;
-          queueMicrotask(this.#flushSends);
-        }
+        this.#queueFlush();
         break;
       case 'terminate':
         this.#endpoints.get(o.endpoint)?._terminate();

@@ -52,7 +52,7 @@ export function snapshotPayload(m) {
     for (const k of Object.keys(m)) {
       const v = m[k];
       const tv = typeof v;
-      if ((tv === 'object' && v !== null) || tv === 'function' || tv === 'symbol') return structuredClone(m);
+      if ((tv === 'object' && v !== null) || tv === 'function' || tv === 'symbol' || k === '__proto__') return structuredClone(m);
       c[k] = v;
     }
     return c;
@@ -333,6 +333,8 @@ pub struct JobRegistry {
     pending: Vec<Output<Js>>,
     /// The box of the last worker message read (emptied: it holds no JS value).
     spare_msg: Option<Box<Msg>>,
+    /// A `flush` output was handed out since the last `flushSends`.
+    flush_asked: bool,
 }
 
 impl Default for JobRegistry {
@@ -353,6 +355,7 @@ impl JobRegistry {
             owner_strings: Default::default(),
             pending: Vec::new(),
             spare_msg: None,
+            flush_asked: false,
         }
     }
 
@@ -888,6 +891,7 @@ impl JobRegistry {
     /// output); carry out the outputs next (`pump` / `drainOutputs`).
     #[wasm_bindgen(js_name = flushSends)]
     pub fn flush_sends(&mut self) {
+        self.flush_asked = false;
         self.inner.flush_sends();
     }
 
@@ -1214,12 +1218,13 @@ impl JobRegistry {
     /// `{output: "flush"}` once per turn in which requests are held for a batch frame: the
     /// host then calls `flushSends` before it yields.
     fn flush_output(&mut self) -> Option<JsValue> {
-        // Every pump while requests are held (the output is one frozen object; the runtime
-        // queues one microtask for them): a pump whose carrying-out threw before this output
-        // cannot leave the held requests without a flush.
-        if !self.inner.holds_sends() {
+        // Once until the next `flushSends` (a pump that drains again finds no output and
+        // stops); a runtime whose carrying-out of a batch throws before this output queues the
+        // flush itself (`#pumpBatched`).
+        if self.flush_asked || !self.inner.holds_sends() {
             return None;
         }
+        self.flush_asked = true;
         Some(out_job(5, 0.0, 0, &JsValue::UNDEFINED))
     }
 

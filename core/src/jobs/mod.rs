@@ -1538,9 +1538,13 @@ impl<V: Payload> Registry<V> {
     /// (when it batches) its wire is idle with nothing held. A host whose payloads are
     /// references (the JS binding) snapshots the payload when it would not, so what is sent
     /// is what the caller passed, not what the value became by the time it left. `true` for
-    /// an unknown endpoint (the submit fails anyway, with its own error).
+    /// an unknown endpoint (the submit fails anyway, with its own error) and for a remote
+    /// one (its payloads are JSON text on the wire, written by the link's own rules).
     #[must_use]
     pub fn sends_at_once(&self, endpoint: EndpointId) -> bool {
+        if self.links.contains_key(&endpoint) {
+            return true;
+        }
         let Some(ep) = self.endpoints.get(&endpoint) else {
             return true;
         };
@@ -1548,8 +1552,7 @@ impl<V: Payload> Registry<V> {
             && ep.max_concurrent.is_none_or(|m| ep.running.len() < m)
             && ep.queue.is_empty();
         ready
-            && (self.links.contains_key(&endpoint)
-                || !ep.batches_sends()
+            && (!ep.batches_sends()
                 || (!ep.wire_busy && !self.held.iter().any(|(e, _)| *e == endpoint)))
     }
 
