@@ -3062,6 +3062,43 @@ mod tests {
         fs::remove_dir_all(&root).unwrap();
     }
 
+    /// Performs and acknowledges every batch the graph holds.
+    fn flush_graph(g: &mut weft_core::actors::ActorGraph, store: &mut FsStore) {
+        for b in g.take_batches() {
+            let done = store.perform(&b).unwrap();
+            g.ack(done).unwrap();
+        }
+    }
+
+    /// Spawns the task `id` under the coordinator and flushes its batches.
+    fn spawn_task(g: &mut weft_core::actors::ActorGraph, store: &mut FsStore, id: &str) {
+        let mut r =
+            weft_core::actors::SpawnRequest::new("coordinator", weft_core::actors::NodeType::Task);
+        r.id = Some(id.into());
+        g.spawn(weft_core::Wall::from_ms(2_000), r).unwrap();
+        flush_graph(g, store);
+    }
+
+    /// A fresh writer of `root` keeping `spares` spare node directories (thread mode) and a
+    /// graph initialised on it, its first batches performed.
+    fn writer_with_spares(root: &Path, spares: usize) -> (FsStore, weft_core::actors::ActorGraph) {
+        let _ = fs::remove_dir_all(root);
+        let mut store = FsStore::open_writer(root, Duration::ZERO).unwrap();
+        store.keep_spare_nodes(spares).unwrap();
+        let snap = store.load().unwrap();
+        let t = weft_core::Wall::from_ms(1_000);
+        let mut g = weft_core::actors::ActorGraph::init(
+            weft_core::actors::HarnessConfig::default(),
+            "t:",
+            &snap,
+            t,
+            "t",
+        )
+        .unwrap();
+        flush_graph(&mut g, &mut store);
+        (store, g)
+    }
+
     /// Waits (up to a minute: the spare thread runs on its own) until `done` holds of the spare
     /// names in `.weft/` and the status.
     fn wait_for_spares(
@@ -3091,26 +3128,11 @@ mod tests {
     /// now, where the next spawn uses one.
     #[test]
     fn a_spawn_whose_spares_vanished_builds_its_directory_and_the_thread_makes_them_again() {
-        use weft_core::actors::{ActorGraph, HarnessConfig, NodeType, SpawnRequest};
+        use weft_core::actors::{ActorGraph, HarnessConfig};
         let root = std::env::temp_dir().join(format!("weft-spare-gone-{}", std::process::id()));
-        let _ = fs::remove_dir_all(&root);
-        let mut store = FsStore::open_writer(&root, Duration::ZERO).unwrap();
-        store.keep_spare_nodes(4).unwrap();
-        let snap = store.load().unwrap();
-        let t = weft_core::Wall::from_ms(1_000);
-        let mut g = ActorGraph::init(HarnessConfig::default(), "t:", &snap, t, "t").unwrap();
-        let flush = |g: &mut ActorGraph, store: &mut FsStore| {
-            for b in g.take_batches() {
-                let done = store.perform(&b).unwrap();
-                g.ack(done).unwrap();
-            }
-        };
-        flush(&mut g, &mut store);
+        let (mut store, mut g) = writer_with_spares(&root, 4);
         let spawn = |g: &mut ActorGraph, store: &mut FsStore, id: &str| {
-            let mut r = SpawnRequest::new("coordinator", NodeType::Task);
-            r.id = Some(id.into());
-            g.spawn(weft_core::Wall::from_ms(2_000), r).unwrap();
-            flush(g, store);
+            spawn_task(g, store, id);
             let meta: serde_json::Value = serde_json::from_slice(
                 &fs::read(root.join("nodes").join(id).join("meta.json")).unwrap(),
             )
@@ -3171,7 +3193,13 @@ mod tests {
         assert!(spares_in(&root).is_empty(), "removed on close");
         let mut store = FsStore::open_writer(&root, Duration::ZERO).unwrap();
         let snap = store.load().unwrap();
-        let (g, report) = ActorGraph::open(HarnessConfig::default(), "t:", &snap, t).unwrap();
+        let (g, report) = ActorGraph::open(
+            HarnessConfig::default(),
+            "t:",
+            &snap,
+            weft_core::Wall::from_ms(1_000),
+        )
+        .unwrap();
         assert!(report.diagnostics.is_empty(), "{:?}", report.diagnostics);
         assert!(report.repairs.is_empty(), "{:?}", report.repairs);
         assert_eq!(g.node_ids().len(), 5);
@@ -3250,31 +3278,14 @@ mod tests {
     /// the spares made later, in the `.weft/` the writer made again, are used.
     #[test]
     fn a_moved_staging_directory_is_never_filled_and_its_spares_not_drained() {
-        use weft_core::actors::{ActorGraph, HarnessConfig, NodeType, SpawnRequest};
+        use weft_core::actors::{ActorGraph, HarnessConfig};
         let pid = std::process::id();
         let root = std::env::temp_dir().join(format!("weft-spare-moved-{pid}"));
         let outside = std::env::temp_dir().join(format!("weft-spare-moved-out-{pid}"));
-        let _ = fs::remove_dir_all(&root);
         let _ = fs::remove_dir_all(&outside);
         fs::create_dir_all(&outside).unwrap();
-        let mut store = FsStore::open_writer(&root, Duration::ZERO).unwrap();
-        store.keep_spare_nodes(4).unwrap();
-        let snap = store.load().unwrap();
-        let t = weft_core::Wall::from_ms(1_000);
-        let mut g = ActorGraph::init(HarnessConfig::default(), "t:", &snap, t, "t").unwrap();
-        let flush = |g: &mut ActorGraph, store: &mut FsStore| {
-            for b in g.take_batches() {
-                let done = store.perform(&b).unwrap();
-                g.ack(done).unwrap();
-            }
-        };
-        flush(&mut g, &mut store);
-        let spawn = |g: &mut ActorGraph, store: &mut FsStore, id: &str| {
-            let mut r = SpawnRequest::new("coordinator", NodeType::Task);
-            r.id = Some(id.into());
-            g.spawn(weft_core::Wall::from_ms(2_000), r).unwrap();
-            flush(g, store);
-        };
+        let (mut store, mut g) = writer_with_spares(&root, 4);
+        let spawn = spawn_task;
         let full = |names: &[String], st: &SpareNodesStatus| {
             names.len() == 4 && st.made - st.used - st.vanished - st.discarded == 4
         };
@@ -3300,7 +3311,13 @@ mod tests {
         assert!(spares_in(&root).is_empty(), "removed on close");
         let mut store = FsStore::open_writer(&root, Duration::ZERO).unwrap();
         let snap = store.load().unwrap();
-        let (g, report) = ActorGraph::open(HarnessConfig::default(), "t:", &snap, t).unwrap();
+        let (g, report) = ActorGraph::open(
+            HarnessConfig::default(),
+            "t:",
+            &snap,
+            weft_core::Wall::from_ms(1_000),
+        )
+        .unwrap();
         assert!(report.diagnostics.is_empty(), "{:?}", report.diagnostics);
         assert_eq!(g.node_ids().len(), 4);
         drop(store);
