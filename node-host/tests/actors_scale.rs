@@ -665,6 +665,16 @@ fn kept_marks_still_see_a_missing_spawn_record_and_a_torn_tail() {
     let _ = std::fs::remove_dir_all(&root);
 }
 
+/// A lazy writer of `root` (the coordinator asked for) that spawned the task `id` and flushed.
+fn lazy_spawn(root: &Path, id: &str) -> Session {
+    let mut s = lazy(root, &["coordinator"], true);
+    let mut r = SpawnRequest::new("coordinator", NodeType::Task);
+    r.id = Some(id.into());
+    s.graph.spawn(NOW, r).unwrap();
+    s.flush().unwrap();
+    s
+}
+
 /// A one-shot command's views list every child of a parent whose record a trusted lazy open
 /// read by its ends (only the children spawned since are held in memory): the graph view's
 /// `spawned`, the tree's spawn edges, `children` and `subtree` read the rest back, in spawn
@@ -672,14 +682,7 @@ fn kept_marks_still_see_a_missing_spawn_record_and_a_torn_tail() {
 #[test]
 fn a_lazy_view_lists_every_child_of_a_parent_read_by_its_ends() {
     let root = generate("lazy-view", 400);
-    let spawn = |id: &str| {
-        let mut s = lazy(&root, &["coordinator"], true);
-        let mut r = SpawnRequest::new("coordinator", NodeType::Task);
-        r.id = Some(id.into());
-        s.graph.spawn(NOW, r).unwrap();
-        s.flush().unwrap();
-        s
-    };
+    let spawn = |id: &str| lazy_spawn(&root, id);
     // The first spawn rewrites the generated records canonically, the second is trusted.
     drop(spawn("warm-1"));
     drop(spawn("warm-2"));
@@ -728,14 +731,7 @@ fn a_lazy_view_lists_every_child_of_a_parent_read_by_its_ends() {
 #[test]
 fn a_lazy_view_whose_children_cannot_be_read_back_says_so() {
     let root = generate("lazy-view-partial", 400);
-    let spawn = |id: &str| {
-        let mut s = lazy(&root, &["coordinator"], true);
-        let mut r = SpawnRequest::new("coordinator", NodeType::Task);
-        r.id = Some(id.into());
-        s.graph.spawn(NOW, r).unwrap();
-        s.flush().unwrap();
-        s
-    };
+    let spawn = |id: &str| lazy_spawn(&root, id);
     drop(spawn("warm-1"));
     drop(spawn("warm-2"));
     let s = spawn("seen");
