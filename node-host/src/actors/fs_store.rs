@@ -3079,6 +3079,26 @@ mod tests {
         flush_graph(g, store);
     }
 
+    /// A writer of `root` opened again and the graph (with its open report) read from it.
+    fn reopened(
+        root: &Path,
+    ) -> (
+        FsStore,
+        weft_core::actors::ActorGraph,
+        weft_core::actors::OpenReport,
+    ) {
+        let mut store = FsStore::open_writer(root, Duration::ZERO).unwrap();
+        let snap = store.load().unwrap();
+        let (g, report) = weft_core::actors::ActorGraph::open(
+            weft_core::actors::HarnessConfig::default(),
+            "t:",
+            &snap,
+            weft_core::Wall::from_ms(1_000),
+        )
+        .unwrap();
+        (store, g, report)
+    }
+
     /// A fresh writer of `root` keeping `spares` spare node directories (thread mode) and a
     /// graph initialised on it, its first batches performed.
     fn writer_with_spares(root: &Path, spares: usize) -> (FsStore, weft_core::actors::ActorGraph) {
@@ -3128,7 +3148,7 @@ mod tests {
     /// now, where the next spawn uses one.
     #[test]
     fn a_spawn_whose_spares_vanished_builds_its_directory_and_the_thread_makes_them_again() {
-        use weft_core::actors::{ActorGraph, HarnessConfig};
+        use weft_core::actors::ActorGraph;
         let root = std::env::temp_dir().join(format!("weft-spare-gone-{}", std::process::id()));
         let (mut store, mut g) = writer_with_spares(&root, 4);
         let spawn = |g: &mut ActorGraph, store: &mut FsStore, id: &str| {
@@ -3191,15 +3211,7 @@ mod tests {
         assert_eq!(ident(&root.join("nodes/d")), oldest, "d is the spare");
         drop(store);
         assert!(spares_in(&root).is_empty(), "removed on close");
-        let mut store = FsStore::open_writer(&root, Duration::ZERO).unwrap();
-        let snap = store.load().unwrap();
-        let (g, report) = ActorGraph::open(
-            HarnessConfig::default(),
-            "t:",
-            &snap,
-            weft_core::Wall::from_ms(1_000),
-        )
-        .unwrap();
+        let (store, g, report) = reopened(&root);
         assert!(report.diagnostics.is_empty(), "{:?}", report.diagnostics);
         assert!(report.repairs.is_empty(), "{:?}", report.repairs);
         assert_eq!(g.node_ids().len(), 5);
@@ -3278,7 +3290,6 @@ mod tests {
     /// the spares made later, in the `.weft/` the writer made again, are used.
     #[test]
     fn a_moved_staging_directory_is_never_filled_and_its_spares_not_drained() {
-        use weft_core::actors::{ActorGraph, HarnessConfig};
         let pid = std::process::id();
         let root = std::env::temp_dir().join(format!("weft-spare-moved-{pid}"));
         let outside = std::env::temp_dir().join(format!("weft-spare-moved-out-{pid}"));
@@ -3309,15 +3320,7 @@ mod tests {
         drop(store);
         assert_eq!(in_moved(), 4, "nothing outside the root touched on close");
         assert!(spares_in(&root).is_empty(), "removed on close");
-        let mut store = FsStore::open_writer(&root, Duration::ZERO).unwrap();
-        let snap = store.load().unwrap();
-        let (g, report) = ActorGraph::open(
-            HarnessConfig::default(),
-            "t:",
-            &snap,
-            weft_core::Wall::from_ms(1_000),
-        )
-        .unwrap();
+        let (store, g, report) = reopened(&root);
         assert!(report.diagnostics.is_empty(), "{:?}", report.diagnostics);
         assert_eq!(g.node_ids().len(), 4);
         drop(store);
