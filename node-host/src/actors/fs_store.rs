@@ -1614,15 +1614,20 @@ impl FsStore {
     ) -> Result<(), ActorsError> {
         let staging = self.make_dir(STAGING_DIR, dirty)?;
         let rel = join(STAGING_DIR, staged);
-        if staging
-            .kind(staged)
-            .map_err(|e| io("stat", &rel, e))?
-            .is_some()
-        {
-            staging
-                .remove_tree(staged)
-                .map_err(|e| io("remove", &rel, e))?;
-        }
+        // Whatever an earlier attempt left under the staged name goes first.
+        let clear_staged = |staging: &Dir| -> Result<(), ActorsError> {
+            if staging
+                .kind(staged)
+                .map_err(|e| io("stat", &rel, e))?
+                .is_some()
+            {
+                staging
+                    .remove_tree(staged)
+                    .map_err(|e| io("remove", &rel, e))?;
+            }
+            Ok(())
+        };
+        clear_staged(&staging)?;
         let fits = init.len() == SPARE_NODE_FILES.len()
             && SPARE_NODE_FILES
                 .iter()
@@ -1658,15 +1663,7 @@ impl FsStore {
                         sp.after_vanished(&staging);
                     }
                     checked = true;
-                    if staging
-                        .kind(staged)
-                        .map_err(|e| io("stat", &rel, e))?
-                        .is_some()
-                    {
-                        staging
-                            .remove_tree(staged)
-                            .map_err(|e| io("remove", &rel, e))?;
-                    }
+                    clear_staged(&staging)?;
                 }
                 Err(e) => return Err(io("write", &rel, e)),
             }
