@@ -1,13 +1,16 @@
 #!/usr/bin/env bash
-# Builds the JS package `weft` into wasm/pkg: four release WebAssembly modules of weft-wasm
+# Builds the JS package `weft` into wasm/pkg: five release WebAssembly modules of weft-wasm
 # (profile wasm-release: lto, opt-level "s"), one per feature, with their wasm-bindgen glue
 # (--target web, which also loads in Node via initSync; no generated typings: the public
-# types are wasm/js/*.d.ts), and the hand-written runtime in wasm/js, the JS minified. `weft` loads
-# weft_wasm_bg.wasm (jobs, agent sessions, ops); weft_frames_bg.wasm, weft_actors_bg.wasm and
-# weft_models_bg.wasm (the model providers' codecs) are loaded on first use (see
-# wasm/js/lazy.js). Prints every module's size raw and gzipped, the package without the lazily
-# loaded .wasm files (what a page that imports `weft` and never touches frames, actors or a
-# model downloads, at most) and the whole package, gzipped.
+# types are wasm/js/*.d.ts), and the hand-written runtime in wasm/js, the JS minified. `weft` in
+# a browser loads weft_jobs_bg.wasm (the job registry alone); weft_apps_bg.wasm (the registry,
+# agent sessions, ops: `weft/apps`, `loadApps()`, and `weft` in Node), weft_frames_bg.wasm,
+# weft_actors_bg.wasm and weft_models_bg.wasm (the model providers' codecs) are loaded on first
+# use (see wasm/js/lazy.js, wasm/js/apps.js). Prints every module's size raw and gzipped, what a
+# browser downloads for `import 'weft'` (a page that never touches apps, frames, actors or a
+# model) and for `import 'weft/apps'`, and the whole package, gzipped; fails if `weft`'s static
+# import graph reaches the apps module or `weft/apps`'s reaches the jobs-only module (the
+# checks run on wasm/pkg.tmp: a failing build leaves the previous wasm/pkg in place).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
@@ -15,9 +18,9 @@ target_dir=$(cargo metadata --format-version 1 --no-deps | python3 -c 'import js
 out="$root/wasm/pkg"
 rm -rf "$out.tmp" "$out.parts"
 mkdir -p "$out.tmp" "$out.parts"
-# feature:glue name. The four builds share weft-core's compiled crates; each links only
-# what its bindings reach.
-for module in jobs:weft_wasm frames:weft_frames actors:weft_actors models:weft_models; do
+# feature:glue name. The five builds share weft-core's compiled crates; each links only
+# what its bindings reach (`apps` enables `jobs`).
+for module in jobs:weft_jobs apps:weft_apps frames:weft_frames actors:weft_actors models:weft_models; do
   feature=${module%%:*}
   name=${module#*:}
   cargo build -p weft-wasm --target wasm32-unknown-unknown --profile wasm-release \
@@ -50,36 +53,51 @@ if [ ! -x "$esbuild" ]; then
 fi
 find "$out.tmp" -name '*.js' -o -name '*.mjs' | xargs "$esbuild" --minify-whitespace --minify-syntax \
   --format=esm --target=es2022 --log-level=error --allow-overwrite --outbase="$out.tmp" --outdir="$out.tmp"
-rm -rf "$out"
-mv "$out.tmp" "$out"
-# Every module, raw and gzipped; what a browser downloads for `import 'weft'` (the entry's
-# static import graph and the job module, each file gzipped on its own, as HTTP serves them);
-# the whole package (every file, one gzip stream).
-python3 - "$out" <<'PY'
+# Every module, raw and gzipped; what a browser downloads for `import 'weft'` and for
+# `import 'weft/apps'` (the entry's static import graph and the module it loads at import, each
+# file gzipped on its own, as HTTP serves them); the whole package (every file, one gzip stream).
+python3 - "$out.tmp" <<'PY'
 import gzip, os, re, sys, tarfile, io
 out = sys.argv[1]
 gz = lambda b: len(gzip.compress(b, 9))
 read = lambda f: open(os.path.join(out, f), 'rb').read()
 parts = []
-for name in ('weft_wasm', 'weft_frames', 'weft_actors', 'weft_models'):
+for name in ('weft_jobs', 'weft_apps', 'weft_frames', 'weft_actors', 'weft_models'):
     b = read(name + '_bg.wasm')
     parts.append(f'{name}_bg.wasm {len(b)} bytes raw, {gz(b)} gzipped')
-seen, todo = set(), ['index.js']
-while todo:
-    f = os.path.normpath(todo.pop())
-    if f in seen:
-        continue
-    seen.add(f)
-    text = read(f).decode()
-    # static imports and re-exports at a statement's start (minified: after `;` or `}`), not
-    # `import('./x')`, which loads on first use
-    for m in re.finditer(r"""(?:^|[\n;}])\s*(?:import|export)\b(?!\s*\()[^'";()]*?['"](\./[^'"]+)['"]""", text):
-        todo.append(os.path.join(os.path.dirname(f), m.group(1)))
-seen.add('weft_wasm_bg.wasm')
-weft = sum(gz(read(f)) for f in seen)
+
+def graph(entry):
+    seen, todo = set(), [entry]
+    while todo:
+        f = os.path.normpath(todo.pop())
+        if f in seen:
+            continue
+        seen.add(f)
+        text = read(f).decode()
+        # static imports and re-exports at a statement's start (minified: after `;` or `}`), not
+        # `import('./x')`, which loads on first use
+        for m in re.finditer(r"""(?:^|[\n;}])\s*(?:import|export)\b(?!\s*\()[^'";()]*?['"](\./[^'"]+)['"]""", text):
+            todo.append(os.path.join(os.path.dirname(f), m.group(1)))
+    return seen
+
+weft = graph('index.js')
+if weft & {'weft_apps.js', 'ops.js', 'agent.js'}:
+    sys.exit(f"wasm/build.sh: import 'weft' statically reaches the apps module: {sorted(weft & {'weft_apps.js', 'ops.js', 'agent.js'})}")
+weft.add('weft_jobs_bg.wasm')
+apps = graph('entry-apps.js')
+# Neither the jobs-only glue nor its .wasm (a `new URL('./weft_jobs_bg.wasm', ...)` in a module
+# the entry imports is fetched at import).
+jobs = sorted(f for f in apps if f == 'weft_jobs.js' or b'weft_jobs_bg.wasm' in read(f))
+if jobs:
+    sys.exit(f"wasm/build.sh: import 'weft/apps' statically reaches the jobs-only module: {jobs}")
+apps.add('weft_apps_bg.wasm')
+size = lambda files: sum(gz(read(f)) for f in files)
 buf = io.BytesIO()
 with tarfile.open(fileobj=buf, mode='w') as t:
     t.add(out, arcname='.')
-print(f"wasm/pkg: {'; '.join(parts)}; import 'weft' in a browser {weft} bytes gzipped "
-      f"({len(seen)} files); whole package {gz(buf.getvalue())} bytes gzipped")
+print(f"wasm/pkg: {'; '.join(parts)}")
+print(f"wasm/pkg: what a browser downloads for import 'weft' {size(weft)} bytes gzipped ({len(weft)} files); "
+      f"for import 'weft/apps' {size(apps)} bytes gzipped ({len(apps)} files); whole package {gz(buf.getvalue())} bytes gzipped")
 PY
+rm -rf "$out"
+mv "$out.tmp" "$out"

@@ -81,6 +81,11 @@ pub enum HostError {
     /// `weft chat`: the turn reached the session's step limit.
     #[error("the turn reached the step limit")]
     ChatTurnStepLimit,
+    /// A browser runtime created before the apps module was loaded was given to an agent: its
+    /// job registry is in the jobs-only module, an agent's session in the apps module. Loading
+    /// does not change it; a runtime created after the load is needed.
+    #[error("the runtime was created before the apps module was loaded")]
+    RuntimeWithoutApps,
 }
 
 impl HostError {
@@ -107,6 +112,7 @@ impl HostError {
         HostError::ChatTurnWaiting,
         HostError::ChatNoTurn,
         HostError::ChatTurnStepLimit,
+        HostError::RuntimeWithoutApps,
     ];
 
     /// The stable string code, as JS `.code` and HTTP problem `code`.
@@ -133,6 +139,7 @@ impl HostError {
             HostError::ChatTurnWaiting => "CHAT_TURN_WAITING",
             HostError::ChatNoTurn => "CHAT_NO_TURN",
             HostError::ChatTurnStepLimit => "CHAT_TURN_STEP_LIMIT",
+            HostError::RuntimeWithoutApps => "RUNTIME_WITHOUT_APPS",
         }
     }
 
@@ -258,6 +265,7 @@ pub const ALL: &[&str] = &[
     "REMOTE_DISCONNECTED",
     "REUSE_CONFLICT",
     "ROUTING_PAUSED",
+    "RUNTIME_WITHOUT_APPS",
     "SCHEMA_UNSUPPORTED",
     "SCOPES_NOT_LOCKED",
     "SCRIPT_EXHAUSTED",
@@ -427,7 +435,8 @@ mod tests {
                 | HostError::Panic
                 | HostError::ChatTurnWaiting
                 | HostError::ChatNoTurn
-                | HostError::ChatTurnStepLimit => {}
+                | HostError::ChatTurnStepLimit
+                | HostError::RuntimeWithoutApps => {}
             }
         }
     }

@@ -6,5 +6,5 @@ export default defineConfig({
   // The weft package uses top-level await to instantiate its wasm module.
   build: { target: 'es2022', outDir: 'dist', emptyOutDir: true },
   worker: { format: 'es' },
-  optimizeDeps: { exclude: ['weft'] },
+  optimizeDeps: { exclude: ['weft', 'weft/apps'] },
 });

@@ -27,7 +27,8 @@ export function appTools(app, { by = 'agent' } = {}) {
  * `payload(args)` (default: the arguments) is submitted with the agent's owner and the call's
  * origin; the call returns `{job}` at once, the job outlives the call and the turn, its
  * milestones are recorded in the node's `jobs.jsonl` and its completion note becomes a
- * `mail` line admitted at the next turn start. Give the agent the endpoint's `runtime`.
+ * `mail` line admitted at the next turn start. Give the agent the endpoint's `runtime`: an
+ * agent of another runtime refuses the call (`ctx.submitJob`: INVALID_ARGUMENT, no job).
  */
 export function jobTool({ name, description = '', parameters = { type: 'object' }, endpoint, payload = (args) => args, options, supportsParallel = false }) {
   if (!endpoint || typeof endpoint.submit !== 'function') throw new WeftError('INVALID_ARGUMENT', '`endpoint` must be a runtime endpoint');

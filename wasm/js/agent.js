@@ -2,9 +2,9 @@
 // model call, abort controllers and the timer; the core decides which calls overlap, what an
 // interrupt reports, and when mail (job notes, observations, late results) becomes model input.
 
-import { AgentSession } from './weft_wasm.js';
+import { AgentSession } from './weft_apps.js';
 import { Deadline, WeftError } from './runtime.js';
-import { DISPOSED, CLOSED, ABORTED, ANSWERED, SCRIPT_EXHAUSTED } from './codes.js';
+import { DISPOSED, CLOSED, ABORTED, ANSWERED } from './codes.js';
 import { Waiters } from './waiters.js';
 
 /** Creates an agent session on `runtime` (whose jobs its tools may start). */
@@ -12,34 +12,23 @@ export function createAgent(runtime, options = {}) {
   return new Agent(runtime, options);
 }
 
-/**
- * A deterministic model for tests and examples: answers each step with the next response of
- * the script (an object `{text, calls}` or a function of the request returning one). Once the
- * script is exhausted, steps fail with SCRIPT_EXHAUSTED. `model.requests` records what each
- * step was shown.
- */
-export function scriptedModel(responses = []) {
-  const queue = [...responses];
-  const requests = [];
-  const model = async (request) => {
-    requests.push({
-      turn: request.turn,
-      step: request.step,
-      messages: request.messages.length,
-      tools: request.tools.map((t) => t.name),
-      toolsVersion: request.toolsVersion,
-    });
-    if (queue.length === 0) throw new WeftError(SCRIPT_EXHAUSTED, 'the model script is exhausted');
-    const next = queue.shift();
-    return typeof next === 'function' ? next(request) : next;
-  };
-  model.requests = requests;
-  model.push = (...more) => queue.push(...more);
-  model.remaining = () => queue.length;
-  return model;
-}
-
 const isAbort = (err, signal) => signal.aborted;
+
+/**
+ * The id of `endpoint` (an Endpoint of `rt`, or an id of one) in `rt`'s registry. Ids are
+ * numbered per runtime from 1, so another runtime's endpoint would name one of `rt`'s own: it is
+ * refused (`INVALID_ARGUMENT`), not resolved by its id.
+ */
+function endpointId(rt, endpoint) {
+  if (typeof endpoint === 'number') return endpoint;
+  if (endpoint != null && endpoint._runtime === rt) return endpoint.id;
+  throw new WeftError(
+    'INVALID_ARGUMENT',
+    endpoint?._runtime
+      ? "`endpoint` belongs to another runtime than the agent's: open it on the agent's runtime"
+      : "`endpoint` must be an endpoint of the agent's runtime (or its id)",
+  );
+}
 
 /** The controller of calls that can never be aborted (tools not declared safe to cancel). */
 const NEVER = new AbortController();
@@ -478,7 +467,8 @@ export class Agent {
        * completion note comes to the agent's mailbox. Returns the runtime's Job handle.
        */
       submitJob: (endpoint, payload, options = {}) => {
-        const id = rt._call((reg, now) => reg.submitAgentJob(now, s, inv, endpoint.id ?? endpoint, payload, options));
+        const ep = endpointId(rt, endpoint);
+        const id = rt._call((reg, now) => reg.submitAgentJob(now, s, inv, ep, payload, options));
         this.#pump();
         return rt.job(id);
       },

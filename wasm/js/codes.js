@@ -44,3 +44,5 @@ export const CHAT_TURN_WAITING = 'CHAT_TURN_WAITING';
 export const CHAT_NO_TURN = 'CHAT_NO_TURN';
 /** the turn reached the step limit */
 export const CHAT_TURN_STEP_LIMIT = 'CHAT_TURN_STEP_LIMIT';
+/** the runtime was created before the apps module was loaded */
+export const RUNTIME_WITHOUT_APPS = 'RUNTIME_WITHOUT_APPS';

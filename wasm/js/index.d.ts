@@ -306,8 +306,22 @@ export class Runtime {
 
 export function createRuntime(options?: { now?: () => number; firstJobId?: number }): Runtime;
 
-/** Bytes of wasm linear memory in use by the core (it grows, never shrinks). */
+/** Bytes of wasm linear memory in use by the job registries (it grows, never shrinks): in a
+ * browser the jobs-only module's and, once loaded, the apps module's. */
 export function wasmMemoryBytes(): number;
+
+/**
+ * Loads the apps module (once): the WebAssembly module of the ops app and agent sessions, which
+ * holds the job registry too. In a browser `import 'weft'` loads only the jobs-only module, and
+ * `createApp`, `createClaims`, `createAgent` and `validateToolArguments` throw `NOT_LOADED`
+ * until this resolves (importing `weft/apps` has done it), and the classes `App`, `Operation`,
+ * `Claims` and `Agent` are `undefined` (for `instanceof`). Runtimes created afterwards run on
+ * the apps module's registry; one created before keeps running jobs but cannot host an agent
+ * (`createAgent` throws `RUNTIME_WITHOUT_APPS`, which loading does not cure: create the runtime
+ * after the load). In Node the apps
+ * module is loaded with `weft`: this resolves at once.
+ */
+export function loadApps(): Promise<void>;
 
 // ----- operations: change published controls, observe the consequences ----------------------
 
@@ -461,6 +475,13 @@ export interface ToolDefinition {
   inputSchema: Record<string, unknown>;
 }
 
+/**
+ * An observation of an app's operation (`App.observe`, `App.tools`): its outcome and waits.
+ *
+ * In a browser `weft` exports `Operation` as `undefined` until `loadApps()` resolves (or
+ * `weft/apps` is imported): `x instanceof Operation` throws a TypeError before that. Node and
+ * `weft/apps` export the class at once.
+ */
 export class Operation<R = unknown> {
   readonly id: number;
   readonly outcome: OpOutcome<R> | null;
@@ -476,6 +497,13 @@ export class Operation<R = unknown> {
   hostAsJob(options?: { owner?: string; origin?: Origin; toolCall?: string }): Job<HostedOpValue>;
 }
 
+/**
+ * An ops app (`createApp`): published controls and derived cells over a job runtime.
+ *
+ * In a browser `weft` exports `App` as `undefined` until `loadApps()` resolves (or
+ * `weft/apps` is imported): `x instanceof App` throws a TypeError before that. Node and
+ * `weft/apps` export the class at once.
+ */
 export class App {
   readonly runtime: Runtime;
   readonly revision: number;
@@ -536,6 +564,7 @@ export interface Retention {
   writes?: number;
 }
 
+/** An ops app (in a browser: `NOT_LOADED` before `loadApps()` / `import 'weft/apps'`). */
 export function createApp(options?: { now?: () => number; instance?: number; firstOp?: number; firstJobId?: number; retention?: Retention }): App;
 
 /** The value of a hosted operation's job: the operation's outcome record. */
@@ -564,6 +593,10 @@ export interface ClaimState<D = unknown> {
  * until the desire changes or `retry`. Desires are compared as JSON values. Idle claims
  * (nothing desired, held or in flight) are kept for inspection up to 256; the longest idle
  * beyond that are forgotten (their state then reads `{ phase: 'idle' }`, as a name never used).
+ *
+ * In a browser `weft` exports `Claims` as `undefined` until `loadApps()` resolves (or
+ * `weft/apps` is imported): `x instanceof Claims` throws a TypeError before that. Node and
+ * `weft/apps` export the class at once.
  */
 export class Claims<D = unknown, R = unknown> {
   /** Sets what should exist now (`null`: nothing); an equal desire changes nothing. */
@@ -580,6 +613,7 @@ export class Claims<D = unknown, R = unknown> {
   dispose(): void;
 }
 
+/** A claims board (in a browser: `NOT_LOADED` before `loadApps()` / `import 'weft/apps'`). */
 export function createClaims<D = unknown, R = unknown>(options: {
   acquire: (desire: D, info: { claim: string; attempt: number }) => R | Promise<R>;
   release: (resource: R, info: { claim: string; attempt: number; desire: D }) => unknown;
@@ -614,7 +648,8 @@ export interface ToolCallContext {
   /** `{thread, turn, toolCall}` of this call. */
   readonly origin: Origin;
   /** Starts a job owned by the agent with this call as its origin (tools declared
-   * `mayStartJob` only). The job outlives the call and the turn. */
+   * `mayStartJob` only). The job outlives the call and the turn. `endpoint` is an endpoint of
+   * the agent's runtime or its id; another runtime's endpoint is refused (INVALID_ARGUMENT). */
   submitJob<T = unknown>(endpoint: Endpoint | number, payload: unknown, options?: { wake?: boolean; note?: boolean; reuseKey?: string }): Job<T>;
 }
 
@@ -813,7 +848,13 @@ export interface AgentOptions {
   maxSteps?: number;
 }
 
-/** One agent session: one authoritative turn state machine. */
+/**
+ * One agent session: one authoritative turn state machine (`createAgent`).
+ *
+ * In a browser `weft` exports `Agent` as `undefined` until `loadApps()` resolves (or
+ * `weft/apps` is imported): `x instanceof Agent` throws a TypeError before that. Node and
+ * `weft/apps` export the class at once.
+ */
 export class Agent {
   readonly id: string;
   readonly phase: AgentPhase;
@@ -852,6 +893,9 @@ export class Agent {
   dispose(): void;
 }
 
+/** An agent session on `runtime`. In a browser `NOT_LOADED` before `loadApps()` / `import
+ * 'weft/apps'`, and `RUNTIME_WITHOUT_APPS` for a runtime created before the load (its registry
+ * is in the jobs-only module; create the runtime after the load). */
 export function createAgent(runtime: Runtime, options?: AgentOptions): Agent;
 
 /** A deterministic model answering with `responses` in order (then SCRIPT_EXHAUSTED). */
@@ -863,7 +907,8 @@ export function scriptedModel(
   remaining(): number;
 };
 
-/** Validates arguments with weft's schema rules: `{ok, errors}` (INVALID_SCHEMA if unsupported). */
+/** Validates arguments with weft's schema rules: `{ok, errors}` (INVALID_SCHEMA if unsupported;
+ * in a browser `NOT_LOADED` before `loadApps()` / `import 'weft/apps'`). */
 export function validateToolArguments(schema: Record<string, unknown>, args: unknown): { ok: boolean; errors: string[] };
 
 // ---- Decision frames (DGP 0.1) -------------------------------------------------------------
@@ -1058,7 +1103,7 @@ export interface NodeToolContext {
    * Starts a background job on `endpoint` (of the agent's `runtime`) for this call; the tool
    * must declare `mayStartJob`. The job outlives the call and the turn: a `job` line, its
    * milestones in the node's `jobs.jsonl`, its completion note a `mail` line admitted at the
-   * next turn start.
+   * next turn start. `endpoint` must be of the agent's runtime (else INVALID_ARGUMENT).
    */
   submitJob<T = unknown>(endpoint: Endpoint, payload: unknown, options?: Omit<SubmitOptions, 'owner' | 'origin'>): Job<T>;
 }
@@ -1085,7 +1130,8 @@ export function appTools(app: App, options?: { by?: string }): NodeAgentTool[];
 
 /**
  * A host tool whose call starts a job on `endpoint` (`payload(args)`, default the arguments)
- * and returns `{job, state}` at once.
+ * and returns `{job, state}` at once. Give the agent the endpoint's runtime: a call on an
+ * agent of another runtime fails with INVALID_ARGUMENT and starts no job.
  */
 export function jobTool(options: {
   name: string;

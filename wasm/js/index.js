@@ -1,6 +1,11 @@
-// The weft package for browsers (and any environment with a DOM-style `Worker`).
-import init from './weft_wasm.js';
-import { setWorkerFactory } from './runtime.js';
+// The weft package for browsers (and any environment with a DOM-style `Worker`). It loads the
+// jobs-only WebAssembly module (weft_jobs_bg.wasm: the job registry); the ops app and agent
+// sessions are in the apps module, loaded by `await loadApps()` or `import 'weft/apps'` (see
+// apps.js); frames, actors and models load on first use (lazy.js).
+import init, { JobRegistry } from './weft_jobs.js';
+import { setRegistryClass } from './runtime.js';
+import { appsLoaded, setJobsModule } from './apps.js';
+import './dom-worker.js';
 // The leaves of the module graph, named here too so that a browser fetches them in the same
 // round as the modules above instead of one round later (start-up: fewer sequential fetches).
 import './error.js';
@@ -8,35 +13,14 @@ import './codes.js';
 import './waiters.js';
 import './lazy.js';
 
-const wasm = await init({ module_or_path: new URL('./weft_wasm_bg.wasm', import.meta.url) });
-
-/** Bytes of wasm linear memory in use by the core (it grows, never shrinks). */
-export function wasmMemoryBytes() {
-  return wasm.memory.buffer.byteLength;
-}
-
-/** The DOM Worker transport: an uncaught error terminates the Worker (its runs are lost). */
-setWorkerFactory((specifier, options = {}) => (h) => {
-  const w =
-    typeof Worker !== 'undefined' && specifier instanceof Worker
-      ? specifier
-      : new Worker(specifier, { type: options.type ?? 'module', name: options.name });
-  w.addEventListener('message', (e) => h.message(e.data));
-  w.addEventListener('messageerror', () => h.undecodable('messageerror: the message could not be deserialized'));
-  w.addEventListener('error', (e) => {
-    e.preventDefault?.();
-    w.terminate();
-    const where = e.filename ? ` (${e.filename}:${e.lineno})` : '';
-    h.closed(`worker threw an uncaught error: ${e.message ?? 'unknown error'}${where}; terminated`);
-  });
-  return { post: (m) => w.postMessage(m), terminate: () => w.terminate() };
-});
+setJobsModule(await init({ module_or_path: new URL('./weft_jobs_bg.wasm', import.meta.url) }));
+// `weft/apps` may have been evaluated first: its registry (the apps module's) then stays.
+if (!appsLoaded()) setRegistryClass(JobRegistry);
 
 export { createRuntime, Runtime, Endpoint, Job, WeftError } from './runtime.js';
 export { openActorStore, deleteActorStore, ActorStore, loadActors } from './actors.js';
 export { appTools, jobTool } from './agent-tools.js';
-export { createApp, App, Operation, createClaims, Claims } from './ops.js';
-export { createAgent, Agent, scriptedModel } from './agent.js';
+export { createApp, App, Operation, createClaims, Claims, createAgent, Agent, validateToolArguments, loadApps, wasmMemoryBytes } from './apps.js';
+export { scriptedModel } from './scripted-model.js';
 export { openaiModel, anthropicModel, builtinModel, resolveModel, loadModels } from './models.js';
-export { validateToolArguments } from './weft_wasm.js';
 export { createFramesEngine, FramesEngine, evidenceFor, loadFrames } from './frames.js';

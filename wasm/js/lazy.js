@@ -1,10 +1,12 @@
-// The lazily loaded WebAssembly modules of the package. `weft` itself loads only the job
-// registry, agent sessions and the ops app (weft_wasm_bg.wasm); the DGP engine
-// (weft_frames_bg.wasm) and the actor graph (weft_actors_bg.wasm) share no Rust state with it
-// and are loaded the first time they are needed: by importing `weft/frames` / `weft/actors`,
-// by the async entry points (`openActorStore`, `loadFrames`, `loadActors`), or, in Node,
-// synchronously on the first call (frames; the others' first use is async). In browsers their
-// wasm-bindgen glue is imported on demand too, so a page that never uses them fetches neither.
+// The lazily loaded WebAssembly modules of the package. `weft` in a browser loads only the job
+// registry (weft_jobs_bg.wasm); the apps module (weft_apps_bg.wasm: the registry again, agent
+// sessions and the ops app, see apps.js), the DGP engine (weft_frames_bg.wasm) and the actor
+// graph (weft_actors_bg.wasm) are loaded the first time they are needed: by importing
+// `weft/apps` / `weft/frames` / `weft/actors`, by the async entry points (`loadApps`,
+// `openActorStore`, `loadFrames`, `loadActors`), or, in Node, synchronously on the first call
+// (frames; Node's `weft` loads the apps module at import; the others' first use is async). In
+// browsers their wasm-bindgen glue is imported on demand too, so a page that never uses them
+// fetches neither.
 
 let readSync = null;
 const glues = new Map();
@@ -26,11 +28,12 @@ export function setSyncLoading(read, modules) {
  */
 export function lazyModule(name, url, importGlue) {
   let glue = null;
+  let exports = null;
   let loading = null;
   const loadSync = () => {
     if (!glue && readSync && glues.has(name)) {
       const g = glues.get(name);
-      g.initSync({ module: readSync(url) });
+      exports = g.initSync({ module: readSync(url) });
       glue = g;
     }
     return glue;
@@ -38,13 +41,14 @@ export function lazyModule(name, url, importGlue) {
   return {
     /** The loaded glue; loads it now if the host can read synchronously (Node); else null. */
     loadSync,
+    /** Bytes of the module's linear memory once it is loaded; else 0. */
+    memoryBytes: () => exports?.memory.buffer.byteLength ?? 0,
     /** Loads the module (once); resolves with its glue. */
     load() {
       if (glue || loadSync()) return Promise.resolve(glue);
       loading ??= importGlue()
         .then(async (g) => {
-          if (readSync) g.initSync({ module: readSync(url) });
-          else await g.default({ module_or_path: url });
+          exports = readSync ? g.initSync({ module: readSync(url) }) : await g.default({ module_or_path: url });
           glue = g;
           return g;
         })

@@ -312,6 +312,8 @@ export class NodeAgent {
     if (!rt) throw new WeftError(NO_RUNTIME, 'this agent has no job runtime: open it with `runtime` (or `app`)');
     if (tool.mayStartJob !== true) throw new WeftError('JOB_NOT_DECLARED', `tool \`${tool.name}\` does not declare mayStartJob`);
     if (!endpoint || typeof endpoint.submit !== 'function') throw new WeftError('INVALID_ARGUMENT', '`endpoint` must be an endpoint of the runtime');
+    // Its job would run on its own runtime, whose notes never reach this agent's mailbox.
+    if (endpoint._runtime !== rt) throw new WeftError('INVALID_ARGUMENT', "`endpoint` belongs to another runtime than the agent's: open it on the agent's runtime");
     const origin = this.#raw.origin(inv);
     if (origin === undefined) throw new WeftError(CALL_NOT_RUNNING, 'the call is no longer running');
     const job = endpoint.submit(payload, { ...options, owner: this.#raw.owner, origin });

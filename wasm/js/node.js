@@ -1,12 +1,14 @@
-// The weft package for Node: the same runtime, with `worker_threads` Workers.
+// The weft package for Node: the same runtime, with `worker_threads` Workers. Node loads the
+// apps module (weft_apps_bg.wasm: the job registry, the ops app, agent sessions) at import, so
+// `loadApps()` has nothing to do and `weft/apps` is this module.
 import { readFileSync } from 'node:fs';
 import { setFlagsFromString } from 'node:v8';
 import { resolve } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { Worker } from 'node:worker_threads';
-import { initSync } from './weft_wasm.js';
+import { initSync, JobRegistry } from './weft_apps.js';
 import './node-reader.js';
-import { setWorkerFactory } from './runtime.js';
+import { setWorkerFactory, setRegistryClass } from './runtime.js';
 import { setFsBackend } from './actors.js';
 
 // Node 20 ships V8 11.3, whose inlining of JS→wasm calls into optimized code intermittently
@@ -15,7 +17,11 @@ import { setFsBackend } from './actors.js';
 // 0 of 8 with the inlining off). Turn that one optimization off before any call is optimized.
 if (/^11\./.test(process.versions.v8)) setFlagsFromString('--no-turbo-inline-js-wasm-calls');
 
-const wasm = initSync({ module: readFileSync(new URL('./weft_wasm_bg.wasm', import.meta.url)) });
+const wasm = initSync({ module: readFileSync(new URL('./weft_apps_bg.wasm', import.meta.url)) });
+setRegistryClass(JobRegistry);
+
+/** The apps module is loaded with `weft` in Node: resolves at once. */
+export async function loadApps() {}
 
 /** Bytes of wasm linear memory in use by the core (it grows, never shrinks). */
 export function wasmMemoryBytes() {
@@ -51,7 +57,8 @@ export { createRuntime, Runtime, Endpoint, Job, WeftError } from './runtime.js';
 export { openActorStore, deleteActorStore, ActorStore, loadActors } from './actors.js';
 export { appTools, jobTool } from './agent-tools.js';
 export { createApp, App, Operation, createClaims, Claims } from './ops.js';
-export { createAgent, Agent, scriptedModel } from './agent.js';
+export { createAgent, Agent } from './agent.js';
+export { scriptedModel } from './scripted-model.js';
 export { openaiModel, anthropicModel, builtinModel, resolveModel, loadModels } from './models.js';
-export { validateToolArguments } from './weft_wasm.js';
+export { validateToolArguments } from './weft_apps.js';
 export { createFramesEngine, FramesEngine, evidenceFor, loadFrames } from './frames.js';

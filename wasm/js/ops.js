@@ -6,7 +6,7 @@
 // (the core's: operation timeouts and tool-call waits too) go through the ordinary Runtime,
 // whose registry is the app's own: a JobRegistry the app borrows per call (`appRegistry`).
 
-import { JobRegistry, OpsApp, OpsClaims } from './weft_wasm.js';
+import { JobRegistry, OpsApp, OpsClaims } from './weft_apps.js';
 import { Runtime, WeftError } from './runtime.js';
 import { DISPOSED, WAIT_CANCELLED, WAIT_TIMED_OUT, NO_VALUE, NO_COMPUTE } from './codes.js';
 

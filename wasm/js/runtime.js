@@ -2,7 +2,6 @@
 // Promises; every decision (what a cancel means, when a wait ends, what is late evidence) is
 // made by the core's job registry.
 
-import { JobRegistry } from './weft_wasm.js';
 import { WeftError } from './error.js';
 import { CANCELLED, DISPOSED, TERMINATED, WAIT_CANCELLED, WAIT_TIMED_OUT, UNSUPPORTED } from './codes.js';
 
@@ -11,6 +10,16 @@ export { WeftError };
 const defaultNow = () => Math.floor(performance.now());
 
 let workerFactory = null;
+
+// The JobRegistry class new runtimes are created with: the jobs-only module's (`weft` in a
+// browser) or the apps module's (Node, `weft/apps`, after `loadApps()`: an agent's session and
+// its runtime's registry must live in one WebAssembly module). Set by the entry modules.
+let JobRegistry = null;
+
+/** @internal Entry modules and `loadApps` install the registry class of the loaded module. */
+export function setRegistryClass(registryClass) {
+  JobRegistry = registryClass;
+}
 
 /** @internal Entry modules install the environment's Worker transport (DOM or worker_threads). */
 export function setWorkerFactory(factory) {
@@ -749,6 +758,11 @@ export class Endpoint {
   /** The endpoint's state, capabilities and log. */
   get info() {
     return this.#rt.registry.endpoint(this.id);
+  }
+
+  /** @internal The runtime it belongs to: ids are per runtime, so an agent refuses another's. */
+  get _runtime() {
+    return this.#rt;
   }
 
   /** Terminates the execution host; its running jobs become `lost`. */

@@ -10,6 +10,7 @@ use weft_core::jobs::{
     RemoteSpec, RemoteTarget, Submit, SubscriptionId, WaitEnd, WaitId,
 };
 
+#[cfg(feature = "apps")]
 use crate::agent::AgentSession;
 use crate::js::{
     Js, Msg, array, error, json, mono, ms, object, opt, opt_bool, opt_f64, opt_string, set,
@@ -827,31 +828,6 @@ impl JobRegistry {
             .close_pending(weft_core::jobs::CloseId(close as u64)) as f64
     }
 
-    // ----- the agent's surface (an ops app's `OpsApp` has the same) ---------------------------
-
-    /// Moves the session's completion notes from this registry's mailbox into the session
-    /// (`AgentSession.takeNotes`). `OpsApp` has the same method over the registry beside its
-    /// app, so an agent calls its runtime's registry whichever machine that is.
-    #[wasm_bindgen(js_name = takeAgentNotes)]
-    pub fn take_agent_notes(&mut self, now: f64, session: &mut AgentSession) -> f64 {
-        session.take_notes(now, self)
-    }
-
-    /// Submits a job for the session's running call `invocation` (`AgentSession.submitJob`;
-    /// `options`: `{wake, note, reuseKey}`); returns the job id. `OpsApp` has the same method.
-    #[wasm_bindgen(js_name = submitAgentJob)]
-    pub fn submit_agent_job(
-        &mut self,
-        now: f64,
-        session: &mut AgentSession,
-        invocation: f64,
-        endpoint: f64,
-        payload: JsValue,
-        options: JsValue,
-    ) -> Result<f64, JsValue> {
-        session.submit_job(now, invocation, self, endpoint, payload, options)
-    }
-
     /// Job records held, including those of closed owners not yet released.
     #[wasm_bindgen(js_name = retainedJobs)]
     pub fn retained_jobs(&self) -> f64 {
@@ -1329,5 +1305,35 @@ impl JobRegistry {
             ]),
             other @ (Output::Connect { .. } | Output::CloseSocket { .. }) => json(&other.to_json()),
         }
+    }
+}
+
+/// The agent's surface of the registry, in the `apps` module only (agent sessions live there).
+#[cfg(feature = "apps")]
+#[wasm_bindgen]
+impl JobRegistry {
+    // ----- the agent's surface (an ops app's `OpsApp` has the same) ---------------------------
+
+    /// Moves the session's completion notes from this registry's mailbox into the session
+    /// (`AgentSession.takeNotes`). `OpsApp` has the same method over the registry beside its
+    /// app, so an agent calls its runtime's registry whichever machine that is.
+    #[wasm_bindgen(js_name = takeAgentNotes)]
+    pub fn take_agent_notes(&mut self, now: f64, session: &mut AgentSession) -> f64 {
+        session.take_notes(now, self)
+    }
+
+    /// Submits a job for the session's running call `invocation` (`AgentSession.submitJob`;
+    /// `options`: `{wake, note, reuseKey}`); returns the job id. `OpsApp` has the same method.
+    #[wasm_bindgen(js_name = submitAgentJob)]
+    pub fn submit_agent_job(
+        &mut self,
+        now: f64,
+        session: &mut AgentSession,
+        invocation: f64,
+        endpoint: f64,
+        payload: JsValue,
+        options: JsValue,
+    ) -> Result<f64, JsValue> {
+        session.submit_job(now, invocation, self, endpoint, payload, options)
     }
 }

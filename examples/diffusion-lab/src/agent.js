@@ -9,7 +9,7 @@
 // The model comes from the page's address (`?model=PROVIDER:NAME&baseUrl=URL&apiKey=KEY`,
 // resolved by weft's `resolveModel`: a base URL alone is an OpenAI-compatible server). With
 // none, the built-in deterministic model answers, which calls no tools.
-import { appTools, builtinModel, jobTool, openActorStore, resolveModel } from 'weft';
+import { appTools, builtinModel, jobTool, openActorStore, resolveModel } from 'weft/apps';
 
 /** The task node the agent is. */
 export const NODE = 'lab';

@@ -2,7 +2,7 @@
 // Worker, and the published agent tools — which this module wraps only to record each call for
 // the page (the agent console) and to remember the inputs requested through them. The page's
 // node agent (agent.js) calls the same wrapped tools.
-import { createApp } from 'weft';
+import { createApp } from 'weft/apps';
 import { labSpec } from './graph.js';
 
 export function createLab() {

@@ -30,7 +30,8 @@ for (const [i, name] of Object.keys(actorAgentScenarios).entries()) {
   test(`actor agents (Chromium, IndexedDB): ${name}`, { timeout: 30_000 }, async () => {
     const r = await page.evaluate(
       async ({ name, db }) => {
-        const weft = await import('/wasm/pkg/index.js');
+        // `weft/apps`: a scenario drives an ops app (createApp).
+        const weft = await import('/wasm/pkg/entry-apps.js');
         const { actorAgentScenarios } = await import('/tests/js/actor-agent-scenarios.mjs');
         let n = 0;
         const names = [];

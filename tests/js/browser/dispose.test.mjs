@@ -24,7 +24,7 @@ test('disposing an app in the same tick as a change raises no page error', { tim
   page.on('pageerror', (e) => errors.push(String(e)));
   await page.goto(`${server.url}/tests/js/browser/modules.html`);
   const r = await page.evaluate(async () => {
-    const { createApp } = await import('/wasm/pkg/index.js');
+    const { createApp } = await import('/wasm/pkg/entry-apps.js');
     const { disposeInTheSameTick } = await import('/tests/js/dispose-scenarios.mjs');
     const r = await disposeInTheSameTick({ createApp });
     await new Promise((resolve) => setTimeout(resolve, 20));

@@ -1,5 +1,5 @@
-// Model providers in headless Chromium: the page imports the package as a web app does
-// (/wasm/pkg/index.js) and its agent streams from the scripted model server started here in
+// Model providers in headless Chromium: the page imports the package as a web app with agents
+// does (/wasm/pkg/entry-apps.js, `weft/apps`) and its agent streams from the scripted model server started here in
 // the Node test process, on another origin (so every request is a CORS request, preflighted
 // for its key headers). The scenarios are tests/js/model-scenarios.mjs, in both wire formats.
 // The models WebAssembly module and the host loop (models-impl.js) are fetched on the first
@@ -39,7 +39,7 @@ const run = (name, provider) =>
   page.evaluate(
     async ({ name, provider, url }) => {
       try {
-        const weft = await import('/wasm/pkg/index.js');
+        const weft = await import('/wasm/pkg/entry-apps.js');
         const { modelScenarios } = await import('/tests/js/model-scenarios.mjs');
         await modelScenarios[name]({ weft, url, provider });
         return { ok: true };

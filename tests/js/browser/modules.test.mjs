@@ -1,6 +1,7 @@
-// The package's WebAssembly modules in Chromium: importing `weft` downloads only the job
-// module (weft_wasm_bg.wasm); the actor graph and the DGP engine are separate modules (glue and
-// .wasm) fetched the first time they are used, and the root exports keep working once they are.
+// The package's WebAssembly modules in Chromium: importing `weft` downloads only the jobs-only
+// module (weft_jobs_bg.wasm); the apps module (the ops app and agent sessions), the actor graph
+// and the DGP engine are separate modules (glue and .wasm) fetched the first time they are used,
+// and the root exports keep working once they are. The network log is the evidence.
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { launch } from '../lib/browser.mjs';
@@ -19,13 +20,13 @@ after(async () => {
   await server?.close();
 });
 
-/** A blank page on the test server that records the module files it fetches (the .wasm files
- * and the wasm-bindgen glue of the lazily loaded modules). */
+/** A blank page on the test server that records the module files it fetches (the .wasm files,
+ * the wasm-bindgen glue of the lazily loaded modules, and the apps module's JS). */
 async function page() {
   const p = await browser.newPage();
   const fetched = [];
   p.on('request', (r) => {
-    const m = /\/([^/]+\.wasm|weft_(?:frames|actors)\.js)$/.exec(new URL(r.url()).pathname);
+    const m = /^\/wasm\/pkg\/([^/]+\.wasm|weft_(?:frames|actors|apps)\.js|ops\.js|agent\.js)$/.exec(new URL(r.url()).pathname);
     if (m) fetched.push(m[1]);
   });
   p.on('pageerror', (e) => console.error('page error:', e));
@@ -33,7 +34,7 @@ async function page() {
   return { p, fetched };
 }
 
-test('importing weft fetches the job module only; the actor module is fetched by openActorStore', { timeout: 30_000 }, async () => {
+test('importing weft fetches the jobs-only module only; the actor module is fetched by openActorStore', { timeout: 30_000 }, async () => {
   const { p, fetched } = await page();
   const runs = await p.evaluate(async () => {
     const weft = await import('/wasm/pkg/index.js');
@@ -48,7 +49,7 @@ test('importing weft fetches the job module only; the actor module is fetched by
   for (const name of ['createFramesEngine', 'evidenceFor', 'openActorStore', 'ActorStore', 'loadFrames', 'loadActors']) {
     assert.ok(runs.names.includes(name), `weft exports ${name}`);
   }
-  assert.deepEqual(fetched, ['weft_wasm_bg.wasm']);
+  assert.deepEqual(fetched, ['weft_jobs_bg.wasm']);
 
   const root = await p.evaluate(async () => {
     const weft = await import('/wasm/pkg/index.js');
@@ -57,7 +58,7 @@ test('importing weft fetches the job module only; the actor module is fetched by
     return { id: t.id, nodes: s.graph().nodes.length };
   });
   assert.deepEqual(root, { id: 'lazy-load', nodes: 2 });
-  assert.deepEqual(fetched, ['weft_wasm_bg.wasm', 'weft_actors.js', 'weft_actors_bg.wasm']);
+  assert.deepEqual(fetched, ['weft_jobs_bg.wasm', 'weft_actors.js', 'weft_actors_bg.wasm']);
   await p.close();
 });
 
@@ -92,6 +93,84 @@ test('frames: NOT_LOADED before the module is loaded; weft/frames loads it for t
   assert.ok(out.viaEntry && out.viaEntry !== 'NOT_LOADED', `the engine answered (${out.viaEntry})`);
   assert.equal(out.viaRoot, out.viaEntry);
   assert.equal(out.same, true);
-  assert.deepEqual(fetched, ['weft_wasm_bg.wasm', 'weft_frames.js', 'weft_frames_bg.wasm']);
+  assert.deepEqual(fetched, ['weft_jobs_bg.wasm', 'weft_frames.js', 'weft_frames_bg.wasm']);
+  await p.close();
+});
+
+test('apps: NOT_LOADED before loadApps; an earlier runtime keeps its jobs but hosts no agent (RUNTIME_WITHOUT_APPS); weft/apps is the same functions', { timeout: 30_000 }, async () => {
+  const { p, fetched } = await page();
+  const codeOf = `(f) => { try { f(); return null; } catch (e) { return e.code + ': ' + e.message; } }`;
+  const before = await p.evaluate(async (codeOf) => {
+    const code = eval(codeOf);
+    const weft = await import('/wasm/pkg/index.js');
+    window.early = weft.createRuntime();
+    return {
+      createApp: code(() => weft.createApp()),
+      createClaims: code(() => weft.createClaims({ acquire: () => 1, release: () => {} })),
+      createAgent: code(() => weft.createAgent(window.early)),
+      validateToolArguments: code(() => weft.validateToolArguments({ type: 'object' }, {})),
+      App: typeof weft.App,
+      // Plain JS: no module needed.
+      scripted: typeof weft.scriptedModel([]),
+    };
+  }, codeOf);
+  for (const name of ['createApp', 'createClaims', 'createAgent', 'validateToolArguments']) {
+    assert.match(before[name], /^NOT_LOADED: .*await loadApps\(\)/, name);
+  }
+  assert.equal(before.App, 'undefined');
+  assert.equal(before.scripted, 'function');
+  assert.deepEqual(fetched, ['weft_jobs_bg.wasm'], 'the failed calls fetched nothing');
+
+  const later = await p.evaluate(async (codeOf) => {
+    const code = eval(codeOf);
+    const weft = await import('/wasm/pkg/index.js');
+    await weft.loadApps();
+    const app = weft.createApp();
+    app.load({ controls: [{ name: 'x', type: 'number', min: 0, max: 10, value: 3 }], cells: [{ name: 'y', deps: ['x'], compute: ({ x }) => x * 2 }] });
+    await app.observe({ writes: { x: 4 }, waitFor: ['y'] });
+    const y = app.cell('y').value;
+    // The runtime created before the load still runs jobs (on the jobs-only module).
+    const ep = window.early.openLocal(async (n) => n + 1);
+    const early = await ep.submit(41).wait();
+    const earlyAgent = code(() => weft.createAgent(window.early));
+    // A runtime created now is on the apps module's registry: an agent runs on it.
+    const rt = weft.createRuntime();
+    const agent = weft.createAgent(rt, { model: weft.scriptedModel([{ text: 'hi' }]) });
+    const turn = await agent.run('hello');
+    const apps = await import('/wasm/pkg/entry-apps.js');
+    const same = ['createApp', 'createClaims', 'createAgent', 'validateToolArguments', 'loadApps', 'createRuntime', 'App', 'Agent', 'scriptedModel', 'wasmMemoryBytes'].filter((n) => typeof weft[n] !== 'function' || apps[n] !== weft[n]);
+    const valid = weft.validateToolArguments({ type: 'object', properties: { n: { type: 'number' } } }, { n: 'x' }).ok;
+    const isApp = app instanceof weft.App;
+    agent.dispose();
+    rt.dispose();
+    window.early.dispose();
+    app.dispose();
+    return { y, early: early.value, earlyAgent, text: turn.text, same, valid, isApp, keys: Object.keys(apps).sort().join() === Object.keys(weft).sort().join() };
+  }, codeOf);
+  assert.equal(later.y, 8);
+  assert.equal(later.early, 42);
+  assert.match(later.earlyAgent, /^RUNTIME_WITHOUT_APPS: createAgent: this runtime was created before the apps module was loaded/);
+  assert.equal(later.text, 'hi');
+  assert.deepEqual(later.same, [], 'weft/apps exports the same functions as weft');
+  assert.equal(later.keys, true, 'weft/apps exports what weft does');
+  assert.equal(later.valid, false);
+  assert.equal(later.isApp, true);
+  assert.deepEqual(fetched.slice(0, 1), ['weft_jobs_bg.wasm']);
+  assert.deepEqual(fetched.slice(1).sort(), ['agent.js', 'ops.js', 'weft_apps.js', 'weft_apps_bg.wasm']);
+  await p.close();
+});
+
+test('importing weft/apps alone fetches the apps module and not the jobs-only one', { timeout: 30_000 }, async () => {
+  const { p, fetched } = await page();
+  const out = await p.evaluate(async () => {
+    const weft = await import('/wasm/pkg/entry-apps.js');
+    const app = weft.createApp();
+    const ep = app.openLocal(async (n) => n * 2);
+    const v = (await ep.submit(21).wait()).value;
+    app.dispose();
+    return { v, memory: weft.wasmMemoryBytes() > 0 };
+  });
+  assert.deepEqual(out, { v: 42, memory: true });
+  assert.deepEqual(fetched.sort(), ['agent.js', 'ops.js', 'weft_apps.js', 'weft_apps_bg.wasm']);
   await p.close();
 });

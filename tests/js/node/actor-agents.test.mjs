@@ -52,3 +52,28 @@ test('actor agents (Node): an OpenAI-compatible model is sent the node slice and
     server.close();
   }
 });
+
+test("actor agents (Node): a job tool given another runtime's endpoint is refused; no job runs on either runtime", { timeout: 30_000 }, async () => {
+  const store = await open();
+  const root = store.graph().root;
+  await store.spawn({ parent: root, id: 'lab', type: 'task', title: 'Lab' });
+  // Endpoint ids are per runtime, from 1: A's endpoint and B's have the same id.
+  const [rtA, rtB] = [weft.createRuntime(), weft.createRuntime()];
+  const runs = { a: 0, b: 0 };
+  const epA = rtA.openLocal(() => ++runs.a);
+  const epB = rtB.openLocal(() => ++runs.b);
+  assert.deepEqual([epA.id, epB.id], [1, 1]);
+  const simulate = weft.jobTool({ name: 'simulate', endpoint: epA });
+  const model = weft.scriptedModel([{ calls: [{ id: 'j1', name: 'simulate', arguments: {} }] }, { text: 'refused' }]);
+  const agent = await store.agent('lab', { model, runtime: rtB, tools: [simulate] });
+  await store.message({ node: 'lab', text: 'simulate' });
+  await agent.idle();
+  const results = store.forkView({ node: 'lab' }).transcript.filter((l) => l.agent?.entry === 'tool_result');
+  assert.equal(results.length, 1, JSON.stringify(results));
+  assert.deepEqual([results[0].agent.tool, results[0].agent.status, results[0].agent.code], ['simulate', 'failed', 'INVALID_ARGUMENT'], JSON.stringify(results[0]));
+  assert.deepEqual([rtA.jobs().length, rtB.jobs().length, agent.state().openJobs], [0, 0, []], 'no job on either runtime');
+  assert.deepEqual(runs, { a: 0, b: 0 }, 'neither endpoint ran anything');
+  await store.close();
+  rtA.close();
+  rtB.close();
+});

@@ -3,7 +3,7 @@
 // interrupt, error codes).
 import { test } from 'node:test';
 import Ajv2020 from 'ajv/dist/2020.js';
-import { WeftError, createAgent, createRuntime, scriptedModel, validateToolArguments } from 'weft';
+import { WeftError, createAgent, createRuntime, jobTool, scriptedModel, validateToolArguments } from 'weft';
 import { agentScenarios } from '../agent-scenarios.mjs';
 
 const worker = (name) => new URL(`../../workers/${name}.js`, import.meta.url);
@@ -104,6 +104,49 @@ test('errors carry stable codes and change nothing', async () => {
   check(WeftError.prototype instanceof Error, 'WeftError');
   agent.close();
   rt.close();
+});
+
+test("a job tool given another runtime's endpoint is refused (INVALID_ARGUMENT); no job runs on either runtime", async () => {
+  // Endpoint ids are per runtime, from 1: A's endpoint and B's have the same id.
+  const [rtA, rtB] = [createRuntime(), createRuntime()];
+  const runs = { a: 0, b: 0 };
+  const epA = rtA.openLocal(() => ++runs.a);
+  const epB = rtB.openLocal(() => ++runs.b);
+  eq([epA.id, epB.id], [1, 1], 'both endpoints are id 1');
+  const model = scriptedModel([
+    { calls: [{ id: 'j1', name: 'simulate', arguments: { n: 1 } }, { id: 'j2', name: 'direct', arguments: {} }] },
+    { text: 'refused' },
+  ]);
+  const agent = createAgent(rtB, { model });
+  const { run, ...decl } = jobTool({ name: 'simulate', endpoint: epA });
+  agent.registerTool(decl, run);
+  agent.registerTool({ name: 'direct', mayStartJob: true }, (_args, ctx) => ctx.submitJob(epA, {}).id);
+  const turn = await agent.run('simulate');
+  eq(turn.end, 'completed', 'the turn ends');
+  eq(
+    turn.results.map((r) => [r.callId, r.status, r.code]),
+    [
+      ['j1', 'failed', 'INVALID_ARGUMENT'],
+      ['j2', 'failed', 'INVALID_ARGUMENT'],
+    ],
+    'both calls are refused',
+  );
+  check(/another runtime/.test(turn.results[0].message), turn.results[0].message);
+  // A job would have id 1 in the runtime it was submitted to; neither has one.
+  eq([rtA.job(1), rtB.job(1), rtA.jobs().length, rtB.jobs().length], [undefined, undefined, 0, 0], 'no job on either runtime');
+  eq(runs, { a: 0, b: 0 }, 'neither endpoint ran anything');
+  // The agent's own endpoint, and its id, are accepted.
+  const ok = scriptedModel([{ calls: [{ id: 'k1', name: 'own', arguments: {} }] }, { text: 'ok' }]);
+  const agent2 = createAgent(rtB, { model: ok });
+  agent2.registerTool({ name: 'own', mayStartJob: true }, (_args, ctx) => [ctx.submitJob(epB, {}).id, ctx.submitJob(epB.id, {}).id]);
+  const t2 = await agent2.run('own');
+  eq(t2.results.map((r) => r.status), ['succeeded'], JSON.stringify(t2.results));
+  await Promise.all(t2.results[0].value.map((id) => rtB.job(id).wait()));
+  eq(runs, { a: 0, b: 2 }, "the agent's own endpoint ran both");
+  agent.close();
+  agent2.close();
+  rtA.close();
+  rtB.close();
 });
 
 function check(cond, message) {

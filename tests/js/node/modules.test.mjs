@@ -1,5 +1,6 @@
 // The package's entry points in Node: `weft/frames` and `weft/actors` load only their own
-// WebAssembly module and export the same functions as `weft` (one module instance each).
+// WebAssembly module and export the same functions as `weft` (one module instance each);
+// `weft/apps` is `weft` itself (Node loads the apps module at import).
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
@@ -34,4 +35,22 @@ test('weft/actors opens a store; weft re-exports the same functions', async () =
   await assert.rejects(actors.openActorStore({ backend: 'memory', config: { GIT_CLOSEOUT: 'yolo' } }), (e) => e instanceof actors.WeftError && e.code === 'CONFIG_INVALID');
   const weft = await import('weft');
   assert.equal(weft.openActorStore, actors.openActorStore);
+});
+
+test('weft/apps is weft in Node: the same functions; loadApps resolves at once', async () => {
+  const apps = await import('weft/apps');
+  const weft = await import('weft');
+  assert.deepEqual(Object.keys(apps).sort(), Object.keys(weft).sort());
+  for (const name of ['createRuntime', 'createApp', 'createClaims', 'createAgent', 'validateToolArguments', 'scriptedModel', 'loadApps', 'App', 'Agent']) {
+    assert.equal(typeof weft[name], 'function', `weft exports ${name}`);
+    assert.equal(apps[name], weft[name], name);
+  }
+  assert.equal(await weft.loadApps(), undefined);
+  // A runtime created before `loadApps` hosts an agent: Node has one registry module.
+  const rt = weft.createRuntime();
+  const agent = weft.createAgent(rt, { model: weft.scriptedModel([{ text: 'hi' }]) });
+  assert.equal((await agent.run('hello')).text, 'hi');
+  assert.deepEqual(weft.validateToolArguments({ type: 'object', properties: { n: { type: 'number' } } }, { n: 'x' }).ok, false);
+  agent.dispose();
+  rt.dispose();
 });

@@ -1,5 +1,6 @@
 // Start-up of the package in Node: `import 'weft'` parses only the glue it needs at once (the
-// job module's and the frames engine's, whose first call may be synchronous); the actor
+// apps module's, which holds the job registry, and the frames engine's, whose first call may be
+// synchronous; not the browsers' jobs-only module); the actor
 // graph's and the model codecs' glue are imported on their first (async) use, and work then.
 // The Worker shim does not load its child-process helpers (readline...) in a Worker.
 import { test } from 'node:test';
@@ -33,7 +34,8 @@ const settle = async (marker) => {
 test('import weft loads the job and frames glue only; actors and models glue on first use', async () => {
   const weft = await import('weft');
   await settle('after-import');
-  assert.ok(loaded.has('weft_wasm.js'), 'the job module glue');
+  assert.ok(loaded.has('weft_apps.js'), 'the apps module glue (the job registry, ops, agents)');
+  assert.equal(loaded.has('weft_jobs.js'), false, "no glue of the browsers' jobs-only module");
   assert.ok(loaded.has('weft_frames.js'), 'the frames glue (a first call may be synchronous)');
   assert.equal(loaded.has('weft_actors.js'), false, 'no actor-graph glue at import');
   assert.equal(loaded.has('weft_models.js'), false, 'no model glue at import');

@@ -1,6 +1,6 @@
 // Checks the package's TypeScript declarations with `tsc --strict --noEmit`, against the package
 // packed the way it is published (`npm pack wasm/pkg`):
-//   * the typed usage files beside this script (one per entry point: weft, weft/frames, weft/actors);
+//   * the typed usage files beside this script (one per entry point: weft, weft/apps, weft/frames, weft/actors);
 //   * every DGP 0.1 example message of the DGP repository (../shared/fixtures/dgp/examples), as a
 //     typed constant of its schema type (Dgp.Frame, Dgp.Receipt, ...);
 //   * records the engine itself emits (manifest, frames at every disclosure, assessment, receipt,
@@ -86,4 +86,4 @@ if (refused.status === 0 || !/TS2322|TS2741/.test(refused.stdout)) {
   console.error('types: a record with a wrong `dgp` and no assessment_id type-checked:\n' + refused.stdout);
   process.exit(1);
 }
-console.log(`types: tsc --strict passed (3 entry points, ${exampleCount} DGP examples, ${n} engine records; a wrong record is refused)`);
+console.log(`types: tsc --strict passed (4 entry points, ${exampleCount} DGP examples, ${n} engine records; a wrong record is refused)`);
