@@ -9,7 +9,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use serde_json::{Value, json};
+use serde_json::{Map, Value, json};
 
 use super::{AGENT_FIELD, AgentConfig};
 use crate::actors::closeout::system_addendum;
@@ -237,8 +237,35 @@ impl Taken {
     }
 }
 
+/// What a message of the slice is, for the order results need (see [`build`]).
+#[derive(Clone, Copy)]
+enum Is {
+    /// A call's result: it closes the call; lines deferred behind the open calls follow once
+    /// none is open.
+    ToolResult,
+    /// A model answer: its calls are open until their results.
+    Assistant,
+    /// Anything else: deferred while calls are open.
+    Other,
+}
+
+/// A message `{"role", "text"}` (built as a map: `json!` would serialize the text again).
+fn message(role: &str, text: String) -> Map<String, Value> {
+    let mut m = Map::new();
+    m.insert("role".into(), Value::String(role.into()));
+    m.insert("text".into(), Value::String(text));
+    m
+}
+
 fn user(text: String) -> Value {
-    json!({"role": "user", "text": text})
+    Value::Object(message("user", text))
+}
+
+/// An answer `{"role": "assistant", "text", "calls"}`.
+fn assistant(text: &str, calls: Value) -> Value {
+    let mut m = message("assistant", text.to_owned());
+    m.insert("calls".into(), calls);
+    Value::Object(m)
 }
 
 /// Builds the model input of `node`'s step from its lines (see the module docs).
@@ -308,88 +335,82 @@ pub(crate) fn build(
     let mut out: Vec<Value> = Vec::new();
     let mut open: Vec<String> = Vec::new();
     let mut deferred: Vec<Value> = Vec::new();
-    let push =
-        |m: Value, out: &mut Vec<Value>, open: &mut Vec<String>, deferred: &mut Vec<Value>| {
-            if m["role"] == "tool_result" {
-                let id = m["callId"].as_str().unwrap_or("").to_owned();
-                out.push(m);
-                open.retain(|c| *c != id);
-                if open.is_empty() {
-                    out.append(deferred);
-                }
-            } else if m["role"] == "assistant" {
+    // Each message with what it is (known where it is built, not looked up in it again).
+    let push = |m: Value,
+                is: Is,
+                out: &mut Vec<Value>,
+                open: &mut Vec<String>,
+                deferred: &mut Vec<Value>| match is {
+        Is::ToolResult => {
+            let id = m["callId"].as_str().unwrap_or("");
+            open.retain(|c| c != id);
+            out.push(m);
+            if open.is_empty() {
                 out.append(deferred);
-                *open = m["calls"]
-                    .as_array()
-                    .into_iter()
-                    .flatten()
-                    .filter_map(|c| c["id"].as_str().map(str::to_owned))
-                    .collect();
-                out.push(m);
-            } else if !open.is_empty() {
-                deferred.push(m);
-            } else {
-                out.push(m);
             }
-        };
+        }
+        Is::Assistant => {
+            out.append(deferred);
+            *open = m["calls"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|c| c["id"].as_str().map(str::to_owned))
+                .collect();
+            out.push(m);
+        }
+        Is::Other if !open.is_empty() => deferred.push(m),
+        Is::Other => out.push(m),
+    };
     for (i, e) in chat.iter().enumerate().skip(start) {
         let Some(l) = e.ok() else { continue };
         let n = i as u64 + 1;
-        let msg = match agent_of(l) {
+        let (msg, is) = match agent_of(l) {
             Some(a) => match kind(a) {
                 "turn_start" => {
-                    let mut ms: Vec<Value> = a["admitted"]
-                        .as_array()
-                        .into_iter()
-                        .flatten()
-                        .filter_map(|s| s.as_u64().and_then(|s| mail.get(&s)))
-                        .map(|&m| {
-                            let mut m = m.clone();
-                            m["role"] = json!("mail");
-                            m
-                        })
-                        .collect();
+                    let admitted = a["admitted"].as_array().into_iter().flatten();
+                    for s in admitted.filter_map(|s| s.as_u64().and_then(|s| mail.get(&s))) {
+                        let mut m = (*s).clone();
+                        m["role"] = json!("mail");
+                        push(m, Is::Other, &mut out, &mut open, &mut deferred);
+                    }
                     if let Some(tl) = a["taskLine"].as_u64()
                         && let Some(t) = chat.get(tl as usize - 1).and_then(|e| e.ok())
                     {
-                        ms.push(user(t.text.clone()));
-                    }
-                    for m in ms {
-                        push(m, &mut out, &mut open, &mut deferred);
+                        let m = user(t.text.clone());
+                        push(m, Is::Other, &mut out, &mut open, &mut deferred);
                     }
                     continue;
                 }
-                "assistant" => {
-                    json!({"role": "assistant", "text": l.text, "calls": a["calls"]})
-                }
+                "assistant" => (assistant(&l.text, a["calls"].clone()), Is::Assistant),
                 "tool_result" => {
                     let mut m = a.clone();
                     m["role"] = json!("tool_result");
                     if l.role == Role::Routing && m.get("value").is_none() {
                         m["value"] = json!(l.text);
                     }
-                    m
+                    (m, Is::ToolResult)
                 }
                 "turn_end" => {
                     let mut m = a.clone();
                     m["role"] = json!("turn_end");
-                    m
+                    (m, Is::Other)
                 }
                 _ => continue,
             },
             None => match &l.role {
                 Role::User if task_lines.contains(&n) || n > taken => continue,
                 Role::User => match &l.from {
-                    Some(f) => user(format!("[from {f}] {}", l.text)),
-                    None => user(l.text.clone()),
+                    Some(f) => (user(format!("[from {f}] {}", l.text)), Is::Other),
+                    None => (user(l.text.clone()), Is::Other),
                 },
-                Role::Assistant => json!({"role": "assistant", "text": l.text, "calls": []}),
-                Role::Routing => user(format!("[routing] {}", l.text)),
+                Role::Assistant => (assistant(&l.text, json!([])), Is::Assistant),
+                Role::Routing => (user(format!("[routing] {}", l.text)), Is::Other),
                 Role::System => continue,
-                r => user(format!("[{r}] {}", l.text)),
+                r => (user(format!("[{r}] {}", l.text)), Is::Other),
             },
         };
-        push(msg, &mut out, &mut open, &mut deferred);
+        push(msg, is, &mut out, &mut open, &mut deferred);
     }
     out.append(&mut deferred);
     let (system, warnings) = system_text(graph, node);

@@ -95,13 +95,24 @@ impl ToolDecl {
         })
     }
 
-    /// The JSON form (the same keys [`ToolDecl::from_json`] reads).
+    /// The JSON form (the same keys [`ToolDecl::from_json`] reads). Built as a map with the
+    /// schema cloned (`json!` would serialize it into a new value: an agent's model step
+    /// builds this for every tool).
     pub fn to_json(&self) -> Value {
-        json!({
-            "name": self.name, "description": self.description, "parameters": self.parameters,
-            "supportsParallel": self.supports_parallel, "mayStartJob": self.may_start_job,
-            "safeToCancel": self.safe_to_cancel,
-        })
+        let mut o = serde_json::Map::new();
+        o.insert("name".into(), Value::String(self.name.clone()));
+        o.insert(
+            "description".into(),
+            Value::String(self.description.clone()),
+        );
+        o.insert("parameters".into(), self.parameters.clone());
+        o.insert(
+            "supportsParallel".into(),
+            Value::Bool(self.supports_parallel),
+        );
+        o.insert("mayStartJob".into(), Value::Bool(self.may_start_job));
+        o.insert("safeToCancel".into(), Value::Bool(self.safe_to_cancel));
+        Value::Object(o)
     }
 
     fn check(&self) -> Result<(), ToolsError> {

@@ -24,11 +24,19 @@
 //! flushed, 8 text deltas per answer). `--chunk-ms MS` waits between events (0: the model
 //! costs only the loopback round trip, the worst case for the ratio).
 //!
-//! Also prints where a node turn's time goes (the phases of `node_turn`: building the
-//! request, the model task, the hand-off to the blocking pool, the first flush beside the
-//! model, the answer, the later flushes), over both stores. Prints figures; asserts nothing.
+//! Also prints where a node turn's time goes (the phases of `node_turn`: admitting the line,
+//! the agent's sync, building the request, the model task, the hand-off to the blocking pool,
+//! the first flush beside the model, the answer, the later flushes), over both stores, the RAM
+//! turn's request building and model task, and the runtime thread's CPU time per turn of each.
+//! `--sleep-us N` makes the memory store's synced flushes sleep N µs (the thread blocks as in
+//! an fsync): the phases after it then slow down as the node's do after its fsync (the CPU's
+//! caches are cold once the thread has slept; on this VM an idle vCPU halts). `--micro` only
+//! times building one model step's request (node: `model_input` + `chat_request`; RAM:
+//! `from_session`, each with its drop) after 20 turns, the best of 15 batches of `--micro-n`
+//! calls (300), and exits. Prints figures; asserts nothing.
 //! `cargo run --release -p weft-bench --bin agent_turns -- [--dir DIR] [--turns N]
-//! [--rounds R] [--nodes N] [--chunk-ms MS] [--serial] [--late-flush] [--ack-line]` (defaults: the system
+//! [--rounds R] [--nodes N] [--chunk-ms MS] [--serial] [--late-flush] [--ack-line]
+//! [--sleep-us N] [--micro]` (defaults: the system
 //! temp dir, 40 turns, 5 rounds, 1,000 nodes, 0 ms; `--serial` flushes before asking, the
 //! order before a model request was a read, and `--late-flush` hands the first flush off
 //! only once the request is built, the desk's order, for comparison).
@@ -78,10 +86,16 @@ enum Phase {
     Answer,
     /// The later flushes (inline), with their acks and polls.
     Flush2,
+    /// Of "before": the person's line admitted (`admit_user_line`).
+    Admit,
+    /// Of "before": `NodeAgent::sync` and the poll of its outputs.
+    Sync,
+    /// Of "before": the request built (`model_input`, `chat_request`, the input dropped).
+    Input,
 }
 
 impl Phase {
-    const COUNT: usize = 7;
+    const COUNT: usize = 10;
     const NAMES: [&str; Phase::COUNT] = [
         "before the ask",
         "model task",
@@ -90,6 +104,9 @@ impl Phase {
         "ask to join",
         "answer",
         "later flushes",
+        "(before: admit",
+        "sync + poll",
+        "request built)",
     ];
 }
 
@@ -114,6 +131,10 @@ static ACK_LINE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::
 /// `--late-flush`: the first flush is handed to the blocking pool after the request is built
 /// (the desk's order), not before, for a comparison.
 static LATE_FLUSH: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// `--sleep-us N`: the memory store's synced flushes also sleep N µs (the thread blocks, as in
+/// an fsync), to tell the cost of the thread going idle from the store's own work.
+static SLEEP_US: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
 fn arg(name: &str, default: u64) -> u64 {
     let args: Vec<String> = std::env::args().collect();
@@ -348,14 +369,17 @@ async fn node_turn<S: ActorStore + Send + 'static>(
         LineAck::WithTurnEnd
     };
     admit_user_line(wall_ms(), g, node, text, ack).expect("a user line");
+    time(Phase::Admit, t0);
     let mut deltas = 0;
     let mut spec = (Vec::new(), None);
     for _ in 0..64 {
+        let ts = Instant::now();
         agent.sync(now(), g).expect("sync");
         if SERIAL.load(Ordering::Relaxed) {
             flush(g, &mut *store.lock().expect("store"), w);
         }
         let (mut step, mut ended) = poll(agent, g);
+        time(Phase::Sync, ts);
         // A released request with a model: the flush goes to the blocking pool first, so the
         // lines become durable while the request is built and asked (taking the batches
         // changes nothing the request reads).
@@ -384,9 +408,14 @@ async fn node_turn<S: ActorStore + Send + 'static>(
         let mut asked = None;
         let mut inline = None;
         if let Some(st) = step.take() {
+            let ti = Instant::now();
             let input = agent.model_input(g).expect("the released step's input");
             let chat = input.chat_request();
+            let builtin = matches!(answer, Answer::Builtin).then(|| input.builtin_answer());
+            // Dropped here, as the RAM session's transcript values are in `from_session`.
+            drop(input);
             spec = (chat.tools.clone(), chat.system.clone());
+            time(Phase::Input, ti);
             match answer {
                 Answer::Model(m) => {
                     if late {
@@ -416,7 +445,7 @@ async fn node_turn<S: ActorStore + Send + 'static>(
                 }
                 Answer::Builtin => {
                     // The runtime's built-in model answers inside the pump, before the flush.
-                    let r = input.builtin_answer();
+                    let r = builtin.expect("built above");
                     agent
                         .on_model_response(now(), g, st, r)
                         .expect("the answer");
@@ -451,7 +480,12 @@ async fn node_turn<S: ActorStore + Send + 'static>(
                 for b in &batches {
                     count(w, b);
                 }
+                let synced = batches.iter().any(|b| b.sync == Durability::Synced);
                 let acks = applier(store, batches)();
+                let us = SLEEP_US.load(Ordering::Relaxed);
+                if synced && us > 0 && TIMING.load(Ordering::Relaxed) == 2 {
+                    std::thread::sleep(Duration::from_micros(us));
+                }
                 time(Phase::Flush2, t0);
                 t0 = Instant::now();
                 (acks, None)
@@ -483,6 +517,10 @@ async fn node_turn<S: ActorStore + Send + 'static>(
     panic!("the turn of `{node}` did not end");
 }
 
+/// The RAM-only turns' request building and model task (nanoseconds summed).
+static RAM_NS: [std::sync::atomic::AtomicU64; 2] =
+    [const { std::sync::atomic::AtomicU64::new(0) }; 2];
+
 /// One turn of the RAM-only session: the same request shape, nothing written.
 async fn ram_turn(
     s: &mut Session<serde_json::Value>,
@@ -503,12 +541,16 @@ async fn ram_turn(
             }
         }
         if let Some(step) = step {
+            let tb = Instant::now();
             let mut chat = {
                 let req = s.model_request().expect("a model step");
                 ChatRequest::from_session(system, &req)
             };
             chat.tools = tools.to_vec();
+            RAM_NS[0].fetch_add(tb.elapsed().as_nanos() as u64, Ordering::Relaxed);
+            let tm = Instant::now();
             let (r, d) = ask(model, &chat).await;
+            RAM_NS[1].fetch_add(tm.elapsed().as_nanos() as u64, Ordering::Relaxed);
             deltas += d;
             s.on_model_response(mono_now(), step, r)
                 .expect("the answer");
@@ -518,6 +560,17 @@ async fn ram_turn(
             panic!("the RAM session stalled");
         }
     }
+}
+
+/// The calling thread's CPU time (user + system), in milliseconds.
+fn cpu_ms() -> f64 {
+    let mut t = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `t` is a valid timespec to write to.
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut t) };
+    t.tv_sec as f64 * 1000.0 + t.tv_nsec as f64 / 1e6
 }
 
 fn median(v: &mut [f64]) -> f64 {
@@ -534,6 +587,8 @@ fn line(i: u64) -> String {
 async fn turns(dir: &Path, turns: u64, rounds: u64, model: &ReqwestModel) {
     let (mut node_ms, mut ram_ms, mut ratios) = (Vec::new(), Vec::new(), Vec::new());
     let mut mem_ms = Vec::new();
+    // The runtime thread's CPU time per turn (node over the fs store, over memory, RAM).
+    let mut cpu = [0.0f64; 3];
     let (mut raw_rates, mut fsyncs, mut fs_rounds, mut opens) = (Vec::new(), 0u64, 0u64, 0u64);
     let (mut round_ns, mut apply_ns) = (0u64, 0u64);
     let mut w = Written::default();
@@ -545,6 +600,8 @@ async fn turns(dir: &Path, turns: u64, rounds: u64, model: &ReqwestModel) {
         ram_turn(&mut s, model, "warm up", &[], None).await
     };
     assert_eq!(warm, DELTAS, "the server streams {DELTAS} deltas");
+    // The RAM figures count the timed turns only.
+    RAM_NS.iter().for_each(|n| n.store(0, Ordering::Relaxed));
     for round in 0..rounds {
         raw_rates.push(raw_fsync_rate(dir, 40, 200).expect("raw fsync probe"));
         // A fresh root and a fresh session each round: both transcripts grow alike.
@@ -584,6 +641,7 @@ async fn turns(dir: &Path, turns: u64, rounds: u64, model: &ReqwestModel) {
         let (f0, r0, n0, o0) = stat(&store);
         let a0 = w.apply_ns;
         TIMING.store(1, Ordering::Relaxed);
+        let c = cpu_ms();
         let t = Instant::now();
         let mut tools = Vec::new();
         let mut system = None;
@@ -602,6 +660,7 @@ async fn turns(dir: &Path, turns: u64, rounds: u64, model: &ReqwestModel) {
             (tools, system) = (t, s);
         }
         let node_t = t.elapsed().as_secs_f64() * 1000.0 / turns as f64;
+        cpu[0] += cpu_ms() - c;
         TIMING.store(0, Ordering::Relaxed);
         let (f1, r1, n1, o1) = stat(&store);
         fsyncs += f1 - f0;
@@ -632,6 +691,7 @@ async fn turns(dir: &Path, turns: u64, rounds: u64, model: &ReqwestModel) {
         flush(&mut g, &mut mem, &mut scratch);
         let mem = Arc::new(Mutex::new(mem));
         TIMING.store(2, Ordering::Relaxed);
+        let c = cpu_ms();
         let t = Instant::now();
         for i in 0..turns {
             let answer = Answer::Model(model);
@@ -647,15 +707,18 @@ async fn turns(dir: &Path, turns: u64, rounds: u64, model: &ReqwestModel) {
             .await;
         }
         mem_ms.push(t.elapsed().as_secs_f64() * 1000.0 / turns as f64);
+        cpu[1] += cpu_ms() - c;
         TIMING.store(0, Ordering::Relaxed);
 
         // The RAM-only session: the same model, the same tools and system text in the request.
         let mut s = Session::new(SessionConfig::new("ram"));
+        let c = cpu_ms();
         let t = Instant::now();
         for i in 0..turns {
             ram_deltas += ram_turn(&mut s, model, &line(i), &tools, system.as_deref()).await;
         }
         let ram_t = t.elapsed().as_secs_f64() * 1000.0 / turns as f64;
+        cpu[2] += cpu_ms() - c;
         node_ms.push(node_t);
         ram_ms.push(ram_t);
         ratios.push(node_t / ram_t);
@@ -736,10 +799,99 @@ async fn turns(dir: &Path, turns: u64, rounds: u64, model: &ReqwestModel) {
         );
     }
     println!(
+        "  per RAM-only turn (mean): request built {:.3} ms, model task {:.3} ms",
+        RAM_NS[0].load(Ordering::Relaxed) as f64 / n / 1e6,
+        RAM_NS[1].load(Ordering::Relaxed) as f64 / n / 1e6
+    );
+    println!(
+        "  the runtime thread's CPU time per turn (mean): node (fs store) {:.3} ms, node (memory) \
+         {:.3} ms, RAM-only {:.3} ms",
+        cpu[0] / n,
+        cpu[1] / n,
+        cpu[2] / n
+    );
+    println!(
         "  raw fsync-per-write rate of the disk {raw:.0} writes/s ({:.3} ms each): the node turn's \
          fsync rounds alone cost ~{:.3} ms",
         1000.0 / raw,
         fs_rounds as f64 / n * 1000.0 / raw
+    );
+}
+
+/// The best of 15 batches of `n` calls of `f`, in microseconds per call.
+fn best(n: u64, mut f: impl FnMut()) -> f64 {
+    (0..15)
+        .map(|_| {
+            let t = Instant::now();
+            for _ in 0..n {
+                f();
+            }
+            t.elapsed().as_secs_f64() * 1e6 / n as f64
+        })
+        .fold(f64::INFINITY, f64::min)
+}
+
+/// `--micro`: after 20 turns on the memory store, the best time to build one model step's
+/// request from the node's lines (`model_input`, `chat_request`) against the RAM session's
+/// (`from_session`) after the same 20 turns, each with its drop (`--micro-n` calls a batch).
+async fn micro(model: &ReqwestModel) {
+    let mut mem = MemoryStore::default();
+    let snap = mem.load().expect("memory");
+    let mut g = ActorGraph::init(
+        HarnessConfig::default(),
+        "bench:",
+        &snap,
+        wall_ms(),
+        "bench",
+    )
+    .expect("init");
+    let mut w = Written::default();
+    flush(&mut g, &mut mem, &mut w);
+    let (mut agent, _) =
+        NodeAgent::open(now(), &mut g, "coordinator", AgentConfig::default()).expect("open");
+    flush(&mut g, &mut mem, &mut w);
+    let mem = Arc::new(Mutex::new(mem));
+    for i in 0..20 {
+        node_turn(
+            &mut g,
+            &mem,
+            &mut agent,
+            "coordinator",
+            &line(i),
+            &Answer::Model(model),
+            &mut w,
+        )
+        .await;
+    }
+    admit_user_line(wall_ms(), &mut g, "coordinator", "x", LineAck::WithTurnEnd).expect("line");
+    agent.sync(now(), &mut g).expect("sync");
+    let _ = poll(&mut agent, &g);
+    let n = arg("--micro-n", 300);
+    let input = agent.model_input(&g).expect("a released step");
+    println!(
+        "model_input + drop {:.3} us; chat_request + drop {:.3} us ({} messages)",
+        best(n, || drop(std::hint::black_box(
+            agent.model_input(&g).expect("a released step")
+        ))),
+        best(n, || drop(std::hint::black_box(input.chat_request()))),
+        input.messages.len()
+    );
+    let chat = input.chat_request();
+    let mut s = Session::new(SessionConfig::new("ram"));
+    for i in 0..20 {
+        ram_turn(&mut s, model, &line(i), &chat.tools, chat.system.as_deref()).await;
+    }
+    s.submit_task(mono_now(), json!("x"));
+    while s.poll_output().is_some() {}
+    println!(
+        "RAM from_session + drop {:.3} us",
+        best(n, || {
+            let req = s.model_request().expect("a model step");
+            drop(std::hint::black_box(ChatRequest::from_session(
+                chat.system.as_deref(),
+                &req,
+            )))
+        })
     );
 }
 
@@ -868,6 +1020,7 @@ async fn main() {
     SERIAL.store(args.iter().any(|a| a == "--serial"), Ordering::Relaxed);
     LATE_FLUSH.store(args.iter().any(|a| a == "--late-flush"), Ordering::Relaxed);
     ACK_LINE.store(args.iter().any(|a| a == "--ack-line"), Ordering::Relaxed);
+    SLEEP_US.store(arg("--sleep-us", 0), Ordering::Relaxed);
     let dir = base.join(format!("weft-agent-turns-bench-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("bench dir");
     let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
@@ -904,7 +1057,11 @@ async fn main() {
             "the first lines are written (synced beside the model with --ack-line), then the request is built and asked"
         }
     );
-    turns(&dir, turns_n, rounds, &model).await;
-    resume(&dir, nodes, rounds).await;
+    if args.iter().any(|a| a == "--micro") {
+        micro(&model).await;
+    } else {
+        turns(&dir, turns_n, rounds, &model).await;
+        resume(&dir, nodes, rounds).await;
+    }
     let _ = std::fs::remove_dir_all(&dir);
 }
