@@ -82,6 +82,10 @@ export class Runtime {
   #pumped = null;
   // Core calls made through this runtime; a pump drains again only when dispatching made one.
   #calls = 0;
+  // The batch the fused calls (submitPump, waitPump, onMessagePump) write into: one array,
+  // reused (a fused call never runs inside a pump, so never while this one is read), its
+  // entries ending at a `null`; emptied (undefined) once carried out.
+  #out = [];
   #batched = false;
   // A microtask that flushes the requests the core holds for batch frames is queued.
   #flushQueued = false;
@@ -398,6 +402,12 @@ export class Runtime {
   #pumpBatched(first, from = 0) {
     this.#pumping = true;
     let at;
+    // The reused batch ends at its `null`; another at its length.
+    const reused = first === this.#out;
+    let end = 0;
+    if (reused) while (end < first.length && first[end] !== null) end++;
+    else if (first !== undefined) end = first.length;
+    const reusedEnd = end;
     try {
       let batch = first;
       let i0 = from;
@@ -405,11 +415,12 @@ export class Runtime {
         if (batch === undefined) {
           batch = this.#reg.pump(this.#interest());
           i0 = 0;
+          end = batch.length;
         }
         at = batch[i0];
-        if (batch.length === i0 + 1) break;
+        if (end === i0 + 1) break;
         const calls = this.#calls;
-        for (let i = i0 + 1; i < batch.length; i++) this.#dispatch(batch[i]);
+        for (let i = i0 + 1; i < end; i++) this.#dispatch(batch[i]);
         // Only a core call can queue outputs or move the deadline (an `onOutput` handler
         // may call the core directly: then drained again, as `_pump` does).
         if (calls === this.#calls && this.#extra === null) break;
@@ -422,10 +433,20 @@ export class Runtime {
       throw err;
     } finally {
       this.#pumping = false;
+      // (What the reused batch held is not kept alive.)
+      if (reused) for (let i = 0; i <= reusedEnd; i++) first[i] = undefined;
     }
     if (!this.#reg) return;
     if (this.#remotes.size > 0) this.#forgetClosedRemotes();
     this.#deadline.set(at);
+    if (this.#pumped !== null) this.#pumped();
+  }
+
+  // `#pumpBatched` of a fused call that had nothing to carry out and no deadline (it
+  // returned a number, not the batch): what is left of the pump.
+  #pumpedIdle() {
+    if (this.#remotes.size > 0) this.#forgetClosedRemotes();
+    this.#deadline.clear();
     if (this.#pumped !== null) this.#pumped();
   }
 
@@ -462,14 +483,16 @@ export class Runtime {
     if (!reg) return;
     this.#calls++;
     if (this.#fused()) {
-      let batch;
+      let r;
       try {
-        batch = reg.onMessagePump(this.#now(), id, data, this.#interest());
+        r = reg.onMessagePump(this.#now(), id, data, this.#interest(), this.#out);
       } catch (err) {
         this._pump();
         throw err;
       }
-      this.#pumpBatched(batch, 0);
+      // NaN: the batch is in #out; else there is nothing to carry out and no deadline.
+      if (r === r) this.#pumpedIdle();
+      else this.#pumpBatched(this.#out, 0);
       return;
     }
     try {
@@ -488,15 +511,21 @@ export class Runtime {
     if (!reg) return undefined;
     this.#calls++;
     if (this.#fused()) {
-      let batch;
+      let r;
       try {
-        batch = reg.submitPump(this.#now(), endpoint, payload, options, this.#interest());
+        r = reg.submitPump(this.#now(), endpoint, payload, options, this.#interest(), this.#out);
       } catch (err) {
         this._pump();
         throw err;
       }
-      this.#pumpBatched(batch, 1);
-      return batch[0];
+      // The job's id alone: nothing to carry out, no deadline; NaN: the batch is in #out.
+      if (r === r) {
+        this.#pumpedIdle();
+        return r;
+      }
+      r = this.#out[0];
+      this.#pumpBatched(this.#out, 1);
+      return r;
     }
     // Inside a pump (a listener submitting) the run is posted only once the listener
     // returns: the payload is captured now, as postMessage would capture it.
@@ -522,21 +551,30 @@ export class Runtime {
     // The core reads `now` only for a timeout's deadline: no clock read without one.
     const now = timeoutMs === undefined || timeoutMs === null ? 0 : this.#now();
     if (this.#fused()) {
-      let batch;
+      let r;
       try {
-        batch = reg.waitPump(now, job, timeoutMs, this.#interest());
+        r = reg.waitPump(now, job, timeoutMs, this.#interest(), this.#out);
       } catch (err) {
         this._pump();
         throw err;
       }
-      const waitId = batch[0];
-      this.#waits.set(waitId, new WaitEntry(this, waitId, resolve, reject, signal, timeoutMs));
-      this.#pumpBatched(batch, 1);
+      // As in `_submit`: the wait's id alone, or NaN and the batch in #out.
+      const idle = r === r;
+      const waitId = idle ? r : this.#out[0];
+      const entry = new WaitEntry(resolve, reject, signal, timeoutMs);
+      this.#waits.set(waitId, entry);
+      if (idle) this.#pumpedIdle();
+      else this.#pumpBatched(this.#out, 1);
+      // Only now: a signal's `addEventListener` may be user code that calls into this runtime,
+      // which would overwrite #out before the batch above was carried out.
+      if (this.#waits.get(waitId) === entry) entry.listen(this, waitId);
       return;
     }
     const waitId = reg.wait(now, job, timeoutMs);
-    this.#waits.set(waitId, new WaitEntry(this, waitId, resolve, reject, signal, timeoutMs));
+    const entry = new WaitEntry(resolve, reject, signal, timeoutMs);
+    this.#waits.set(waitId, entry);
     this._pump();
+    if (this.#waits.get(waitId) === entry) entry.listen(this, waitId);
   }
 
   #call(fn) {
@@ -785,21 +823,30 @@ export class Endpoint {
 
 /** A pending `Job.wait`: settled by the core's `wait_settled` output (or by its abort signal's cancelWait). */
 class WaitEntry {
-  constructor(rt, waitId, resolve, reject, signal, timeoutMs) {
+  constructor(resolve, reject, signal, timeoutMs) {
     this.resolve = resolve;
     this.reject = reject;
     this.signal = signal;
     this.timeoutMs = timeoutMs;
     this.onAbort = null;
-    if (signal) {
-      this.onAbort = () => {
-        try {
-          rt._call((r) => r.cancelWait(waitId));
-        } catch {
-          // Already settled.
-        }
-      };
-      signal.addEventListener('abort', this.onAbort, { once: true });
+  }
+
+  /** Listens to the wait's signal (once the wait is registered and the pump after it ran): an
+   * abort cancels the wait; a signal aborted meanwhile cancels it now. */
+  listen(rt, waitId) {
+    const signal = this.signal;
+    if (!signal) return;
+    this.onAbort = () => {
+      try {
+        rt._call((r) => r.cancelWait(waitId));
+      } catch {
+        // Already settled.
+      }
+    };
+    signal.addEventListener('abort', this.onAbort, { once: true });
+    if (signal.aborted) {
+      signal.removeEventListener('abort', this.onAbort);
+      this.onAbort();
     }
   }
 

@@ -9,13 +9,14 @@
 //     host may have been told the worker speaks `batch` before its hello); a message whose
 //     handler throws does not stop the others: the error is reported (`reportError`, or
 //     rethrown from a microtask) as an uncaught one, the worker's error handling sees it;
-//   * what the script posts while a batch (or, under the shim, a message) is being delivered
-//     goes out in one frame when the delivery ends; at other times (after an await, from a
-//     timer, in a DOM Worker's handler of a single message) a message goes out at once while
-//     the wire is idle — nothing sent since the worker last heard from the host or since the
-//     last flush, the core's rule for the host side — and later ones at the end of the
-//     microtask; a lone message goes out as itself, never as a batch of one; at most BATCH_MAX
-//     messages share a frame (transfer lists are kept);
+//   * what the script posts while a batch is being delivered goes out in one frame when the
+//     delivery ends; at other times a message goes out at once while the wire is idle —
+//     nothing sent since the worker last heard from the host or since the last flush, the
+//     core's rule for the host side — and later ones at the end of the microtask, or (while a
+//     single message is delivered) when its delivery ends: the reply to a lone request leaves
+//     from the handler's post, with no copy and no clock read (the one-in-flight round trip);
+//     a lone message goes out as itself, never as a batch of one; at most BATCH_MAX messages
+//     share a frame (transfer lists are kept);
 //   * a held message never waits behind more than about HOLD_MS of the worker's own work:
 //     the held ones go out when the first of them is older than that (checked at each post
 //     and after each delivered message), and after a delivered message that took that long
@@ -33,19 +34,27 @@ export const BATCH_MAX = 256;
 /** How long (ms of the worker's own time) a held message may wait for more to share its frame. */
 export const HOLD_MS = 1;
 
+// A Proxy, which structuredClone refuses (DataCloneError) where a hand copy would read it
+// through its traps: told apart where the platform can (Node >= 20.16, util.types.isProxy:
+// the shim's Workers); a DOM Worker cannot, and there a Proxy of a plain object is copied as
+// the object it shows.
+const isProxy = globalThis.process?.getBuiltinModule?.('node:util')?.types?.isProxy ?? (() => false);
+
 // A held message's snapshot: what structuredClone gives, without its cost for the common
 // reply (a plain object of primitives: a copy of its own enumerable string-keyed fields is
-// that clone); anything else through structuredClone (which throws DataCloneError).
+// that clone); anything else (a Proxy too) through structuredClone (which throws
+// DataCloneError).
 const snapshotOf = (clone) => (m) => {
   const t = typeof m;
   if (t !== 'object' && t !== 'function' && t !== 'symbol') return m;
   if (m === null) return m;
-  if (t === 'object' && Object.getPrototypeOf(m) === Object.prototype) {
+  if (t === 'object' && !isProxy(m) && Object.getPrototypeOf(m) === Object.prototype) {
     const c = {};
     for (const k of Object.keys(m)) {
       const v = m[k];
       const tv = typeof v;
-      if ((tv === 'object' && v !== null) || tv === 'function' || tv === 'symbol') return clone(m);
+      // (An own `__proto__` key would set the copy's prototype: structuredClone copies it.)
+      if ((tv === 'object' && v !== null) || tv === 'function' || tv === 'symbol' || k === '__proto__') return clone(m);
       c[k] = v;
     }
     return c;
@@ -238,21 +247,24 @@ export function batching(rawPost, deliver, options = {}) {
 
   const receive = (frame) => {
     busy = false;
+    if (!isBatch(frame)) {
+      // A single message: its first reply leaves at once, from the post (the wire is idle),
+      // the later ones when the delivery ends, as after a batch.
+      deliverOne(frame);
+      flush();
+      return;
+    }
     depth++;
     try {
-      if (isBatch(frame)) {
-        let last = now();
-        for (const m of frame.messages) {
-          deliverOne(m);
-          if (queue.length > 0) {
-            const at = now();
-            // Held too long, or this message alone took the bound: send what is held.
-            if (at - Math.min(last, heldSince) >= holdMs) flush();
-            last = at;
-          } else last = now();
-        }
-      } else {
-        deliverOne(frame);
+      let last = now();
+      for (const m of frame.messages) {
+        deliverOne(m);
+        if (queue.length > 0) {
+          const at = now();
+          // Held too long, or this message alone took the bound: send what is held.
+          if (at - Math.min(last, heldSince) >= holdMs) flush();
+          last = at;
+        } else last = now();
       }
     } finally {
       depth--;

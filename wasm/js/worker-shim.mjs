@@ -6,8 +6,8 @@
 // Messages that arrive before the script has installed its handler are held, not dropped.
 // In a Worker the shim speaks the protocol's `batch` capability for the script (worker-batch.js:
 // the script's hello announces it; batch frames are delivered as their messages; replies made
-// while handling a message, or in one microtask, go out as one frame, held at most about 1 ms;
-// `close()` sends what is held first). As a child process it does not (one JSON message per
+// while handling a batch, or in one microtask, go out as one frame, held at most about 1 ms;
+// the first reply to a single message leaves at once; `close()` sends what is held first). As a child process it does not (one JSON message per
 // line, as the native hosts expect).
 // As in a DOM Worker, a handler that throws is reported as an uncaught error (a rethrow from a
 // microtask: `process.on('uncaughtException')` sees it, else the worker dies with it) and the

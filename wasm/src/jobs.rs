@@ -41,14 +41,18 @@ export function outBatch(endpoint, spec, values) {
 }
 // Requests are held for a batch frame: the host calls flushSends() before it yields.
 const FLUSH = Object.freeze({ output: 'flush' });
+// A Proxy, which structuredClone refuses (DataCloneError) where a hand copy would read it
+// through its traps: told apart where the platform can (Node >= 20.16, util.types.isProxy);
+// a browser cannot, and there a Proxy of a plain object is copied as the object it shows.
+const isProxy = globalThis.process?.getBuiltinModule?.('node:util')?.types?.isProxy ?? (() => false);
 // A payload's snapshot at submit, for a run that does not leave within the call (held for a
 // batch frame, queued): what structuredClone gives (postMessage's clone), without its cost for
-// the common payload, a plain object of primitives; anything else through structuredClone,
-// which throws DataCloneError (the submit then changes nothing).
+// the common payload, a plain object of primitives; anything else (a Proxy too) through
+// structuredClone, which throws DataCloneError (the submit then changes nothing).
 export function snapshotPayload(m) {
   const t = typeof m;
   if (t !== 'object' || m === null) return t === 'function' || t === 'symbol' ? structuredClone(m) : m;
-  if (Object.getPrototypeOf(m) === Object.prototype) {
+  if (!isProxy(m) && Object.getPrototypeOf(m) === Object.prototype) {
     const c = {};
     for (const k of Object.keys(m)) {
       const v = m[k];
@@ -105,10 +109,23 @@ export function mkBatch(deadline, a, b, c) {
   return a === undefined ? [deadline] : b === undefined ? [deadline, a]
     : c === undefined ? [deadline, a, b] : [deadline, a, b, c];
 }
-// The batch of a call that also pumps (submitPump, waitPump): the call's result first.
-export function mkLedBatch(lead, deadline, a, b, c) {
-  return a === undefined ? [lead, deadline] : b === undefined ? [lead, deadline, a]
-    : c === undefined ? [lead, deadline, a, b] : [lead, deadline, a, b, c];
+// The batch of a call that also pumps (submitPump, waitPump, onMessagePump), written into
+// the runtime's reusable array `out` from index 0: the call's result first (submit, wait),
+// the next deadline, then the outputs; returns the next index. Entries are written by index
+// (the array is never shortened: no new backing store per call); the Rust side writes the
+// further outputs with `set` and a `null` after the last (no entry is ever null).
+export function fillBatch(out, lead, deadline, a, b, c) {
+  let i = 0;
+  if (lead !== undefined) out[i++] = lead;
+  out[i++] = deadline;
+  if (a !== undefined) {
+    out[i++] = a;
+    if (b !== undefined) {
+      out[i++] = b;
+      if (c !== undefined) out[i++] = c;
+    }
+  }
+  return i;
 }
 // A worker's message read in one call (JobRegistry.onMessage). out: [kind (index into
 // KINDS, -1: read it field by field), id present, id, value tag, value number, fits]. A
@@ -210,14 +227,15 @@ extern "C" {
     fn snapshot_payload(v: &JsValue) -> Result<JsValue, JsValue>;
     #[wasm_bindgen(js_name = mkBatch)]
     fn mk_batch(deadline: Option<f64>, a: &JsValue, b: &JsValue, c: &JsValue) -> Array;
-    #[wasm_bindgen(js_name = mkLedBatch)]
-    fn mk_led_batch(
-        lead: f64,
+    #[wasm_bindgen(js_name = fillBatch)]
+    fn fill_batch(
+        out: &Array,
+        lead: Option<f64>,
         deadline: Option<f64>,
         a: &JsValue,
         b: &JsValue,
         c: &JsValue,
-    ) -> Array;
+    ) -> u32;
     #[wasm_bindgen(js_name = readReply)]
     fn read_reply(msg: &JsValue, limit: f64, out: &mut [f64]) -> JsValue;
     #[wasm_bindgen(js_name = readBatch)]
@@ -323,6 +341,16 @@ fn reply_payload(msg: JsValue, limit: usize, spare: &mut Option<Box<Msg>>) -> Js
 /// Output kinds a pump may leave out (bits of `pump`'s `interest`).
 const WANT_FINISHED: u32 = 1;
 const WANT_NOTES: u32 = 2;
+
+/// Whether a pump with `interest` hands `o` to the runtime (the core records every event and
+/// note either way).
+fn wanted_output(o: &Output<Js>, interest: u32) -> bool {
+    match o {
+        Output::JobFinished { .. } => interest & WANT_FINISHED != 0,
+        Output::NoteQueued { .. } => interest & WANT_NOTES != 0,
+        _ => true,
+    }
+}
 
 /// The portable job registry, as a JS class. Times are milliseconds on a monotonic clock the
 /// caller chooses (the JS runtime uses `performance.now()`).
@@ -568,8 +596,10 @@ impl JobRegistry {
         Ok(mk_submitted(r.job.0 as f64, r.reused))
     }
 
-    /// `submit` and `pump` in one call (the runtime's hot path): `[job, deadline, ...outputs]`,
-    /// the job's id negated when an existing job was reused. On an error nothing is pumped.
+    /// `submit` and `pump` in one call (the runtime's hot path), the pump written into `out`
+    /// (see `batch_into`): `[job, deadline, ...outputs]`, the job's id negated when an existing
+    /// job was reused; returns NaN, or the job's id alone when there is nothing to carry out
+    /// and no deadline. On an error nothing is pumped.
     #[wasm_bindgen(js_name = submitPump)]
     pub fn submit_pump(
         &mut self,
@@ -578,15 +608,16 @@ impl JobRegistry {
         payload: JsValue,
         opts: Option<JsValue>,
         interest: u32,
-    ) -> Result<Array, JsValue> {
+        out: &Array,
+    ) -> Result<f64, JsValue> {
         let r = self.submit_inner(now, endpoint, payload, opts)?;
         let job = r.job.0 as f64;
-        Ok(self.batch(interest, Some(if r.reused { -job } else { job })))
+        Ok(self.batch_into(interest, Some(if r.reused { -job } else { job }), out))
     }
 
-    /// `wait` and `pump` in one call: `[wait, deadline, ...outputs]` (the wait's own
-    /// `wait_settled` among them when the job has already ended). On an error nothing is
-    /// pumped.
+    /// `wait` and `pump` in one call: `[wait, deadline, ...outputs]` in `out` (the wait's own
+    /// `wait_settled` among them when the job has already ended), or the wait's id alone (see
+    /// `submitPump`). On an error nothing is pumped.
     #[wasm_bindgen(js_name = waitPump)]
     pub fn wait_pump(
         &mut self,
@@ -594,13 +625,15 @@ impl JobRegistry {
         job: f64,
         timeout_ms: Option<f64>,
         interest: u32,
-    ) -> Result<Array, JsValue> {
+        out: &Array,
+    ) -> Result<f64, JsValue> {
         let w = self.wait(now, job, timeout_ms)?;
-        Ok(self.batch(interest, Some(w)))
+        Ok(self.batch_into(interest, Some(w), out))
     }
 
-    /// `onMessage` and `pump` in one call: `[deadline, ...outputs]` as `pump` returns. On an
-    /// error nothing is pumped.
+    /// `onMessage` and `pump` in one call: `[deadline, ...outputs]` in `out` as `pump`
+    /// returns them, and NaN; 0, leaving `out` as it was, when there is nothing to carry out
+    /// and no deadline. On an error nothing is pumped.
     #[wasm_bindgen(js_name = onMessagePump)]
     pub fn on_message_pump(
         &mut self,
@@ -608,9 +641,10 @@ impl JobRegistry {
         endpoint: f64,
         msg: JsValue,
         interest: u32,
-    ) -> Result<Array, JsValue> {
+        out: &Array,
+    ) -> Result<f64, JsValue> {
         self.on_message(now, endpoint, msg)?;
-        Ok(self.batch(interest, None))
+        Ok(self.batch_into(interest, None, out))
     }
 }
 
@@ -623,36 +657,47 @@ impl JobRegistry {
         opts: Option<JsValue>,
     ) -> Result<weft_core::jobs::Submitted, JsValue> {
         // The options' fields are read in one JS call (`readSubmit`); origin and reuse key
-        // are read again only when present.
+        // are read again only when present, before the payload is captured.
         let mut flags = [-1.0f64, -1.0, 0.0, 0.0];
-        let owner = opts.as_ref().and_then(|o| read_submit(o, &mut flags));
+        let owner = opts
+            .as_ref()
+            .and_then(|o| read_submit(o, &mut flags))
+            .unwrap_or_else(|| "app".into());
         let endpoint = EndpointId(endpoint as u64);
-        // Captured at the call, as postMessage would: a run held for a batch frame or queued
-        // leaves later, and the caller may reuse the object meanwhile.
-        let payload = if self.inner.sends_at_once(endpoint) {
-            payload
-        } else {
-            snapshot_payload(&payload)?
-        };
-        let mut req = Submit::new(
-            owner.unwrap_or_else(|| "app".into()),
-            endpoint,
-            Js::from_js(payload),
-        );
-        // No options (`undefined` or `null`): the defaults, without reading a field.
+        let mut origin = None;
+        let mut reuse_key = None;
         if let Some(opts) = &opts {
             if flags[2] != 0.0
                 && let Some(o) = opt(opts, "origin")
             {
-                req.origin = Origin {
+                origin = Some(Origin {
                     thread: opt_string(&o, "thread"),
                     turn: opt_string(&o, "turn"),
                     tool_call: opt_string(&o, "toolCall"),
                     ..Origin::default()
-                };
+                });
             }
             if flags[3] != 0.0 {
-                req.reuse_key = opt_string(opts, "reuseKey");
+                reuse_key = opt_string(opts, "reuseKey");
+            }
+        }
+        // Captured at the call, as postMessage would: a run held for a batch frame or queued
+        // leaves later, and the caller may reuse the object meanwhile. A submit answered from
+        // its reuse key creates no run: nothing to capture.
+        let answered = reuse_key
+            .as_deref()
+            .is_some_and(|k| self.inner.holds_reuse_key(&OwnerId::new(owner.as_str()), k));
+        let payload = if answered || self.inner.sends_at_once(endpoint) {
+            payload
+        } else {
+            snapshot_payload(&payload)?
+        };
+        let mut req = Submit::new(owner, endpoint, Js::from_js(payload));
+        req.reuse_key = reuse_key;
+        // No options (`undefined` or `null`): the defaults, without reading a field.
+        if opts.is_some() {
+            if let Some(o) = origin {
+                req.origin = o;
             }
             req.note = flags[0] != 0.0;
             req.wake = flags[1] == 1.0;
@@ -660,17 +705,13 @@ impl JobRegistry {
         self.inner.submit(mono(now), req).map_err(|e| error(&e))
     }
 
-    /// What `pump` returns, after `lead` when one is given (see `mkLedBatch`).
-    fn batch(&mut self, interest: u32, lead: Option<f64>) -> Array {
+    /// What `pump` returns.
+    fn batch(&mut self, interest: u32) -> Array {
         // The drained outputs go through a buffer kept between calls (no allocation per pump).
         let mut pending = std::mem::take(&mut self.pending);
         pending.extend(self.inner.drain_outputs());
         let deadline = self.poll_timeout();
-        let mut wanted = pending.drain(..).filter(|o| match o {
-            Output::JobFinished { .. } => interest & WANT_FINISHED != 0,
-            Output::NoteQueued { .. } => interest & WANT_NOTES != 0,
-            _ => true,
-        });
+        let mut wanted = pending.drain(..).filter(|o| wanted_output(o, interest));
         let (a, b, c) = (wanted.next(), wanted.next(), wanted.next());
         let more = c.is_some();
         let mut js = |o: Option<Output<Js>>| match o {
@@ -678,10 +719,7 @@ impl JobRegistry {
             None => JsValue::UNDEFINED,
         };
         let (a, b, c) = (js(a), js(b), js(c));
-        let batch = match lead {
-            Some(l) => mk_led_batch(l, deadline, &a, &b, &c),
-            None => mk_batch(deadline, &a, &b, &c),
-        };
+        let batch = mk_batch(deadline, &a, &b, &c);
         if more {
             for o in wanted.by_ref() {
                 batch.push(&self.output_js(o));
@@ -693,6 +731,44 @@ impl JobRegistry {
             batch.push(&f);
         }
         batch
+    }
+
+    /// `batch` for the calls that pump in the same call, into the runtime's reusable array:
+    /// `out` gets `lead?, deadline, ...outputs, null` from index 0 and NaN is returned; without
+    /// a deadline and with nothing to carry out (a burst's held submits and their waits) `out`
+    /// is left as it was and `lead` (0 without one) returned: no JS call and no array.
+    fn batch_into(&mut self, interest: u32, lead: Option<f64>, out: &Array) -> f64 {
+        let mut pending = std::mem::take(&mut self.pending);
+        pending.extend(self.inner.drain_outputs());
+        let deadline = self.poll_timeout();
+        let mut wanted = pending.drain(..).filter(|o| wanted_output(o, interest));
+        let (a, b, c) = (wanted.next(), wanted.next(), wanted.next());
+        if a.is_none() && deadline.is_none() && !self.flush_due() {
+            drop(wanted);
+            self.pending = pending;
+            return lead.unwrap_or(0.0);
+        }
+        let more = c.is_some();
+        let mut js = |o: Option<Output<Js>>| match o {
+            Some(o) => self.output_js(o),
+            None => JsValue::UNDEFINED,
+        };
+        let (a, b, c) = (js(a), js(b), js(c));
+        let mut i = fill_batch(out, lead, deadline, &a, &b, &c);
+        if more {
+            for o in wanted.by_ref() {
+                out.set(i, self.output_js(o));
+                i += 1;
+            }
+        }
+        drop(wanted);
+        self.pending = pending;
+        if let Some(f) = self.flush_output() {
+            out.set(i, f);
+            i += 1;
+        }
+        out.set(i, JsValue::NULL);
+        f64::NAN
     }
 }
 
@@ -876,7 +952,7 @@ impl JobRegistry {
     /// names the outputs the caller carries out; the others are drained without building their
     /// objects (the core records every event and note either way).
     pub fn pump(&mut self, interest: u32) -> Array {
-        self.batch(interest, None)
+        self.batch(interest)
     }
 
     /// A job summary (`undefined` when unknown).
@@ -1191,13 +1267,18 @@ fn kind_code(k: weft_core::jobs::OutcomeKind) -> u32 {
 }
 
 impl JobRegistry {
+    /// Whether the next pump hands out a `flush` output (see `flush_output`).
+    fn flush_due(&self) -> bool {
+        !self.flush_asked && self.inner.holds_sends()
+    }
+
     /// `{output: "flush"}` once per turn in which requests are held for a batch frame: the
     /// host then calls `flushSends` before it yields.
     fn flush_output(&mut self) -> Option<JsValue> {
         // Once until the next `flushSends` (a pump that drains again finds no output and
         // stops); a runtime whose carrying-out of a batch throws before this output queues the
         // flush itself (`#pumpBatched`).
-        if self.flush_asked || !self.inner.holds_sends() {
+        if !self.flush_due() {
             return None;
         }
         self.flush_asked = true;

@@ -1556,6 +1556,16 @@ impl<V: Payload> Registry<V> {
                 || (!ep.wire_busy && !self.held.iter().any(|(e, _)| *e == endpoint)))
     }
 
+    /// Whether `owner` holds reuse key `key`: a submit with that key is then answered from
+    /// the job it names (reused, or refused as a conflict) and creates no run, so a host that
+    /// snapshots payloads (see [`Registry::sends_at_once`]) need not copy its payload.
+    #[must_use]
+    pub fn holds_reuse_key(&self, owner: &OwnerId, key: &str) -> bool {
+        self.owners
+            .get(owner)
+            .is_some_and(|o| o.reuse.contains_key(key))
+    }
+
     /// The next output for the host.
     #[must_use]
     pub fn poll_output(&mut self) -> Option<Output<V>> {

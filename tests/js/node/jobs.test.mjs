@@ -40,6 +40,46 @@ test('in-process jobs: progress, cancel acknowledged by the body settling, failu
   rt.close();
 });
 
+test('a queued payload is copied at submit: a Proxy is refused as structuredClone refuses it; a submit answered from its reuse key copies nothing', async () => {
+  const rt = createRuntime();
+  let release;
+  const gate = new Promise((r) => (release = r));
+  const ep = rt.openLocal(async (payload) => (payload.wait ? gate : payload.n), { maxConcurrent: 1 });
+  const first = ep.submit({ wait: true });
+  // Queued behind the first: captured at the call.
+  const reads = [];
+  const proxy = new Proxy({ n: 1 }, { get: (t, k) => (reads.push(k), t[k]) });
+  if (typeof process.getBuiltinModule === 'function') {
+    assert.throws(() => ep.submit(proxy), { name: 'DataCloneError' });
+    assert.deepEqual(reads, [], 'refused without reading it through its traps');
+  } else {
+    // Node < 20.16 cannot tell a Proxy (no util.types.isProxy without an import): it is copied
+    // as the object it shows, as in browsers.
+    ep.submit(proxy).cancel();
+    assert.ok(reads.includes('n'), 'copied through its traps');
+  }
+  let getter = 0;
+  const counted = {
+    get n() {
+      getter++;
+      return 2;
+    },
+  };
+  const keyed = ep.submit(counted, { reuseKey: 'k' });
+  const copied = getter;
+  assert.ok(copied >= 1, 'the queued payload was read (copied) at submit');
+  getter = 0;
+  const again = ep.submit(counted, { reuseKey: 'k' });
+  assert.equal(again.reused, true);
+  assert.equal(again.id, keyed.id);
+  // Answered from the key: read once, to compare it with the kept payload, and not copied.
+  assert.equal(getter, 1, 'no copy of a payload answered from its reuse key');
+  release(0);
+  assert.deepEqual((await keyed.wait()).value, 2);
+  await first.wait();
+  rt.dispose();
+});
+
 test('forget releases one finished job before its owner closes; a running or followed job stays', async () => {
   const rt = createRuntime();
   let release;
@@ -210,4 +250,27 @@ test('the worker side of `batch` (worker-batch.js): announce, unpack in order, o
   post({ id: 9, type: 'done' });
   post({ id: 9, type: 'done' });
   assert.deepEqual(frames.splice(0).map(([f]) => f.type), ['done', 'done']);
+});
+
+test("a wait's signal is listened to after the wait's own batch ran: an addEventListener that calls into the runtime does not disturb it", async () => {
+  const rt = createRuntime();
+  const ep = rt.openLocal(async (payload) => payload.n);
+  const inner = [];
+  // A signal-like object whose addEventListener is user code that submits and waits on the
+  // same runtime (a fused call that reuses the runtime's output array).
+  const signal = {
+    aborted: false,
+    addEventListener() {
+      const j = ep.submit({ n: 2 });
+      inner.push(j.wait({ timeoutMs: 5_000 }));
+    },
+    removeEventListener() {},
+  };
+  const outer = ep.submit({ n: 1 });
+  // A timeout gives the wait a deadline, so its call returns a batch (not the idle shortcut).
+  const got = await outer.wait({ timeoutMs: 5_000, signal });
+  assert.equal(got.value, 1);
+  assert.equal(inner.length, 1, 'the signal was listened to once');
+  assert.equal((await inner[0]).value, 2);
+  rt.dispose();
 });

@@ -79,6 +79,44 @@ test('a held message is a snapshot: the script may reuse the object it posted', 
   assert.deepEqual(s.frames[1][0].messages.map((m) => m.value), [{ n: 1, list: [1] }, { x: 3 }, 'text']);
 });
 
+test('a single message: its first reply leaves from the post, no copy; later ones when the delivery ends', () => {
+  const s = side((m, post) => {
+    const done = { id: m.id, type: 'done', value: 1 };
+    post(done);
+    s.log.push('posted');
+    done.value = 2; // the first went out at the post: as it was then
+    post({ id: m.id, type: 'progress', value: 3 });
+    post({ id: m.id, type: 'progress', value: 4 });
+  });
+  s.receive(run(1));
+  assert.deepEqual(s.log, ['deliver 1', 'frame', 'posted', 'frame'], 'the first reply left before the handler returned');
+  assert.deepEqual(s.frames.map(([f]) => f.value ?? f.messages.map((m) => m.value)), [1, [3, 4]]);
+  // The delivery ended with a flush: the wire is idle again.
+  s.post({ id: 2, type: 'progress', value: 5 });
+  assert.equal(s.frames.length, 3);
+});
+
+test('a held Proxy throws DataCloneError at the post, as structuredClone does; an own __proto__ key is kept', async () => {
+  const reads = [];
+  const proxy = new Proxy({ id: 1, type: 'progress', value: 1 }, { get: (t, k) => (reads.push(k), t[k]) });
+  const s = side((m, post) => {
+    if (typeof process.getBuiltinModule === 'function') assert.throws(() => post(proxy), { name: 'DataCloneError' });
+    else post(proxy); // Node < 20.16 cannot tell a Proxy: copied as the object it shows.
+    const parsed = JSON.parse('{"id": 2, "type": "progress", "__proto__": 5, "value": 1}');
+    post(parsed);
+  });
+  s.receive({ type: 'batch', messages: [run(1), run(2)] });
+  // (Only its `type`, as any post reads it to tell a hello or a batch.)
+  const canTell = typeof process.getBuiltinModule === 'function';
+  if (canTell) assert.deepEqual(reads.filter((k) => k !== 'type'), [], 'the Proxy was refused without copying it through its traps');
+  else assert.ok(reads.includes('value'), 'copied through its traps');
+  assert.deepEqual(
+    s.frames[0][0].messages.filter((m) => m.id === 2).map((m) => Object.hasOwn(m, '__proto__') && m.__proto__),
+    [5, 5],
+    'the own __proto__ key of each held reply',
+  );
+});
+
 test('an uncloneable message throws its DataCloneError at the post and is not queued', () => {
   const caught = [];
   const s = side((m, post) => {
@@ -154,13 +192,14 @@ test("a script's own batch frame joins the queue, within the bound; alone on an 
     post({ id: m.id, type: 'progress', value: 0 });
     post({ type: 'batch', messages: Array.from({ length: m.payload }, (_, i) => ({ id: m.id, type: 'progress', value: i + 1 })) });
   });
-  s.receive(run(1, 2));
+  // (Delivered in a batch frame: the first reply to a single message leaves at once.)
+  s.receive({ type: 'batch', messages: [run(1, 2)] });
   assert.deepEqual(s.frames[0][0], {
     type: 'batch',
     messages: [0, 1, 2].map((value) => ({ id: 1, type: 'progress', value })),
   });
   s.frames.length = 0;
-  s.receive(run(2, BATCH_MAX + 10));
+  s.receive({ type: 'batch', messages: [run(2, BATCH_MAX + 10)] });
   assert.deepEqual(sizes(s.frames), [BATCH_MAX, 11]);
   assert.ok(s.frames.every(([f]) => f.messages.every((m) => m.type !== 'batch')), 'no batch inside a batch');
   s.frames.length = 0;
