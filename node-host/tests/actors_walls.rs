@@ -123,6 +123,66 @@ fn a_link_where_the_store_reads_or_writes_is_refused_and_its_target_untouched() 
     }
 }
 
+/// A hard link planted where the store writes (the root's name and a file outside it are one
+/// inode). The lock is refused with `HARD_LINK_REFUSED` before anything is written (not
+/// truncated); a log appended to and a record patched in place are first replaced by a copy
+/// of their own, so the command runs and the other name keeps its bytes.
+#[test]
+fn a_hard_link_where_the_store_writes_is_never_written_through() {
+    let cases: [(&str, &[&str], bool); 4] = [
+        (".weft-lock", &["spawn", "--id", "x"], true),
+        (
+            "nodes/a/chat.jsonl",
+            &["message", "--node", "a", "--text", "hi"],
+            false,
+        ),
+        ("graph.json", &["spawn", "--id", "w"], false),
+        (
+            "nodes/coordinator/meta.json",
+            &["spawn", "--id", "v"],
+            false,
+        ),
+    ];
+    for (rel, cmd, refused) in cases {
+        let root = small_root("walls-hard");
+        let r = root.to_str().unwrap().to_owned();
+        let outside = scratch("walls-hard-outside").join("target");
+        let p = root.join(rel);
+        std::fs::copy(&p, &outside).unwrap();
+        std::fs::remove_file(&p).unwrap();
+        std::fs::hard_link(&outside, &p).unwrap();
+        let before = std::fs::read(&outside).unwrap();
+        let mut args = vec!["actors", cmd[0], &r];
+        args.extend_from_slice(&cmd[1..]);
+        args.push("--json");
+        if refused {
+            let e = run_err(&args, "HARD_LINK_REFUSED", 74);
+            assert!(
+                e["error"]["message"].as_str().unwrap().contains(rel),
+                "{rel}: {e}"
+            );
+            assert_eq!(std::fs::read(&outside).unwrap(), before, "{rel}: untouched");
+            // One name again (a copy in place of the link): the command runs.
+            std::fs::remove_file(&p).unwrap();
+            std::fs::copy(&outside, &p).unwrap();
+        }
+        run_json(&args);
+        assert_eq!(
+            std::fs::read(&outside).unwrap(),
+            before,
+            "{rel}: the other name's bytes are untouched"
+        );
+        use std::os::unix::fs::MetadataExt;
+        assert_eq!(
+            std::fs::metadata(&p).unwrap().nlink(),
+            1,
+            "{rel}: a file of its own"
+        );
+        let _ = std::fs::remove_dir_all(&root);
+        let _ = std::fs::remove_dir_all(outside.parent().unwrap());
+    }
+}
+
 fn codes(v: &Value) -> Vec<String> {
     v["diagnostics"]
         .as_array()

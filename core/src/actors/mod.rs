@@ -153,6 +153,10 @@ pub enum ActorsError {
     /// A symbolic link where the store reads or writes: stores follow no link inside the root.
     #[error("{0} is a symbolic link: the store follows no links inside its root")]
     SymlinkRefused(String),
+    /// A file the store would write has a second name (a hard link, perhaps from outside the
+    /// root): writing it would write that other file too, so the store refuses.
+    #[error("{0} has another name (a hard link): the store writes no file that has one")]
+    HardLinkRefused(String),
     /// A graph opened lazily ([`ActorGraph::open_lazy`]) was asked about a node whose records
     /// the host did not load: the host must name every node a command touches.
     #[error("node `{0}` was not loaded by this lazy open (the host must name it)")]
@@ -197,6 +201,7 @@ impl ActorsError {
             ActorsError::StoreLocked(_) => "STORE_LOCKED",
             ActorsError::StoreIo(_) => "STORE_IO",
             ActorsError::SymlinkRefused(_) => "SYMLINK_REFUSED",
+            ActorsError::HardLinkRefused(_) => "HARD_LINK_REFUSED",
             ActorsError::NotLoaded(_) => "NOT_LOADED",
             ActorsError::Config { .. } => "CONFIG_INVALID",
             ActorsError::NotInitialized => "NOT_INITIALIZED",
@@ -232,6 +237,7 @@ impl ActorsError {
             | ActorsError::EpochsDisabled
             | ActorsError::NodeCorrupt { .. }
             | ActorsError::SymlinkRefused(_)
+            | ActorsError::HardLinkRefused(_)
             | ActorsError::NotLoaded(_)
             | ActorsError::AlreadyInitialized => 409,
         }

@@ -1660,6 +1660,11 @@ fn every_error_has_the_http_status_of_its_kind() {
             409,
         ),
         (
+            ActorsError::HardLinkRefused("h".into()),
+            "HARD_LINK_REFUSED",
+            409,
+        ),
+        (
             ActorsError::Model(crate::model::ModelError::Timeout("t".into())),
             "MODEL_TIMEOUT",
             502,

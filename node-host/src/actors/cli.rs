@@ -316,7 +316,9 @@ pub(crate) fn exit_code(e: &ActorsError) -> u8 {
         | ActorsError::InvalidNodeId { .. }
         | ActorsError::Config { .. } => 64,
         ActorsError::NotInitialized => 66,
-        ActorsError::StoreIo(_) | ActorsError::SymlinkRefused(_) => 74,
+        ActorsError::StoreIo(_)
+        | ActorsError::SymlinkRefused(_)
+        | ActorsError::HardLinkRefused(_) => 74,
         ActorsError::StoreLocked(_) => 75,
         _ => 1,
     }

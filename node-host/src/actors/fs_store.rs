@@ -52,7 +52,10 @@
 //! handle one component at a time ([`super::walls`]), and no symbolic link is followed — a
 //! link where the store reads or writes (the lock files included) is refused with
 //! `SYMLINK_REFUSED` before anything past it is opened, so nothing outside the root is ever
-//! opened for writing.
+//! opened for writing. Nor is a file with a second name (a hard link, perhaps from outside the
+//! root) written through it: the walls refuse to open one for writing; a lock file that has
+//! one is `HARD_LINK_REFUSED`, a record or log is replaced by a copy of its own first (a put
+//! or a patch writes a new inode, an append copies the log), so the other name keeps its bytes.
 //!
 //! One writer at a time: a writer holds an exclusive lock on `$CHAT_ROOT/.weft-lock` (released
 //! by the kernel when the process dies, so `kill -9` never leaves a stale lock). Readers hold
@@ -78,7 +81,7 @@ use weft_core::actors::{
 };
 
 use super::failpoint::{Failpoint, Steps};
-use super::walls::{Dir, Kind, Mode, is_symlink_error};
+use super::walls::{self, Dir, Kind, Mode, is_symlink_error};
 
 /// The lock file a writer holds.
 pub const LOCK_FILE: &str = ".weft-lock";
@@ -624,7 +627,9 @@ impl Drop for SpareNodes {
 /// An I/O error of the store on `rel` (a path under the root): a symbolic link met on the way
 /// is `SYMLINK_REFUSED`, naming the link.
 fn io(what: &str, rel: &str, e: std::io::Error) -> ActorsError {
-    if is_symlink_error(&e) {
+    if walls::is_hard_link_error(&e) {
+        ActorsError::HardLinkRefused(rel.into())
+    } else if is_symlink_error(&e) {
         ActorsError::SymlinkRefused(if rel.is_empty() {
             ".".into()
         } else {
@@ -1398,7 +1403,27 @@ impl FsStore {
         if d.kind(name).map_err(|e| io("stat", rel, e))?.is_none() {
             dirty.insert(parent.to_owned());
         }
-        let f = d.open(name, Mode::Append).map_err(|e| io("open", rel, e))?;
+        let f = match d.open(name, Mode::Append) {
+            Ok(f) => f,
+            Err(e) if walls::is_hard_link_error(&e) => {
+                // A log with a second name (a hard link, perhaps from outside the root) is
+                // never appended to through it: a copy (fsynced) takes its place first, so the
+                // root's log is a file of its own and the other name keeps its bytes.
+                let text = d
+                    .read(name)
+                    .map_err(|e| io("read", rel, e))?
+                    .unwrap_or_default();
+                let tmp = format!("{rel}{TMP_SUFFIX}-unlink");
+                let t = Self::write_fresh_bytes(&d, &tmp, &text)?;
+                t.sync_all().map_err(|e| io("fsync", &tmp, e))?;
+                self.stats.fsyncs.fetch_add(1, Ordering::Relaxed);
+                d.rename(split(&tmp).1, &d, name)
+                    .map_err(|e| io("rename", rel, e))?;
+                dirty.insert(parent.to_owned());
+                d.open(name, Mode::Append).map_err(|e| io("open", rel, e))?
+            }
+            Err(e) => return Err(io("open", rel, e)),
+        };
         if self.appends.len() >= MAX_APPEND_HANDLES
             && let Some(lru) = self
                 .appends
@@ -1451,6 +1476,17 @@ impl FsStore {
             .map_err(|e| io("create", rel, e))?;
         f.write_all(text.as_bytes())
             .map_err(|e| io("write", rel, e))?;
+        Ok(f)
+    }
+
+    /// [`Self::write_fresh`] of bytes (a log's copy: any content, not only UTF-8).
+    fn write_fresh_bytes(dir: &Dir, rel: &str, bytes: &[u8]) -> Result<File, ActorsError> {
+        dir.remove_file(split(rel).1)
+            .map_err(|e| io("remove", rel, e))?;
+        let mut f = dir
+            .open(split(rel).1, Mode::Create)
+            .map_err(|e| io("create", rel, e))?;
+        f.write_all(bytes).map_err(|e| io("write", rel, e))?;
         Ok(f)
     }
 
@@ -1520,14 +1556,12 @@ impl FsStore {
     /// the length. A file with another name besides `rel` (a hard link, perhaps to a file
     /// outside the root) is never written: it is replaced by a new one ([`Self::write_fresh`]).
     fn overwrite(dir: &Dir, rel: &str, text: &str) -> Result<File, ActorsError> {
-        use std::os::unix::fs::MetadataExt;
-        let mut f = dir
-            .open(split(rel).1, Mode::Write)
-            .map_err(|e| io("open", rel, e))?;
-        if f.metadata().map_err(|e| io("stat", rel, e))?.nlink() != 1 {
-            drop(f);
-            return Self::write_fresh(dir, rel, text);
-        }
+        let mut f = match dir.open(split(rel).1, Mode::Write) {
+            Ok(f) => f,
+            // The walls refuse to open it for writing: replaced by a new inode instead.
+            Err(e) if walls::is_hard_link_error(&e) => return Self::write_fresh(dir, rel, text),
+            Err(e) => return Err(io("open", rel, e)),
+        };
         f.write_all(text.as_bytes())
             .and_then(|_| f.set_len(text.len() as u64))
             .map_err(|e| io("write", rel, e))?;
@@ -1583,17 +1617,19 @@ impl FsStore {
         let top = staging.dir(staged)?;
         let mut jobs = Vec::new();
         for (name, text) in init {
-            use std::os::unix::fs::MetadataExt;
             self.step();
-            let mut f = top.open(name, Mode::Write)?;
-            if f.metadata()?.nlink() != 1 {
-                // A hard link planted in the spare (perhaps to a file outside the root): not
-                // written; the spare is not used (as one emptied).
-                return Err(std::io::Error::new(
-                    std::io::ErrorKind::NotFound,
-                    format!("{name} of a spare has another name"),
-                ));
-            }
+            let mut f = top.open(name, Mode::Write).map_err(|e| {
+                if walls::is_hard_link_error(&e) {
+                    // A hard link planted in the spare (perhaps to a file outside the root):
+                    // not written (the walls refuse it); the spare is not used (as one emptied).
+                    std::io::Error::new(
+                        std::io::ErrorKind::NotFound,
+                        format!("{name} of a spare has another name"),
+                    )
+                } else {
+                    e
+                }
+            })?;
             f.write_all(text.as_bytes())?;
             f.set_len(text.len() as u64)?;
             self.stats
@@ -1716,9 +1752,16 @@ impl FsStore {
         let d = self
             .dir_at(parent, None)?
             .ok_or_else(|| ActorsError::StoreIo(format!("{parent} is missing")))?;
-        let f = d
-            .open(name, Mode::ReadWrite)
-            .map_err(|e| io("open", rel, e))?;
+        // A record with a second name (a hard link) is never written through it: it is
+        // replaced whole, as when a reader reads, which gives the root a file of its own.
+        let (f, linked) = match d.open(name, Mode::ReadWrite) {
+            Ok(f) => (f, false),
+            Err(e) if walls::is_hard_link_error(&e) => (
+                d.open(name, Mode::Read).map_err(|e| io("open", rel, e))?,
+                true,
+            ),
+            Err(e) => return Err(io("open", rel, e)),
+        };
         let len = f.metadata().map_err(|e| io("stat", rel, e))?.len();
         if len != size || at > size {
             return Err(ActorsError::StoreIo(format!(
@@ -1726,7 +1769,7 @@ impl FsStore {
             )));
         }
         let bytes = text.as_bytes();
-        let quiet = self.readers.as_ref().is_some_and(|r| r.try_lock().is_ok());
+        let quiet = !linked && self.readers.as_ref().is_some_and(|r| r.try_lock().is_ok());
         if !quiet {
             let mut whole = vec![0u8; at as usize];
             f.read_exact_at(&mut whole, 0)
@@ -3404,8 +3447,8 @@ mod append_wall_tests {
 
     /// A log moved aside and copied back (`mv chat.jsonl chat.jsonl~; cp chat.jsonl~
     /// chat.jsonl`) keeps a name, but not the path's: the next line goes to the file at the
-    /// path, never to the one moved aside; a hard link to the log (a second name anywhere)
-    /// is not reused either.
+    /// path, never to the one moved aside; a log given a second name (a hard link, perhaps
+    /// from outside the root) is never written through it: a copy takes its place first.
     #[test]
     fn a_log_moved_aside_and_copied_back_gets_the_next_line_at_its_path() {
         let root = std::env::temp_dir().join(format!("weft-append-aside-{}", std::process::id()));
@@ -3424,15 +3467,31 @@ mod append_wall_tests {
             "the file moved aside is unchanged"
         );
         assert!(fs::read_to_string(&chat).unwrap().contains("third"));
-        // A second name (hard link): the handle is not reused; the line lands at the path.
+        // A second name (hard link): the handle is not reused, the walls refuse to open the
+        // log for writing, and a copy takes its place: the line lands at the path only.
         fs::remove_file(&aside).unwrap();
-        let linked = root.join("linked");
+        let linked =
+            std::env::temp_dir().join(format!("weft-append-linked-{}", std::process::id()));
         fs::hard_link(&chat, &linked).unwrap();
+        let before = fs::read(&linked).unwrap();
         let opens = store.opens();
         say(&mut g, &mut store, "fourth").unwrap();
         assert!(store.opens() > opens, "reopened through the walls");
-        assert!(fs::read_to_string(&chat).unwrap().contains("fourth"));
+        assert_eq!(
+            fs::read(&linked).unwrap(),
+            before,
+            "nothing written through it"
+        );
+        let now = fs::read_to_string(&chat).unwrap();
+        assert!(now.starts_with(std::str::from_utf8(&before).unwrap()) && now.contains("fourth"));
+        use std::os::unix::fs::MetadataExt;
+        assert_eq!(
+            fs::metadata(&chat).unwrap().nlink(),
+            1,
+            "the log has a name of its own"
+        );
         drop(store);
+        fs::remove_file(&linked).unwrap();
         fs::remove_dir_all(&root).unwrap();
     }
 

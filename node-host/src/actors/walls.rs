@@ -3,7 +3,10 @@
 //! handle), never a path, and never follows a symbolic link (`O_NOFOLLOW`,
 //! `AT_SYMLINK_NOFOLLOW`). A path inside the root is reached one component at a time from the
 //! root's handle, so a link anywhere on the way is met — and refused — before anything past it
-//! is opened.
+//! is opened. A regular file opened for writing must be the file's only name (`nlink == 1`):
+//! a hard link planted in the root (perhaps to a file outside it) is refused before anything
+//! is written through it — nothing is truncated at the open (`Create` truncates after the
+//! check).
 //!
 //! Built on `libc` (already a dependency) rather than `cap-std`: the store needs
 //! `renameat2(RENAME_EXCHANGE)` and `flock` on its handles, which `cap-std` does not offer, and
@@ -37,6 +40,23 @@ pub fn is_symlink_error(e: &io::Error) -> bool {
 
 fn symlink() -> io::Error {
     io::Error::other(SymlinkFound)
+}
+
+/// The marker error for a file the store would write that has another name (a hard link).
+#[derive(Debug)]
+pub struct HardLinkFound;
+
+impl std::fmt::Display for HardLinkFound {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("has another name (a hard link)")
+    }
+}
+
+impl std::error::Error for HardLinkFound {}
+
+/// Whether `e` reports a hard link where the store would write (see [`HardLinkFound`]).
+pub fn is_hard_link_error(e: &io::Error) -> bool {
+    e.get_ref().is_some_and(|x| x.is::<HardLinkFound>())
 }
 
 /// What a directory entry is (links are never resolved).
@@ -345,7 +365,8 @@ impl Dir {
             Mode::Read => libc::O_RDONLY,
             Mode::ReadWriteCreate => libc::O_RDWR | libc::O_CREAT,
             Mode::Append => libc::O_WRONLY | libc::O_APPEND | libc::O_CREAT,
-            Mode::Create => libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC,
+            // Truncated below, once the file is known to have no other name.
+            Mode::Create => libc::O_WRONLY | libc::O_CREAT,
             Mode::Write => libc::O_WRONLY,
             Mode::ReadWrite => libc::O_RDWR,
         };
@@ -358,6 +379,15 @@ impl Dir {
                 io::ErrorKind::InvalidInput,
                 format!("{name} is not a regular file"),
             ));
+        }
+        if mode != Mode::Read {
+            use std::os::unix::fs::MetadataExt;
+            if meta.nlink() != 1 {
+                return Err(io::Error::other(HardLinkFound));
+            }
+            if mode == Mode::Create && meta.len() > 0 {
+                f.set_len(0)?;
+            }
         }
         // SAFETY: plain fcntl on a descriptor we own: clear O_NONBLOCK again.
         unsafe {
@@ -592,6 +622,25 @@ mod tests {
         d.remove_tree("new").unwrap();
         assert_eq!(d.kind("new").unwrap(), None);
         assert!(d.open("../x", Mode::Read).is_err());
+        // A hard link to a file outside the root: readable, never opened for writing (and not
+        // truncated by a `Create`).
+        std::fs::hard_link(&outside, root.join("hard")).unwrap();
+        assert!(d.open("hard", Mode::Read).is_ok());
+        for m in [
+            Mode::Append,
+            Mode::Create,
+            Mode::ReadWriteCreate,
+            Mode::Write,
+            Mode::ReadWrite,
+        ] {
+            let e = d.open("hard", m).unwrap_err();
+            assert!(is_hard_link_error(&e), "{m:?}: {e}");
+        }
+        assert_eq!(std::fs::read(&outside).unwrap(), b"keep");
+        // A `Create` of an existing file of one name still truncates it.
+        std::fs::write(root.join("one"), b"old").unwrap();
+        d.open("one", Mode::Create).unwrap();
+        assert_eq!(std::fs::read(root.join("one")).unwrap(), b"");
         // A file's stamp without opening it is the stamp of its metadata; a link has none.
         let f = d.open("plain", Mode::Create).unwrap();
         assert_eq!(
