@@ -27,9 +27,93 @@ use crate::js::{
     Js, array, error, from_js_json, key, mono, ms, opt, opt_f64, opt_string, put, same_value,
 };
 
-/// A JSON value as a JS value: one string and the engine's JSON.parse, much cheaper than a
+#[wasm_bindgen(module = "/src/ops_glue.js")]
+extern "C" {
+    /// A `compute` output, built in one JS call.
+    #[wasm_bindgen(js_name = mkCompute)]
+    fn mk_compute(calc: &str, cell: &str, inputs: &JsValue, previous: &JsValue) -> JsValue;
+    /// An `op_finished` output, built in one JS call (`snapshot` only when not undefined).
+    #[wasm_bindgen(js_name = mkFinished)]
+    fn mk_finished(
+        op: f64,
+        outcome: &JsValue,
+        selector: Option<String>,
+        snapshot: &JsValue,
+    ) -> JsValue;
+    /// `o[k] = v` on an object the bindings made: one plain JS call (no `Reflect.set` behind
+    /// a try/catch).
+    #[wasm_bindgen(js_name = setProp)]
+    fn set_prop(o: &JsValue, k: &JsValue, v: &JsValue);
+    /// An `observeOp` request's fields (see [`ObserveFields`]), each read once, into `out`;
+    /// returns the mask of those present.
+    #[wasm_bindgen(js_name = readObserve)]
+    fn read_observe(req: &JsValue, out: &Array) -> u32;
+}
+
+/// The fields of an `observeOp` request, read in one JS call (`readObserve`): their index in
+/// the scratch array, bit `1 << index` in the mask of those present.
+struct ObserveFields {
+    mask: u32,
+    values: Array,
+}
+
+impl ObserveFields {
+    const WRITES: u32 = 0;
+    const WAIT_FOR: u32 = 1;
+    const SELECTOR: u32 = 2;
+    const SELECT: u32 = 3;
+    const ON_SUPERSEDE: u32 = 4;
+    const ON_FAILURE: u32 = 5;
+    const TIMEOUT_MS: u32 = 6;
+    const BY: u32 = 7;
+    const TOOL_CALL: u32 = 8;
+
+    /// The field, when present (neither undefined nor null).
+    fn get(&self, i: u32) -> Option<JsValue> {
+        (self.mask & (1 << i) != 0).then(|| self.values.get(i))
+    }
+
+    fn string(&self, i: u32) -> Option<String> {
+        self.get(i).and_then(|v| v.as_string())
+    }
+}
+
+/// Property names and string values the bindings use on every operation, as JS strings made
+/// once (a Rust string passed to JS costs a UTF-8 decode each time).
+const OPS_KEYS: &[&str] = &[
+    "output",
+    "compute",
+    "calc",
+    "cell",
+    "inputs",
+    "previous",
+    "op_finished",
+    "op",
+    "outcome",
+    "snapshot",
+    "settled",
+    "superseded",
+    "failed",
+    "timed_out",
+    "cancelled",
+    "result",
+];
+
+thread_local! {
+    static OPS_KEY_VALUES: Vec<JsValue> = OPS_KEYS.iter().map(|k| JsValue::from_str(k)).collect();
+}
+
+/// The JS string of `name` (made once for the names in [`OPS_KEYS`]).
+fn ops_key(name: &str) -> JsValue {
+    match OPS_KEYS.iter().position(|k| *k == name) {
+        Some(i) => OPS_KEY_VALUES.with(|v| v[i].clone()),
+        None => key(name),
+    }
+}
+
+/// A JSON value or record as a JS value: one string and the engine's JSON.parse, much cheaper than a
 /// property-by-property conversion for records like outcomes and journals.
-fn jv(v: &serde_json::Value) -> JsValue {
+fn jv(v: &impl serde::Serialize) -> JsValue {
     crate::js::json(v)
 }
 
@@ -43,11 +127,11 @@ impl OpsValue for Js {
         }
     }
     fn object(fields: Vec<(String, Self)>) -> Self {
-        let o = Object::new();
+        let o: JsValue = Object::new().into();
         for (k, v) in fields {
-            put(&o, &key(&k), &v.to_js());
+            set_prop(&o, &ops_key(&k), &v.to_js());
         }
-        Js::Val(o.into())
+        Js::Val(o)
     }
     fn equal_value(&self, other: &Self) -> bool {
         match (self, other) {
@@ -224,6 +308,8 @@ pub struct OpsApp {
     app: App<Js>,
     /// The latest time seen (the core's clock never goes backwards).
     last_now: Mono,
+    /// The array `observeOp` reads a request's fields into (reused: no array per call).
+    scratch: Array,
 }
 
 #[wasm_bindgen]
@@ -257,6 +343,7 @@ impl OpsApp {
                 retention,
             }),
             last_now: Mono::ZERO,
+            scratch: Array::new(),
         }
     }
 
@@ -312,7 +399,7 @@ impl OpsApp {
             .app
             .set(t, name, &Js::from_js(value), actor_of(&actor))
             .map_err(ops_err)?;
-        Ok(jv(&self.app.receipt_json(w)))
+        Ok(jv(&self.app.receipt_record(w)))
     }
 
     /// Accepts several writes all-or-nothing; returns their receipts.
@@ -328,7 +415,7 @@ impl OpsApp {
             .app
             .set_many(t, &pairs(&writes)?, actor_of(&actor))
             .map_err(ops_err)?;
-        Ok(array(ws.iter().map(|w| jv(&self.app.receipt_json(*w)))))
+        Ok(array(ws.iter().map(|w| jv(&self.app.receipt_record(*w)))))
     }
 
     /// Invokes an action; returns `{invocation, writes}`.
@@ -358,8 +445,8 @@ impl OpsApp {
 
     /// A write's receipt.
     pub fn receipt(&self, write: f64) -> JsValue {
-        match self.app.write_record(WriteId(write as u64)) {
-            Some(_) => jv(&self.app.receipt_json(WriteId(write as u64))),
+        match self.app.receipt_record(WriteId(write as u64)) {
+            Some(r) => jv(&r),
             None => JsValue::UNDEFINED,
         }
     }
@@ -376,33 +463,46 @@ impl OpsApp {
         req: JsValue,
     ) -> Result<f64, JsValue> {
         let t = self.t(now);
+        let f = ObserveFields {
+            mask: read_observe(&req, &self.scratch),
+            values: self.scratch.clone(),
+        };
+        let absent = || JsValue::UNDEFINED;
         let mut r = ObserveRequest::new(
-            pairs(&opt(&req, "writes").unwrap_or(JsValue::UNDEFINED))?,
+            pairs(&f.get(ObserveFields::WRITES).unwrap_or_else(absent))?,
             strings(
-                &opt(&req, "waitFor").unwrap_or(JsValue::UNDEFINED),
+                &f.get(ObserveFields::WAIT_FOR).unwrap_or_else(absent),
                 "waitFor",
             )?,
         );
-        r.select = match (opt_string(&req, "selector"), opt(&req, "select")) {
+        r.select = match (
+            f.string(ObserveFields::SELECTOR),
+            f.get(ObserveFields::SELECT),
+        ) {
             (Some(_), Some(_)) => return Err(bad("give `select` or `selector`, not both")),
             (Some(s), None) => Selection::Selector(s),
             (None, Some(s)) => Selection::Outputs(strings(&s, "select")?),
             (None, None) => Selection::None,
         };
-        r.on_supersede = match opt_string(&req, "onSupersede").as_deref() {
+        r.on_supersede = match f.string(ObserveFields::ON_SUPERSEDE).as_deref() {
             None | Some("end") => OnSupersede::End,
             Some("follow") => OnSupersede::Follow,
             Some(x) => return Err(bad(format!("onSupersede `{x}`; use \"end\" or \"follow\""))),
         };
-        r.on_failure = match opt_string(&req, "onFailure").as_deref() {
+        r.on_failure = match f.string(ObserveFields::ON_FAILURE).as_deref() {
             None | Some("end") => OnFailure::End,
             Some("collect") => OnFailure::Collect,
             Some(x) => return Err(bad(format!("onFailure `{x}`; use \"end\" or \"collect\""))),
         };
-        r.timeout_ms = opt_f64(&req, "timeoutMs").map(ms);
+        r.timeout_ms = f
+            .get(ObserveFields::TIMEOUT_MS)
+            .and_then(|v| v.as_f64())
+            .map(ms);
         r.actor = Actor {
-            by: opt_string(&req, "by").unwrap_or_else(|| "agent".into()),
-            tool_call: opt_string(&req, "toolCall"),
+            by: f
+                .string(ObserveFields::BY)
+                .unwrap_or_else(|| "agent".into()),
+            tool_call: f.string(ObserveFields::TOOL_CALL),
         };
         self.app
             .observe(t, &mut reg.inner, r)
@@ -470,21 +570,16 @@ impl OpsApp {
         jv(&serde_json::Value::Array(list))
     }
 
-    /// The outcome record (`null` while waiting); `result` is the live JS value.
+    /// The outcome record (`null` while waiting); `result` is the live JS value. The record is
+    /// written straight to JSON text (no `serde_json::Value` tree, no JSON copy of the result).
     pub fn outcome(&self, op: f64) -> JsValue {
-        let id = OpId(op as u64);
-        let v = self.app.outcome_json(id);
-        if v.is_null() {
+        let Some(rec) = self.app.outcome_record(OpId(op as u64)) else {
             return JsValue::NULL;
-        }
-        let o = jv(&v);
-        if let Some(r) = self
-            .app
-            .operation(id)
-            .and_then(|o| o.outcome.as_ref())
-            .and_then(|o| o.result.as_ref())
-        {
-            put(&o, &key("result"), &r.to_js());
+        };
+        let result = rec.result().map(|r| r.to_js());
+        let o = jv(&rec.live_result());
+        if let Some(r) = result {
+            set_prop(&o, &ops_key("result"), &r);
         }
         o
     }
@@ -801,16 +896,10 @@ impl OpsApp {
                 inputs,
                 previous,
             } => {
-                let o = Object::new();
-                put(&o, &key("output"), &"compute".into());
-                put(&o, &key("calc"), &calc.to_string().into());
-                put(&o, &key("cell"), &cell.into());
-                put(&o, &key("inputs"), &inputs.to_js());
                 let prev = previous
                     .map(|p: Arc<Js>| p.to_js())
                     .unwrap_or(JsValue::UNDEFINED);
-                put(&o, &key("previous"), &prev);
-                o.into()
+                mk_compute(&calc.to_string(), &cell, &inputs.to_js(), &prev)
             }
             AppOutput::Abort {
                 calc,
@@ -826,15 +915,12 @@ impl OpsApp {
                 outcome,
                 snapshot,
                 selector,
-            } => {
-                let o = jv(
-                    &serde_json::json!({"output": "op_finished", "op": op.0, "outcome": outcome.as_str(), "selector": selector}),
-                );
-                if let Some(s) = snapshot {
-                    put(&o, &key("snapshot"), &snapshot_js(&s));
-                }
-                o
-            }
+            } => mk_finished(
+                op.0 as f64,
+                &ops_key(outcome.as_str()),
+                selector,
+                &snapshot.map_or(JsValue::UNDEFINED, |s| snapshot_js(&s)),
+            ),
             AppOutput::ToolReplied { call, op, reply } => {
                 let o =
                     jv(&serde_json::json!({"output": "tool_replied", "call": call.0, "op": op.0}));

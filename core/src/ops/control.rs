@@ -37,13 +37,14 @@ impl ControlValue {
 
     /// The JSON form.
     pub fn to_json(&self) -> Value {
-        match self {
-            ControlValue::Bool(b) => json!(b),
-            // Integral values print as integers (1024, not 1024.0).
-            ControlValue::Number(n) if n.fract() == 0.0 && n.abs() < 9e15 => json!(*n as i64),
-            ControlValue::Number(n) => json!(n),
-            ControlValue::Text(s) => json!(s),
-        }
+        serde_json::to_value(self.json()).unwrap_or(Value::Null)
+    }
+
+    /// The JSON form ([`ControlValue::to_json`]) as a serializable value, written without
+    /// building a `Value` (records serialized straight to text). Integral numbers print as
+    /// integers (1024, not 1024.0).
+    pub fn json(&self) -> ControlJson<'_> {
+        ControlJson(self)
     }
 
     /// Reads a JSON scalar (`path` names it in errors).
@@ -93,6 +94,25 @@ pub enum ControlKind {
     },
     Boolean,
     String,
+}
+
+/// Whether a number prints as an integer in a control's JSON form.
+fn integral(n: f64) -> bool {
+    n.fract() == 0.0 && n.abs() < 9e15
+}
+
+/// A control value serialized in its JSON form (see [`ControlValue::json`]).
+pub struct ControlJson<'a>(&'a ControlValue);
+
+impl Serialize for ControlJson<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self.0 {
+            ControlValue::Bool(b) => s.serialize_bool(*b),
+            ControlValue::Number(n) if integral(*n) => s.serialize_i64(*n as i64),
+            ControlValue::Number(n) => s.serialize_f64(*n),
+            ControlValue::Text(t) => s.serialize_str(t),
+        }
+    }
 }
 
 /// How an accepted value differs from the requested one.

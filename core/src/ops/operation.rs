@@ -10,6 +10,7 @@
 
 use std::sync::Arc;
 
+use serde::ser::{Serialize, SerializeMap, Serializer};
 use serde_json::{Value, json};
 
 use super::app::App;
@@ -1083,60 +1084,21 @@ impl<V: OpsValue> App<V> {
 
     /// The outcome record as JSON (`null` while waiting).
     pub fn outcome_json(&self, id: OpId) -> Value {
-        let Some(op) = self.ops.get(&id) else {
-            return Value::Null;
-        };
-        let Some(o) = &op.outcome else {
-            return Value::Null;
-        };
-        let mut v = json!({
-            "operation": id.0,
-            "outcome": o.kind.as_str(),
-            "message": o.message,
-            "revision": o.revision,
-            "at": o.at,
-            "writes": op.writes.iter().map(|w| self.receipt_json(*w)).collect::<Vec<_>>(),
-            "inputs": crate::value::map_of(o.inputs.iter().map(|(n, v)| (n.clone(), v.to_json()))),
-            "cells": crate::value::map_of(o.cells.iter().map(|c| (c.name.clone(), json!({
-                "state": c.state.map(|s| s.as_str()),
-                "valueCalc": c.value_calc.map(|c| c.to_json()),
-                "processed": c.processed.is_some(),
-                "calc": c.processed.map(|(c, _)| c.to_json()),
-                "noop": c.processed.map(|(_, n)| n),
-            })))),
-            "calculations": op.linked.iter().map(|c| c.to_json()).collect::<Vec<_>>(),
-        });
-        if let Some(r) = &o.result {
-            v["result"] = r.to_json();
-        }
-        if let Some(s) = &o.superseded {
-            v["superseded"] = json!({
-                "stage": s.stage,
-                "by": s.by.iter().map(|w| self.receipt_json(*w)).collect::<Vec<_>>(),
-                "changedInputs": s.controls,
-                "calculations": s.calculations.iter().map(|(cell, c, st)| json!({"cell": cell, "calc": c.to_json(), "state": st})).collect::<Vec<_>>(),
-            });
-        }
-        if !o.failures.is_empty() {
-            v["failures"] = json!(
-                o.failures
-                    .iter()
-                    .map(FailureReason::to_json)
-                    .collect::<Vec<_>>()
-            );
-        }
-        if !o.intervening.is_empty() {
-            v["intervening"] = json!(
-                o.intervening
-                    .iter()
-                    .map(|w| self.receipt_json(*w))
-                    .collect::<Vec<_>>()
-            );
-        }
-        if let Some(j) = op.job {
-            v["job"] = json!(j.0);
-        }
-        v
+        self.outcome_record(id).map_or(Value::Null, |r| {
+            serde_json::to_value(r).unwrap_or(Value::Null)
+        })
+    }
+
+    /// The outcome record ([`App::outcome_json`]) as a serializable value (`None` while
+    /// waiting or unknown): a host writes it straight to text, without building a `Value`.
+    pub fn outcome_record(&self, id: OpId) -> Option<OutcomeRecord<'_, V>> {
+        let op = self.ops.get(&id)?;
+        Some(OutcomeRecord {
+            app: self,
+            op,
+            outcome: op.outcome.as_ref()?,
+            live_result: false,
+        })
     }
 
     /// The whole operation (request, correlation, journal, outcome) as JSON — what `inspect`
@@ -1166,5 +1128,172 @@ impl<V: OpsValue> App<V> {
             "journal": op.journal.iter().map(OpEvent::to_json).collect::<Vec<_>>(),
             "outcome": self.outcome_json(id),
         }))
+    }
+}
+
+/// An operation's outcome record: `{operation, outcome, message, revision, at, writes,
+/// inputs, cells, calculations, result?, superseded?, failures?, intervening?, job?}`, keys in
+/// sorted order (a `serde_json` map's, so its text and [`App::outcome_json`] agree; `inputs`
+/// and `cells` by name).
+pub struct OutcomeRecord<'a, V> {
+    app: &'a App<V>,
+    op: &'a Operation<V>,
+    outcome: &'a OpOutcome<V>,
+    live_result: bool,
+}
+
+impl<V> OutcomeRecord<'_, V> {
+    /// `result` written as `null` in its place (when there is one): for a host that sets the
+    /// live value itself instead of a JSON copy.
+    pub fn live_result(mut self) -> Self {
+        self.live_result = true;
+        self
+    }
+
+    /// The record's selected value, when it has one.
+    pub fn result(&self) -> Option<&V> {
+        self.outcome.result.as_ref()
+    }
+}
+
+/// `items` as a JSON object keyed by name, in name order, the last of equal names winning:
+/// what a `serde_json` map built from them holds.
+struct ByName<'a, T, F> {
+    items: &'a [T],
+    name: fn(&T) -> &str,
+    value: F,
+}
+
+impl<'a, T, F, X> Serialize for ByName<'a, T, F>
+where
+    F: Fn(&'a T) -> X,
+    X: Serialize,
+{
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let name = self.name;
+        let mut order: Vec<&'a T> = self.items.iter().collect();
+        // Stable: among equal names the last one stays last.
+        order.sort_by(|a, b| name(a).cmp(name(b)));
+        let mut m = s.serialize_map(None)?;
+        for (i, item) in order.iter().enumerate() {
+            if order
+                .get(i + 1)
+                .is_some_and(|next| name(next) == name(item))
+            {
+                continue;
+            }
+            m.serialize_entry(name(item), &(self.value)(item))?;
+        }
+        m.end()
+    }
+}
+
+/// Write receipts as a JSON array (`null` for a pruned one).
+struct Receipts<'a, V>(&'a App<V>, &'a [WriteId]);
+
+impl<V: OpsValue> Serialize for Receipts<'_, V> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_seq(self.1.iter().map(|w| self.0.receipt_record(*w)))
+    }
+}
+
+/// Calculation ids as JSON strings (`"instance:generation"`).
+struct CalcIds<'a>(&'a [CalcId]);
+
+impl Serialize for CalcIds<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_seq(self.0.iter().map(CalcText))
+    }
+}
+
+/// A calculation id as its JSON string.
+struct CalcText<'a>(&'a CalcId);
+
+impl Serialize for CalcText<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self.0)
+    }
+}
+
+/// An input's value in an outcome (its JSON form).
+fn input_json(input: &(String, ControlValue)) -> super::control::ControlJson<'_> {
+    input.1.json()
+}
+
+/// An awaited cell in an outcome: `{state, valueCalc, processed, calc, noop}`.
+struct CellRecord<'a>(&'a CellOutcome);
+
+impl Serialize for CellRecord<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let c = self.0;
+        let mut m = s.serialize_map(Some(5))?;
+        m.serialize_entry("calc", &c.processed.as_ref().map(|(c, _)| CalcText(c)))?;
+        m.serialize_entry("noop", &c.processed.map(|(_, n)| n))?;
+        m.serialize_entry("processed", &c.processed.is_some())?;
+        m.serialize_entry("state", &c.state.map(|s| s.as_str()))?;
+        m.serialize_entry("valueCalc", &c.value_calc.as_ref().map(CalcText))?;
+        m.end()
+    }
+}
+
+impl<V: OpsValue> Serialize for OutcomeRecord<'_, V> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let (app, op, o) = (self.app, self.op, self.outcome);
+        let mut m = s.serialize_map(None)?;
+        m.serialize_entry("at", &o.at)?;
+        m.serialize_entry("calculations", &CalcIds(&op.linked))?;
+        m.serialize_entry(
+            "cells",
+            &ByName {
+                items: &o.cells,
+                name: |c| &c.name,
+                value: CellRecord,
+            },
+        )?;
+        if !o.failures.is_empty() {
+            let failures: Vec<Value> = o.failures.iter().map(FailureReason::to_json).collect();
+            m.serialize_entry("failures", &failures)?;
+        }
+        m.serialize_entry(
+            "inputs",
+            &ByName {
+                items: &o.inputs,
+                name: |(n, _)| n,
+                value: input_json,
+            },
+        )?;
+        if !o.intervening.is_empty() {
+            m.serialize_entry("intervening", &Receipts(app, &o.intervening))?;
+        }
+        if let Some(j) = op.job {
+            m.serialize_entry("job", &j.0)?;
+        }
+        m.serialize_entry("message", &o.message)?;
+        m.serialize_entry("operation", &op.id.0)?;
+        m.serialize_entry("outcome", o.kind.as_str())?;
+        match &o.result {
+            Some(_) if self.live_result => m.serialize_entry("result", &())?,
+            Some(r) => m.serialize_entry("result", &r.to_json())?,
+            None => {}
+        }
+        m.serialize_entry("revision", &o.revision)?;
+        if let Some(x) = &o.superseded {
+            let calculations: Vec<Value> = x
+                .calculations
+                .iter()
+                .map(|(cell, c, st)| json!({"cell": cell, "calc": c.to_json(), "state": st}))
+                .collect();
+            m.serialize_entry(
+                "superseded",
+                &json!({
+                    "stage": x.stage,
+                    "by": x.by.iter().map(|w| app.receipt_json(*w)).collect::<Vec<_>>(),
+                    "changedInputs": x.controls,
+                    "calculations": calculations,
+                }),
+            )?;
+        }
+        m.serialize_entry("writes", &Receipts(app, &op.writes))?;
+        m.end()
     }
 }

@@ -2,6 +2,7 @@
 
 use std::sync::Arc;
 
+use serde::ser::{Serialize, SerializeMap, Serializer};
 use serde_json::{Value, json};
 
 use super::control::ControlValue;
@@ -44,36 +45,19 @@ impl<V: OpsValue> App<V> {
 
     /// The receipt of a write as JSON (`null` for an unknown or pruned write).
     pub fn receipt_json(&self, id: WriteId) -> Value {
-        let Some(w) = self.write_record(id) else {
-            return Value::Null;
-        };
-        let mut o = json!({
-            "write": w.id.0, "control": self.controls[w.control].name, "requested": w.requested.to_json(),
-            "accepted": w.accepted.to_json(), "adjusted": w.adjusted, "by": w.actor.by, "acceptedAt": w.accepted_at,
-        });
-        match w.status {
-            WriteStatus::Staged => o["status"] = json!("staged"),
-            WriteStatus::Effective { revision, changed } => {
-                o["status"] = json!("effective");
-                o["revision"] = json!(revision);
-                o["changed"] = json!(changed);
-            }
-            WriteStatus::Overwritten { by } => {
-                o["status"] = json!("overwritten");
-                o["overwrittenBy"] = json!(by.0);
-            }
-            WriteStatus::Discarded => o["status"] = json!("discarded"),
-        }
-        if let Some(op) = w.op {
-            o["operation"] = json!(op.0);
-        }
-        if let Some(inv) = w.invocation {
-            o["invocation"] = json!(inv.0);
-        }
-        if let Some(tc) = &w.actor.tool_call {
-            o["toolCall"] = json!(tc);
-        }
-        o
+        self.receipt_record(id).map_or(Value::Null, |r| {
+            serde_json::to_value(r).unwrap_or(Value::Null)
+        })
+    }
+
+    /// The receipt of a write ([`App::receipt_json`]) as a serializable record: written
+    /// straight to text without building a `Value` first.
+    pub fn receipt_record(&self, id: WriteId) -> Option<ReceiptRecord<'_>> {
+        let w = self.write_record(id)?;
+        Some(ReceiptRecord {
+            w,
+            control: &self.controls[w.control].name,
+        })
     }
 
     /// A cell's derived state.
@@ -465,4 +449,52 @@ pub(crate) fn cell_view_json<V: Payload>(c: &CellView<V>) -> Value {
         "error": c.error.as_ref().map(|(cell, calc, m, code)| json!({"cell": cell, "calc": calc.to_json(), "message": m, "code": code})),
         "provenance": crate::value::map_of(c.provenance.iter().map(|(k, r)| (k.clone(), json!(r)))),
     })
+}
+
+/// A write's receipt: `{write, control, requested, accepted, adjusted, by, acceptedAt, status,
+/// revision?, changed?, overwrittenBy?, operation?, invocation?, toolCall?}`, serialized with
+/// its keys in sorted order (the order of a `serde_json` map, so its text and its `Value` agree).
+pub struct ReceiptRecord<'a> {
+    w: &'a WriteRecord,
+    control: &'a str,
+}
+
+impl Serialize for ReceiptRecord<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let w = self.w;
+        let mut m = s.serialize_map(None)?;
+        m.serialize_entry("accepted", &w.accepted.json())?;
+        m.serialize_entry("acceptedAt", &w.accepted_at)?;
+        m.serialize_entry("adjusted", &w.adjusted)?;
+        m.serialize_entry("by", &w.actor.by)?;
+        if let WriteStatus::Effective { changed, .. } = w.status {
+            m.serialize_entry("changed", &changed)?;
+        }
+        m.serialize_entry("control", self.control)?;
+        if let Some(inv) = w.invocation {
+            m.serialize_entry("invocation", &inv.0)?;
+        }
+        if let Some(op) = w.op {
+            m.serialize_entry("operation", &op.0)?;
+        }
+        if let WriteStatus::Overwritten { by } = w.status {
+            m.serialize_entry("overwrittenBy", &by.0)?;
+        }
+        m.serialize_entry("requested", &w.requested.json())?;
+        if let WriteStatus::Effective { revision, .. } = w.status {
+            m.serialize_entry("revision", &revision)?;
+        }
+        let status = match w.status {
+            WriteStatus::Staged => "staged",
+            WriteStatus::Effective { .. } => "effective",
+            WriteStatus::Overwritten { .. } => "overwritten",
+            WriteStatus::Discarded => "discarded",
+        };
+        m.serialize_entry("status", status)?;
+        if let Some(tc) = &w.actor.tool_call {
+            m.serialize_entry("toolCall", tc)?;
+        }
+        m.serialize_entry("write", &w.id.0)?;
+        m.end()
+    }
 }

@@ -108,9 +108,43 @@ pub fn run_vector(v: &Value) -> VectorResult {
         let result = apply_step(&mut app, reg, &mut calls, at, step.op, step.json);
         outputs.extend(calls.take_outputs(&mut app));
         check_step(&step.ctx, step.json, &result, outputs, failures);
+        if let Err(e) = records_agree(&app) {
+            failures.push(format!("{}: {e}", step.ctx));
+        }
     });
     check_final(v, &mut failures, || state_json(&app, reg));
     VectorResult { name, failures }
+}
+
+/// Every retained outcome and receipt written straight to text (what the wasm binding hands
+/// JS) is the text of its JSON value: the same fields, in the same order.
+fn records_agree(app: &App<Value>) -> Result<(), String> {
+    for o in app.operations() {
+        if let Some(r) = app.outcome_record(o.id) {
+            let got = serde_json::to_string(&r).unwrap_or_default();
+            let want = app.outcome_json(o.id).to_string();
+            if got != want {
+                return Err(format!(
+                    "outcome of op {} as text: {got}, as JSON: {want}",
+                    o.id.0
+                ));
+            }
+        }
+    }
+    for w in app.write_records() {
+        let got = app
+            .receipt_record(w.id)
+            .map(|r| serde_json::to_string(&r).unwrap_or_default())
+            .unwrap_or_default();
+        let want = app.receipt_json(w.id).to_string();
+        if got != want {
+            return Err(format!(
+                "receipt {} as text: {got}, as JSON: {want}",
+                w.id.0
+            ));
+        }
+    }
+    Ok(())
 }
 
 fn open_endpoint(reg: &mut Registry<Value>, e: &Value) -> Result<EndpointId, StepErr> {

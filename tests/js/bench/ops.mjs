@@ -5,10 +5,19 @@
 // operation (wasm linear memory growth + JS heap growth, first round, retention unbounded), and
 // what N round trips leave held under the default retention (1024 of each record).
 //
-//     node --expose-gc tests/js/bench/ops.mjs [N]
-import { createApp, wasmMemoryBytes } from 'weft';
+//     node --expose-gc tests/js/bench/ops.mjs [N] [--pkg DIR]
+//
+// `--pkg DIR`: measure the package built in DIR (e.g. a copy of wasm/pkg kept before a change)
+// instead of the installed `weft`, to compare two builds in alternating runs.
+import { resolve } from 'node:path';
+import { pathToFileURL } from 'node:url';
 
-const n = Number(process.argv[2] ?? 10_000);
+const args = process.argv.slice(2);
+const pkgAt = args.indexOf('--pkg');
+const pkg = pkgAt >= 0 ? args.splice(pkgAt, 2)[1] : null;
+const { createApp, wasmMemoryBytes } = await import(pkg ? pathToFileURL(resolve(pkg, 'node.js')).href : 'weft');
+
+const n = Number(args[0] ?? 10_000);
 
 const unbounded = { operations: Infinity, calculations: Infinity, writes: Infinity };
 
@@ -68,7 +77,7 @@ for (let round = 0; round < 3; round++) {
   console.error(`round ${round}: api ${(secs * 1000).toFixed(1)} ms, tool ${(t * 1000).toFixed(1)} ms`);
 }
 console.log(
-  `ops (wasm, Node ${process.version}): ${n} observe round trips (one write, one synchronous cell): ` +
+  `ops (wasm, Node ${process.version}${pkg ? `, package ${pkg}` : ''}): ${n} observe round trips (one write, one synchronous cell): ` +
     `JS API ${Math.round(n / best)} ops/s (${((best * 1e6) / n).toFixed(1)} µs each), ` +
     `observe tool ${Math.round(n / bestTool)} ops/s (${((bestTool * 1e6) / n).toFixed(1)} µs each); ` +
     `${Math.round(perOp)} bytes per retained operation (wasm memory + JS heap growth, retention unbounded${globalThis.gc ? '' : ', run with --expose-gc for a clean figure'}); ` +

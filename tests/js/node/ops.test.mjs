@@ -691,3 +691,33 @@ test('createClaims: the newest desire wins, a late acquisition is released unado
   assert.deepEqual(log.at(-1), ['release', 'mic', 4, 'late mic'], 'an acquisition that arrives after dispose is released');
   assert.throws(() => claims.desire('worker', null), (e) => e.code === 'DISPOSED');
 });
+
+test('controls named after Object.prototype members reach a cell as own inputs and a select as own keys', async () => {
+  const app = createApp();
+  const seen = [];
+  app.load({
+    controls: [
+      { name: '__proto__', type: 'number', min: 0, max: 10, step: 1, value: 1 },
+      { name: 'toString', type: 'number', min: 0, max: 10, step: 1, value: 2 },
+    ],
+    cells: [
+      {
+        name: 'sum',
+        deps: ['__proto__', 'toString'],
+        compute: (inputs) => {
+          seen.push(inputs);
+          return inputs.__proto__ + inputs.toString;
+        },
+      },
+    ],
+  });
+  const out = await app.observe({ writes: { toString: 3 }, waitFor: ['sum'], select: ['__proto__', 'toString', 'sum'] });
+  assert.equal(out.outcome, 'settled');
+  const inputs = seen.at(-1);
+  assert.deepEqual(Object.keys(inputs).sort(), ['__proto__', 'toString']);
+  assert.equal(Object.getPrototypeOf(inputs), Object.prototype, 'the prototype is untouched');
+  assert.deepEqual(Object.keys(out.result).sort(), ['__proto__', 'sum', 'toString'], 'the selected values');
+  assert.equal(Object.getOwnPropertyDescriptor(out.result, '__proto__')?.value, 1);
+  assert.equal(app.cell('sum').value, 4);
+  app.dispose();
+});
