@@ -87,6 +87,12 @@ export class Runtime {
   // entries ending at a `null`; emptied (undefined) once carried out.
   #out = [];
   #batched = false;
+  // While `_submit` carries out its call's outputs: its endpoint (-1 otherwise) and payload, to
+  // tell its own run's `send` apart (see #postOwn), and whether posting that run threw, and what.
+  #ownEp = -1;
+  #own = undefined;
+  #ownFailed = false;
+  #ownErr = undefined;
   // A microtask that flushes the requests the core holds for batch frames is queued.
   #flushQueued = false;
   #queueFlush() {
@@ -524,20 +530,72 @@ export class Runtime {
         return r;
       }
       r = this.#out[0];
-      this.#pumpBatched(this.#out, 1);
+      this.#ownEp = endpoint;
+      this.#own = payload;
+      this.#ownFailed = false;
+      try {
+        this.#pumpBatched(this.#out, 1);
+      } finally {
+        this.#ownEp = -1;
+        this.#own = undefined;
+      }
+      if (this.#ownFailed) this.#withdraw(r);
       return r;
     }
     // Inside a pump (a listener submitting) the run is posted only once the listener
     // returns: the payload is captured now, as postMessage would capture it.
-    if (this.#pumping && payload !== null && (typeof payload === 'object' || typeof payload === 'function')) {
+    const own = !this.#pumping;
+    if (!own && payload !== null && (typeof payload === 'object' || typeof payload === 'function')) {
       payload = structuredClone(payload);
     }
+    let r;
     try {
-      const r = reg.submit(this.#now(), endpoint, payload, options);
-      return r.reused ? -r.job : r.job;
-    } finally {
+      r = reg.submit(this.#now(), endpoint, payload, options);
+    } catch (err) {
       this._pump();
+      throw err;
     }
+    if (own) {
+      this.#ownEp = endpoint;
+      this.#own = payload;
+      this.#ownFailed = false;
+    }
+    try {
+      this._pump();
+    } finally {
+      if (own) {
+        this.#ownEp = -1;
+        this.#own = undefined;
+      }
+    }
+    if (own && this.#ownFailed) this.#withdraw(r.job);
+    return r.reused ? -r.job : r.job;
+  }
+
+  // Posts a `send` to the endpoint `_submit` is submitting to. The submit's own run left at
+  // once, its payload not copied (a queued or held one was copied at the submit, so it cannot
+  // fail to clone later): when posting it throws (DataCloneError), the error is kept for
+  // `_submit`, which withdraws the run and throws it. Any other `send` that throws propagates
+  // as before (a job's input: `Job.send` throws it, the input recorded as delivered).
+  #postOwn(o) {
+    try {
+      this.#endpoints.get(o.endpoint)?._post(o.message);
+    } catch (err) {
+      const m = o.message;
+      if (this.#ownFailed || m.type !== 'run' || m.payload !== this.#own) throw err;
+      this.#ownFailed = true;
+      this.#ownErr = err;
+    }
+  }
+
+  // `_submit`'s run could not be posted: the core withdraws it (no record, slot, reuse key,
+  // event or note is left; nothing was sent) and what posting threw is thrown.
+  #withdraw(job) {
+    const err = this.#ownErr;
+    this.#ownFailed = false;
+    this.#ownErr = undefined;
+    this.#call((r, now) => r.withdrawUnposted(now, job));
+    throw err;
   }
 
   /**
@@ -550,32 +608,41 @@ export class Runtime {
     this.#calls++;
     // The core reads `now` only for a timeout's deadline: no clock read without one.
     const now = timeoutMs === undefined || timeoutMs === null ? 0 : this.#now();
+    // Listening to the signal first: its `addEventListener` may be user code that calls into
+    // this runtime, which must not run between the call below and the carrying-out of its
+    // batch (#out). An abort before the wait exists is applied once it does.
+    const entry = new WaitEntry(this, resolve, reject, signal, timeoutMs);
+    let waitId;
     if (this.#fused()) {
       let r;
       try {
         r = reg.waitPump(now, job, timeoutMs, this.#interest(), this.#out);
       } catch (err) {
+        entry.unlisten();
         this._pump();
         throw err;
       }
       // As in `_submit`: the wait's id alone, or NaN and the batch in #out.
       const idle = r === r;
-      const waitId = idle ? r : this.#out[0];
-      const entry = new WaitEntry(resolve, reject, signal, timeoutMs);
+      waitId = idle ? r : this.#out[0];
+      entry.waitId = waitId;
       this.#waits.set(waitId, entry);
       if (idle) this.#pumpedIdle();
       else this.#pumpBatched(this.#out, 1);
-      // Only now: a signal's `addEventListener` may be user code that calls into this runtime,
-      // which would overwrite #out before the batch above was carried out.
-      if (this.#waits.get(waitId) === entry) entry.listen(this, waitId);
-      return;
+    } else {
+      try {
+        waitId = reg.wait(now, job, timeoutMs);
+      } catch (err) {
+        entry.unlisten();
+        throw err;
+      }
+      entry.waitId = waitId;
+      this.#waits.set(waitId, entry);
+      this._pump();
     }
-    const waitId = reg.wait(now, job, timeoutMs);
-    const entry = new WaitEntry(resolve, reject, signal, timeoutMs);
-    this.#waits.set(waitId, entry);
-    this._pump();
-    if (this.#waits.get(waitId) === entry) entry.listen(this, waitId);
+    if (signal?.aborted && this.#waits.get(waitId) === entry) entry.onAbort();
   }
+
 
   #call(fn) {
     // Transport events can still arrive after dispose() (a Worker's exit): nothing to record.
@@ -591,7 +658,8 @@ export class Runtime {
   #dispatch(o) {
     switch (o.output) {
       case 'send':
-        this.#endpoints.get(o.endpoint)?._post(o.message);
+        if (o.endpoint === this.#ownEp) this.#postOwn(o);
+        else this.#endpoints.get(o.endpoint)?._post(o.message);
         break;
       case 'flush':
         // Requests are held for batch frames: they go out at the end of this turn.
@@ -784,7 +852,10 @@ export class Endpoint {
     this.#transport = transport;
   }
 
-  /** Submits a job: `{owner, origin: {thread, turn, toolCall}, reuseKey, note, wake}`. */
+  /**
+   * Submits a job: `{owner, origin: {thread, turn, toolCall}, reuseKey, note, wake}`. A payload
+   * the transport cannot copy (a function, a Proxy) throws DataCloneError and leaves no job.
+   */
   submit(payload, options) {
     // No options cross as `undefined`: the core reads each field of it without a property lookup.
     const r = this.#rt._submit(this.id, payload, options);
@@ -823,31 +894,30 @@ export class Endpoint {
 
 /** A pending `Job.wait`: settled by the core's `wait_settled` output (or by its abort signal's cancelWait). */
 class WaitEntry {
-  constructor(resolve, reject, signal, timeoutMs) {
+  constructor(rt, resolve, reject, signal, timeoutMs) {
     this.resolve = resolve;
     this.reject = reject;
     this.signal = signal;
     this.timeoutMs = timeoutMs;
+    /** Set once the registry gave the wait its id (an abort before that is applied then). */
+    this.waitId = null;
     this.onAbort = null;
+    if (signal) {
+      this.onAbort = () => {
+        if (this.waitId === null) return;
+        try {
+          rt._call((r) => r.cancelWait(this.waitId));
+        } catch {
+          // Already settled.
+        }
+      };
+      signal.addEventListener('abort', this.onAbort, { once: true });
+    }
   }
 
-  /** Listens to the wait's signal (once the wait is registered and the pump after it ran): an
-   * abort cancels the wait; a signal aborted meanwhile cancels it now. */
-  listen(rt, waitId) {
-    const signal = this.signal;
-    if (!signal) return;
-    this.onAbort = () => {
-      try {
-        rt._call((r) => r.cancelWait(waitId));
-      } catch {
-        // Already settled.
-      }
-    };
-    signal.addEventListener('abort', this.onAbort, { once: true });
-    if (signal.aborted) {
-      signal.removeEventListener('abort', this.onAbort);
-      this.onAbort();
-    }
+  /** Stops listening (the wait was refused). */
+  unlisten() {
+    if (this.onAbort !== null) this.signal.removeEventListener('abort', this.onAbort);
   }
 
   settle(o) {
@@ -900,7 +970,11 @@ export class Job {
     return this.#rt._call((r, now) => r.cancel(now, this.id, reason));
   }
 
-  /** Sends structured input to a running job that accepts it; returns the input id. */
+  /**
+   * Sends structured input to a running job that accepts it; returns the input id. A value the
+   * transport cannot copy throws its DataCloneError with the input already recorded as
+   * delivered (the run goes on); a submit's payload is withdrawn instead (see `Endpoint.submit`).
+   */
   send(value, { inputId } = {}) {
     return this.#rt._call((r, now) => r.sendInput(now, this.id, value, inputId));
   }

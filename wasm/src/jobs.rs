@@ -615,6 +615,16 @@ impl JobRegistry {
         Ok(self.batch_into(interest, Some(if r.reused { -job } else { job }), out))
     }
 
+    /// Withdraws the run of a job just submitted whose `send` the transport refused
+    /// (`postMessage` threw `DataCloneError`): no record, slot, reuse key or event is left (see
+    /// `Registry::withdraw_unposted`; valid only in the submitting call).
+    #[wasm_bindgen(js_name = withdrawUnposted)]
+    pub fn withdraw_unposted(&mut self, now: f64, job: f64) -> Result<(), JsValue> {
+        self.inner
+            .withdraw_unposted(mono(now), JobId(job as u64))
+            .map_err(|e| error(&e))
+    }
+
     /// `wait` and `pump` in one call: `[wait, deadline, ...outputs]` in `out` (the wait's own
     /// `wait_settled` among them when the job has already ended), or the wait's id alone (see
     /// `submitPump`). On an error nothing is pumped.

@@ -298,6 +298,14 @@ impl WireIds {
         }
     }
 
+    /// Takes back `wire` when it is the last id issued (a run withdrawn before it reached the
+    /// transport: see `Registry::withdraw_unposted`), so that it is issued again next.
+    pub(crate) fn pop_last(&mut self, wire: u64) {
+        if !self.recent.is_empty() && self.first + self.recent.len() as u64 - 1 == wire {
+            self.recent.pop_back();
+        }
+    }
+
     /// Every wire id kept with its job, in wire id order.
     pub(crate) fn iter(&self) -> impl Iterator<Item = (u64, JobId)> + '_ {
         self.old.iter().copied().chain(

@@ -950,6 +950,78 @@ impl<V: Payload> Registry<V> {
         Ok(input_id)
     }
 
+    /// Withdraws a run the host could not put on its transport, as if it had never been
+    /// submitted: the JS host's `postMessage` throws (`DataCloneError`) on a payload it cannot
+    /// copy, and a submit whose run left at once takes no copy beforehand. The record goes,
+    /// with its journal events (no observer can have seen them: none may be attached), its
+    /// reuse key and its endpoint's slot; its unposted `send` is dropped if still pending; the
+    /// job and wire ids are issued again when nothing was issued after them; no outcome, note
+    /// or wake results. Valid only in the call that submitted it: the job is running, its run
+    /// is the last wire id its endpoint issued (not a remote endpoint's, not held for a batch),
+    /// nothing but `submitted` and `started` is recorded for it (nothing from the worker) and
+    /// no wait or subscription refers to it; otherwise `InvalidArgument`, changing nothing.
+    /// `now` dates the start of a run queued meanwhile that the freed slot lets start.
+    pub fn withdraw_unposted(&mut self, now: Mono, job: JobId) -> Result<(), JobsError> {
+        let j = self.live_job(job).ok_or(JobsError::UnknownJob(job))?;
+        let refuse = |why: &str| Err(JobsError::InvalidArgument(format!("{job} {why}")));
+        let (endpoint, Some(wire)) = (j.endpoint, j.wire_id) else {
+            return refuse("cannot be withdrawn: its run was not sent");
+        };
+        if j.state != JobState::Running
+            || j.recorded != 2
+            || !j.waits.is_empty()
+            || !j.subs.is_empty()
+            || j.watched
+        {
+            return refuse("cannot be withdrawn: it was reported on, observed or waited for");
+        }
+        let ep = &self.endpoints[&endpoint];
+        if self.links.contains_key(&endpoint)
+            || ep.next_wire != wire + 1
+            || self
+                .held
+                .iter()
+                .any(|(e, rs)| *e == endpoint && rs.iter().any(|r| r.id() == wire))
+        {
+            return refuse("cannot be withdrawn: its run was not the last one put on the wire");
+        }
+        let j = self.jobs.remove(&job).expect("checked");
+        self.events_recorded -= j.recorded;
+        let ep = self.endpoints.get_mut(&endpoint).expect("checked");
+        ep.running.remove(&job);
+        ep.wire.pop_last(wire);
+        ep.next_wire = wire;
+        ep.frames_sent = ep.frames_sent.saturating_sub(1);
+        // The run went out at once, so the wire was idle before it.
+        ep.wire_busy = false;
+        let pending = self.outputs.iter().position(|o| {
+            matches!(o, Output::Send { endpoint: e, request: WireRequest::Run { id, .. } }
+                if *e == endpoint && *id == wire)
+        });
+        if let Some(i) = pending {
+            self.outputs.remove(i);
+        }
+        if job.0 + 1 == self.next_job {
+            self.next_job = job.0;
+            self.jobs.trim_back();
+        }
+        if let Some(o) = self.owners.get_mut(&j.owner) {
+            o.jobs.remove(&job);
+            if let Some(k) = j.reuse_key()
+                && o.reuse.get(k) == Some(&job)
+            {
+                o.reuse.remove(k);
+            }
+            if o.jobs.is_empty() && o.endpoints.is_empty() && o.mailbox.is_empty() {
+                self.owners.remove(&j.owner);
+            }
+        }
+        self.job_released(endpoint);
+        // A slot freed: a run queued meanwhile may start.
+        self.pump(endpoint, now);
+        Ok(())
+    }
+
     /// The job record.
     pub fn job(&self, id: JobId) -> Option<&Job<V>> {
         self.live_job(id)

@@ -152,6 +152,15 @@ impl<V> JobTable<V> {
         Some(job)
     }
 
+    /// Drops the index's trailing released entries, so that the ids after the last record
+    /// held may be inserted again (a withdrawn job's id is issued again: see
+    /// `Registry::withdraw_unposted`).
+    pub(crate) fn trim_back(&mut self) {
+        while self.index.back() == Some(&NONE) {
+            self.index.pop_back();
+        }
+    }
+
     /// The records in id order.
     pub(crate) fn values(&self) -> impl Iterator<Item = &Job<V>> {
         self.old

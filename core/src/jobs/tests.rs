@@ -912,3 +912,171 @@ fn a_batch_of_replies_records_what_the_same_replies_alone_record() {
     };
     assert_eq!(run(true), run(false));
 }
+
+/// A run the host could not post (the JS host's `postMessage` refusing its payload) is
+/// withdrawn as if never submitted: no record, slot, reuse key, event or output is left, and
+/// the ids are issued again; on a plain and on a batching endpoint.
+#[test]
+fn withdrawing_an_unposted_run_leaves_nothing_behind() {
+    for batching in [false, true] {
+        let mut reg: Registry<Value> = Registry::default();
+        let ep = if batching {
+            batching_endpoint(&mut reg)
+        } else {
+            let mut spec = EndpointSpec::new("app", "one");
+            spec.hello = Hello::Declared(caps(true, true));
+            spec.max_concurrent = Some(1);
+            reg.open_endpoint(Mono::from_ms(0), spec)
+        };
+        let owner = OwnerId::new("a");
+        let mut req = Submit::new("a", ep, json!({"n": 1}));
+        req.reuse_key = Some("k".into());
+        assert!(reg.sends_at_once(ep));
+        let job = reg.submit(Mono::from_ms(1), req).unwrap().job;
+        let sent = frames(&mut reg);
+        assert_eq!(sent, [1], "the run left at once");
+        let before = reg.endpoint(ep).unwrap().frames();
+        reg.withdraw_unposted(Mono::from_ms(1), job).unwrap();
+        reg.flush_sends();
+        assert_eq!(reg.jobs().count(), 0);
+        assert_eq!(reg.retained_jobs(), 0);
+        assert_eq!(reg.events_recorded(), 0);
+        assert!(!reg.holds_reuse_key(&owner, "k"));
+        assert_eq!(reg.peek_mailbox(&owner).count(), 0);
+        assert_eq!(reg.drain_outputs().count(), 0, "no outcome, note or send");
+        assert_eq!(reg.endpoint(ep).unwrap().frames().0, before.0 - 1);
+        assert!(reg.sends_at_once(ep), "the slot and the wire are free");
+        // Withdrawn twice: it is gone.
+        assert!(matches!(
+            reg.withdraw_unposted(Mono::from_ms(1), job),
+            Err(JobsError::UnknownJob(_))
+        ));
+        // The next submit gets the same ids and runs at once (wire id 1).
+        let mut req = Submit::new("a", ep, json!({"n": 2}));
+        req.reuse_key = Some("k".into());
+        let next = reg.submit(Mono::from_ms(2), req).unwrap();
+        assert_eq!((next.job, next.reused), (job, false));
+        let run: Vec<Value> = reg.drain_outputs().map(|o| o.to_json()).collect();
+        assert_eq!(run.len(), 1);
+        assert_eq!(run[0]["message"]["id"], json!(1), "{run:?}");
+        assert_eq!(reg.job(job).unwrap().state, JobState::Running);
+    }
+}
+
+/// Withdrawing an unposted run whose send is still pending drops the send; a queued run, one
+/// the worker reported on, one waited for, or one that is not its endpoint's last run is
+/// refused, changing nothing.
+#[test]
+fn withdrawing_is_refused_once_the_run_is_not_just_sent() {
+    let mut reg: Registry<Value> = Registry::default();
+    let mut spec = EndpointSpec::new("app", "one");
+    spec.hello = Hello::Declared(caps(true, true));
+    spec.max_concurrent = Some(1);
+    let ep = reg.open_endpoint(Mono::from_ms(0), spec);
+    let a = reg
+        .submit(Mono::from_ms(1), Submit::new("a", ep, json!(1)))
+        .unwrap()
+        .job;
+    // Not drained yet: the withdrawal takes the send back.
+    reg.withdraw_unposted(Mono::from_ms(1), a).unwrap();
+    assert_eq!(reg.drain_outputs().count(), 0);
+    let a = reg
+        .submit(Mono::from_ms(1), Submit::new("a", ep, json!(1)))
+        .unwrap()
+        .job;
+    let b = reg
+        .submit(Mono::from_ms(1), Submit::new("a", ep, json!(2)))
+        .unwrap()
+        .job;
+    let _ = reg.drain_outputs().count();
+    let refused = |reg: &mut Registry<Value>, job| {
+        let recorded = reg.events_recorded();
+        let err = reg.withdraw_unposted(Mono::from_ms(2), job).unwrap_err();
+        assert_eq!(err.code(), "INVALID_ARGUMENT", "{err}");
+        assert_eq!(reg.events_recorded(), recorded);
+        assert_eq!(reg.drain_outputs().count(), 0);
+    };
+    refused(&mut reg, b); // queued: never sent
+    reg.on_message(
+        Mono::from_ms(2),
+        ep,
+        &json!({"id": 1, "type": "progress", "value": 0}),
+    )
+    .unwrap();
+    refused(&mut reg, a); // the worker reported on it
+    assert_eq!(reg.job(a).unwrap().state, JobState::Running);
+    reg.on_message(
+        Mono::from_ms(3),
+        ep,
+        &json!({"id": 1, "type": "done", "value": 1}),
+    )
+    .unwrap();
+    let _ = reg.drain_outputs().count();
+    // b started when a finished; a wait on it refuses the withdrawal.
+    assert_eq!(reg.job(b).unwrap().state, JobState::Running);
+    let w = reg.wait(Mono::from_ms(3), b, None).unwrap();
+    refused(&mut reg, b);
+    reg.cancel_wait(w).unwrap();
+    let _ = reg.drain_outputs().count();
+    // A later run on another endpoint does not matter; one on the same endpoint does.
+    let mut spec = EndpointSpec::new("app", "two");
+    spec.hello = Hello::Declared(caps(true, true));
+    let ep2 = reg.open_endpoint(Mono::from_ms(0), spec);
+    let c = reg
+        .submit(Mono::from_ms(4), Submit::new("a", ep2, json!(3)))
+        .unwrap()
+        .job;
+    let d = reg
+        .submit(Mono::from_ms(4), Submit::new("a", ep2, json!(4)))
+        .unwrap()
+        .job;
+    let _ = reg.drain_outputs().count();
+    refused(&mut reg, c);
+    reg.withdraw_unposted(Mono::from_ms(4), d).unwrap();
+    reg.withdraw_unposted(Mono::from_ms(4), b).unwrap();
+    let left: Vec<JobId> = reg.jobs().map(|j| j.id).collect();
+    assert_eq!(left, [a, c]);
+}
+
+/// Withdrawals repeated behind a finished job (its record held) issue the same job and wire
+/// ids again each time, and the next real run gets them.
+#[test]
+fn withdrawals_behind_a_held_record_reissue_the_ids() {
+    let mut reg: Registry<Value> = Registry::default();
+    let ep = batching_endpoint(&mut reg);
+    let a = reg
+        .submit(Mono::from_ms(1), Submit::new("a", ep, json!(1)))
+        .unwrap()
+        .job;
+    let _ = reg.drain_outputs().count();
+    reg.on_message(
+        Mono::from_ms(2),
+        ep,
+        &json!({"id": 1, "type": "done", "value": 1}),
+    )
+    .unwrap();
+    reg.flush_sends();
+    let _ = reg.drain_outputs().count();
+    let recorded = reg.events_recorded();
+    for _ in 0..3 {
+        let b = reg
+            .submit(Mono::from_ms(3), Submit::new("a", ep, json!(2)))
+            .unwrap()
+            .job;
+        assert_eq!(b, JobId(a.0 + 1));
+        let _ = reg.drain_outputs().count();
+        reg.withdraw_unposted(Mono::from_ms(3), b).unwrap();
+        reg.flush_sends();
+        assert_eq!(reg.events_recorded(), recorded);
+    }
+    let c = reg
+        .submit(Mono::from_ms(4), Submit::new("a", ep, json!(3)))
+        .unwrap()
+        .job;
+    let sent: Vec<Value> = reg.drain_outputs().map(|o| o.to_json()).collect();
+    assert_eq!(sent.len(), 1);
+    assert_eq!(sent[0]["message"]["id"], json!(2), "{sent:?}");
+    let ids: Vec<JobId> = reg.jobs().map(|j| j.id).collect();
+    assert_eq!(ids, [a, c]);
+    assert_eq!(c, JobId(a.0 + 1));
+}

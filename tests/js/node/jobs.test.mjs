@@ -274,3 +274,48 @@ test("a wait's signal is listened to after the wait's own batch ran: an addEvent
   assert.equal((await inner[0]).value, 2);
   rt.dispose();
 });
+
+test('a submit whose run cannot be posted (an uncloneable payload sent at once, not copied) throws DataCloneError and leaves no job: no record, slot, reuse key, event or note', async () => {
+  const rt = createRuntime();
+  const ep = rt.openWorker(worker('quick'), { maxConcurrent: 1 });
+  const first = ep.submit({ n: 3 });
+  assert.equal((await first.wait()).value, 3); // ready and idle: the next run leaves at once
+  const heard = [];
+  for (const k of ['finished', 'note', 'wake']) rt.on(k, (e) => heard.push([k, e.job]));
+  const recorded = rt.registry.eventsRecorded();
+  const notes = rt.registry.mailboxLength('app');
+  const framesSent = ep.info.framesSent;
+  for (const payload of [{ n: 1, f() {} }, new Proxy({ n: 2 }, {})]) {
+    assert.throws(() => ep.submit(payload, { reuseKey: 'k', wake: true }), { name: 'DataCloneError' });
+    assert.deepEqual(rt.jobs().map((j) => j.job), [first.id]);
+    assert.equal(rt.registry.eventsRecorded(), recorded);
+  }
+  assert.equal(rt.registry.mailboxLength('app'), notes);
+  assert.equal(ep.info.framesSent, framesSent);
+  // The slot and the key are free: the next submit runs at once, under the id not used.
+  const next = ep.submit({ n: 4 }, { reuseKey: 'k' });
+  assert.equal(next.reused, false);
+  assert.equal(next.id, first.id + 1);
+  assert.equal(next.info.state, 'running');
+  assert.equal((await next.wait()).value, 6);
+  assert.deepEqual(heard, [['finished', next.id], ['note', next.id]]);
+  rt.dispose();
+});
+
+test("a transport whose post refuses a payload (as a DOM Worker's postMessage does): the submit leaves no job and the run's wire id is issued again; an input it refuses throws and stays recorded as delivered", () => {
+  const rt = createRuntime();
+  const sent = [];
+  const ep = rt.openEndpoint(() => ({ post: (m) => sent.push(structuredClone(m)), terminate() {} }), {
+    hello: { declared: { input: true, cancelAck: true } },
+  });
+  assert.throws(() => ep.submit({ f() {} }), { name: 'DataCloneError' });
+  assert.deepEqual(rt.jobs(), []);
+  assert.deepEqual(sent, []);
+  const job = ep.submit({ n: 1 });
+  assert.deepEqual(sent, [{ id: 1, type: 'run', payload: { n: 1 } }]);
+  // Input is not withdrawn: the caller gets the throw, the run goes on.
+  assert.throws(() => job.send({ g() {} }), { name: 'DataCloneError' });
+  assert.equal(job.info.state, 'running');
+  assert.deepEqual(rt.jobs().map((j) => j.job), [job.id]);
+  rt.dispose();
+});
