@@ -3,14 +3,21 @@
 // it), interleaved, each run in a fresh browser context (nothing cached). Prints medians and
 // min–max ranges. A program, not a test: the figures move with machine load.
 //
-//     cd tests/js && node bench/startup-browser.mjs [--runs 10] [--before DIR]
+//     cd tests/js && node bench/startup-browser.mjs [--runs 10] [--before DIR] [--preload] [--trace]
 //
 // `--before DIR` adds a second weft package served from DIR (any directory, e.g. a copy of
 // wasm/pkg from another commit); both wefts are then served by the same proxy.
+// `--preload` gives every contender the hints an app's HTML can carry: `<link rel=modulepreload>`
+// for each module of its static import graph (comlink's one file; weft's entry graph, walked
+// here) and `<link rel=preload as=fetch crossorigin>` for the .wasm weft's entry loads.
+// `--trace` prints, for each run, every request (start → end, ms from navigation start, as the
+// browser saw them), when the wasm is compiled (`WebAssembly.*` wrapped) and when the Worker is
+// created and answers: where start-up time goes.
 import { execFileSync } from 'node:child_process';
 import { createServer } from 'node:http';
 import { readFile } from 'node:fs/promises';
-import { extname, join, normalize } from 'node:path';
+import { dirname, extname, join, normalize } from 'node:path';
+import { readFileSync } from 'node:fs';
 import { launch } from '../lib/browser.mjs';
 import { repoRoot, serveStatic } from '../lib/server.mjs';
 
@@ -21,6 +28,8 @@ const flag = (name, dflt) => {
 };
 const RUNS = Number(flag('runs', 10));
 const BEFORE = flag('before', null);
+const PRELOAD = args.includes('--preload');
+const TRACE = args.includes('--trace');
 
 console.log(execFileSync('uptime', { encoding: 'utf8' }).trim());
 const server = await serveStatic();
@@ -51,7 +60,66 @@ if (BEFORE) {
   await new Promise((r) => proxy.listen(0, '127.0.0.1', r));
   url = `http://127.0.0.1:${proxy.address().port}`;
 }
-const contenders = { raw: 'c=raw', comlink: 'c=comlink', weft: BEFORE ? 'c=weft&pkg=/after-pkg' : 'c=weft', ...(BEFORE ? { 'weft (before)': 'c=weft&pkg=/before-pkg' } : {}) };
+// A package's static import graph from index.js (as wasm/build.sh walks it) and the .wasm its
+// index.js loads at import: the hints of `--preload`.
+function hints(dir, base) {
+  const seen = new Set();
+  const todo = ['index.js'];
+  while (todo.length) {
+    const f = normalize(todo.pop());
+    if (seen.has(f)) continue;
+    seen.add(f);
+    const text = readFileSync(join(dir, f), 'utf8');
+    for (const m of text.matchAll(/(?:^|[\n;}])\s*(?:import|export)\b(?!\s*\()[^'";()]*?['"](\.\/[^'"]+)['"]/g)) todo.push(join(dirname(f), m[1]));
+  }
+  const wasm = /new URL\(["']\.\/([\w-]+_bg\.wasm)["']/.exec(readFileSync(join(dir, 'index.js'), 'utf8'));
+  const pre = [...seen].map((f) => `${base}/${f}`).join(',');
+  return `&pre=${encodeURIComponent(pre)}${wasm ? `&prefetch=${encodeURIComponent(`${base}/${wasm[1]}`)}` : ''}`;
+}
+const weftQuery = (dir, base) => `c=weft&pkg=${base}${PRELOAD ? hints(dir, base) : ''}`;
+const contenders = {
+  raw: 'c=raw',
+  comlink: `c=comlink${PRELOAD ? '&pre=/tests/js/node_modules/comlink/dist/esm/comlink.mjs' : ''}`,
+  weft: BEFORE ? weftQuery(join(repoRoot, 'wasm/pkg'), '/after-pkg') : weftQuery(join(repoRoot, 'wasm/pkg'), '/wasm/pkg'),
+  ...(BEFORE ? { 'weft (before)': weftQuery(BEFORE, '/before-pkg') } : {}),
+};
+// `--trace`: marks taken in the page (ms from navigation start) around the wasm compile and the
+// Worker, and the requests' timings as the browser reports them.
+function traceInPage() {
+  const marks = (window.__trace = []);
+  const mark = (what) => marks.push([what, performance.now()]);
+  for (const k of ['instantiateStreaming', 'instantiate', 'compileStreaming', 'compile']) {
+    const f = WebAssembly[k];
+    WebAssembly[k] = async function (...a) {
+      mark(`WebAssembly.${k} start`);
+      try {
+        return await f.apply(this, a);
+      } finally {
+        mark(`WebAssembly.${k} end`);
+      }
+    };
+  }
+  const W = window.Worker;
+  window.Worker = function (...a) {
+    mark('new Worker');
+    const w = new W(...a);
+    w.addEventListener('message', () => mark('message from the Worker'));
+    return w;
+  };
+  window.Worker.prototype = W.prototype;
+}
+async function printTrace(name, r, s, page, requests) {
+  const origin = await page.evaluate(() => performance.timeOrigin);
+  const marks = await page.evaluate(() => window.__trace);
+  const rows = requests.map((q) => {
+    const t = q.timing();
+    return [t.startTime - origin, t.startTime - origin + t.responseEnd, q.url().replace(url, '').replace(/\?.*/, '')];
+  });
+  const lines = [...rows.map(([a, b, u]) => [a, `${a.toFixed(1).padStart(7)} → ${b.toFixed(1).padStart(7)}  ${u}`]), ...marks.map(([w, t]) => [t, `${t.toFixed(1).padStart(7)}            ${w}`])];
+  lines.sort((x, y) => x[0] - y[0]);
+  console.log(`\n${name}, run ${r}: first result ${s.first.toFixed(1)} ms, import ${s.imp.toFixed(1)} ms; ${rows.length} requests`);
+  for (const [, l] of lines) console.log(`  ${l}`);
+}
 const browser = await launch();
 const res = Object.fromEntries(Object.keys(contenders).map((k) => [k, { first: [], imp: [] }]));
 const names = Object.keys(contenders);
@@ -60,8 +128,14 @@ for (let r = 0; r < RUNS + 1; r++) {
     const name = names[(k + r) % names.length];
     const ctx = await browser.newContext();
     const page = await ctx.newPage();
+    const requests = [];
+    if (TRACE) {
+      ctx.on('requestfinished', (q) => requests.push(q));
+      await page.addInitScript(traceInPage);
+    }
     await page.goto(`${url}/tests/js/bench/startup.html?${contenders[name]}`);
     const s = await (await page.waitForFunction(() => window.startup, null, { timeout: 30_000 })).jsonValue();
+    if (TRACE && r > 0 && !s.error) await printTrace(name, r, s, page, requests);
     await ctx.close();
     if (s.error) throw new Error(`${name}: ${s.error}`);
     // The first round warms the browser process (and the server); it is not counted.

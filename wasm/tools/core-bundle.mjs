@@ -1,0 +1,87 @@
+// Start-up in browsers (issue 16): a page pays for every module file of `import 'weft'`'s static
+// graph (Chromium: 15 files took 50–80 ms on localhost, one 56 KB file ~15 ms). This step of
+// wasm/build.sh puts the runtime's shared modules (CORE below) into one file, core.js, and
+// keeps one instance of each: every package file that imported one of them imports it from
+// core.js instead, under a prefixed name (`runtime$createRuntime`), and each CORE file becomes a
+// re-export of core.js (live bindings: `export let App` stays live). The wasm-bindgen glue and
+// the modules loaded on first use stay separate files, so `import 'weft'` still fetches no apps
+// module and `import 'weft/apps'` no jobs-only one. index.js also names its glue's snippets, so
+// that they are fetched in the same round as core.js (one round fewer).
+//
+//     node wasm/tools/core-bundle.mjs DIR     (DIR: the package after the minify step)
+import { build } from 'esbuild';
+import { readdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+
+const dir = process.argv[2];
+// The modules of `import 'weft'`'s graph that hold the runtime (not the glue, not dom-worker.js:
+// it installs the DOM Worker transport, which Node's entry must not evaluate).
+const CORE = ['runtime.js', 'apps.js', 'error.js', 'codes.js', 'lazy.js', 'actors.js', 'agent-tools.js', 'scripted-model.js', 'models.js', 'frames.js'];
+const stem = (f) => f.replace(/\.js$/, '').replace(/-/g, '_');
+const minify = { minifyWhitespace: true, minifySyntax: true, format: 'esm', target: 'es2022', logLevel: 'error' };
+
+// Each CORE module's export names, from esbuild's metafile (nothing is executed).
+const exportsOf = {};
+for (const f of CORE) {
+  const r = await build({ ...minify, entryPoints: [join(dir, f)], bundle: true, write: false, metafile: true, outdir: '/out', plugins: [allExternal()] });
+  exportsOf[f] = Object.values(r.metafile.outputs)[0].exports;
+  if (exportsOf[f].includes('default')) throw new Error(`core-bundle: ${f} has a default export`);
+}
+const prefixed = (f) => exportsOf[f].map((n) => `${stem(f)}$${n}`);
+
+/** Every import stays as it is (external). */
+function allExternal() {
+  return { name: 'external', setup: (b) => b.onResolve({ filter: /.*/ }, (a) => (a.kind === 'entry-point' ? null : { path: a.path, external: true })) };
+}
+/** Imports of CORE modules become imports of core.js (prefixed names); the rest stay as they are. */
+function toCore() {
+  return {
+    name: 'to-core',
+    setup(b) {
+      b.onResolve({ filter: /.*/ }, (a) => {
+        if (a.kind === 'entry-point') return null;
+        const f = a.path.replace(/^\.\//, '');
+        if (a.kind === 'import-statement' && CORE.includes(f)) return { path: f, namespace: 'core' };
+        return { path: a.path, external: true };
+      });
+      b.onLoad({ filter: /.*/, namespace: 'core' }, (a) => ({
+        contents: `export { ${exportsOf[a.path].map((n) => `${stem(a.path)}$${n} as ${n}`).join(', ')} } from './core.js';`,
+        loader: 'js',
+        resolveDir: dir,
+      }));
+    },
+  };
+}
+
+// core.js: the CORE modules, bundled, each export under its prefixed name. Their imports of one
+// another are bundled; every other import (glue, modules loaded on first use) stays external.
+const entry = CORE.map((f) => `export { ${exportsOf[f].map((n) => `${n} as ${stem(f)}$${n}`).join(', ')} } from './${f}';`).join('\n');
+await build({
+  ...minify,
+  stdin: { contents: entry, resolveDir: dir, sourcefile: 'core-entry.js' },
+  bundle: true,
+  outfile: join(dir, 'core.js'),
+  plugins: [
+    {
+      name: 'core-only',
+      setup: (b) =>
+        b.onResolve({ filter: /.*/ }, (a) => (a.kind === 'import-statement' && CORE.includes(a.path.replace(/^\.\//, '')) ? null : { path: a.path, external: true })),
+    },
+  ],
+});
+
+// Every other module that imports a CORE module: rewritten to import it from core.js.
+const importsCore = (text) => CORE.some((f) => new RegExp(`from\\s*["']\\./${f.replace('.', '\\.')}["']|import\\s*["']\\./${f.replace('.', '\\.')}["']`).test(text));
+for (const f of readdirSync(dir)) {
+  if (!/\.m?js$/.test(f) || f === 'core.js' || CORE.includes(f)) continue;
+  const text = readFileSync(join(dir, f), 'utf8');
+  if (!importsCore(text)) continue;
+  await build({ ...minify, entryPoints: [join(dir, f)], bundle: true, outfile: join(dir, f), allowOverwrite: true, plugins: [toCore()] });
+}
+// index.js names its glue's static imports (the snippets) as leaves of its own graph.
+const glue = readFileSync(join(dir, 'weft_jobs.js'), 'utf8');
+const snippets = [...new Set([...glue.matchAll(/(?:^|[;}])\s*import\b[^'";()]*?["'](\.\/snippets\/[^"']+)["']/g)].map((m) => m[1]))];
+const index = readFileSync(join(dir, 'index.js'), 'utf8');
+writeFileSync(join(dir, 'index.js'), snippets.map((s) => `import"${s}";`).join('') + index);
+// The CORE files: re-exports of core.js (for any importer outside the package's own files).
+for (const f of CORE) writeFileSync(join(dir, f), `export{${prefixed(f).map((p, i) => `${p} as ${exportsOf[f][i]}`).join(',')}}from"./core.js";\n`);
