@@ -675,21 +675,7 @@ async fn turns(dir: &Path, turns: u64, rounds: u64, model: &ReqwestModel) {
         let _ = std::fs::remove_dir_all(&root);
 
         // The same agent on a node over the memory store: the core's cost without the disk.
-        let mut mem = MemoryStore::default();
-        let snap = mem.load().expect("memory");
-        let mut g = ActorGraph::init(
-            HarnessConfig::default(),
-            "bench:",
-            &snap,
-            wall_ms(),
-            "bench",
-        )
-        .expect("init");
-        flush(&mut g, &mut mem, &mut scratch);
-        let (mut agent, _) =
-            NodeAgent::open(now(), &mut g, "coordinator", AgentConfig::default()).expect("open");
-        flush(&mut g, &mut mem, &mut scratch);
-        let mem = Arc::new(Mutex::new(mem));
+        let (mut g, mem, mut agent) = memory_agent(&mut scratch);
         TIMING.store(2, Ordering::Relaxed);
         let c = cpu_ms();
         let t = Instant::now();
@@ -831,10 +817,8 @@ fn best(n: u64, mut f: impl FnMut()) -> f64 {
         .fold(f64::INFINITY, f64::min)
 }
 
-/// `--micro`: after 20 turns on the memory store, the best time to build one model step's
-/// request from the node's lines (`model_input`, `chat_request`) against the RAM session's
-/// (`from_session`) after the same 20 turns, each with its drop (`--micro-n` calls a batch).
-async fn micro(model: &ReqwestModel) {
+/// A graph over a fresh memory store with an agent opened on its coordinator (both flushed).
+fn memory_agent(w: &mut Written) -> (ActorGraph, Arc<Mutex<MemoryStore>>, NodeAgent) {
     let mut mem = MemoryStore::default();
     let snap = mem.load().expect("memory");
     let mut g = ActorGraph::init(
@@ -845,12 +829,19 @@ async fn micro(model: &ReqwestModel) {
         "bench",
     )
     .expect("init");
-    let mut w = Written::default();
-    flush(&mut g, &mut mem, &mut w);
-    let (mut agent, _) =
+    flush(&mut g, &mut mem, w);
+    let (agent, _) =
         NodeAgent::open(now(), &mut g, "coordinator", AgentConfig::default()).expect("open");
-    flush(&mut g, &mut mem, &mut w);
-    let mem = Arc::new(Mutex::new(mem));
+    flush(&mut g, &mut mem, w);
+    (g, Arc::new(Mutex::new(mem)), agent)
+}
+
+/// `--micro`: after 20 turns on the memory store, the best time to build one model step's
+/// request from the node's lines (`model_input`, `chat_request`) against the RAM session's
+/// (`from_session`) after the same 20 turns, each with its drop (`--micro-n` calls a batch).
+async fn micro(model: &ReqwestModel) {
+    let mut w = Written::default();
+    let (mut g, mem, mut agent) = memory_agent(&mut w);
     for i in 0..20 {
         node_turn(
             &mut g,
