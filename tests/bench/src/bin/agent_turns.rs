@@ -817,8 +817,8 @@ fn best(n: u64, mut f: impl FnMut()) -> f64 {
         .fold(f64::INFINITY, f64::min)
 }
 
-/// A graph over a fresh memory store with an agent opened on its coordinator (both flushed).
-fn memory_agent(w: &mut Written) -> (ActorGraph, Arc<Mutex<MemoryStore>>, NodeAgent) {
+/// A graph initialized over a fresh memory store (flushed).
+fn memory_graph(w: &mut Written) -> (ActorGraph, MemoryStore) {
     let mut mem = MemoryStore::default();
     let snap = mem.load().expect("memory");
     let mut g = ActorGraph::init(
@@ -830,6 +830,12 @@ fn memory_agent(w: &mut Written) -> (ActorGraph, Arc<Mutex<MemoryStore>>, NodeAg
     )
     .expect("init");
     flush(&mut g, &mut mem, w);
+    (g, mem)
+}
+
+/// [`memory_graph`] with an agent opened on its coordinator (flushed).
+fn memory_agent(w: &mut Written) -> (ActorGraph, Arc<Mutex<MemoryStore>>, NodeAgent) {
+    let (mut g, mut mem) = memory_graph(w);
     let (agent, _) =
         NodeAgent::open(now(), &mut g, "coordinator", AgentConfig::default()).expect("open");
     flush(&mut g, &mut mem, w);
@@ -892,18 +898,8 @@ async fn resume(dir: &Path, nodes: u64, rounds: u64) {
     const TURNS: u64 = 3;
     // Generate: spawn the nodes in batches, then a few builtin-answered turns on each.
     let t = Instant::now();
-    let mut mem = MemoryStore::default();
     let mut w = Written::default();
-    let snap = mem.load().expect("memory");
-    let mut g = ActorGraph::init(
-        HarnessConfig::default(),
-        "bench:",
-        &snap,
-        wall_ms(),
-        "bench",
-    )
-    .unwrap();
-    flush(&mut g, &mut mem, &mut w);
+    let (mut g, mut mem) = memory_graph(&mut w);
     let ids: Vec<String> = (0..nodes).map(|i| format!("agent-{i}")).collect();
     for chunk in ids.chunks(weft_core::actors::MAX_SPAWN_BATCH) {
         let reqs = chunk
