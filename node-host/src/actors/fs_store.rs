@@ -1414,7 +1414,7 @@ impl FsStore {
                     .map_err(|e| io("read", rel, e))?
                     .unwrap_or_default();
                 let tmp = format!("{rel}{TMP_SUFFIX}-unlink");
-                let t = Self::write_fresh_bytes(&d, &tmp, &text)?;
+                let t = Self::write_fresh(&d, &tmp, &text)?;
                 t.sync_all().map_err(|e| io("fsync", &tmp, e))?;
                 self.stats.fsyncs.fetch_add(1, Ordering::Relaxed);
                 d.rename(split(&tmp).1, &d, name)
@@ -1470,19 +1470,7 @@ impl FsStore {
         }
     }
 
-    fn write_new(dir: &Dir, rel: &str, text: &str) -> Result<File, ActorsError> {
-        let mut f = dir
-            .open(split(rel).1, Mode::Create)
-            .map_err(|e| io("create", rel, e))?;
-        f.write_all(text.as_bytes())
-            .map_err(|e| io("write", rel, e))?;
-        Ok(f)
-    }
-
-    /// [`Self::write_fresh`] of bytes (a log's copy: any content, not only UTF-8).
-    fn write_fresh_bytes(dir: &Dir, rel: &str, bytes: &[u8]) -> Result<File, ActorsError> {
-        dir.remove_file(split(rel).1)
-            .map_err(|e| io("remove", rel, e))?;
+    fn write_new(dir: &Dir, rel: &str, bytes: &[u8]) -> Result<File, ActorsError> {
         let mut f = dir
             .open(split(rel).1, Mode::Create)
             .map_err(|e| io("create", rel, e))?;
@@ -1546,10 +1534,10 @@ impl FsStore {
 
     /// Writes `text` to a new inode at `rel` (unlinking what was there: a stale spare may be
     /// open in a reader).
-    fn write_fresh(dir: &Dir, rel: &str, text: &str) -> Result<File, ActorsError> {
+    fn write_fresh(dir: &Dir, rel: &str, text: impl AsRef<[u8]>) -> Result<File, ActorsError> {
         dir.remove_file(split(rel).1)
             .map_err(|e| io("remove", rel, e))?;
-        Self::write_new(dir, rel, text)
+        Self::write_new(dir, rel, text.as_ref())
     }
 
     /// Rewrites an existing file in place (no new inode): the whole `text` from offset 0, then
@@ -1725,7 +1713,10 @@ impl FsStore {
                 .bytes_written
                 .fetch_add(text.len() as u64, Ordering::Relaxed);
             let frel = join(&rel, name);
-            first.push(SyncJob(frel.clone(), Self::write_new(&d, &frel, text)?));
+            first.push(SyncJob(
+                frel.clone(),
+                Self::write_new(&d, &frel, text.as_bytes())?,
+            ));
         }
         first.push(SyncJob(rel, top.into_file()));
         Ok(())

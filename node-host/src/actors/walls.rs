@@ -21,42 +21,32 @@ use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-/// The marker error for a symbolic link met where the store reads or writes.
-#[derive(Debug)]
-pub struct SymlinkFound;
-
-impl std::fmt::Display for SymlinkFound {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("is a symbolic link")
-    }
+/// The marker error for a link met where the store reads or writes: a symbolic link anywhere,
+/// or a second name (a hard link) of a file it would write.
+#[derive(Debug, thiserror::Error)]
+pub enum LinkFound {
+    #[error("is a symbolic link")]
+    Symbolic,
+    #[error("has another name (a hard link)")]
+    Hard,
 }
 
-impl std::error::Error for SymlinkFound {}
+fn link_found(e: &io::Error) -> Option<&LinkFound> {
+    e.get_ref().and_then(|x| x.downcast_ref::<LinkFound>())
+}
 
-/// Whether `e` reports a symbolic link (see [`SymlinkFound`]).
+/// Whether `e` reports a symbolic link (see [`LinkFound`]).
 pub fn is_symlink_error(e: &io::Error) -> bool {
-    e.get_ref().is_some_and(|x| x.is::<SymlinkFound>())
+    matches!(link_found(e), Some(LinkFound::Symbolic))
+}
+
+/// Whether `e` reports a hard link where the store would write (see [`LinkFound`]).
+pub fn is_hard_link_error(e: &io::Error) -> bool {
+    matches!(link_found(e), Some(LinkFound::Hard))
 }
 
 fn symlink() -> io::Error {
-    io::Error::other(SymlinkFound)
-}
-
-/// The marker error for a file the store would write that has another name (a hard link).
-#[derive(Debug)]
-pub struct HardLinkFound;
-
-impl std::fmt::Display for HardLinkFound {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("has another name (a hard link)")
-    }
-}
-
-impl std::error::Error for HardLinkFound {}
-
-/// Whether `e` reports a hard link where the store would write (see [`HardLinkFound`]).
-pub fn is_hard_link_error(e: &io::Error) -> bool {
-    e.get_ref().is_some_and(|x| x.is::<HardLinkFound>())
+    io::Error::other(LinkFound::Symbolic)
 }
 
 /// What a directory entry is (links are never resolved).
@@ -314,7 +304,7 @@ impl Dir {
         )))
     }
 
-    /// Turns a failed open of `name` into [`SymlinkFound`] when `name` is a link.
+    /// Turns a failed open of `name` into [`LinkFound::Symbolic`] when `name` is a link.
     fn explain(&self, name: &str, e: io::Error) -> io::Error {
         match self.kind(name) {
             Ok(Some(Kind::Symlink)) => symlink(),
@@ -342,7 +332,7 @@ impl Dir {
         Ok(File::from(unsafe { OwnedFd::from_raw_fd(r) }))
     }
 
-    /// Opens the subdirectory `name` (a link is [`SymlinkFound`]).
+    /// Opens the subdirectory `name` (a link is [`LinkFound::Symbolic`]).
     pub fn dir(&self, name: &str) -> io::Result<Dir> {
         Ok(Dir {
             fd: self.openat(name, libc::O_RDONLY | libc::O_DIRECTORY)?,
@@ -359,7 +349,8 @@ impl Dir {
         }
     }
 
-    /// Opens the file `name` (a link is [`SymlinkFound`]; so is anything but a regular file).
+    /// Opens the file `name` (a link is [`LinkFound::Symbolic`]; anything but a regular file is
+    /// refused; a file opened for writing that has another name is [`LinkFound::Hard`]).
     pub fn open(&self, name: &str, mode: Mode) -> io::Result<File> {
         let flags = match mode {
             Mode::Read => libc::O_RDONLY,
@@ -383,7 +374,7 @@ impl Dir {
         if mode != Mode::Read {
             use std::os::unix::fs::MetadataExt;
             if meta.nlink() != 1 {
-                return Err(io::Error::other(HardLinkFound));
+                return Err(io::Error::other(LinkFound::Hard));
             }
             if mode == Mode::Create && meta.len() > 0 {
                 f.set_len(0)?;
