@@ -25,6 +25,10 @@
 // then refused unless regular), so a symbolic link where the store reads or writes is refused
 // with `SYMLINK_REFUSED` and nothing past it is opened. (Node has no `openat`: the walls are
 // per path component, checked right before each open, not directory handles as natively.)
+// A file opened for writing that has a second name (a hard link, perhaps to a file outside the
+// root) is never written through, as natively: the lock file is refused with
+// `HARD_LINK_REFUSED` (nothing truncated); a record or a log first gets a copy of its own in
+// its place (the other name keeps its bytes). Such a file is still read.
 //
 // One writer per root: the store holds an exclusive `flock` on `$CHAT_ROOT/.weft-lock`, the
 // lock the native writer takes, so a native and a JS writer exclude each other both ways, and
@@ -50,6 +54,18 @@ const LOCK_HELD = 75;
 const dec = new TextDecoder();
 
 const refused = (rel) => new WeftError('SYMLINK_REFUSED', `${rel || '.'} is a symbolic link: the store follows no links inside its root`);
+const hardLinked = (rel) => new WeftError('HARD_LINK_REFUSED', `${rel || '.'} has another name (a hard link): the store writes no file that has one`);
+const WRITE_FLAGS = C.O_WRONLY | C.O_RDWR;
+
+/**
+ * Whether a file opened for writing has a second name (a hard link, perhaps to a file
+ * outside the root), checked on the open handle before any write, as the native walls do.
+ */
+async function hasOtherName(fh, rel, flags) {
+  const st = await fh.stat();
+  if (!st.isFile()) throw new WeftError('STORE_IO', `${rel} is not a regular file`);
+  return (flags & WRITE_FLAGS) !== 0 && st.nlink !== 1;
+}
 
 /** An I/O error on `rel` (a path under the root) as the core's codes. */
 function ioError(what, rel, e) {
@@ -185,7 +201,7 @@ export class FsBackend {
     let fh;
     try {
       fh = await fsp.open(join(real, LOCK_FILE), C.O_RDWR | C.O_CREAT | C.O_NOFOLLOW | C.O_NONBLOCK, 0o666);
-      if (!(await fh.stat()).isFile()) throw new WeftError('STORE_IO', `${LOCK_FILE} is not a regular file`);
+      if (await hasOtherName(fh, LOCK_FILE, C.O_RDWR)) throw hardLinked(LOCK_FILE);
     } catch (e) {
       await fh?.close();
       throw ioError('open', LOCK_FILE, e);
@@ -268,13 +284,54 @@ export class FsBackend {
     if (d === null) return null;
     let fh;
     try {
-      fh = await fsp.open(join(d, name), flags | C.O_NOFOLLOW | C.O_NONBLOCK, 0o666);
-      if (!(await fh.stat()).isFile()) throw new WeftError('STORE_IO', `${rel} is not a regular file`);
+      // O_TRUNC waits for the checks: a file with a second name is refused untouched.
+      fh = await fsp.open(join(d, name), (flags & ~C.O_TRUNC) | C.O_NOFOLLOW | C.O_NONBLOCK, 0o666);
+      if (await hasOtherName(fh, rel, flags)) {
+        // A record or log with a second name gets a copy of its own in its place (durable
+        // before it is written); the other name keeps its bytes, as natively.
+        await fh.close();
+        fh = undefined;
+        await this.#ownCopy(d, name, rel);
+        fh = await fsp.open(join(d, name), (flags & ~C.O_TRUNC) | C.O_NOFOLLOW | C.O_NONBLOCK, 0o666);
+        if (await hasOtherName(fh, rel, flags)) throw hardLinked(rel);
+      }
+      if (flags & C.O_TRUNC) await fh.truncate(0);
       return fh;
     } catch (e) {
       await fh?.close();
       if (e.code === 'ENOENT' && !(flags & C.O_CREAT)) return null;
       throw ioError('open', rel, e);
+    }
+  }
+
+  /**
+   * Replaces the entry `name` of directory `d` (absolute, checked) by a copy of its bytes that
+   * has no other name: written beside it as a temporary (removed by the next open after a
+   * crash), fsynced, renamed over it, the directory fsynced.
+   */
+  async #ownCopy(d, name, rel) {
+    const tmp = join(d, `${name}${TMP_SUFFIX}-own`);
+    let src;
+    let out;
+    try {
+      src = await fsp.open(join(d, name), C.O_RDONLY | C.O_NOFOLLOW | C.O_NONBLOCK);
+      const bytes = await src.readFile();
+      await fsp.rm(tmp, { force: true });
+      out = await fsp.open(tmp, C.O_WRONLY | C.O_CREAT | C.O_EXCL | C.O_NOFOLLOW, 0o666);
+      await out.writeFile(bytes);
+      await out.sync();
+      await fsp.rename(tmp, join(d, name));
+      const dh = await fsp.open(d, C.O_RDONLY | C.O_DIRECTORY | C.O_NOFOLLOW);
+      try {
+        await dh.sync();
+      } finally {
+        await dh.close();
+      }
+    } catch (e) {
+      throw ioError('copy', rel, e);
+    } finally {
+      await src?.close();
+      await out?.close();
     }
   }
 

@@ -8,7 +8,7 @@ import { after, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFileSync, spawn, spawnSync } from 'node:child_process';
 import { createHash } from 'node:crypto';
-import { existsSync, lstatSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync, statSync, symlinkSync, unlinkSync, writeFileSync } from 'node:fs';
+import { existsSync, linkSync, lstatSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync, statSync, symlinkSync, unlinkSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { createInterface } from 'node:readline';
@@ -263,6 +263,41 @@ test('a symbolic link inside the root is refused, and its target is never writte
   assert.deepEqual(readdirSync(outside), ['chat.jsonl']);
   unlinkSync(dir);
   await (await weft.openActorStore({ root })).close();
+});
+
+test('a hard link inside the root is never written through: a log gets a copy of its own, the lock is refused', { timeout: 30_000 }, async () => {
+  const root = freshRoot();
+  const s = await weft.openActorStore({ root });
+  const t = await s.spawn({ parent: 'coordinator', type: 'task', title: 'work' });
+  const outside = join(base, `outside-hard-${roots}`);
+  mkdirSync(outside);
+  const chat = join(root, 'nodes', t.id, 'chat.jsonl');
+  const target = join(outside, 'chat.jsonl');
+  // A second name planted while the store runs (the chat's own bytes, now shared with a file
+  // outside the root): the next append goes to a copy of its own, the other name is untouched.
+  linkSync(chat, target);
+  const content = readFileSync(target, 'utf8');
+  const before = statSync(target);
+  await s.message({ node: t.id, text: 'not through the link' });
+  assert.equal(readFileSync(target, 'utf8'), content);
+  assert.equal(statSync(target).mtimeMs, before.mtimeMs);
+  assert.equal(statSync(target).nlink, 1, 'the link is broken');
+  assert.equal(statSync(chat).nlink, 1);
+  assert.ok(readFileSync(chat, 'utf8').startsWith(content));
+  assert.ok(lines(s, t.id).some((l) => l.text === 'not through the link'));
+  assert.ok(!readdirSync(join(root, 'nodes', t.id)).some((n) => n.includes('.weft-tmp')));
+  await s.close();
+  // A lock file with a second name is refused before the pid is written into it.
+  const lockTarget = join(outside, 'lock');
+  writeFileSync(lockTarget, 'outside');
+  unlinkSync(join(root, '.weft-lock'));
+  linkSync(lockTarget, join(root, '.weft-lock'));
+  await assert.rejects(weft.openActorStore({ root }), (e) => e instanceof weft.WeftError && e.code === 'HARD_LINK_REFUSED' && e.message.includes('.weft-lock'));
+  assert.equal(readFileSync(lockTarget, 'utf8'), 'outside');
+  unlinkSync(join(root, '.weft-lock'));
+  const r = await weft.openActorStore({ root });
+  assert.ok(lines(r, t.id).some((l) => l.text === 'not through the link'));
+  await r.close();
 });
 
 test('opening recovers what a crashed writer left: whole staged nodes move in, the rest is removed', { timeout: 30_000 }, async () => {
