@@ -291,7 +291,7 @@ export class FsBackend {
         // before it is written); the other name keeps its bytes, as natively.
         await fh.close();
         fh = undefined;
-        await this.#ownCopy(d, name, rel);
+        await this.#ownCopy(d, parent, name, rel);
         fh = await fsp.open(join(d, name), (flags & ~C.O_TRUNC) | C.O_NOFOLLOW | C.O_NONBLOCK, 0o666);
         if (await hasOtherName(fh, rel, flags)) throw hardLinked(rel);
       }
@@ -305,11 +305,11 @@ export class FsBackend {
   }
 
   /**
-   * Replaces the entry `name` of directory `d` (absolute, checked) by a copy of its bytes that
+   * Replaces the entry `name` of directory `d` (absolute, checked; `parent` relative) by a copy of its bytes that
    * has no other name: written beside it as a temporary (removed by the next open after a
    * crash), fsynced, renamed over it, the directory fsynced.
    */
-  async #ownCopy(d, name, rel) {
+  async #ownCopy(d, parent, name, rel) {
     const tmp = join(d, `${name}${TMP_SUFFIX}-own`);
     let src;
     let out;
@@ -321,9 +321,9 @@ export class FsBackend {
       await out.writeFile(bytes);
       await out.sync();
       await fsp.rename(tmp, join(d, name));
-      const dh = await fsp.open(d, C.O_RDONLY | C.O_DIRECTORY | C.O_NOFOLLOW);
+      const dh = await this.#dirHandle(parent);
       try {
-        await dh.sync();
+        await this.#sync([[parent || '.', dh]]);
       } finally {
         await dh.close();
       }
