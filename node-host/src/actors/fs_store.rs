@@ -29,9 +29,12 @@
 //!   writer removes every spare (it is renamed before anything is written into it, so one that
 //!   holds a record is the directory of that node under a second name, kept by a power loss on
 //!   a file system without a journal, and is left whole like a staged name). A spare someone
-//!   else removed (or emptied) is skipped, and the child built as without spares; the thread
-//!   retries after a failure, with a backoff of 10 ms doubling to 2 s, printing the first of a
-//!   run of failures and counting them ([`FsStore::spare_nodes_status`]);
+//!   else removed (or emptied) is skipped, and the child built as without spares; a spawn that
+//!   finds `.weft/` unusable (a file or a link at its name) drops the spares handed over, so
+//!   that the thread, which waits while it has `n` ready, looks again; the thread retries after
+//!   a failure, with a backoff of 10 ms doubling to 2 s, printing the first of a run of
+//!   failures and the recovery, and counting them ([`FsStore::spare_nodes_status`], which the
+//!   desk serves at `GET /api/actors/store`);
 //! * `patch` (a spawn growing `graph.json` and the parent's record by their last bytes): a
 //!   positioned write at the patch offset and the new length, while holding the readers' lock
 //!   exclusively for an instant (no reader that takes it sees the record half written), then
@@ -312,12 +315,16 @@ pub struct FsStore {
 pub struct SpareNodesStatus {
     /// How many spares the writer keeps ready.
     pub keep: usize,
+    /// Spares made and not yet used or dropped (at most `keep`; one of them perhaps still
+    /// waiting to be handed over): ready as far as the writer knows (one removed or moved away
+    /// by someone else counts until a spawn finds it gone).
+    pub ready: u64,
     /// Spares made and fsynced.
     pub made: u64,
     /// Spares a spawn built its child in.
     pub used: u64,
-    /// Spares a spawn found gone or emptied (someone removed them), whose child was then built
-    /// without one.
+    /// Spares a spawn found gone or emptied (someone removed them), could not reach (`.weft/`
+    /// moved away or unusable) or failed to fill (its batch failed).
     pub vanished: u64,
     /// Spares removed unused once a spawn found one gone (the thread makes them again in
     /// `.weft/` as it then is).
@@ -419,10 +426,7 @@ impl SpareNodes {
                                     own = d;
                                 }
                                 None => {
-                                    Self::failed(
-                                        &status,
-                                        &format_args!("{STAGING_DIR}/ was moved or removed"),
-                                    );
+                                    Self::failed(&status, &Self::unusable(&root));
                                     std::thread::park_timeout(backoff);
                                     backoff = (backoff * 2).min(Self::BACKOFF_MAX);
                                     continue;
@@ -477,18 +481,33 @@ impl SpareNodes {
         }
     }
 
+    /// Why `.weft/` cannot be reopened from the root (for the status after
+    /// [`reopen_current`](Self::reopen_current) found none).
+    fn unusable(root: &Dir) -> String {
+        match root.dir(STAGING_DIR) {
+            Err(e) if is_symlink_error(&e) => {
+                format!("{STAGING_DIR}/ is a symbolic link (refused)")
+            }
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                format!("{STAGING_DIR}/ cannot be opened ({e})")
+            }
+            _ => format!("{STAGING_DIR}/ was moved or removed"),
+        }
+    }
+
     /// [`reopen`](Self::reopen), checked to be the directory at the name once open (`None`
     /// also when the name changed hands in between).
     fn reopen_current(root: &Dir) -> Option<Dir> {
         Self::reopen(root).filter(|d| Self::is_current(root, d))
     }
 
-    /// A spawn found a spare gone: asks the thread to reopen `.weft/` (by identity) before its
-    /// next, and takes every spare it handed over out of the channel (letting a thread blocked
-    /// on a full channel go on, to make them again where `.weft/` now is), none tried: those
-    /// still in `staging` (the `.weft/` at the root's name) are removed (discarded), the
-    /// others (removed, or made in a `.weft/` moved away: never touched) counted as vanished.
-    fn after_vanished(&mut self, staging: &Dir) {
+    /// A spawn found a spare gone (or `.weft/` unusable: `staging` is `None`): asks the thread
+    /// to reopen `.weft/` (by identity) before its next, and takes every spare it handed over
+    /// out of the channel (letting a thread blocked on a full channel go on, to make them again
+    /// where `.weft/` now is, or to say in its status that it cannot), none tried: those still
+    /// in `staging` (the `.weft/` at the root's name) are removed (discarded), the others
+    /// (removed, or made in a `.weft/` moved away: never touched) counted as vanished.
+    fn after_vanished(&mut self, staging: Option<&Dir>) {
         self.recheck.store(true, Ordering::Relaxed);
         if let Some(t) = &self.thread {
             t.thread().unpark();
@@ -496,7 +515,8 @@ impl SpareNodes {
         let Some(rx) = &self.rx else { return };
         let (mut gone, mut discarded) = (0, 0);
         while let Ok((g, n)) = rx.try_recv() {
-            if g >= self.generation.load(Ordering::Relaxed)
+            if let Some(staging) = staging
+                && g >= self.generation.load(Ordering::Relaxed)
                 && matches!(staging.kind(&n), Ok(Some(Kind::Dir)))
                 && staging.remove_tree(&n).is_ok()
             {
@@ -850,7 +870,12 @@ impl FsStore {
     /// [`keep_spare_nodes`](Self::keep_spare_nodes)).
     pub fn spare_nodes_status(&self) -> Option<SpareNodesStatus> {
         let sp = self.spare_nodes.as_ref()?;
-        Some(sp.status.lock().unwrap_or_else(|p| p.into_inner()).clone())
+        let mut st = sp.status.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        st.ready = st
+            .made
+            .saturating_sub(st.used + st.vanished + st.discarded)
+            .min(st.keep as u64);
+        Some(st)
     }
 
     /// In-line mode: makes spares until `keep` are ready (two durability steps each: creating,
@@ -1636,7 +1661,18 @@ impl FsStore {
         dirty: &mut BTreeSet<String>,
         first: &mut Vec<SyncJob>,
     ) -> Result<(), ActorsError> {
-        let staging = self.make_dir(STAGING_DIR, dirty)?;
+        let staging = match self.make_dir(STAGING_DIR, dirty) {
+            Ok(d) => d,
+            Err(e) => {
+                // `.weft/` is unusable (a file or a link at its name): the spares handed over
+                // cannot be reached, and the thread, perhaps waiting to hand one over, is told
+                // to look (its status then says what it finds).
+                if let Some(sp) = self.spare_nodes.as_mut() {
+                    sp.after_vanished(None);
+                }
+                return Err(e);
+            }
+        };
         let rel = join(STAGING_DIR, staged);
         // Whatever an earlier attempt left under the staged name goes first.
         let clear_staged = |staging: &Dir| -> Result<(), ActorsError> {
@@ -1684,12 +1720,18 @@ impl FsStore {
                         sp.note(|st| st.vanished += 1);
                         // The others may be gone with it (`.weft/` moved away): none is tried
                         // now, and the thread checks its `.weft/` before its next.
-                        sp.after_vanished(&staging);
+                        sp.after_vanished(Some(&staging));
                     }
                     checked = true;
                     clear_staged(&staging)?;
                 }
-                Err(e) => return Err(io("write", &rel, e)),
+                Err(e) => {
+                    // The batch fails; the spare, half used, is not ready any more.
+                    if let Some(sp) = &self.spare_nodes {
+                        sp.note(|st| st.vanished += 1);
+                    }
+                    return Err(io("write", &rel, e));
+                }
             }
         }
         staging.mkdir(staged).map_err(|e| io("create", &rel, e))?;
@@ -3247,6 +3289,51 @@ mod tests {
         assert!(report.repairs.is_empty(), "{:?}", report.repairs);
         assert_eq!(g.node_ids().len(), 5);
         drop(store);
+        fs::remove_dir_all(&root).unwrap();
+    }
+
+    /// `.weft/` replaced by a file while the spare thread waits, all made: the spawn that
+    /// cannot open it fails (as without spares) and drops the spares handed over, so the thread
+    /// looks, and its status says it is failing and why (none ready); once a directory is at
+    /// the name again, the thread makes its spares there and is no longer failing.
+    #[test]
+    fn an_unusable_staging_directory_shows_in_the_status_until_it_is_usable_again() {
+        let root = std::env::temp_dir().join(format!("weft-spare-file-{}", std::process::id()));
+        let (mut store, mut g) = writer_with_spares(&root, 4);
+        let full = |names: &[String], st: &SpareNodesStatus| names.len() == 4 && st.ready == 4;
+        wait_for_spares(&store, &root, "four spares", full);
+        let st = store.spare_nodes_status().unwrap();
+        assert_eq!((st.keep, st.made, st.failing), (4, 4, false), "{st:?}");
+        fs::remove_dir_all(root.join(STAGING_DIR)).unwrap();
+        fs::write(root.join(STAGING_DIR), "not a directory").unwrap();
+        let mut r =
+            weft_core::actors::SpawnRequest::new("coordinator", weft_core::actors::NodeType::Task);
+        r.id = Some("a".into());
+        g.spawn(weft_core::Wall::from_ms(2_000), r).unwrap();
+        let b = g.take_batches();
+        assert!(
+            matches!(store.perform(&b[0]), Err(ActorsError::StoreIo(_))),
+            "the spawn cannot build its directory"
+        );
+        wait_for_spares(&store, &root, "failing, retried", |_, st| {
+            st.failing && st.errors >= 2
+        });
+        let st = store.spare_nodes_status().unwrap();
+        let last = st.last_error.clone().unwrap_or_default();
+        assert!(last.contains(".weft/ cannot be opened"), "{st:?}");
+        // The three handed over are dropped (never touched); the one the thread held may have
+        // gone in after them.
+        assert!(st.vanished >= 3 && st.ready <= 1, "{st:?}");
+        assert_eq!(st.used, 0, "{st:?}");
+        fs::remove_file(root.join(STAGING_DIR)).unwrap();
+        fs::create_dir(root.join(STAGING_DIR)).unwrap();
+        // (The one the thread held, made in the removed `.weft/`, may wait in the queue: a
+        // spawn would find it gone.)
+        wait_for_spares(&store, &root, "made again", |names, st| {
+            !st.failing && names.len() >= 3
+        });
+        drop(store);
+        assert!(spares_in(&root).is_empty(), "removed on close");
         fs::remove_dir_all(&root).unwrap();
     }
 
