@@ -24,10 +24,15 @@ impl Drop for Desk {
 }
 
 fn desk(root: &str) -> Desk {
+    desk_with(root, Stdio::inherit())
+}
+
+/// [`desk`] with its standard error going to `stderr`.
+fn desk_with(root: &str, stderr: Stdio) -> Desk {
     let mut child = weft()
         .args(["actors", "desk", root, "--listen", "127.0.0.1:0"])
         .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
+        .stderr(stderr)
         .spawn()
         .unwrap();
     let mut line = String::new();
@@ -384,6 +389,14 @@ fn weft_serve_mounts_the_desk_beside_threaddesk() {
         serde_json::from_str::<Value>(&g).unwrap()["root"],
         "coordinator"
     );
+    assert_eq!(http(&d.addr, "GET", "/api/actors/store", None).0, 401);
+    let (st, _, store) = raw(&d.addr, "GET", "/api/actors/store", None, &human);
+    let store: Value = serde_json::from_str(&store).unwrap();
+    assert_eq!(
+        (st, &store["spareNodes"]["keep"]),
+        (200, &json!(32)),
+        "{store}"
+    );
     let (st, _, s) = raw(
         &d.addr,
         "POST",
@@ -423,4 +436,81 @@ fn the_desk_refuses_a_non_loopback_address() {
     assert_eq!(out.status.code(), Some(64));
     assert!(String::from_utf8_lossy(&out.stdout).contains("no authentication"));
     assert!(!dir.join("chat").exists(), "nothing was created");
+}
+
+/// What the store's spare node directories do, as the desk serves it (`GET
+/// /api/actors/store`): all kept ready, one used by a spawn; then `.weft/` replaced by a file:
+/// the spawn is refused, the spares it can no longer reach are dropped, and the thread that
+/// makes them (which was waiting, all made) says it is failing, with its error. However often
+/// it retries, the server logs the failure once.
+#[test]
+fn the_desk_serves_what_its_spare_node_directories_do() {
+    let root = scratch("desk-spares");
+    let r = root.join("chat");
+    let mut d = desk_with(r.to_str().unwrap(), Stdio::piped());
+    let stderr = d.child.stderr.take().unwrap();
+    let log = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = BufReader::new(stderr).read_to_string(&mut s);
+        s
+    });
+    let spares = |d: &Desk| {
+        let v = get(&d.addr, "/api/actors/store");
+        assert_eq!(v["kind"], "fs", "{v}");
+        v["spareNodes"].clone()
+    };
+    // The thread runs on its own: its counters are waited for (a minute at most).
+    let wait = |d: &Desk, what: &str, done: &dyn Fn(&Value) -> bool| {
+        let until = std::time::Instant::now() + Duration::from_secs(60);
+        loop {
+            let st = spares(d);
+            if done(&st) {
+                return st;
+            }
+            assert!(std::time::Instant::now() < until, "{what}: {st}");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    };
+    let st = wait(&d, "all ready", &|st| st["ready"] == 32);
+    assert_eq!(st["keep"], 32, "{st}");
+    assert_eq!(
+        (&st["used"], &st["errors"], &st["failing"], &st["lastError"]),
+        (&json!(0), &json!(0), &json!(false), &Value::Null),
+        "{st}"
+    );
+    let (code, v) = post(
+        &d.addr,
+        "/api/actors/spawn",
+        json!({"parent": "coordinator", "type": "task", "title": "first"}),
+    );
+    assert_eq!(code, 201, "{v}");
+    let st = spares(&d);
+    assert_eq!((&st["keep"], &st["used"]), (&json!(32), &json!(1)), "{st}");
+    // All made again (the thread waits): `.weft/` becomes a file.
+    wait(&d, "all ready again", &|st| st["ready"] == 32);
+    let weft = r.join(".weft");
+    std::fs::remove_dir_all(&weft).unwrap();
+    std::fs::write(&weft, "not a directory").unwrap();
+    let (code, v) = post(
+        &d.addr,
+        "/api/actors/spawn",
+        json!({"parent": "coordinator", "type": "task", "title": "second"}),
+    );
+    assert_eq!((code, &v["code"]), (500, &json!("STORE_IO")), "{v}");
+    let st = wait(&d, "failing, retried", &|st| {
+        st["failing"] == true && st["errors"].as_u64() >= Some(3)
+    });
+    let last = st["lastError"].as_str().unwrap_or_default();
+    assert!(last.contains(".weft/ cannot be opened"), "{st}");
+    assert_eq!(st["used"], 1, "{st}");
+    // The 31 it had handed over are dropped; the one it held may have gone in after them.
+    assert!(st["vanished"].as_u64() >= Some(31), "{st}");
+    assert!(st["ready"].as_u64() <= Some(1), "{st}");
+    drop(d);
+    let log = log.join().unwrap();
+    assert_eq!(
+        log.matches("cannot make a spare node directory").count(),
+        1,
+        "one line for the run of failures: {log}"
+    );
 }

@@ -14,8 +14,10 @@
 //!   released output — and `delta` events `{"node", "turn", "step", "text"}` of streaming model
 //!   steps, with `at`: their offset in the step's text), `/api/actors/agents` (`{model,
 //!   running, agents: {node: state}}`), `/api/actors/nodes/{id}/agent` (`404 AGENT_NOT_OPEN`
-//!   when the node has none; `streaming`: the running step's text so far). The agent lines on
-//!   disk are resumable events with SSE ids, replayed after `Last-Event-ID` ([`events`]).
+//!   when the node has none; `streaming`: the running step's text so far), `/api/actors/store`
+//!   (`{kind, spareNodes}`: the store and what its spare node directories are doing, see
+//!   [`store`]). The agent lines on disk are resumable events with SSE ids, replayed after
+//!   `Last-Event-ID` ([`events`]).
 //! * Writes (JSON bodies): `POST /api/actors/spawn`, `/api/actors/nodes/{id}/messages`,
 //!   `…/route`, `…/status`, `…/resolve`, `…/archive`, `…/wait`, `POST /api/actors/refs`,
 //!   `/api/actors/narrate`, `/api/actors/bookmarks`, `/api/actors/epochs`,
@@ -922,6 +924,7 @@ pub fn router(state: DeskState) -> Router {
         .route("/api/actors/nodes/{id}/mailbox", get(mailbox))
         .route("/api/actors/nodes/{id}/model", get(model))
         .route("/api/actors/audit", get(audit))
+        .route("/api/actors/store", get(store))
         .route("/api/actors/events", get(events))
         .route("/api/actors/spawn", post(spawn))
         .route("/api/actors/nodes/{id}/messages", post(message))
@@ -1191,6 +1194,23 @@ async fn model(State(s): State<DeskState>, UrlPath(id): UrlPath<String>) -> Repl
 
 async fn audit(State(s): State<DeskState>) -> Reply {
     read(s, "audit", HashMap::new(), None).await
+}
+
+/// `GET /api/actors/store`: the desk's store (`kind`: `"fs"` over the root, `"memory"` with the
+/// node store off) and what its spare node directories are doing (`spareNodes`: the store's
+/// [`SpareNodesStatus`](crate::actors::SpareNodesStatus) as it says it, camelCase, `null` when
+/// it keeps none). The thread that makes them only changes counters, so no event announces
+/// them: the page reads this on its refreshes and every few seconds.
+async fn store(State(s): State<DeskState>) -> Reply {
+    let v = s
+        .with_inner(|i| {
+            Ok(match &i.store {
+                Store::Fs(f) => json!({"kind": "fs", "spareNodes": f.spare_nodes_status()}),
+                Store::Memory(_) => json!({"kind": "memory", "spareNodes": null}),
+            })
+        })
+        .await?;
+    Ok(ok(v))
 }
 
 /// `GET /api/actors/events`: the live stream (see [`events`] for the resumable agent lines).
