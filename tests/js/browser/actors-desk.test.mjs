@@ -1,10 +1,11 @@
 // The actor desk in headless Chromium against a real `weft actors desk` on a real $CHAT_ROOT:
 // spawn from the tree's `+`, watch a grid tile change status without reloading, open the fork
-// panel, scrub the timeline. Saves tests/artifacts/actors-desk.png.
+// panel, scrub the timeline; the spare node directories in the status area, and the warning
+// when the store cannot make them. Saves tests/artifacts/actors-desk.png.
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawn, spawnSync } from 'node:child_process';
-import { mkdtempSync, mkdirSync, readFileSync, rmSync, existsSync } from 'node:fs';
+import { mkdtempSync, mkdirSync, readFileSync, rmSync, existsSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { createInterface } from 'node:readline';
@@ -129,4 +130,30 @@ test('spawn from the tree, watch a tile change status live, open the fork panel'
   const shot = join(repoRoot, 'tests/artifacts/actors-desk.png');
   await page.screenshot({ path: shot, fullPage: true });
   assert.ok(existsSync(shot));
+});
+
+test('the status area shows the spare node directories and warns when they cannot be made', { timeout: 60_000 }, async () => {
+  // The chip says what the store says (`GET /api/actors/store`), read on refreshes and polls.
+  const want = async () => {
+    const sp = (await api('/store')).spareNodes;
+    return `spare nodes ${sp.ready} ready, ${sp.used} used`;
+  };
+  assert.equal((await api('/store')).spareNodes.keep, 32);
+  await page.waitForSelector('[data-testid=spare-chip]:not(.is-hidden)');
+  await page.waitForFunction(async (w) => document.querySelector('[data-testid=spare-chip]').textContent === w, await want(), { timeout: 15_000 });
+  assert.ok(await page.$eval('[data-testid=spare-banner]', (e) => e.classList.contains('is-hidden')), 'no warning');
+  // `.weft/` replaced by a file: the spawn is refused, the store says it is failing, and the
+  // page shows its error.
+  rmSync(join(root, '.weft'), { recursive: true, force: true });
+  writeFileSync(join(root, '.weft'), 'not a directory');
+  const res = await fetch(`${url}/api/actors/spawn`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({ parent: 'coordinator', type: 'task', title: 'no room' }),
+  });
+  assert.equal((await res.json()).code, 'STORE_IO');
+  await page.waitForSelector('[data-testid=spare-banner]:not(.is-hidden)', { timeout: 20_000 });
+  assert.match(await page.textContent('[data-testid=spare-banner]'), /Spare node directories cannot be made: make a spare in \.weft\/: \.weft\/ cannot be opened/);
+  assert.match(await page.textContent('[data-testid=spare-chip]'), /, failing$/);
+  assert.ok(await page.$eval('[data-testid=spare-chip]', (e) => e.classList.contains('warn')));
 });

@@ -18,6 +18,12 @@
 // the deltas by their offset (`at`). The stream is resumable: the page keeps the last SSE id
 // (durable agent lines carry one) and sends it as `Last-Event-ID` when it reconnects; the
 // server replays the lines missed meanwhile, or sends `reset` and the page fetches everything.
+//
+// The store's spare node directories (`GET /api/actors/store`; an older server answers 404
+// and the page shows nothing): a chip with how many are ready and used, and a warning with the
+// store's last error while it says it is failing (spawns then build their directories without
+// one). The thread that makes them announces nothing, so the page reads it on each refresh and
+// every few seconds while visible.
 
 const $ = (id) => document.getElementById(id);
 const API = '/api/actors';
@@ -47,6 +53,9 @@ const agents = {
   // node → the last step whose bubble ended (a late `streaming` state does not bring it back).
   ended: new Map(),
 };
+
+// The store's status: `api` is null until known, false when the server has no such route.
+const store = { api: null };
 
 let token = '';
 const refusedToken = (p) => p?.code === 'UNAUTHENTICATED' || p?.code === 'FORBIDDEN';
@@ -560,8 +569,47 @@ function scheduleRefresh() {
   pending = setTimeout(() => act(refresh), 30);
 }
 
+function renderSpares(sp) {
+  const chip = $('spare-chip');
+  const banner = $('spare-banner');
+  chip.classList.toggle('is-hidden', !sp);
+  banner.classList.toggle('is-hidden', !sp?.failing);
+  if (!sp) return;
+  chip.textContent = `spare nodes ${sp.ready} ready, ${sp.used} used${sp.failing ? ', failing' : ''}`;
+  chip.classList.toggle('warn', !!sp.failing);
+  chip.classList.toggle('muted', !sp.failing);
+  if (sp.failing) {
+    banner.replaceChildren(
+      el('b', { text: 'Spare node directories cannot be made: ' }),
+      el('bdi', { dir: 'auto', text: sp.lastError || 'unknown error' }),
+      el('span', { text: ` (${sp.errors} failure${sp.errors === 1 ? '' : 's'}). Spawns build their directories without one (slower) while the server retries.` }),
+    );
+  }
+}
+
+// Reads the store's status; a server without the route (404) hides its parts for good.
+async function loadStore() {
+  if (store.api === false) return;
+  let res;
+  try {
+    res = await fetch(`${API}/store`, { headers: withToken() });
+  } catch {
+    return;
+  }
+  if (res.status === 404 || res.status === 405) {
+    store.api = false;
+    renderSpares(null);
+    return;
+  }
+  // A refused token is asked for by the refresh's reads (not by this poll: no focus taken).
+  if (!res.ok) return;
+  const data = await res.json().catch(() => null);
+  store.api = true;
+  renderSpares(data?.spareNodes || null);
+}
+
 async function refreshOnce() {
-  const [graph, lin, meta] = await Promise.all([api('/graph'), api('/views/linear'), api('/views/metathread?limit=40'), loadAgents()]);
+  const [graph, lin, meta] = await Promise.all([api('/graph'), api('/views/linear'), api('/views/metathread?limit=40'), loadAgents(), loadStore()]);
   state.graph = graph;
   await loadTemporal();
   const byId = new Map(graph.nodes.map((n) => [n.id, n]));
@@ -782,3 +830,6 @@ $('token-form').addEventListener('submit', (e) => {
 });
 connect();
 act(refresh);
+setInterval(() => {
+  if (!document.hidden && store.api !== false && $('token-form').classList.contains('is-hidden')) loadStore();
+}, 5000);
