@@ -28,6 +28,9 @@ for module in jobs:weft_jobs apps:weft_apps frames:weft_frames actors:weft_actor
   wasm-bindgen --target web --no-typescript --remove-name-section --remove-producers-section \
     --out-dir "$out.parts/$name" --out-name "$name" \
     "$target_dir/wasm32-unknown-unknown/wasm-release/weft_wasm.wasm"
+  # On V8 11 (Node 20) the glue calls the exports that return one externref through a Proxy:
+  # V8 11 aborts when such a call, inlined into optimized JS, is deoptimized lazily (see there).
+  node wasm/tools/guard-exports.mjs "$out.parts/$name/$name.js" "$out.parts/$name/${name}_bg.wasm"
 done
 # Merge the modules; snippets (inline JS) of the shared bindings must agree.
 for part in "$out.parts"/*; do

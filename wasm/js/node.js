@@ -2,7 +2,6 @@
 // apps module (weft_apps_bg.wasm: the job registry, the ops app, agent sessions) at import, so
 // `loadApps()` has nothing to do and `weft/apps` is this module.
 import { readFileSync } from 'node:fs';
-import { setFlagsFromString } from 'node:v8';
 import { resolve } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { Worker } from 'node:worker_threads';
@@ -11,12 +10,9 @@ import './node-reader.js';
 import { setWorkerFactory, setRegistryClass } from './runtime.js';
 import { setFsBackend } from './actors.js';
 
-// Node 20 ships V8 11.3, whose inlining of JS→wasm calls into optimized code intermittently
-// aborts the process ("Fatal error ... unreachable code" in the deoptimizer) under sustained
-// calls into this module (reproduced with tests/js/bench/registry.mjs: 5 of 8 runs crashed,
-// 0 of 8 with the inlining off). Turn that one optimization off before any call is optimized.
-if (/^11\./.test(process.versions.v8)) setFlagsFromString('--no-turbo-inline-js-wasm-calls');
-
+// Node 20's V8 11 aborts when an inlined JS→wasm call that returns an externref is deoptimized
+// lazily: the glue calls those exports through a Proxy there (wasm/tools/guard-exports.mjs), so
+// no V8 flag is set (one would make Node reject its code cache in every Worker).
 const wasm = initSync({ module: readFileSync(new URL('./weft_apps_bg.wasm', import.meta.url)) });
 setRegistryClass(JobRegistry);
 

@@ -3,13 +3,19 @@
 // synchronous; not the browsers' jobs-only module); the actor
 // graph's and the model codecs' glue are imported on their first (async) use, and work then.
 // The Worker shim does not load its child-process helpers (readline...) in a Worker.
+// `import 'weft'` sets no V8 flag (a Worker then starts from Node's code cache); on V8 11 (Node
+// 20) the glue calls the exports that return one externref through a Proxy instead (V8 11 aborts
+// when such a call, inlined into optimized JS, is deoptimized lazily: wasm/tools/guard-exports.mjs).
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
+import { spawnSync } from 'node:child_process';
 import { register } from 'node:module';
+import { types } from 'node:util';
 import { MessageChannel } from 'node:worker_threads';
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { externrefReturns } from '../../../wasm/tools/guard-exports.mjs';
 
 // A resolve hook (it runs on the loader thread) reports every module the package loads.
 const hooks = `export async function initialize({ port }) { globalThis.port = port; }
@@ -68,4 +74,55 @@ self.onmessage = (e) => {
   rt.close();
   assert.equal(o.outcome, 'succeeded');
   assert.equal(o.value.includes('NativeModule readline'), false, `loaded: ${o.value}`);
+});
+
+test('import weft sets no V8 flag: a Worker started after it loads from Node\'s code cache', (t) => {
+  const dir = mkdtempSync(join(tmpdir(), 'weft-startup-'));
+  t.after(() => rmSync(dir, { recursive: true, force: true }));
+  const script = join(dir, 'cache.mjs');
+  writeFileSync(
+    script,
+    `await import(${JSON.stringify(import.meta.resolve('weft'))});
+const { Worker } = await import('node:worker_threads');
+const w = new Worker('process.exit(0)', { eval: true });
+await new Promise((r) => w.once('exit', r));`,
+  );
+  const env = { ...process.env, NODE_DEBUG_NATIVE: 'CODE_CACHE' };
+  delete env.NODE_OPTIONS;
+  const r = spawnSync(process.execPath, [script], { env, encoding: 'utf8' });
+  assert.equal(r.status, 0, r.stderr);
+  const lines = r.stderr.split('\n');
+  // Any non-default V8 flag changes V8's flag hash: every built-in compiled after it is rejected.
+  assert.deepEqual(lines.filter((l) => / is rejected/.test(l)), []);
+  assert.ok(lines.filter((l) => / is accepted/.test(l)).length > 10, 'the Worker\'s built-ins load from the cache');
+});
+
+test('on V8 11 each glue calls exactly the exports that return one externref through a Proxy', async () => {
+  const dir = new URL('./', import.meta.resolve('weft'));
+  const v8of11 = /^11\./.test(process.versions.v8);
+  let guarded = 0;
+  for (const name of ['weft_jobs', 'weft_apps', 'weft_frames', 'weft_actors', 'weft_models']) {
+    const bytes = readFileSync(new URL(`${name}_bg.wasm`, dir));
+    const glue = await import(new URL(`${name}.js`, dir).href);
+    // The glue's exports (initSync returns those of an instance made earlier: the apps glue's).
+    const exports = glue.initSync({ module: bytes });
+    const expected = new Set(v8of11 ? externrefReturns(bytes) : []);
+    const proxies = Object.keys(exports).filter((k) => types.isProxy(exports[k]));
+    assert.deepEqual(proxies.sort(), [...expected].sort(), name);
+    for (const k of expected) assert.equal(typeof exports[k], 'function', `${name}.${k}`);
+    guarded += proxies.length;
+  }
+  if (v8of11) {
+    assert.ok(externrefReturns(readFileSync(new URL('weft_apps_bg.wasm', dir))).includes('jobregistry_drainOutputs'));
+    assert.ok(guarded > 0);
+  }
+  // The registry works through the Proxies.
+  const { createRuntime } = await import('weft');
+  const rt = createRuntime();
+  const ep = rt.registry.openEndpoint(0, { owner: 'app', label: 'guard', hello: 'skip' });
+  const { job } = rt.registry.submit(0, ep, { n: 1 }, { owner: 'agent' });
+  rt.registry.onMessage(0, ep, { id: job, type: 'done', value: 7 });
+  assert.ok(Array.isArray(rt.registry.drainOutputs()));
+  assert.equal(rt.registry.job(job).state, 'succeeded');
+  rt.close();
 });
