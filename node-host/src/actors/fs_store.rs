@@ -339,7 +339,7 @@ pub struct SpareNodesStatus {
 
 /// A log's append handle a writer keeps ([`FsStore::append_handle`]).
 struct AppendHandle {
-    file: File,
+    file: std::sync::Arc<File>,
     /// When it was last used (a tick of the writer's), for the least-recently-used eviction.
     used: u64,
 }
@@ -676,13 +676,28 @@ fn join(dir: &str, name: &str) -> String {
     }
 }
 
-/// One fsync to perform: a file or a directory (its handle moves to the worker), with the
-/// relative path for errors.
-struct SyncJob(String, File);
+/// One fsync to perform: a file or a directory (its handle goes to the thread that syncs it),
+/// with the relative path for errors.
+struct SyncJob {
+    rel: String,
+    /// Shared: a log's kept append handle is synced through itself, not through a duplicate
+    /// (a `dup` and a `close` per append saved).
+    file: std::sync::Arc<File>,
+}
 
 impl SyncJob {
+    /// An fsync of `file`.
+    fn new(rel: String, file: File) -> SyncJob {
+        SyncJob::shared(rel, std::sync::Arc::new(file))
+    }
+
+    /// An fsync of a handle the store keeps (a log's append handle).
+    fn shared(rel: String, file: std::sync::Arc<File>) -> SyncJob {
+        SyncJob { rel, file }
+    }
+
     fn run(self) -> Result<(), ActorsError> {
-        self.1.sync_all().map_err(|e| io("fsync", &self.0, e))
+        self.file.sync_all().map_err(|e| io("fsync", &self.rel, e))
     }
 }
 
@@ -745,7 +760,13 @@ impl SyncPool {
         out
     }
 
+    /// Runs `mine` on the calling thread and the other jobs on the pool's threads, beside it.
+    /// A round of one job is that job on the calling thread alone: no channel, no pool lock,
+    /// no thread started or woken (an agent turn's end syncs one file).
     fn run_round(&self, mine: SyncJob, jobs: Vec<SyncJob>) -> Result<(), ActorsError> {
+        if jobs.is_empty() {
+            return mine.run();
+        }
         let (reply, results) = std::sync::mpsc::channel();
         let n = jobs.len();
         self.grow(n);
@@ -764,6 +785,14 @@ impl SyncPool {
             }
         }
         out
+    }
+}
+
+#[cfg(test)]
+impl SyncPool {
+    /// The pool's threads started so far.
+    fn threads(&self) -> usize {
+        self.workers.lock().unwrap_or_else(|p| p.into_inner()).len()
     }
 }
 
@@ -1122,7 +1151,7 @@ impl FsStore {
 
     fn sync_job(&mut self, rel: &str) -> Result<Option<SyncJob>, ActorsError> {
         Ok(self.dir_at(rel, None)?.map(|d| {
-            SyncJob(
+            SyncJob::new(
                 if rel.is_empty() {
                     ".".into()
                 } else {
@@ -1197,10 +1226,10 @@ impl FsStore {
                                     let file = sub
                                         .open(&f, Mode::Read)
                                         .map_err(|e| io("open", &join(&rel, &f), e))?;
-                                    round.push(SyncJob(join(&rel, &f), file));
+                                    round.push(SyncJob::new(join(&rel, &f), file));
                                 }
                             }
-                            round.push(SyncJob(rel.clone(), sub.into_file()));
+                            round.push(SyncJob::new(rel.clone(), sub.into_file()));
                             self.sync(round)?;
                             d.rename(&name, &nodes, &id)
                                 .map_err(|e| io("rename", &rel, e))?
@@ -1364,14 +1393,14 @@ impl FsStore {
     fn sync(&mut self, mut jobs: Vec<SyncJob>) -> Result<(), ActorsError> {
         if self.written {
             for j in jobs {
-                if !self.unsynced.iter().any(|u| u.0 == j.0) {
+                if !self.unsynced.iter().any(|u| u.rel == j.rel) {
                     self.unsynced.push(j);
                 }
             }
             return Ok(());
         }
         for u in std::mem::take(&mut self.unsynced) {
-            if !jobs.iter().any(|j| j.0 == u.0) {
+            if !jobs.iter().any(|j| j.rel == u.rel) {
                 jobs.push(u);
             }
         }
@@ -1397,12 +1426,12 @@ impl FsStore {
     /// only name (`nlink == 1`): a log moved aside, replaced, hard-linked, or a directory on
     /// its way moved out with a link left in its place, is reopened through the walls (which
     /// refuse the link: `SYMLINK_REFUSED`). At most [`MAX_APPEND_HANDLES`], the least
-    /// recently used evicted. Returns a handle of its own (for the fsync job).
+    /// recently used evicted. Returns the kept handle, shared (the fsync job holds it).
     fn append_handle(
         &mut self,
         rel: &str,
         dirty: &mut BTreeSet<String>,
-    ) -> Result<File, ActorsError> {
+    ) -> Result<std::sync::Arc<File>, ActorsError> {
         if let Some(f) = self.appends.get_mut(rel) {
             use std::os::unix::fs::MetadataExt;
             // Reused only while `rel`, resolved beneath the root without following a link,
@@ -1419,7 +1448,7 @@ impl FsStore {
             if same {
                 f.used = self.append_tick;
                 self.append_tick += 1;
-                return f.file.try_clone().map_err(|e| io("open", rel, e));
+                return Ok(f.file.clone());
             }
             self.appends.remove(rel);
         }
@@ -1459,8 +1488,9 @@ impl FsStore {
             // The least recently used goes (a scan of at most 32: only on a miss).
             self.appends.remove(&lru);
         }
+        let f = std::sync::Arc::new(f);
         let kept = AppendHandle {
-            file: f.try_clone().map_err(|e| io("open", rel, e))?,
+            file: f.clone(),
             used: self.append_tick,
         };
         self.append_tick += 1;
@@ -1543,7 +1573,7 @@ impl FsStore {
                         Some(s) if s == tmp && quiet => Self::overwrite(&d, &tmp, text)?,
                         _ => Self::write_fresh(&d, &tmp, text)?,
                     };
-                    files.push(SyncJob(tmp.clone(), f));
+                    files.push(SyncJob::new(tmp.clone(), f));
                     self.put_temps.insert((si, oi), tmp);
                 }
             }
@@ -1648,7 +1678,7 @@ impl FsStore {
             self.stats
                 .bytes_written
                 .fetch_add(text.len() as u64, Ordering::Relaxed);
-            jobs.push(SyncJob(join(&rel, name), f));
+            jobs.push(SyncJob::new(join(&rel, name), f));
         }
         Ok(jobs)
     }
@@ -1745,7 +1775,7 @@ impl FsStore {
                 at = join(&at, c);
                 d.mkdir(c).map_err(|e| io("create", &at, e))?;
                 d = d.dir(c).map_err(|e| io("open", &at, e))?;
-                first.push(SyncJob(
+                first.push(SyncJob::new(
                     at.clone(),
                     d.try_clone().map_err(|e| io("open", &at, e))?.into_file(),
                 ));
@@ -1755,12 +1785,12 @@ impl FsStore {
                 .bytes_written
                 .fetch_add(text.len() as u64, Ordering::Relaxed);
             let frel = join(&rel, name);
-            first.push(SyncJob(
+            first.push(SyncJob::new(
                 frel.clone(),
                 Self::write_new(&d, &frel, text.as_bytes())?,
             ));
         }
-        first.push(SyncJob(rel, top.into_file()));
+        first.push(SyncJob::new(rel, top.into_file()));
         Ok(())
     }
 
@@ -1929,17 +1959,17 @@ impl FsStore {
                 }
                 Op::Append { path, text } => {
                     check_path(path).map_err(ActorsError::InvalidArgument)?;
-                    let mut f = self.append_handle(path, dirty)?;
+                    let f = self.append_handle(path, dirty)?;
                     let bytes = text.as_bytes();
                     if self.tear_now() {
-                        let _ = f.write_all(&bytes[..bytes.len() / 2]);
+                        let _ = (&*f).write_all(&bytes[..bytes.len() / 2]);
                     }
                     self.step();
-                    f.write_all(bytes).map_err(|e| io("append", path, e))?;
+                    (&*f).write_all(bytes).map_err(|e| io("append", path, e))?;
                     self.stats
                         .bytes_written
                         .fetch_add(bytes.len() as u64, Ordering::Relaxed);
-                    second.push(SyncJob(path.clone(), f));
+                    second.push(SyncJob::shared(path.clone(), f));
                 }
                 Op::Truncate { path, len } => {
                     check_path(path).map_err(ActorsError::InvalidArgument)?;
@@ -1950,7 +1980,7 @@ impl FsStore {
                     let f = d.open(name, Mode::Write).map_err(|e| io("open", path, e))?;
                     self.step();
                     f.set_len(*len).map_err(|e| io("truncate", path, e))?;
-                    second.push(SyncJob(path.clone(), f));
+                    second.push(SyncJob::new(path.clone(), f));
                 }
                 Op::Patch {
                     path,
@@ -1960,7 +1990,7 @@ impl FsStore {
                 } => {
                     check_path(path).map_err(ActorsError::InvalidArgument)?;
                     let f = self.patch(path, *at, *size, text, dirty)?;
-                    second.push(SyncJob(path.clone(), f));
+                    second.push(SyncJob::new(path.clone(), f));
                 }
                 Op::Rename { from, to } => {
                     check_path(from).map_err(ActorsError::InvalidArgument)?;
@@ -2101,7 +2131,7 @@ impl ActorStore for FsStore {
         if !self.written
             && !self.unsynced.is_empty()
             && !batch.stages.iter().flatten().all(|op| {
-                matches!(op, Op::Append { path, .. } if self.unsynced.iter().any(|u| u.0 == *path))
+                matches!(op, Op::Append { path, .. } if self.unsynced.iter().any(|u| u.rel == *path))
             })
             && let Err(e) = self.sync(Vec::new())
         {
@@ -2953,6 +2983,72 @@ mod tests {
             ("meta.json".into(), "{\"id\": \"a,b+c=d\"}\n".into()),
             ("chat.jsonl".into(), "{\"role\":\"system\"}\n".into()),
         ]
+    }
+
+    /// A round of one fsync (an agent turn's end appends to one log) runs on the calling
+    /// thread: counted as one fsync in one round, no pool thread started; a new log's
+    /// directory is a second job of the round, on a pool thread.
+    #[test]
+    fn a_round_of_one_append_is_one_fsync_on_the_calling_thread() {
+        use weft_core::actors::Durability;
+        let root = std::env::temp_dir().join(format!("weft-one-job-round-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&root);
+        let batch = |id, path: &str, sync| WriteBatch {
+            id,
+            label: "t".into(),
+            stages: vec![vec![Op::Append {
+                path: path.into(),
+                text: format!("{{\"n\":{id}}}\n"),
+            }]],
+            gates: Vec::new(),
+            sync,
+        };
+        let counts = |s: &FsStore| {
+            (
+                s.stats.fsyncs.load(Ordering::Relaxed),
+                s.stats.rounds.load(Ordering::Relaxed),
+                s.pool.as_ref().unwrap().threads(),
+            )
+        };
+        let mut first = FsStore::open_writer(&root, Duration::ZERO).unwrap();
+        first.load().unwrap();
+        first
+            .apply(&batch(1, "timeline/a.jsonl", Durability::Synced))
+            .unwrap();
+        drop(first);
+
+        let mut store = FsStore::open_writer(&root, Duration::ZERO).unwrap();
+        store.load().unwrap();
+        let (f0, r0, t0) = counts(&store);
+        assert_eq!(t0, 0);
+        let delta = |s: &FsStore| {
+            let (f, r, t) = counts(s);
+            (f - f0, r - r0, t)
+        };
+        // An append to an existing log: one fsync, one round, on this thread.
+        store
+            .apply(&batch(2, "timeline/a.jsonl", Durability::Synced))
+            .unwrap();
+        assert_eq!(delta(&store), (1, 1, 0));
+        // Written, then synced, the same log: the owed fsync is the synced batch's own.
+        store
+            .apply(&batch(3, "timeline/a.jsonl", Durability::Written))
+            .unwrap();
+        assert_eq!(delta(&store), (1, 1, 0), "a written batch issues no fsync");
+        store
+            .apply(&batch(4, "timeline/a.jsonl", Durability::Synced))
+            .unwrap();
+        assert_eq!(delta(&store), (2, 2, 0));
+        // A new log: its fsync and its directory's in one round of two jobs, the second on a
+        // pool thread.
+        store
+            .apply(&batch(5, "timeline/b.jsonl", Durability::Synced))
+            .unwrap();
+        assert_eq!(delta(&store), (4, 3, 1));
+        let text = fs::read_to_string(root.join("timeline/a.jsonl")).unwrap();
+        assert_eq!(text.lines().count(), 4);
+        drop(store);
+        let _ = fs::remove_dir_all(&root);
     }
 
     #[test]
