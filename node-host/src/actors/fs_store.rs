@@ -228,6 +228,8 @@ impl PendingNode {
 #[derive(Debug, Default)]
 pub struct FsStats {
     pub fsyncs: AtomicU64,
+    /// Of `fsyncs`, those that were `fdatasync`s (appends to logs: see `SyncJob::append`).
+    pub data_syncs: AtomicU64,
     /// Rounds of concurrent fsyncs (each waits for the slowest of its fsyncs).
     pub rounds: AtomicU64,
     /// Bytes written to records and logs (puts' temporaries, appends, patches, new nodes).
@@ -683,21 +685,46 @@ struct SyncJob {
     /// Shared: a log's kept append handle is synced through itself, not through a duplicate
     /// (a `dup` and a `close` per append saved).
     file: std::sync::Arc<File>,
+    /// `fdatasync` instead of `fsync`: only for an append to a log (see [`SyncJob::append`]).
+    data_only: bool,
 }
 
 impl SyncJob {
-    /// An fsync of `file`.
+    /// An `fsync` (`sync_all`) of `file`: its data and all of its metadata.
     fn new(rel: String, file: File) -> SyncJob {
-        SyncJob::shared(rel, std::sync::Arc::new(file))
+        SyncJob {
+            rel,
+            file: std::sync::Arc::new(file),
+            data_only: false,
+        }
     }
 
-    /// An fsync of a handle the store keeps (a log's append handle).
-    fn shared(rel: String, file: std::sync::Arc<File>) -> SyncJob {
-        SyncJob { rel, file }
+    /// The fsync an append to log `rel` owes: `fdatasync` (`sync_data`). What the seed
+    /// requires of an acknowledged line is that it is in the log after a crash: its bytes and
+    /// the file's size, which `fdatasync` makes durable (POSIX: the metadata needed to read
+    /// the data back; on ext4 a size change is committed by the journal like `fsync`'s).
+    /// What it may leave behind is the modification and change times only, and no reader of
+    /// a log trusts those: a log's kept mark is its length and the digest of the bytes before
+    /// it ([`KeptMark`]); stamps with times are taken of records and directories, which
+    /// keep `fsync`. A log's name is not this job's: a log created (or replaced by its own
+    /// copy) makes its directory dirty, and the directory's job in the same round is an
+    /// `fsync` of the directory. (Write-ahead logs rely on the same: PostgreSQL's default
+    /// `wal_sync_method` on Linux, SQLite's journal.) Truncations and patches keep `fsync`.
+    fn append(rel: String, file: std::sync::Arc<File>) -> SyncJob {
+        SyncJob {
+            rel,
+            file,
+            data_only: true,
+        }
     }
 
     fn run(self) -> Result<(), ActorsError> {
-        self.file.sync_all().map_err(|e| io("fsync", &self.rel, e))
+        if self.data_only {
+            self.file.sync_data()
+        } else {
+            self.file.sync_all()
+        }
+        .map_err(|e| io("fsync", &self.rel, e))
     }
 }
 
@@ -748,6 +775,8 @@ impl SyncPool {
     /// Runs every job, concurrently, and returns the first error.
     fn run(&self, mut jobs: Vec<SyncJob>, stats: &FsStats) -> Result<(), ActorsError> {
         stats.fsyncs.fetch_add(jobs.len() as u64, Ordering::Relaxed);
+        let data = jobs.iter().filter(|j| j.data_only).count();
+        stats.data_syncs.fetch_add(data as u64, Ordering::Relaxed);
         let Some(mine) = jobs.pop() else {
             return Ok(());
         };
@@ -1969,7 +1998,7 @@ impl FsStore {
                     self.stats
                         .bytes_written
                         .fetch_add(bytes.len() as u64, Ordering::Relaxed);
-                    second.push(SyncJob::shared(path.clone(), f));
+                    second.push(SyncJob::append(path.clone(), f));
                 }
                 Op::Truncate { path, len } => {
                     check_path(path).map_err(ActorsError::InvalidArgument)?;
@@ -2986,10 +3015,10 @@ mod tests {
     }
 
     /// A round of one fsync (an agent turn's end appends to one log) runs on the calling
-    /// thread: counted as one fsync in one round, no pool thread started; a new log's
-    /// directory is a second job of the round, on a pool thread.
+    /// thread: counted as one fsync in one round, no pool thread started. An append's fsync
+    /// is an `fdatasync`; a new log's directory gets an `fsync` of its own beside it.
     #[test]
-    fn a_round_of_one_append_is_one_fsync_on_the_calling_thread() {
+    fn a_round_of_one_append_is_one_data_sync_on_the_calling_thread() {
         use weft_core::actors::Durability;
         let root = std::env::temp_dir().join(format!("weft-one-job-round-{}", std::process::id()));
         let _ = fs::remove_dir_all(&root);
@@ -3006,6 +3035,7 @@ mod tests {
         let counts = |s: &FsStore| {
             (
                 s.stats.fsyncs.load(Ordering::Relaxed),
+                s.stats.data_syncs.load(Ordering::Relaxed),
                 s.stats.rounds.load(Ordering::Relaxed),
                 s.pool.as_ref().unwrap().threads(),
             )
@@ -3019,32 +3049,36 @@ mod tests {
 
         let mut store = FsStore::open_writer(&root, Duration::ZERO).unwrap();
         store.load().unwrap();
-        let (f0, r0, t0) = counts(&store);
+        let (f0, d0, r0, t0) = counts(&store);
         assert_eq!(t0, 0);
         let delta = |s: &FsStore| {
-            let (f, r, t) = counts(s);
-            (f - f0, r - r0, t)
+            let (f, d, r, t) = counts(s);
+            (f - f0, d - d0, r - r0, t)
         };
-        // An append to an existing log: one fsync, one round, on this thread.
+        // An append to an existing log: one fdatasync, one round, on this thread.
         store
             .apply(&batch(2, "timeline/a.jsonl", Durability::Synced))
             .unwrap();
-        assert_eq!(delta(&store), (1, 1, 0));
+        assert_eq!(delta(&store), (1, 1, 1, 0));
         // Written, then synced, the same log: the owed fsync is the synced batch's own.
         store
             .apply(&batch(3, "timeline/a.jsonl", Durability::Written))
             .unwrap();
-        assert_eq!(delta(&store), (1, 1, 0), "a written batch issues no fsync");
+        assert_eq!(
+            delta(&store),
+            (1, 1, 1, 0),
+            "a written batch issues no fsync"
+        );
         store
             .apply(&batch(4, "timeline/a.jsonl", Durability::Synced))
             .unwrap();
-        assert_eq!(delta(&store), (2, 2, 0));
-        // A new log: its fsync and its directory's in one round of two jobs, the second on a
-        // pool thread.
+        assert_eq!(delta(&store), (2, 2, 2, 0));
+        // A new log: its fdatasync and its directory's fsync in one round of two jobs, the
+        // second on a pool thread.
         store
             .apply(&batch(5, "timeline/b.jsonl", Durability::Synced))
             .unwrap();
-        assert_eq!(delta(&store), (4, 3, 1));
+        assert_eq!(delta(&store), (4, 3, 3, 1));
         let text = fs::read_to_string(root.join("timeline/a.jsonl")).unwrap();
         assert_eq!(text.lines().count(), 4);
         drop(store);
