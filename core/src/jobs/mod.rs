@@ -282,6 +282,24 @@ pub struct Registry<V> {
     held: Vec<(EndpointId, Vec<WireRequest<V>>)>,
     /// Whether a consumer took the journal watches ([`Registry::attach_journal_consumer`]).
     journal_consumer: bool,
+    /// The last input [`Registry::send_input`] put on a local transport by itself, which
+    /// [`Registry::withdraw_unposted_input`] can take back.
+    unposted_input: Option<UnpostedInput>,
+}
+
+/// What [`Registry::withdraw_unposted_input`] restores of the last input sent by itself, and
+/// how it tells that nothing happened since.
+#[derive(Debug, Clone, Copy)]
+struct UnpostedInput {
+    job: JobId,
+    /// The sequence number of its `input_delivered` event (the job's last).
+    seq: u64,
+    /// Its endpoint's frames sent, its own counted (the endpoint's last).
+    frames: u64,
+    /// The job's input counter before it (an input id it issued is issued again).
+    input_seq: u64,
+    /// Whether its endpoint's wire was busy before it (see `Registry::send`).
+    wire_busy: bool,
 }
 
 /// Retired endpoints a registry keeps. An endpoint is retired once it is closed, its owner
@@ -323,6 +341,7 @@ impl<V: Payload> Registry<V> {
             changed: BTreeSet::new(),
             journal_consumer: false,
             held: Vec::new(),
+            unposted_input: None,
         }
     }
 
@@ -930,14 +949,12 @@ impl<V: Payload> Registry<V> {
             return Err(err);
         }
         let (endpoint, wire_id) = (j.endpoint, j.wire_id.expect("running"));
-        self.record(
-            job,
-            now,
-            Source::Caller,
-            EventKind::InputDelivered {
-                input_id: input_id.clone(),
-            },
-        );
+        let input_seq = j.input_seq - 1;
+        let revocable =
+            !self.links.contains_key(&endpoint) && self.input_revocable(&self.jobs[&job]);
+        let wire_busy = self.endpoints[&endpoint].wire_busy;
+        // Sent before it is recorded: the host carries out the send before the observers'
+        // notification, so an input withdrawn because its post threw is never reported.
         self.send(
             endpoint,
             job,
@@ -947,7 +964,134 @@ impl<V: Payload> Registry<V> {
                 value,
             },
         );
+        self.record(
+            job,
+            now,
+            Source::Caller,
+            EventKind::InputDelivered {
+                input_id: input_id.clone(),
+            },
+        );
+        self.unposted_input = revocable.then(|| UnpostedInput {
+            job,
+            seq: self.jobs[&job].recorded,
+            frames: self.endpoints[&endpoint].frames_sent,
+            input_seq,
+            wire_busy,
+        });
         Ok(input_id)
+    }
+
+    /// Whether an input sent to `job` now could be withdrawn
+    /// ([`Registry::withdraw_unposted_input`]) should the host's transport refuse it, or
+    /// needs no withdrawing: `false` only when it would be sent to a local endpoint and
+    /// could not be taken back, because it would leave in one batch frame with runs held
+    /// for it, or its event would be read at once (the job's journal is watched:
+    /// [`Registry::watch_journal`]) or trim the job's journal window. A host whose values
+    /// are references (the JS binding) snapshots the value at the call when this is false,
+    /// so that posting it cannot fail. `true` when the input would not be sent (an unknown
+    /// job, one not running or taking no input: refused) and for a remote endpoint (its
+    /// values are JSON text on the wire, written at the call).
+    #[must_use]
+    pub fn input_withdrawable(&self, job: JobId) -> bool {
+        let Some(j) = self.live_job(job) else {
+            return true;
+        };
+        j.state != JobState::Running
+            || !j.capabilities.unwrap_or_default().input
+            || self.links.contains_key(&j.endpoint)
+            || self.input_revocable(j)
+    }
+
+    /// Whether an input sent now to running job `j` on a local endpoint could be withdrawn.
+    fn input_revocable(&self, j: &Job<V>) -> bool {
+        !j.watched
+            && !self.held.iter().any(|(e, _)| *e == j.endpoint)
+            && self.journal_window.is_none_or(|n| j.windowed < 2 * n)
+    }
+
+    /// Withdraws input `input_id` of `job` that the host could not put on its transport, as
+    /// if it had never been sent: the JS host's `postMessage` throws (`DataCloneError`) on a
+    /// value it cannot copy, and an input that leaves at once is not copied beforehand. Its
+    /// `input_delivered` event goes (from the journal and from the observers' queues, where
+    /// nobody took it yet; a pending notification left with nothing to deliver is dropped),
+    /// its `send` is dropped if still pending, its endpoint's frame count and wire state are
+    /// restored, and the input id it was given is issued again: the job is as before the
+    /// call, the run goes on. Valid only in the call that sent it: the input went out by
+    /// itself on a local endpoint (see [`Registry::input_withdrawable`]), nothing was
+    /// recorded for the job nor sent on its endpoint since, and no observer took its event;
+    /// otherwise `InvalidArgument`, changing nothing.
+    pub fn withdraw_unposted_input(&mut self, job: JobId, input_id: &str) -> Result<(), JobsError> {
+        let j = self.live_job(job).ok_or(JobsError::UnknownJob(job))?;
+        let refuse = |why: &str| {
+            Err(JobsError::InvalidArgument(format!(
+                "input {input_id:?} of {job} {why}"
+            )))
+        };
+        let Some(u) = self.unposted_input.filter(|u| u.job == job) else {
+            return refuse("cannot be withdrawn: it was not the last input sent by itself");
+        };
+        let last = matches!(j.journal.last(), Some(JobEvent {
+            seq,
+            kind: EventKind::InputDelivered { input_id: id },
+            ..
+        }) if *seq == u.seq && id == input_id);
+        if !last || j.recorded != u.seq || self.endpoints[&j.endpoint].frames_sent != u.frames {
+            return refuse(
+                "cannot be withdrawn: something was recorded for its job or sent on its endpoint since",
+            );
+        }
+        let untaken = j.subs.iter().all(|sub| {
+            matches!(self.subs.get(sub).and_then(|s| s.queue.back()),
+                Some(Delivery::Event(e)) if e.seq == u.seq)
+                || matches!(self.subs.get(sub).and_then(|s| s.queue.back()),
+                Some(Delivery::Missed { to, .. }) if *to == u.seq)
+        });
+        if !untaken {
+            return refuse("cannot be withdrawn: an observer took its event");
+        }
+        self.unposted_input = None;
+        let j = self.jobs.get_mut(&job).expect("checked");
+        j.journal.pop();
+        j.recorded -= 1;
+        // `input_delivered` is no milestone: it counted in the window.
+        j.windowed -= 1;
+        j.input_seq = u.input_seq;
+        self.events_recorded -= 1;
+        let endpoint = j.endpoint;
+        for &sub in &j.subs {
+            let Some(s) = self.subs.get_mut(&sub) else {
+                continue;
+            };
+            match s.queue.back_mut() {
+                Some(Delivery::Missed { from, to, .. }) if *from < *to => *to -= 1,
+                Some(Delivery::Missed { .. }) => {
+                    s.queue.pop_back();
+                }
+                _ => {
+                    s.queue.pop_back();
+                    s.queued_events -= 1;
+                }
+            }
+            if s.queue.is_empty()
+                && let Some(i) = self.outputs.iter().rposition(
+                    |o| matches!(o, Output::Observed { subscription } if *subscription == sub),
+                )
+            {
+                self.outputs.remove(i);
+            }
+        }
+        let ep = self.endpoints.get_mut(&endpoint).expect("checked");
+        ep.frames_sent -= 1;
+        ep.wire_busy = u.wire_busy;
+        let pending = self.outputs.iter().rposition(|o| {
+            matches!(o, Output::Send { endpoint: e, request: WireRequest::Input { input_id: id, .. } }
+                if *e == endpoint && id == input_id)
+        });
+        if let Some(i) = pending {
+            self.outputs.remove(i);
+        }
+        Ok(())
     }
 
     /// Withdraws a run the host could not put on its transport, as if it had never been

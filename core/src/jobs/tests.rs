@@ -1080,3 +1080,206 @@ fn withdrawals_behind_a_held_record_reissue_the_ids() {
     assert_eq!(ids, [a, c]);
     assert_eq!(c, JobId(a.0 + 1));
 }
+
+/// The names of a job's journal events.
+fn journal_names(reg: &Registry<Value>, job: JobId) -> Vec<&'static str> {
+    reg.job(job)
+        .unwrap()
+        .journal()
+        .iter()
+        .map(|e| e.kind.name())
+        .collect()
+}
+
+/// An input whose post the host could not make is withdrawn as if never sent: no event (in
+/// the journal or an observer's queue), no pending send or notification, the endpoint's
+/// frame count and idle wire restored, its input id issued again; the run goes on.
+#[test]
+fn withdrawing_an_unposted_input_leaves_the_job_as_before() {
+    for batching in [false, true] {
+        let mut reg: Registry<Value> = Registry::default();
+        let ep = if batching {
+            batching_endpoint(&mut reg)
+        } else {
+            endpoint(&mut reg, "app", caps(true, true))
+        };
+        let job = reg
+            .submit(Mono::from_ms(1), Submit::new("a", ep, json!(1)))
+            .unwrap()
+            .job;
+        // Heard from: the wire is idle again, a run would leave at once.
+        reg.on_message(
+            Mono::from_ms(2),
+            ep,
+            &json!({"id": 1, "type": "progress", "value": 0}),
+        )
+        .unwrap();
+        let _ = reg.drain_outputs().count();
+        let sub = reg.observe(job, Some(1), 16).unwrap();
+        assert_eq!(reg.take_deliveries(sub).unwrap().len(), 3);
+        let _ = reg.drain_outputs().count();
+        let (journal, recorded) = (journal_names(&reg, job), reg.events_recorded());
+        let frames_before = reg.endpoint(ep).unwrap().frames();
+        assert!(reg.sends_at_once(ep));
+        assert!(reg.input_withdrawable(job));
+        let id = reg
+            .send_input(Mono::from_ms(3), job, None, json!({"v": 1}))
+            .unwrap();
+        assert_eq!(id, "input-1");
+        // The send comes before the observer's notification (the host posts it first).
+        let kinds: Vec<Value> = reg
+            .outputs
+            .iter()
+            .map(|o| o.to_json()["output"].clone())
+            .collect();
+        assert_eq!(kinds, [json!("send"), json!("observed")], "{kinds:?}");
+        reg.withdraw_unposted_input(job, &id).unwrap();
+        assert_eq!(reg.drain_outputs().count(), 0, "no send, no notification");
+        assert!(reg.take_deliveries(sub).unwrap().is_empty());
+        assert_eq!(journal_names(&reg, job), journal);
+        assert_eq!(reg.events_recorded(), recorded);
+        assert_eq!(reg.endpoint(ep).unwrap().frames(), frames_before);
+        assert!(reg.sends_at_once(ep), "the wire is idle again");
+        assert_eq!(reg.job(job).unwrap().state, JobState::Running);
+        // Withdrawn twice: refused.
+        let err = reg.withdraw_unposted_input(job, &id).unwrap_err();
+        assert_eq!(err.code(), "INVALID_ARGUMENT");
+        // The same id is issued again. Drained (as a host posting it does), it can still be
+        // withdrawn in the call.
+        let again = reg
+            .send_input(Mono::from_ms(4), job, None, json!({"v": 2}))
+            .unwrap();
+        assert_eq!(again, "input-1");
+        let sent: Vec<Value> = reg.drain_outputs().map(|o| o.to_json()).collect();
+        assert_eq!(sent[0]["message"]["inputId"], json!("input-1"), "{sent:?}");
+        assert_eq!(sent[0]["message"]["value"], json!({"v": 2}));
+        reg.withdraw_unposted_input(job, "input-1").unwrap();
+        assert_eq!(journal_names(&reg, job), journal);
+        // Sent once more and posted: delivered once.
+        let third = reg
+            .send_input(Mono::from_ms(5), job, None, json!({"v": 3}))
+            .unwrap();
+        assert_eq!(third, "input-1");
+        assert_eq!(frames(&mut reg), [1]);
+        let delivered = reg.take_deliveries(sub).unwrap();
+        assert_eq!(delivered.len(), 1);
+        let mut expected = journal.clone();
+        expected.push("input_delivered");
+        assert_eq!(journal_names(&reg, job), expected);
+        // Full observer queues: a missed range shrinks back, or goes.
+        let longer = reg.observe(job, Some(3), 1).unwrap();
+        let one = reg.observe(job, Some(4), 1).unwrap();
+        let _ = reg.drain_outputs().count();
+        let explicit = reg
+            .send_input(Mono::from_ms(6), job, Some("x".into()), json!(3))
+            .unwrap();
+        reg.withdraw_unposted_input(job, &explicit).unwrap();
+        let left = reg.take_deliveries(longer).unwrap();
+        assert!(
+            matches!(left[..], [Delivery::Event(ref e), Delivery::Missed { from: 4, to: 4, .. }] if e.seq == 3),
+            "{left:?}"
+        );
+        let left = reg.take_deliveries(one).unwrap();
+        assert!(
+            matches!(left[..], [Delivery::Event(ref e)] if e.seq == 4),
+            "{left:?}"
+        );
+        assert_eq!(reg.drain_outputs().count(), 0);
+        assert_eq!(journal_names(&reg, job), expected);
+        let fourth = reg
+            .send_input(Mono::from_ms(7), job, None, json!(4))
+            .unwrap();
+        assert_eq!(
+            fourth, "input-2",
+            "the withdrawn explicit input's number is issued again"
+        );
+    }
+}
+
+/// An input is not withdrawn once anything happened after it, nor one that left with held
+/// runs, was read by a journal watch or an observer, or went to another job; a run held for
+/// a batch, a watch or a full journal window make `input_withdrawable` say so beforehand.
+#[test]
+fn withdrawing_an_input_is_refused_once_it_is_not_just_sent() {
+    let mut reg: Registry<Value> = Registry::default();
+    let ep = batching_endpoint(&mut reg);
+    let a = reg
+        .submit(Mono::from_ms(1), Submit::new("a", ep, json!(1)))
+        .unwrap()
+        .job;
+    let _ = reg.drain_outputs().count();
+    let refused = |reg: &mut Registry<Value>, job, id: &str| {
+        let recorded = reg.events_recorded();
+        let frames = reg.endpoint(ep).unwrap().frames();
+        let err = reg.withdraw_unposted_input(job, id).unwrap_err();
+        assert_eq!(err.code(), "INVALID_ARGUMENT", "{err}");
+        assert_eq!(reg.events_recorded(), recorded);
+        assert_eq!(reg.endpoint(ep).unwrap().frames(), frames);
+    };
+    // A second run is held for the batch: an input would leave with it.
+    let b = reg
+        .submit(Mono::from_ms(1), Submit::new("a", ep, json!(2)))
+        .unwrap()
+        .job;
+    assert!(!reg.input_withdrawable(a));
+    let i = reg.send_input(Mono::from_ms(1), a, None, json!(0)).unwrap();
+    assert_eq!(
+        frames(&mut reg),
+        [2],
+        "the held run and the input, one batch frame"
+    );
+    refused(&mut reg, a, &i);
+    // Something recorded for the job since.
+    assert!(reg.input_withdrawable(a));
+    let i = reg.send_input(Mono::from_ms(2), a, None, json!(0)).unwrap();
+    reg.on_message(
+        Mono::from_ms(2),
+        ep,
+        &json!({"id": 1, "type": "progress", "value": 0}),
+    )
+    .unwrap();
+    refused(&mut reg, a, &i);
+    // Something sent on its endpoint since (input to another job there).
+    let i = reg.send_input(Mono::from_ms(3), a, None, json!(0)).unwrap();
+    let other = reg.send_input(Mono::from_ms(3), b, None, json!(0)).unwrap();
+    refused(&mut reg, a, &i);
+    // Not the last input, or not its job's: refused; the last one is withdrawn.
+    refused(&mut reg, a, &other);
+    reg.withdraw_unposted_input(b, &other).unwrap();
+    // An observer took its event.
+    let sub = reg.observe(a, Some(1), 64).unwrap();
+    let _ = reg.take_deliveries(sub).unwrap();
+    let i = reg.send_input(Mono::from_ms(4), a, None, json!(0)).unwrap();
+    let _ = reg.take_deliveries(sub).unwrap();
+    refused(&mut reg, a, &i);
+    assert!(reg.unsubscribe(sub));
+    // A watched journal is read at once.
+    reg.watch_journal(a).unwrap();
+    assert!(!reg.input_withdrawable(a));
+    let i = reg.send_input(Mono::from_ms(5), a, None, json!(0)).unwrap();
+    refused(&mut reg, a, &i);
+    assert!(reg.unwatch_journal(a));
+    // An unknown job; one that takes no input is refused by the registry, nothing to withdraw.
+    assert!(matches!(
+        reg.withdraw_unposted_input(JobId(99), "x"),
+        Err(JobsError::UnknownJob(_))
+    ));
+    assert!(reg.input_withdrawable(JobId(99)));
+    // A journal window the event would trim.
+    let mut reg: Registry<Value> = Registry::default();
+    reg.set_journal_window(Some(1));
+    let ep = endpoint(&mut reg, "app", caps(true, true));
+    let j = reg
+        .submit(Mono::from_ms(1), Submit::new("a", ep, json!(1)))
+        .unwrap()
+        .job;
+    assert!(reg.input_withdrawable(j));
+    let i = reg.send_input(Mono::from_ms(1), j, None, json!(0)).unwrap();
+    reg.withdraw_unposted_input(j, &i).unwrap();
+    reg.send_input(Mono::from_ms(1), j, None, json!(0)).unwrap();
+    reg.send_input(Mono::from_ms(1), j, None, json!(0)).unwrap();
+    assert!(!reg.input_withdrawable(j), "a third would trim the window");
+    let i = reg.send_input(Mono::from_ms(1), j, None, json!(0)).unwrap();
+    let err = reg.withdraw_unposted_input(j, &i).unwrap_err();
+    assert_eq!(err.code(), "INVALID_ARGUMENT", "{err}");
+}
