@@ -535,6 +535,8 @@ export class Runtime {
       this.#ownFailed = false;
       try {
         this.#pumpBatched(this.#out, 1);
+      } catch (err) {
+        this.#ownPumpThrew(err);
       } finally {
         this.#ownEp = -1;
         this.#own = undefined;
@@ -562,6 +564,9 @@ export class Runtime {
     }
     try {
       this._pump();
+    } catch (err) {
+      // (Not `own`: inside a pump, `_pump` returns at once and throws nothing.)
+      this.#ownPumpThrew(err);
     } finally {
       if (own) {
         this.#ownEp = -1;
@@ -570,6 +575,18 @@ export class Runtime {
     }
     if (own && this.#ownFailed) this.#withdraw(r.job);
     return r.reused ? -r.job : r.job;
+  }
+
+  // The pump that carries out a `_submit`'s outputs threw `err` (another output: a
+  // transport's post, say). When posting the submit's own run failed before it, that error
+  // is the caller's (thrown once the run is withdrawn) and `err` is reported as an uncaught
+  // error on a microtask (as a throwing listener's is: `safely`), not lost; otherwise `err`
+  // is the caller's.
+  #ownPumpThrew(err) {
+    if (!this.#ownFailed) throw err;
+    queueMicrotask(() => {
+      throw err;
+    });
   }
 
   // Posts a `send` to the endpoint `_submit` is submitting to. The submit's own run left at
@@ -589,12 +606,20 @@ export class Runtime {
   }
 
   // `_submit`'s run could not be posted: the core withdraws it (no record, slot, reuse key,
-  // event or note is left; nothing was sent) and what posting threw is thrown.
+  // event or note is left; nothing was sent) and what posting threw is thrown. Anything the
+  // withdrawal's pump throws is reported, not thrown (see `#ownPumpThrew`).
   #withdraw(job) {
     const err = this.#ownErr;
-    this.#ownFailed = false;
-    this.#ownErr = undefined;
-    this.#call((r, now) => r.withdrawUnposted(now, job));
+    try {
+      this.#call((r, now) => r.withdrawUnposted(now, job));
+    } catch (later) {
+      queueMicrotask(() => {
+        throw later;
+      });
+    } finally {
+      this.#ownFailed = false;
+      this.#ownErr = undefined;
+    }
     throw err;
   }
 

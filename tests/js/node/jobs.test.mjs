@@ -319,3 +319,52 @@ test("a transport whose post refuses a payload (as a DOM Worker's postMessage do
   assert.deepEqual(rt.jobs().map((j) => j.job), [job.id]);
   rt.dispose();
 });
+
+/** Runs `fn`, then lets the microtasks run: the errors reported uncaught meanwhile. */
+async function uncaughtDuring(fn) {
+  const saved = process.listeners('uncaughtException');
+  const errors = [];
+  process.removeAllListeners('uncaughtException');
+  process.on('uncaughtException', (e) => errors.push(e));
+  try {
+    fn();
+    await new Promise((resolve) => setImmediate(resolve));
+  } finally {
+    process.removeAllListeners('uncaughtException');
+    for (const l of saved) process.on('uncaughtException', l);
+  }
+  return errors;
+}
+
+test("a submit whose own post fails while another output of its pump throws: withdrawn all the same (no ghost job), the caller gets its DataCloneError, the other error is reported uncaught; the next submit works", async () => {
+  const rt = createRuntime();
+  const hello = { hello: { declared: { input: true, cancelAck: true } } };
+  const sent = [];
+  // Endpoint a's post runs `hook` first (a transport calling into the runtime), then copies.
+  let hook = null;
+  const a = rt.openEndpoint(
+    () => ({
+      post: (m) => {
+        const h = hook;
+        hook = null;
+        h?.();
+        sent.push(structuredClone(m));
+      },
+      terminate() {},
+    }),
+    hello,
+  );
+  const b = rt.openEndpoint(() => ({ post() { throw new Error('endpoint b is down'); }, terminate() {} }), hello);
+  // Submitted inside a's post: b's run is posted by the same pump, after a's, and throws.
+  const onB = [];
+  hook = () => onB.push(b.submit({ n: 2 }));
+  const uncaught = await uncaughtDuring(() => assert.throws(() => a.submit({ n: 1, f() {} }), { name: 'DataCloneError' }));
+  assert.deepEqual(uncaught.map((e) => e.message), ['endpoint b is down']);
+  assert.deepEqual(rt.jobs().map((j) => j.job), [onB[0].id], "no ghost of a's job");
+  assert.deepEqual(sent, []);
+  const job = a.submit({ n: 3 });
+  assert.equal(job.info.state, 'running');
+  assert.deepEqual(sent, [{ id: 1, type: 'run', payload: { n: 3 } }], "a's wire id is issued again");
+  rt.dispose();
+});
+
