@@ -250,6 +250,12 @@ export class Job<T = unknown> {
   cancel(reason?: string): 'requested' | 'cancelled_before_start' | 'already_requested' | 'already_finished' | 'requested_while_disconnected';
   /** Releases this finished job now (see `Runtime.forget`). */
   forget(): boolean;
+  /**
+   * Sends structured input to a running job that accepts it; returns the input id. A value the
+   * transport cannot copy (a function, a Proxy) throws its `DataCloneError` and changes nothing:
+   * no `input_delivered` event, nothing sent, the input id free to be used again; the run goes
+   * on. (A value sent to a remote endpoint is written as JSON text at the call.)
+   */
   send(value: unknown, options?: { inputId?: string }): string;
   wait(options?: { signal?: AbortSignal; timeoutMs?: number }): Promise<Outcome<T>>;
   observe(listener: (d: Delivery) => void, options?: { from?: number | 'next'; capacity?: number }): () => void;

@@ -22,7 +22,7 @@ const PASS = new Set([
   'retainedJobs', 'eventsRecorded', 'takeDeliveries', 'unsubscribe',
 ]);
 // The registry calls whose first argument is not the time (the app reacts at its latest time).
-const UNTIMED = new Set(['cancelWait', 'observe', 'forget', 'closeOwnerStep']);
+const UNTIMED = new Set(['cancelWait', 'observe', 'forget', 'closeOwnerStep', 'withdrawUnpostedInput']);
 
 /**
  * The registry the app's runtime drives: the app's `JobRegistry` behind one wrapper, so each

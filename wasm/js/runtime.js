@@ -88,8 +88,11 @@ export class Runtime {
   #out = [];
   #batched = false;
   // While `_submit` carries out its call's outputs: its endpoint (-1 otherwise) and payload, to
-  // tell its own run's `send` apart (see #postOwn), and whether posting that run threw, and what.
+  // tell its own run's `send` apart (see #postOwn); while `_send` does: its job, input id (null
+  // otherwise) and value; and whether posting that run or input threw, and what.
   #ownEp = -1;
+  #ownInput = null;
+  #ownJob = -1;
   #own = undefined;
   #ownFailed = false;
   #ownErr = undefined;
@@ -547,9 +550,7 @@ export class Runtime {
     // Inside a pump (a listener submitting) the run is posted only once the listener
     // returns: the payload is captured now, as postMessage would capture it.
     const own = !this.#pumping;
-    if (!own && payload !== null && (typeof payload === 'object' || typeof payload === 'function')) {
-      payload = structuredClone(payload);
-    }
+    if (!own) payload = capture(payload);
     let r;
     try {
       r = reg.submit(this.#now(), endpoint, payload, options);
@@ -577,11 +578,57 @@ export class Runtime {
     return r.reused ? -r.job : r.job;
   }
 
-  // The pump that carries out a `_submit`'s outputs threw `err` (another output: a
-  // transport's post, say). When posting the submit's own run failed before it, that error
-  // is the caller's (thrown once the run is withdrawn) and `err` is reported as an uncaught
-  // error on a microtask (as a throwing listener's is: `safely`), not lost; otherwise `err`
-  // is the caller's.
+  /**
+   * @internal `Job.send`'s core call, carried out. An input that leaves at once is not copied
+   * (the core has it captured otherwise: see `sendInput`): when posting it throws
+   * (DataCloneError), `#postOwn` has the core withdraw it at once, before the observers'
+   * notification of its event is carried out (no event is left, its input id is free again,
+   * the run goes on), and what posting threw is thrown. Inside a pump (a listener sending) it
+   * is posted once the listener returns: it is captured now, as postMessage would capture it.
+   */
+  _send(job, value, inputId) {
+    const reg = this.#reg;
+    // Nothing to record after dispose() (as `#call`).
+    if (!reg) return undefined;
+    this.#calls++;
+    const own = !this.#pumping;
+    if (!own) value = capture(value);
+    let id;
+    try {
+      id = reg.sendInput(this.#now(), job, value, inputId);
+    } catch (err) {
+      this._pump();
+      throw err;
+    }
+    // Inside a pump the pump running carries out its outputs.
+    if (!own) return id;
+    this.#ownJob = job;
+    this.#ownInput = id;
+    this.#own = value;
+    this.#ownFailed = false;
+    try {
+      this._pump();
+    } catch (err) {
+      this.#ownPumpThrew(err);
+    } finally {
+      this.#ownJob = -1;
+      this.#ownInput = null;
+      this.#own = undefined;
+    }
+    if (this.#ownFailed) {
+      const err = this.#ownErr;
+      this.#ownFailed = false;
+      this.#ownErr = undefined;
+      throw err;
+    }
+    return id;
+  }
+
+  // The pump that carries out a `_submit`'s or `_send`'s outputs threw `err` (another output:
+  // a transport's post, say). When posting the call's own run or input failed before it, that
+  // error is the caller's (thrown once the run or input is withdrawn) and `err` is reported as
+  // an uncaught error on a microtask (as a throwing listener's is: `safely`), not lost;
+  // otherwise `err` is the caller's.
   #ownPumpThrew(err) {
     if (!this.#ownFailed) throw err;
     queueMicrotask(() => {
@@ -589,17 +636,32 @@ export class Runtime {
     });
   }
 
-  // Posts a `send` to the endpoint `_submit` is submitting to. The submit's own run left at
-  // once, its payload not copied (a queued or held one was copied at the submit, so it cannot
-  // fail to clone later): when posting it throws (DataCloneError), the error is kept for
-  // `_submit`, which withdraws the run and throws it. Any other `send` that throws propagates
-  // as before (a job's input: `Job.send` throws it, the input recorded as delivered).
+  // Posts a `send` while `_submit` or `_send` carries out its outputs. The submit's own run, or
+  // the send's own input, left at once, not copied (a queued or held one was copied at the
+  // call, so it cannot fail to clone later): when posting it throws (DataCloneError), the
+  // error is kept for the call, which throws it. A run is withdrawn by `_submit` once the pump
+  // is over; an input here, at once: the notification of its event to observers comes later
+  // in this batch (the core puts the send first), and then has nothing to deliver. Any other
+  // `send` that throws propagates as before.
   #postOwn(o) {
     try {
       this.#endpoints.get(o.endpoint)?._post(o.message);
     } catch (err) {
       const m = o.message;
-      if (this.#ownFailed || m.type !== 'run' || m.payload !== this.#own) throw err;
+      if (this.#ownFailed) throw err;
+      if (m.type === 'input') {
+        if (m.inputId !== this.#ownInput || m.value !== this.#own) throw err;
+        this.#calls++;
+        try {
+          this.#reg.withdrawUnpostedInput(this.#ownJob, m.inputId);
+        } catch {
+          // The core refused (something happened since it was sent): the input stays
+          // recorded as delivered, and what posting threw is thrown.
+          throw err;
+        }
+      } else if (m.type !== 'run' || o.endpoint !== this.#ownEp || m.payload !== this.#own) {
+        throw err;
+      }
       this.#ownFailed = true;
       this.#ownErr = err;
     }
@@ -683,7 +745,7 @@ export class Runtime {
   #dispatch(o) {
     switch (o.output) {
       case 'send':
-        if (o.endpoint === this.#ownEp) this.#postOwn(o);
+        if (o.endpoint === this.#ownEp || this.#ownInput !== null) this.#postOwn(o);
         else this.#endpoints.get(o.endpoint)?._post(o.message);
         break;
       case 'flush':
@@ -850,6 +912,13 @@ class RemoteSocket {
   }
 }
 
+// A value posted later than the call that passed it (one made inside a pump): captured now,
+// as postMessage would capture it (a value it cannot copy throws DataCloneError now).
+function capture(v) {
+  const t = typeof v;
+  return (t === 'object' && v !== null) || t === 'function' || t === 'symbol' ? structuredClone(v) : v;
+}
+
 /** Resolves after the current macrotask (setImmediate in Node: no 1 ms timer clamp). */
 function macrotask() {
   return new Promise((resolve) => (typeof setImmediate === 'function' ? setImmediate(resolve) : setTimeout(resolve, 0)));
@@ -997,11 +1066,12 @@ export class Job {
 
   /**
    * Sends structured input to a running job that accepts it; returns the input id. A value the
-   * transport cannot copy throws its DataCloneError with the input already recorded as
-   * delivered (the run goes on); a submit's payload is withdrawn instead (see `Endpoint.submit`).
+   * transport cannot copy (a function, a Proxy) throws its DataCloneError and changes nothing:
+   * no `input_delivered` event, nothing sent, the input id free to be used again; the run goes
+   * on. (A value sent to a remote endpoint is written as JSON text at the call.)
    */
   send(value, { inputId } = {}) {
-    return this.#rt._call((r, now) => r.sendInput(now, this.id, value, inputId));
+    return this.#rt._send(this.id, value, inputId);
   }
 
   /**

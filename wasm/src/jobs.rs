@@ -792,7 +792,11 @@ impl JobRegistry {
             .map_err(|e| error(&e))
     }
 
-    /// Delivers structured input; returns the input id.
+    /// Delivers structured input; returns the input id. The value is captured at the call
+    /// (`snapshotPayload`: a value that cannot be copied throws `DataCloneError`, nothing
+    /// recorded) when it could not be withdrawn should its post fail (it leaves in a batch
+    /// frame, or its event is read at once: `Registry::input_withdrawable`); otherwise it is
+    /// handed on as is, and a post that throws is taken back with `withdrawUnpostedInput`.
     #[wasm_bindgen(js_name = sendInput)]
     pub fn send_input(
         &mut self,
@@ -801,8 +805,24 @@ impl JobRegistry {
         value: JsValue,
         input_id: Option<String>,
     ) -> Result<String, JsValue> {
+        let job = JobId(job as u64);
+        let value = if self.inner.input_withdrawable(job) {
+            value
+        } else {
+            snapshot_payload(&value)?
+        };
         self.inner
-            .send_input(mono(now), JobId(job as u64), input_id, Js::from_js(value))
+            .send_input(mono(now), job, input_id, Js::from_js(value))
+            .map_err(|e| error(&e))
+    }
+
+    /// Withdraws input `inputId` of `job` whose `send` the transport refused (`postMessage`
+    /// threw `DataCloneError`): no event is left, the input id is free again, the run goes on
+    /// (see `Registry::withdraw_unposted_input`; valid only in the sending call).
+    #[wasm_bindgen(js_name = withdrawUnpostedInput)]
+    pub fn withdraw_unposted_input(&mut self, job: f64, input_id: &str) -> Result<(), JsValue> {
+        self.inner
+            .withdraw_unposted_input(JobId(job as u64), input_id)
             .map_err(|e| error(&e))
     }
 

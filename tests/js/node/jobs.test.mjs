@@ -302,7 +302,7 @@ test('a submit whose run cannot be posted (an uncloneable payload sent at once, 
   rt.dispose();
 });
 
-test("a transport whose post refuses a payload (as a DOM Worker's postMessage does): the submit leaves no job and the run's wire id is issued again; an input it refuses throws and stays recorded as delivered", () => {
+test("a transport whose post refuses a payload (as a DOM Worker's postMessage does): the submit leaves no job and the run's wire id is issued again; an input it refuses throws and changes nothing", () => {
   const rt = createRuntime();
   const sent = [];
   const ep = rt.openEndpoint(() => ({ post: (m) => sent.push(structuredClone(m)), terminate() {} }), {
@@ -313,10 +313,29 @@ test("a transport whose post refuses a payload (as a DOM Worker's postMessage do
   assert.deepEqual(sent, []);
   const job = ep.submit({ n: 1 });
   assert.deepEqual(sent, [{ id: 1, type: 'run', payload: { n: 1 } }]);
-  // Input is not withdrawn: the caller gets the throw, the run goes on.
+  const seen = [];
+  job.observe((d) => seen.push(d.type), { from: 'next' });
+  const journal = job.journal();
+  const recorded = rt.registry.eventsRecorded();
+  const frames = ep.info.framesSent;
+  // The caller gets the throw; no event, nothing sent, nothing reported; the run goes on.
   assert.throws(() => job.send({ g() {} }), { name: 'DataCloneError' });
+  assert.throws(() => job.send(new Proxy({ g: 1 }, {}), { inputId: 'k' }), { name: 'DataCloneError' });
   assert.equal(job.info.state, 'running');
   assert.deepEqual(rt.jobs().map((j) => j.job), [job.id]);
+  assert.deepEqual(job.journal(), journal);
+  assert.equal(rt.registry.eventsRecorded(), recorded);
+  assert.equal(ep.info.framesSent, frames);
+  assert.deepEqual(sent.length, 1);
+  // Both ids are free: sent again with values it can copy, each is delivered once.
+  assert.equal(job.send({ g: 1 }, { inputId: 'k' }), 'k');
+  assert.equal(job.send({ g: 2 }), 'input-2');
+  assert.deepEqual(sent.slice(1), [
+    { id: 1, type: 'input', inputId: 'k', value: { g: 1 } },
+    { id: 1, type: 'input', inputId: 'input-2', value: { g: 2 } },
+  ]);
+  assert.deepEqual(job.journal().slice(journal.length).map((e) => [e.type, e.inputId]), [['input_delivered', 'k'], ['input_delivered', 'input-2']]);
+  assert.deepEqual(seen, ['input_delivered', 'input_delivered'], 'observers saw only the delivered inputs');
   rt.dispose();
 });
 
@@ -336,7 +355,7 @@ async function uncaughtDuring(fn) {
   return errors;
 }
 
-test("a submit whose own post fails while another output of its pump throws: withdrawn all the same (no ghost job), the caller gets its DataCloneError, the other error is reported uncaught; the next submit works", async () => {
+test("a submit or send whose own post fails while another output of its pump throws: withdrawn all the same (no ghost job, no input event), the caller gets its DataCloneError, the other error is reported uncaught; the next calls work", async () => {
   const rt = createRuntime();
   const hello = { hello: { declared: { input: true, cancelAck: true } } };
   const sent = [];
@@ -358,13 +377,73 @@ test("a submit whose own post fails while another output of its pump throws: wit
   // Submitted inside a's post: b's run is posted by the same pump, after a's, and throws.
   const onB = [];
   hook = () => onB.push(b.submit({ n: 2 }));
-  const uncaught = await uncaughtDuring(() => assert.throws(() => a.submit({ n: 1, f() {} }), { name: 'DataCloneError' }));
+  let uncaught = await uncaughtDuring(() => assert.throws(() => a.submit({ n: 1, f() {} }), { name: 'DataCloneError' }));
   assert.deepEqual(uncaught.map((e) => e.message), ['endpoint b is down']);
   assert.deepEqual(rt.jobs().map((j) => j.job), [onB[0].id], "no ghost of a's job");
   assert.deepEqual(sent, []);
   const job = a.submit({ n: 3 });
   assert.equal(job.info.state, 'running');
   assert.deepEqual(sent, [{ id: 1, type: 'run', payload: { n: 3 } }], "a's wire id is issued again");
+  // The same for an input.
+  const journal = job.journal();
+  hook = () => onB.push(b.submit({ n: 4 }));
+  uncaught = await uncaughtDuring(() => assert.throws(() => job.send({ f() {} }), { name: 'DataCloneError' }));
+  assert.deepEqual(uncaught.map((e) => e.message), ['endpoint b is down']);
+  assert.deepEqual(job.journal(), journal);
+  assert.equal(job.send({ v: 1 }), 'input-1');
+  assert.deepEqual(sent.at(-1), { id: 1, type: 'input', inputId: 'input-1', value: { v: 1 } });
+  assert.equal(a.submit({ n: 5 }).info.state, 'running');
+  assert.deepEqual(sent.at(-1), { id: 2, type: 'run', payload: { n: 5 } });
   rt.dispose();
 });
 
+/** Resolves at the first journal event `pick` accepts (replaying history). */
+function firstEvent(job, pick) {
+  return new Promise((resolve) => {
+    const stop = job.observe((d) => {
+      if (pick(d)) {
+        stop();
+        resolve(d);
+      }
+    });
+  });
+}
+
+test('a real Worker: an input postMessage cannot copy throws DataCloneError and changes nothing (no event, nothing sent, its id free again); one held behind a run for a batch frame is copied at the call', { timeout: 30_000 }, async () => {
+  const rt = createRuntime();
+  const ep = rt.openWorker(worker('diffusion'));
+  const job = ep.submit({ points: 800, simTime: 5, chunkMs: 4 });
+  await firstEvent(job, (d) => d.type === 'started');
+  const seen = [];
+  job.observe((d) => d.type.startsWith('input') && seen.push([d.type, d.inputId]), { from: 'next' });
+  // One synchronous stretch: no worker message is handled meanwhile.
+  const journal = job.journal().length;
+  const recorded = rt.registry.eventsRecorded();
+  const frames = ep.info.framesSent;
+  for (const value of [{ snapshot: true, f() {} }, new Proxy({ snapshot: true }, {})]) {
+    assert.throws(() => job.send(value, { inputId: 'same' }), { name: 'DataCloneError' });
+  }
+  assert.throws(() => job.send({ snapshot: () => true }), { name: 'DataCloneError' });
+  assert.equal(job.journal().length, journal);
+  assert.equal(rt.registry.eventsRecorded(), recorded);
+  assert.equal(ep.info.framesSent, frames);
+  assert.equal(job.info.state, 'running');
+  assert.equal(job.send({ snapshot: true }, { inputId: 'same' }), 'same');
+  assert.equal(job.send({ snapshot: true }), 'input-2', 'the withdrawn inputs took no number');
+  // A second run goes out in the turn's batch frame: an input now would join it, so it is
+  // copied at the call (and refused there).
+  const other = ep.submit({ points: 10, simTime: 0.01, chunkMs: 1 });
+  assert.throws(() => job.send({ f() {} }), { name: 'DataCloneError' });
+  await firstEvent(job, (d) => d.type === 'input_applied' && d.inputId === 'input-2');
+  assert.deepEqual(seen, [
+    ['input_delivered', 'same'],
+    ['input_delivered', 'input-2'],
+    ['input_applied', 'same'],
+    ['input_applied', 'input-2'],
+  ]);
+  assert.deepEqual(job.journal().filter((e) => e.type.startsWith('input')).map((e) => [e.type, e.inputId]), seen);
+  assert.equal((await other.wait()).outcome, 'succeeded');
+  job.cancel();
+  await job.wait();
+  rt.dispose();
+});
