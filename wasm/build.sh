@@ -31,6 +31,9 @@ for module in jobs:weft_jobs apps:weft_apps frames:weft_frames actors:weft_actor
   # On V8 11 (Node 20) the glue calls the exports that return one externref through a Proxy:
   # V8 11 aborts when such a call, inlined into optimized JS, is deoptimized lazily (see there).
   node wasm/tools/guard-exports.mjs "$out.parts/$name/$name.js" "$out.parts/$name/${name}_bg.wasm"
+  # Node's `weft` has the apps glue instantiate its module on first use, not at import, so that
+  # a first `openWorker` spawns its Worker before the compile (see there).
+  if [ "$name" = weft_apps ]; then node wasm/tools/init-on-first-use.mjs "$out.parts/$name/$name.js"; fi
 done
 # Merge the modules; snippets (inline JS) of the shared bindings must agree.
 for part in "$out.parts"/*; do

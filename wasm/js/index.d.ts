@@ -313,7 +313,8 @@ export class Runtime {
 export function createRuntime(options?: { now?: () => number; firstJobId?: number }): Runtime;
 
 /** Bytes of wasm linear memory in use by the job registries (it grows, never shrinks): in a
- * browser the jobs-only module's and, once loaded, the apps module's. */
+ * browser the jobs-only module's and, once loaded, the apps module's; in Node the apps module's
+ * (compiled by this call if nothing has used it yet). */
 export function wasmMemoryBytes(): number;
 
 /**
@@ -324,8 +325,8 @@ export function wasmMemoryBytes(): number;
  * `Claims` and `Agent` are `undefined` (for `instanceof`). Runtimes created afterwards run on
  * the apps module's registry; one created before keeps running jobs but cannot host an agent
  * (`createAgent` throws `RUNTIME_WITHOUT_APPS`, which loading does not cure: create the runtime
- * after the load). In Node the apps
- * module is loaded with `weft`: this resolves at once.
+ * after the load). In Node every
+ * runtime runs on the apps module, compiled synchronously on its first use: this resolves at once.
  */
 export function loadApps(): Promise<void>;
 

@@ -1,11 +1,15 @@
-// The weft package for Node: the same runtime, with `worker_threads` Workers. Node loads the
-// apps module (weft_apps_bg.wasm: the job registry, the ops app, agent sessions) at import, so
-// `loadApps()` has nothing to do and `weft/apps` is this module.
+// The weft package for Node: the same runtime, with `worker_threads` Workers. Every runtime runs
+// on the apps module (weft_apps_bg.wasm: the job registry, the ops app, agent sessions), so
+// `loadApps()` has nothing to do and `weft/apps` is this module. The module is compiled and
+// instantiated synchronously on its first use (the glue's, wasm/tools/init-on-first-use.mjs: a
+// runtime's first core call, `createApp`, `createAgent`, ...), not at import, and a runtime
+// creates its registry on first use too: `createRuntime().openWorker(...)` spawns the Worker
+// first, and the compile (~20 ms) runs while the Worker's thread boots.
 import { readFileSync } from 'node:fs';
 import { resolve } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { Worker } from 'node:worker_threads';
-import { initSync, JobRegistry } from './weft_apps.js';
+import { initSync, JobRegistry, __weftInitOnFirstUse } from './weft_apps.js';
 import './node-reader.js';
 import { setWorkerFactory, setRegistryClass } from './runtime.js';
 import { setFsBackend } from './actors.js';
@@ -13,15 +17,18 @@ import { setFsBackend } from './actors.js';
 // Node 20's V8 11 aborts when an inlined JS→wasm call that returns an externref is deoptimized
 // lazily: the glue calls those exports through a Proxy there (wasm/tools/guard-exports.mjs), so
 // no V8 flag is set (one would make Node reject its code cache in every Worker).
-const wasm = initSync({ module: readFileSync(new URL('./weft_apps_bg.wasm', import.meta.url)) });
-setRegistryClass(JobRegistry);
+let wasm = null;
+const apps = () => (wasm ??= initSync({ module: readFileSync(new URL('./weft_apps_bg.wasm', import.meta.url)) }));
+__weftInitOnFirstUse(apps);
+setRegistryClass(JobRegistry, { deferred: true });
 
-/** The apps module is loaded with `weft` in Node: resolves at once. */
+/** Node's runtimes run on the apps module (compiled on its first use): resolves at once. */
 export async function loadApps() {}
 
-/** Bytes of wasm linear memory in use by the core (it grows, never shrinks). */
+/** Bytes of wasm linear memory in use by the core (it grows, never shrinks); compiles the apps
+ * module if nothing has used it yet. */
 export function wasmMemoryBytes() {
-  return wasm.memory.buffer.byteLength;
+  return apps().memory.buffer.byteLength;
 }
 
 // `openActorStore({ root })`: a `$CHAT_ROOT` directory (loaded on first use; browsers never name it).
@@ -39,14 +46,33 @@ function scriptUrl(specifier) {
  * The worker_threads transport. The script is written for a DOM Worker (`self.onmessage`,
  * `self.postMessage`); a shim provides those globals, so the same file runs in browsers too.
  */
-setWorkerFactory((specifier, options = {}) => (h) => {
-  const w = new Worker(shim, { workerData: { script: scriptUrl(specifier) } });
-  w.on('message', h.message);
-  w.on('messageerror', (err) => h.undecodable(`messageerror: ${err?.message ?? err}`));
-  w.on('error', (err) => h.closed(`worker threw an uncaught error: ${err?.stack ?? err}`));
-  w.on('exit', (code) => h.closed(`worker exited with code ${code}`));
-  if (options.unref) w.unref();
-  return { post: (m) => w.postMessage(m), terminate: () => void w.terminate() };
+// The Worker is spawned when `openWorker` is called, before the core opens the endpoint (its
+// thread boots meanwhile; its events arrive on later tasks, after `connect` has attached the
+// handlers). A spawn that throws is reported by `connect`, as a transport that failed to start;
+// an endpoint the core refuses `abandon`s the Worker.
+setWorkerFactory((specifier, options = {}) => {
+  let w = null;
+  let failed = null;
+  try {
+    w = new Worker(shim, { workerData: { script: scriptUrl(specifier) } });
+    if (options.unref) w.unref();
+  } catch (err) {
+    failed = { err };
+  }
+  const connect = (h) => {
+    if (failed) throw failed.err;
+    w.on('message', h.message);
+    w.on('messageerror', (err) => h.undecodable(`messageerror: ${err?.message ?? err}`));
+    w.on('error', (err) => h.closed(`worker threw an uncaught error: ${err?.stack ?? err}`));
+    w.on('exit', (code) => h.closed(`worker exited with code ${code}`));
+    return { post: (m) => w.postMessage(m), terminate: () => void w.terminate() };
+  };
+  connect.abandon = () => {
+    if (!w) return;
+    w.on('error', () => {});
+    void w.terminate();
+  };
+  return connect;
 });
 
 export { createRuntime, Runtime, Endpoint, Job, WeftError } from './runtime.js';

@@ -15,10 +15,15 @@ let workerFactory = null;
 // browser) or the apps module's (Node, `weft/apps`, after `loadApps()`: an agent's session and
 // its runtime's registry must live in one WebAssembly module). Set by the entry modules.
 let JobRegistry = null;
+// Whether a new runtime creates its registry on its first use rather than at once (Node: the
+// apps module is then instantiated on first use, so a first `openWorker` spawns its Worker
+// before the compile, see node.js).
+let deferRegistry = false;
 
 /** @internal Entry modules and `loadApps` install the registry class of the loaded module. */
-export function setRegistryClass(registryClass) {
+export function setRegistryClass(registryClass, { deferred = false } = {}) {
   JobRegistry = registryClass;
+  deferRegistry = deferred;
 }
 
 /** @internal Entry modules install the environment's Worker transport (DOM or worker_threads). */
@@ -68,7 +73,16 @@ export class Deadline {
 }
 
 export class Runtime {
-  #reg;
+  // The registry: undefined until its first use when creating it is deferred (`#create`), null
+  // once disposed.
+  #r;
+  #create = null;
+  get #reg() {
+    return this.#r === undefined ? (this.#r = this.#create()) : this.#r;
+  }
+  set #reg(r) {
+    this.#r = r;
+  }
   #now;
   #deadline = new Deadline(() => this.#now(), () => this.#call((r, now) => r.handleTimeout(now)));
   #pumping = false;
@@ -119,10 +133,14 @@ export class Runtime {
    * `onPumped` runs after every pump (state may have changed).
    */
   constructor({ now = defaultNow, firstJobId, core, onOutput, onPumped } = {}) {
-    this.#reg = core ?? new JobRegistry(firstJobId);
+    const own = core === undefined || core === null;
+    if (own && deferRegistry) {
+      const Registry = JobRegistry;
+      this.#create = () => new Registry(firstJobId);
+    } else this.#reg = core ?? new JobRegistry(firstJobId);
     // Its own registry is pumped in one call per round (outputs and next deadline); an app's
     // core (a wrapper) drains and polls separately.
-    this.#batched = core === undefined || core === null;
+    this.#batched = own;
     this.#now = now;
     this.#extra = onOutput ?? null;
     this.#pumped = onPumped ?? null;
@@ -139,7 +157,21 @@ export class Runtime {
    */
   openWorker(specifier, options = {}) {
     if (!workerFactory) throw new WeftError(UNSUPPORTED, 'no Worker transport in this environment');
-    return this.openEndpoint(workerFactory(specifier, options), { label: String(specifier), ...options });
+    // Node's transport spawns the Worker at once (its thread boots while the core opens the
+    // endpoint); `abandon()` stops it if the endpoint is refused before it is connected.
+    const connect = workerFactory(specifier, options);
+    let connected = false;
+    try {
+      return this.openEndpoint(
+        (h) => {
+          connected = true;
+          return connect(h);
+        },
+        { label: String(specifier), ...options },
+      );
+    } finally {
+      if (!connected) connect.abandon?.();
+    }
   }
 
   /**
@@ -348,7 +380,8 @@ export class Runtime {
   /** Closes, then frees the registry's wasm memory. The runtime is unusable afterwards. */
   dispose() {
     this.close('runtime disposed');
-    this.#reg.free();
+    // (A registry never used is never created.)
+    if (this.#r !== undefined) this.#reg.free();
     this.#reg = null;
   }
 

@@ -6,6 +6,9 @@
 // `import 'weft'` sets no V8 flag (a Worker then starts from Node's code cache); on V8 11 (Node
 // 20) the glue calls the exports that return one externref through a Proxy instead (V8 11 aborts
 // when such a call, inlined into optimized JS, is deoptimized lazily: wasm/tools/guard-exports.mjs).
+// `import 'weft'` compiles no WebAssembly module: the apps module is compiled on its first use,
+// and a runtime's first `openWorker` spawns its Worker before that compile (a Worker whose
+// endpoint the core refuses is terminated); every entry point works as that first use.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
@@ -125,4 +128,126 @@ test('on V8 11 each glue calls exactly the exports that return one externref thr
   assert.ok(Array.isArray(rt.registry.drainOutputs()));
   assert.equal(rt.registry.job(job).state, 'succeeded');
   rt.close();
+});
+
+// A child process that counts the Workers spawned (and terminated) and the WebAssembly modules
+// compiled (with how many Workers had been spawned by then), then runs `body` after
+// `import 'weft'`; prints what `body` returns, as JSON.
+function counted(t, body) {
+  const dir = mkdtempSync(join(tmpdir(), 'weft-startup-'));
+  t.after(() => rmSync(dir, { recursive: true, force: true }));
+  const task = join(dir, 'task.js');
+  writeFileSync(
+    task,
+    `self.postMessage({ type: 'hello', protocol: 'weft-worker/1' });
+self.onmessage = (e) => {
+  if (e.data.type === 'run') self.postMessage({ id: e.data.id, type: 'done', value: 1 });
+};`,
+  );
+  const script = join(dir, 'counted.mjs');
+  writeFileSync(
+    script,
+    `import wt from 'node:worker_threads';
+import { syncBuiltinESMExports } from 'node:module';
+const spawned = [];
+wt.Worker = class extends wt.Worker {
+  constructor(...args) {
+    super(...args);
+    this.terminated = false;
+    spawned.push(this);
+  }
+  terminate() {
+    this.terminated = true;
+    return super.terminate();
+  }
+};
+syncBuiltinESMExports();
+const compiles = [];
+WebAssembly.Module = new Proxy(WebAssembly.Module, {
+  construct(target, args) {
+    compiles.push({ bytes: args[0].byteLength, workers: spawned.length });
+    return Reflect.construct(target, args);
+  },
+});
+const task = ${JSON.stringify(task)};
+const weft = await import(${JSON.stringify(import.meta.resolve('weft'))});
+const out = await (async () => { ${body} })();
+console.log(JSON.stringify(out));`,
+  );
+  const r = spawnSync(process.execPath, [script], { encoding: 'utf8' });
+  assert.equal(r.status, 0, r.stderr);
+  return JSON.parse(r.stdout.trim().split('\n').pop());
+}
+
+const appsBytes = () => readFileSync(new URL('weft_apps_bg.wasm', import.meta.resolve('weft'))).byteLength;
+
+test("import weft compiles no module; a first openWorker spawns its Worker before the apps module's compile", (t) => {
+  const r = counted(
+    t,
+    `const afterImport = compiles.length;
+    const rt = weft.createRuntime();
+    const afterCreate = compiles.length;
+    const ep = rt.openWorker(task);
+    const afterOpen = [...compiles];
+    const o = await ep.submit({}).wait();
+    rt.close();
+    return { afterImport, afterCreate, afterOpen, outcome: o.outcome, workers: spawned.length };`,
+  );
+  assert.equal(r.afterImport, 0, 'nothing compiled at import');
+  assert.equal(r.afterCreate, 0, 'createRuntime compiles nothing');
+  assert.deepEqual(r.afterOpen, [{ bytes: appsBytes(), workers: 1 }], 'the apps module, once, after the Worker was spawned');
+  assert.equal(r.outcome, 'succeeded');
+  assert.equal(r.workers, 1);
+});
+
+test('an openWorker the core refuses throws as before and leaves no Worker running', (t) => {
+  const r = counted(
+    t,
+    `const rt = weft.createRuntime();
+    const refused = [];
+    for (const options of [{ maxConcurrent: 0 }, { hello: 'bogus' }]) {
+      try {
+        rt.openWorker(task, options);
+        refused.push('opened');
+      } catch (err) {
+        refused.push(err.code);
+      }
+    }
+    const terminated = spawned.map((w) => w.terminated);
+    // (A Worker left running would keep this process alive: stop it, after counting.)
+    for (const w of spawned) if (!w.terminated) w.terminate();
+    await Promise.all(spawned.map((w) => new Promise((r) => w.once('exit', r))));
+    const o = await rt.openWorker(task).submit({}).wait();
+    rt.close();
+    return { refused, terminated, outcome: o.outcome, workers: spawned.length, compiles: compiles.length };`,
+  );
+  assert.deepEqual(r.refused, ['INVALID_ARGUMENT', 'INVALID_ARGUMENT']);
+  assert.deepEqual(r.terminated, [true, true], 'each refused endpoint\'s Worker is terminated');
+  assert.equal(r.outcome, 'succeeded', 'the runtime still opens Workers');
+  assert.equal(r.workers, 3);
+  assert.equal(r.compiles, 1);
+});
+
+test("every entry point works as the apps module's first use", (t) => {
+  const firstUses = {
+    wasmMemoryBytes: 'return weft.wasmMemoryBytes() > 0;',
+    validateToolArguments: "return weft.validateToolArguments({ type: 'object', properties: { n: { type: 'number' } } }, { n: 'x' }).ok;",
+    createApp: 'return weft.createApp() instanceof weft.App;',
+    createClaims: 'return weft.createClaims({ acquire: () => {}, release: () => {} }) instanceof weft.Claims;',
+    createAgent: 'return weft.createAgent(weft.createRuntime(), { model: weft.scriptedModel([]) }) instanceof weft.Agent;',
+    runtimeJobs: "return new weft.Runtime().jobs('app').length;",
+    disposeUnused: 'weft.createRuntime().dispose(); return compiles.length;',
+  };
+  const expected = {
+    wasmMemoryBytes: true,
+    validateToolArguments: false,
+    createApp: true,
+    createClaims: true,
+    createAgent: true,
+    runtimeJobs: 0,
+    disposeUnused: 0,
+  };
+  for (const [name, body] of Object.entries(firstUses)) {
+    assert.deepEqual(counted(t, body), expected[name], name);
+  }
 });
