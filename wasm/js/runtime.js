@@ -418,12 +418,13 @@ export class Runtime {
     if (this.#pumping || !this.#reg) return;
     if (this.#batched) return this.#pumpBatched();
     this.#pumping = true;
+    let thrown = NOTHING_THROWN;
     try {
       for (;;) {
         const outs = this.#reg.drainOutputs();
         if (outs.length === 0) break;
         const calls = this.#calls;
-        for (const o of outs) this.#dispatch(o);
+        thrown = this.#dispatchAll(outs, 0, outs.length, thrown);
         // Only a core call can queue outputs. An app's core (onOutput) is also called
         // directly by its handler, so it is always drained again.
         if (calls === this.#calls && !this.#extra) break;
@@ -434,6 +435,27 @@ export class Runtime {
     if (this.#remotes.size > 0) this.#forgetClosedRemotes();
     this.#arm();
     if (this.#pumped !== null) this.#pumped();
+    if (thrown !== NOTHING_THROWN) throw thrown;
+  }
+
+  // Carries out `batch[i..end)`, and returns the first error carrying one out threw
+  // (`thrown` when it is not NOTHING_THROWN). An output that throws (a transport's post)
+  // does not stop the ones after it: an `observed` among them is the only notification its
+  // observer gets (the core notifies only when its queue becomes non-empty), a `flush` the
+  // only one of its turn. Errors after the first are reported uncaught on a microtask (as a
+  // throwing listener's are: `safely`); the pump throws the first once it is over.
+  // (One try around the loop, entered again after an output that threw: nothing per output.)
+  #dispatchAll(batch, i, end, thrown) {
+    while (i < end) {
+      try {
+        for (; i < end; i++) this.#dispatch(batch[i]);
+      } catch (err) {
+        i++;
+        if (thrown === NOTHING_THROWN) thrown = err;
+        else reportUncaught(err);
+      }
+    }
+    return thrown;
   }
 
   // `_pump` over the runtime's own registry: `pump` drains and reads the next deadline in one
@@ -450,6 +472,9 @@ export class Runtime {
     if (reused) while (end < first.length && first[end] !== null) end++;
     else if (first !== undefined) end = first.length;
     const reusedEnd = end;
+    // An output that throws does not stop the others (see `#dispatchAll`): the first error is
+    // thrown once the pump is over.
+    let thrown = NOTHING_THROWN;
     try {
       let batch = first;
       let i0 = from;
@@ -462,26 +487,23 @@ export class Runtime {
         at = batch[i0];
         if (end === i0 + 1) break;
         const calls = this.#calls;
-        for (let i = i0 + 1; i < end; i++) this.#dispatch(batch[i]);
+        thrown = this.#dispatchAll(batch, i0 + 1, end, thrown);
         // Only a core call can queue outputs or move the deadline (an `onOutput` handler
         // may call the core directly: then drained again, as `_pump` does).
         if (calls === this.#calls && this.#extra === null) break;
         batch = undefined;
       }
-    } catch (err) {
-      // Carrying out an output threw: the outputs after it (a `flush` among them) are not
-      // carried out, so the end of this turn flushes whatever the core holds regardless.
-      this.#queueFlush();
-      throw err;
     } finally {
       this.#pumping = false;
       // (What the reused batch held is not kept alive.)
       if (reused) for (let i = 0; i <= reusedEnd; i++) first[i] = undefined;
     }
-    if (!this.#reg) return;
-    if (this.#remotes.size > 0) this.#forgetClosedRemotes();
-    this.#deadline.set(at);
-    if (this.#pumped !== null) this.#pumped();
+    if (this.#reg) {
+      if (this.#remotes.size > 0) this.#forgetClosedRemotes();
+      this.#deadline.set(at);
+      if (this.#pumped !== null) this.#pumped();
+    }
+    if (thrown !== NOTHING_THROWN) throw thrown;
   }
 
   // `#pumpBatched` of a fused call that had nothing to carry out and no deadline (it
@@ -664,9 +686,7 @@ export class Runtime {
   // otherwise `err` is the caller's.
   #ownPumpThrew(err) {
     if (!this.#ownFailed) throw err;
-    queueMicrotask(() => {
-      throw err;
-    });
+    reportUncaught(err);
   }
 
   // Posts a `send` while `_submit` or `_send` carries out its outputs. The submit's own run, or
@@ -675,7 +695,7 @@ export class Runtime {
   // error is kept for the call, which throws it. A run is withdrawn by `_submit` once the pump
   // is over; an input here, at once: the notification of its event to observers comes later
   // in this batch (the core puts the send first), and then has nothing to deliver. Any other
-  // `send` that throws propagates as before.
+  // `send` that throws is thrown by the pump once it is over (`#dispatchAll`).
   #postOwn(o) {
     try {
       this.#endpoints.get(o.endpoint)?._post(o.message);
@@ -708,9 +728,7 @@ export class Runtime {
     try {
       this.#call((r, now) => r.withdrawUnposted(now, job));
     } catch (later) {
-      queueMicrotask(() => {
-        throw later;
-      });
+      reportUncaught(later);
     } finally {
       this.#ownFailed = false;
       this.#ownErr = undefined;
@@ -961,11 +979,20 @@ function safely(listener, arg) {
   try {
     listener(arg);
   } catch (err) {
-    queueMicrotask(() => {
-      throw err;
-    });
+    reportUncaught(err);
   }
 }
+
+// An error no caller can be given: thrown on a microtask, an uncaught error of the host
+// (`uncaughtException` in Node, the `error` event in a browser).
+function reportUncaught(err) {
+  queueMicrotask(() => {
+    throw err;
+  });
+}
+
+// `#dispatchAll`'s "nothing was thrown" (`undefined` can be thrown).
+const NOTHING_THROWN = Symbol('nothing thrown');
 
 /** One transport to an execution host. */
 export class Endpoint {

@@ -1306,8 +1306,8 @@ impl JobRegistry {
     /// host then calls `flushSends` before it yields.
     fn flush_output(&mut self) -> Option<JsValue> {
         // Once until the next `flushSends` (a pump that drains again finds no output and
-        // stops); a runtime whose carrying-out of a batch throws before this output queues the
-        // flush itself (`#pumpBatched`).
+        // stops); the runtime carries it out even when an output before it throws
+        // (`#dispatchAll`).
         if !self.flush_due() {
             return None;
         }

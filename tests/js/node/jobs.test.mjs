@@ -397,6 +397,76 @@ test("a submit or send whose own post fails while another output of its pump thr
   rt.dispose();
 });
 
+test("a listener's Job.send whose post throws: the pump carrying it out still carries out the rest of its batch (the observer hears of the input and of the outcome); the first error is thrown, the next reported uncaught", async () => {
+  const rt = createRuntime();
+  let h;
+  const posted = [];
+  const ep = rt.openEndpoint((handlers) => {
+    h = handlers;
+    return {
+      post: (m) => {
+        if (m.type === 'input' && m.value.boom) throw new Error(`transport refused ${m.inputId}`);
+        posted.push(m.type);
+      },
+      terminate() {},
+    };
+  }, { hello: { declared: { input: true, cancelAck: true } } });
+  const job = ep.submit({});
+  const seen = [];
+  job.observe((d) => {
+    seen.push(d.type);
+    // Sent inside the pump carrying out the progress event: posted by that pump.
+    if (d.type === 'progress') {
+      job.send({ boom: true }, { inputId: 'x' });
+      job.send({ boom: true }, { inputId: 'y' });
+    }
+  }, { from: 'next' });
+  const uncaught = await uncaughtDuring(() => assert.throws(() => h.message({ id: 1, type: 'progress', value: 0.5 }), { message: 'transport refused x' }));
+  assert.deepEqual(uncaught.map((e) => e.message), ['transport refused y']);
+  // Sent inside a pump, the inputs were not the caller's own: they stay recorded.
+  assert.deepEqual(seen, ['progress', 'input_delivered', 'input_delivered']);
+  h.message({ id: 1, type: 'done', value: 1 });
+  assert.equal(job.state, 'succeeded');
+  assert.deepEqual(seen, ['progress', 'input_delivered', 'input_delivered', 'outcome'], 'the observer still hears');
+  assert.deepEqual(job.journal().map((e) => e.type), ['submitted', 'started', 'progress', 'input_delivered', 'input_delivered', 'outcome']);
+  assert.deepEqual(posted, ['run']);
+  rt.dispose();
+});
+
+test('a Job.send copied at the call (it joins a batch frame) whose post throws: the caller gets the error, the input stays recorded, and the observer hears of it and of what follows', async () => {
+  const rt = createRuntime();
+  let h;
+  const posted = [];
+  const ep = rt.openEndpoint((handlers) => {
+    h = handlers;
+    return {
+      post: (m) => {
+        if (JSON.stringify(m).includes('boom')) throw new Error('transport refused');
+        posted.push(m.type);
+      },
+      terminate() {},
+    };
+  }, { hello: { declared: { input: true, cancelAck: true, batch: true } } });
+  const job = ep.submit({});
+  ep.submit({}); // held for the turn's batch frame: the input joins it
+  const seen = [];
+  job.observe((d) => seen.push(d.type), { from: 'next' });
+  const events = [];
+  const iterated = (async () => {
+    for await (const d of job.events({ from: 'next' })) events.push(d.type);
+  })();
+  assert.throws(() => job.send({ boom: true }), /transport refused/);
+  assert.deepEqual(seen, ['input_delivered']);
+  h.message({ id: 1, type: 'done', value: 1 });
+  assert.equal(job.state, 'succeeded');
+  assert.deepEqual(seen, ['input_delivered', 'outcome']);
+  await new Promise((resolve) => setImmediate(resolve));
+  assert.deepEqual(events, ['input_delivered', 'outcome'], 'an events() iterator is not left waiting');
+  await iterated;
+  assert.deepEqual(posted, ['run']);
+  rt.dispose();
+});
+
 /** Resolves at the first journal event `pick` accepts (replaying history). */
 function firstEvent(job, pick) {
   return new Promise((resolve) => {
