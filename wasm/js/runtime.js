@@ -101,9 +101,10 @@ export class Runtime {
   // entries ending at a `null`; emptied (undefined) once carried out.
   #out = [];
   #batched = false;
-  // While `_submit` carries out its call's outputs: its endpoint (-1 otherwise) and payload, to
-  // tell its own run's `send` apart (see #postOwn); while `_send` does: its job, input id (null
-  // otherwise) and value; and whether posting that run or input threw, and what.
+  // While `_submit` carries out its call's outputs: its endpoint (-1 otherwise), job and
+  // payload, to tell its own run's `send` apart (see #postOwn); while `_send` does: its job,
+  // input id (null otherwise) and value; and whether posting that run or input threw (it was
+  // withdrawn), and what.
   #ownEp = -1;
   #ownInput = null;
   #ownJob = -1;
@@ -589,6 +590,7 @@ export class Runtime {
       }
       r = this.#out[0];
       this.#ownEp = endpoint;
+      this.#ownJob = r;
       this.#own = payload;
       this.#ownFailed = false;
       try {
@@ -597,9 +599,10 @@ export class Runtime {
         this.#ownPumpThrew(err);
       } finally {
         this.#ownEp = -1;
+        this.#ownJob = -1;
         this.#own = undefined;
       }
-      if (this.#ownFailed) this.#withdraw(r);
+      if (this.#ownFailed) this.#throwOwn();
       return r;
     }
     // Inside a pump (a listener submitting) the run is posted only once the listener
@@ -615,6 +618,7 @@ export class Runtime {
     }
     if (own) {
       this.#ownEp = endpoint;
+      this.#ownJob = r.job;
       this.#own = payload;
       this.#ownFailed = false;
     }
@@ -626,10 +630,11 @@ export class Runtime {
     } finally {
       if (own) {
         this.#ownEp = -1;
+        this.#ownJob = -1;
         this.#own = undefined;
       }
     }
-    if (own && this.#ownFailed) this.#withdraw(r.job);
+    if (own && this.#ownFailed) this.#throwOwn();
     return r.reused ? -r.job : r.job;
   }
 
@@ -670,20 +675,23 @@ export class Runtime {
       this.#ownInput = null;
       this.#own = undefined;
     }
-    if (this.#ownFailed) {
-      const err = this.#ownErr;
-      this.#ownFailed = false;
-      this.#ownErr = undefined;
-      throw err;
-    }
+    if (this.#ownFailed) this.#throwOwn();
     return id;
   }
 
+  // Throws what posting the call's own run or input threw (it was withdrawn), resetting.
+  #throwOwn() {
+    const err = this.#ownErr;
+    this.#ownFailed = false;
+    this.#ownErr = undefined;
+    throw err;
+  }
+
   // The pump that carries out a `_submit`'s or `_send`'s outputs threw `err` (another output:
-  // a transport's post, say). When posting the call's own run or input failed before it, that
-  // error is the caller's (thrown once the run or input is withdrawn) and `err` is reported as
-  // an uncaught error on a microtask (as a throwing listener's is: `safely`), not lost;
-  // otherwise `err` is the caller's.
+  // a transport's post, say). When posting the call's own run or input failed (and it was
+  // withdrawn), that error is the caller's and `err` is reported as an uncaught error on a
+  // microtask (as a throwing listener's is: `safely`), not lost; otherwise `err` is the
+  // caller's.
   #ownPumpThrew(err) {
     if (!this.#ownFailed) throw err;
     reportUncaught(err);
@@ -692,10 +700,14 @@ export class Runtime {
   // Posts a `send` while `_submit` or `_send` carries out its outputs. The submit's own run, or
   // the send's own input, left at once, not copied (a queued or held one was copied at the
   // call, so it cannot fail to clone later): when posting it throws (DataCloneError), the
-  // error is kept for the call, which throws it. A run is withdrawn by `_submit` once the pump
-  // is over; an input here, at once: the notification of its event to observers comes later
-  // in this batch (the core puts the send first), and then has nothing to deliver. Any other
-  // `send` that throws is thrown by the pump once it is over (`#dispatchAll`).
+  // core withdraws it at once, while this call's outputs are carried out (the core allows it
+  // only then; calls the transport made as it posted do not count): no record, slot, reuse
+  // key or event is left of a run; nothing of an input, whose observers' notification comes
+  // later in this batch (the core puts the send first) and then has nothing to deliver. The
+  // error is kept for the call, which throws it. Should the core refuse the withdrawal, the
+  // run or input stays (recorded as sent, never delivered) and the pump throws what posting
+  // threw. Any other `send` that throws is thrown by the pump once it is over
+  // (`#dispatchAll`).
   #postOwn(o) {
     try {
       this.#endpoints.get(o.endpoint)?._post(o.message);
@@ -708,32 +720,21 @@ export class Runtime {
         try {
           this.#reg.withdrawUnpostedInput(this.#ownJob, m.inputId);
         } catch {
-          // The core refused (something happened since it was sent): the input stays
-          // recorded as delivered, and what posting threw is thrown.
           throw err;
         }
-      } else if (m.type !== 'run' || o.endpoint !== this.#ownEp || m.payload !== this.#own) {
+      } else if (m.type === 'run' && o.endpoint === this.#ownEp && m.payload === this.#own) {
+        this.#calls++;
+        try {
+          this.#reg.withdrawUnposted(this.#now(), this.#ownJob);
+        } catch {
+          throw err;
+        }
+      } else {
         throw err;
       }
       this.#ownFailed = true;
       this.#ownErr = err;
     }
-  }
-
-  // `_submit`'s run could not be posted: the core withdraws it (no record, slot, reuse key,
-  // event or note is left; nothing was sent) and what posting threw is thrown. Anything the
-  // withdrawal's pump throws is reported, not thrown (see `#ownPumpThrew`).
-  #withdraw(job) {
-    const err = this.#ownErr;
-    try {
-      this.#call((r, now) => r.withdrawUnposted(now, job));
-    } catch (later) {
-      reportUncaught(later);
-    } finally {
-      this.#ownFailed = false;
-      this.#ownErr = undefined;
-    }
-    throw err;
   }
 
   /**

@@ -282,13 +282,61 @@ pub struct Registry<V> {
     held: Vec<(EndpointId, Vec<WireRequest<V>>)>,
     /// Whether a consumer took the journal watches ([`Registry::attach_journal_consumer`]).
     journal_consumer: bool,
-    /// The last input [`Registry::send_input`] put on a local transport by itself, which
-    /// [`Registry::withdraw_unposted_input`] can take back.
-    unposted_input: Option<UnpostedInput>,
+    /// The inputs [`Registry::send_input`] put on a local transport by themselves that
+    /// [`Registry::withdraw_unposted_input`] can take back (those of the call whose outputs
+    /// the host carries out, and of calls made meanwhile: at most [`UNPOSTED_MAX`]).
+    unposted_inputs: Vec<UnpostedInput>,
+    /// The jobs whose runs a [`Registry::submit`] started that [`Registry::withdraw_unposted`]
+    /// can take back, and how far the host got with each (as `unposted_inputs`).
+    unposted_runs: Vec<(JobId, Posting)>,
 }
 
-/// What [`Registry::withdraw_unposted_input`] restores of the last input sent by itself, and
-/// how it tells that nothing happened since.
+/// The requests sent by calls made while the host carries out one call's outputs (its
+/// transport calling into the registry as it posts) that can still be withdrawn: the newest
+/// beyond it are not.
+const UNPOSTED_MAX: usize = 8;
+
+/// How far the host got, since the call that sent it, with a request the registry put on a
+/// local transport that may be taken back ([`Registry::withdraw_unposted_input`],
+/// [`Registry::withdraw_unposted`]). Only while the host carries out the outputs of that
+/// call: every entry point but the output drains ([`Registry::drain_outputs`],
+/// [`Registry::poll_output`], [`Registry::take_changed_jobs`]) and the withdrawals moves it
+/// on ([`Posting::after_call`]), as does every drain ([`Posting::after_drain`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Posting {
+    /// Its `send` is among the outputs the host has not drained.
+    Pending,
+    /// The host drained it: it is carrying out those outputs (posting the request).
+    Taken,
+    /// The host drained it and made another call since: one made while carrying it out (its
+    /// transport calling into the registry), or its next turn.
+    TakenThenCalled,
+}
+
+impl Posting {
+    /// After another call: a call made before the host took the request is its next one.
+    fn after_call(self) -> Option<Self> {
+        match self {
+            Posting::Pending => None,
+            Posting::Taken | Posting::TakenThenCalled => Some(Posting::TakenThenCalled),
+        }
+    }
+
+    /// After a drain (`outputs`: whether it handed any out): the one after the drain that
+    /// handed the request out ends the carrying-out when the host made a call since or it
+    /// hands out new outputs. (An app drains again, finding nothing, before its host takes
+    /// the outputs it passes on.)
+    fn after_drain(self, outputs: bool) -> Option<Self> {
+        match self {
+            Posting::Pending => Some(Posting::Taken),
+            Posting::Taken if !outputs => Some(Posting::Taken),
+            Posting::Taken | Posting::TakenThenCalled => None,
+        }
+    }
+}
+
+/// What [`Registry::withdraw_unposted_input`] restores of an input sent by itself, and how
+/// it tells that nothing happened since.
 #[derive(Debug, Clone, Copy)]
 struct UnpostedInput {
     job: JobId,
@@ -300,6 +348,8 @@ struct UnpostedInput {
     input_seq: u64,
     /// Whether its endpoint's wire was busy before it (see `Registry::send`).
     wire_busy: bool,
+    /// How far the host got with it.
+    posting: Posting,
 }
 
 /// Retired endpoints a registry keeps. An endpoint is retired once it is closed, its owner
@@ -341,7 +391,8 @@ impl<V: Payload> Registry<V> {
             changed: BTreeSet::new(),
             journal_consumer: false,
             held: Vec::new(),
-            unposted_input: None,
+            unposted_inputs: Vec::new(),
+            unposted_runs: Vec::new(),
         }
     }
 
@@ -386,6 +437,7 @@ impl<V: Payload> Registry<V> {
     /// get every event as it is recorded, and a replay over dropped events reports them as
     /// missed. Endpoint logs are bounded the same way. `None` (the default) keeps everything.
     pub fn set_journal_window(&mut self, window: Option<usize>) {
+        self.entered();
         self.journal_window = window.map(|n| n.max(1));
         for (_, ep) in self.endpoints.iter_mut() {
             ep.window = self.journal_window;
@@ -396,6 +448,7 @@ impl<V: Payload> Registry<V> {
 
     /// Registers a transport. Runs are dispatched once it is ready (see [`Hello`]).
     pub fn open_endpoint(&mut self, now: Mono, spec: EndpointSpec) -> EndpointId {
+        self.entered();
         let id = EndpointId(self.next_endpoint);
         self.next_endpoint += 1;
         let owner = spec.owner.clone();
@@ -418,6 +471,7 @@ impl<V: Payload> Registry<V> {
         endpoint: EndpointId,
         msg: &V,
     ) -> Result<(), JobsError> {
+        self.entered();
         let ep = self
             .endpoints
             .get_mut(&endpoint)
@@ -610,6 +664,7 @@ impl<V: Payload> Registry<V> {
         endpoint: EndpointId,
         detail: &str,
     ) -> Result<(), JobsError> {
+        self.entered();
         let ep = self
             .endpoints
             .get_mut(&endpoint)
@@ -635,6 +690,7 @@ impl<V: Payload> Registry<V> {
         endpoint: EndpointId,
         reason: &str,
     ) -> Result<(), JobsError> {
+        self.entered();
         self.close_endpoint_inner(now, endpoint, reason, false, LostEvidence::TransportClosed)
     }
 
@@ -646,6 +702,7 @@ impl<V: Payload> Registry<V> {
         endpoint: EndpointId,
         reason: &str,
     ) -> Result<(), JobsError> {
+        self.entered();
         self.close_endpoint_inner(now, endpoint, reason, true, LostEvidence::Terminated)
     }
 
@@ -751,6 +808,7 @@ impl<V: Payload> Registry<V> {
     /// Accepts a discrete request and returns its identity. Equal requests stay separate
     /// unless a reuse key is given.
     pub fn submit(&mut self, now: Mono, req: Submit<V>) -> Result<Submitted, JobsError> {
+        self.entered();
         let ep = self
             .endpoints
             .get(&req.endpoint)
@@ -829,6 +887,9 @@ impl<V: Payload> Registry<V> {
             .queue
             .push_back(id);
         self.pump(req.endpoint, now);
+        if self.jobs[&id].state == JobState::Running && self.unposted_runs.len() < UNPOSTED_MAX {
+            self.unposted_runs.push((id, Posting::Pending));
+        }
         Ok(Submitted {
             job: id,
             reused: false,
@@ -843,6 +904,7 @@ impl<V: Payload> Registry<V> {
         job: JobId,
         reason: &str,
     ) -> Result<CancelStatus, JobsError> {
+        self.entered();
         let j = self.live_job(job).ok_or(JobsError::UnknownJob(job))?;
         match j.state {
             JobState::Finished(k) => Ok(CancelStatus::AlreadyFinished(k)),
@@ -907,6 +969,7 @@ impl<V: Payload> Registry<V> {
         input_id: Option<String>,
         value: V,
     ) -> Result<String, JobsError> {
+        self.entered();
         self.live_job(job).ok_or(JobsError::UnknownJob(job))?;
         let j = self.jobs.get_mut(&job).expect("checked");
         j.input_seq += 1;
@@ -972,13 +1035,16 @@ impl<V: Payload> Registry<V> {
                 input_id: input_id.clone(),
             },
         );
-        self.unposted_input = revocable.then(|| UnpostedInput {
-            job,
-            seq: self.jobs[&job].recorded,
-            frames: self.endpoints[&endpoint].frames_sent,
-            input_seq,
-            wire_busy,
-        });
+        if revocable && self.unposted_inputs.len() < UNPOSTED_MAX {
+            self.unposted_inputs.push(UnpostedInput {
+                job,
+                seq: self.jobs[&job].recorded,
+                frames: self.endpoints[&endpoint].frames_sent,
+                input_seq,
+                wire_busy,
+                posting: Posting::Pending,
+            });
+        }
         Ok(input_id)
     }
 
@@ -1017,10 +1083,14 @@ impl<V: Payload> Registry<V> {
     /// nobody took it yet; a pending notification left with nothing to deliver is dropped),
     /// its `send` is dropped if still pending, its endpoint's frame count and wire state are
     /// restored, and the input id it was given is issued again: the job is as before the
-    /// call, the run goes on. Valid only in the call that sent it: the input went out by
-    /// itself on a local endpoint (see [`Registry::input_withdrawable`]), nothing was
-    /// recorded for the job nor sent on its endpoint since, and no observer took its event;
-    /// otherwise `InvalidArgument`, changing nothing.
+    /// call, the run goes on. Valid only while the host carries out the outputs of the call
+    /// that sent it: the input went out by itself on a local endpoint (see
+    /// [`Registry::input_withdrawable`]), nothing was recorded for the job nor sent on its
+    /// endpoint since, no observer took its event, no other call was made before its `send`
+    /// was drained, and the host has not drained outputs again since it did, after another
+    /// call (one made while posting it, by its transport, is allowed) or with new outputs;
+    /// otherwise `InvalidArgument`, changing nothing. Once past this call, nothing sent before
+    /// it can be withdrawn either.
     pub fn withdraw_unposted_input(&mut self, job: JobId, input_id: &str) -> Result<(), JobsError> {
         let j = self.live_job(job).ok_or(JobsError::UnknownJob(job))?;
         let refuse = |why: &str| {
@@ -1028,9 +1098,12 @@ impl<V: Payload> Registry<V> {
                 "input {input_id:?} of {job} {why}"
             )))
         };
-        let Some(u) = self.unposted_input.filter(|u| u.job == job) else {
-            return refuse("cannot be withdrawn: it was not the last input sent by itself");
+        let Some(at) = self.unposted_inputs.iter().rposition(|u| u.job == job) else {
+            return refuse(
+                "cannot be withdrawn: it was not sent by itself in this call, or the host went on since",
+            );
         };
+        let u = self.unposted_inputs[at];
         let last = matches!(j.journal.last(), Some(JobEvent {
             seq,
             kind: EventKind::InputDelivered { input_id: id },
@@ -1050,7 +1123,7 @@ impl<V: Payload> Registry<V> {
         if !untaken {
             return refuse("cannot be withdrawn: an observer took its event");
         }
-        self.unposted_input = None;
+        self.unposted_inputs.remove(at);
         let j = self.jobs.get_mut(&job).expect("checked");
         j.journal.pop();
         j.recorded -= 1;
@@ -1100,14 +1173,22 @@ impl<V: Payload> Registry<V> {
     /// with its journal events (no observer can have seen them: none may be attached), its
     /// reuse key and its endpoint's slot; its unposted `send` is dropped if still pending; the
     /// job and wire ids are issued again when nothing was issued after them; no outcome, note
-    /// or wake results. Valid only in the call that submitted it: the job is running, its run
-    /// is the last wire id its endpoint issued (not a remote endpoint's, not held for a batch),
-    /// nothing but `submitted` and `started` is recorded for it (nothing from the worker) and
-    /// no wait or subscription refers to it; otherwise `InvalidArgument`, changing nothing.
+    /// or wake results. Valid only while the host carries out the outputs of the
+    /// [`Registry::submit`] that started it (no other call before its `send` was drained, and
+    /// no drain after another call or with new outputs since: as
+    /// [`Registry::withdraw_unposted_input`]): the job is running, its run is the last wire id
+    /// its endpoint issued (not a remote endpoint's, not held for a batch), nothing but
+    /// `submitted` and `started` is recorded for it (nothing from the worker) and no wait or
+    /// subscription refers to it; otherwise `InvalidArgument`, changing nothing.
     /// `now` dates the start of a run queued meanwhile that the freed slot lets start.
     pub fn withdraw_unposted(&mut self, now: Mono, job: JobId) -> Result<(), JobsError> {
         let j = self.live_job(job).ok_or(JobsError::UnknownJob(job))?;
         let refuse = |why: &str| Err(JobsError::InvalidArgument(format!("{job} {why}")));
+        let Some(at) = self.unposted_runs.iter().position(|(j, _)| *j == job) else {
+            return refuse(
+                "cannot be withdrawn: it was not submitted in this call, or the host went on since",
+            );
+        };
         let (endpoint, Some(wire)) = (j.endpoint, j.wire_id) else {
             return refuse("cannot be withdrawn: its run was not sent");
         };
@@ -1129,6 +1210,7 @@ impl<V: Payload> Registry<V> {
         {
             return refuse("cannot be withdrawn: its run was not the last one put on the wire");
         }
+        self.unposted_runs.remove(at);
         let j = self.jobs.remove(&job).expect("checked");
         self.events_recorded -= j.recorded;
         let ep = self.endpoints.get_mut(&endpoint).expect("checked");
@@ -1232,6 +1314,7 @@ impl<V: Payload> Registry<V> {
     /// while the job is unfinished or something still refers to it: a pending wait, a
     /// subscription, or its owner's reuse key. Unknown ids give `false`.
     pub fn forget(&mut self, id: JobId) -> bool {
+        self.entered();
         let Some(j) = self.live_job(id) else {
             return false;
         };
@@ -1279,6 +1362,7 @@ impl<V: Payload> Registry<V> {
     /// the next take too, so the events it recorded before it was watched are read as well.
     /// Watching changes no outcome, no output and no other observer.
     pub fn watch_journal(&mut self, job: JobId) -> Result<(), JobsError> {
+        self.entered();
         self.live_job(job).ok_or(JobsError::UnknownJob(job))?;
         self.jobs.get_mut(&job).expect("checked").watched = true;
         self.changed.insert(job);
@@ -1288,6 +1372,7 @@ impl<V: Payload> Registry<V> {
     /// Stops watching a job's journal (see [`Registry::watch_journal`]); `false` for an
     /// unknown job. A report already pending for it stays until the next take.
     pub fn unwatch_journal(&mut self, job: JobId) -> bool {
+        self.entered();
         match self.jobs.get_mut(&job) {
             Some(j) => {
                 j.watched = false;
@@ -1316,6 +1401,7 @@ impl<V: Payload> Registry<V> {
     /// another consumer already has them — the changed set ([`Registry::take_changed_jobs`])
     /// and the outputs ([`Registry::drain_outputs`]) are each one stream, read by one consumer.
     pub fn attach_journal_consumer(&mut self) -> bool {
+        self.entered();
         !std::mem::replace(&mut self.journal_consumer, true)
     }
 
@@ -1338,6 +1424,7 @@ impl<V: Payload> Registry<V> {
         from_seq: Option<u64>,
         capacity: usize,
     ) -> Result<SubscriptionId, JobsError> {
+        self.entered();
         if capacity == 0 {
             return Err(JobsError::InvalidArgument(
                 "capacity must be at least 1".into(),
@@ -1380,6 +1467,7 @@ impl<V: Payload> Registry<V> {
     /// Takes the queued deliveries of a subscription (events and missed ranges, in order).
     #[must_use = "the deliveries are gone once taken: hand them to the subscriber"]
     pub fn take_deliveries(&mut self, sub: SubscriptionId) -> Result<Vec<Delivery<V>>, JobsError> {
+        self.entered();
         let s = self
             .subs
             .get_mut(&sub)
@@ -1390,6 +1478,7 @@ impl<V: Payload> Registry<V> {
 
     /// Stops an observation. The job is untouched. Returns false if it was already gone.
     pub fn unsubscribe(&mut self, sub: SubscriptionId) -> bool {
+        self.entered();
         match self.subs.remove(&sub) {
             Some(s) => {
                 if let Some(j) = self.jobs.get_mut(&s.job) {
@@ -1410,6 +1499,7 @@ impl<V: Payload> Registry<V> {
         job: JobId,
         timeout_ms: Option<u64>,
     ) -> Result<WaitId, JobsError> {
+        self.entered();
         self.live_job(job).ok_or(JobsError::UnknownJob(job))?;
         let j = self.jobs.get_mut(&job).expect("checked");
         let id = WaitId(self.next_wait);
@@ -1433,6 +1523,7 @@ impl<V: Payload> Registry<V> {
 
     /// Cancels a wait. The job keeps running.
     pub fn cancel_wait(&mut self, wait: WaitId) -> Result<(), JobsError> {
+        self.entered();
         self.end_wait(wait, WaitEnd::Cancelled)
             .then_some(())
             .ok_or(JobsError::UnknownWait(wait))
@@ -1461,6 +1552,7 @@ impl<V: Payload> Registry<V> {
     /// Takes the owner's unread completion notes (reading is explicit).
     #[must_use = "the notes are gone once read: hand them to the owner"]
     pub fn read_mailbox(&mut self, owner: &OwnerId) -> Vec<Note> {
+        self.entered();
         self.owners
             .get_mut(owner)
             .map(|o| o.mailbox.drain(..).collect())
@@ -1482,6 +1574,7 @@ impl<V: Payload> Registry<V> {
     /// The work is linear in the owner's jobs; [`Registry::begin_close_owner`] and
     /// [`Registry::close_owner_step`] do the same in bounded slices.
     pub fn close_owner(&mut self, now: Mono, owner: &OwnerId) -> CloseReport {
+        self.entered();
         let ClosingOwner {
             close, mut report, ..
         } = self.begin_close_owner(now, owner);
@@ -1498,6 +1591,7 @@ impl<V: Payload> Registry<V> {
     /// disposed runs). The work is linear in the owner's unfinished jobs and endpoints only;
     /// the records are released by [`Registry::close_owner_step`], a slice at a time.
     pub fn begin_close_owner(&mut self, now: Mono, owner: &OwnerId) -> ClosingOwner {
+        self.entered();
         let Some(state) = self.owners.get(owner) else {
             return ClosingOwner {
                 close: CloseId(0),
@@ -1611,6 +1705,7 @@ impl<V: Payload> Registry<V> {
     /// unread notes first, then job records, released in job id order with their lines of the
     /// report. Empty once everything is handed over (or for an unknown close).
     pub fn close_owner_step(&mut self, close: CloseId, budget: usize) -> CloseSlice {
+        self.entered();
         let Some(at) = self.closing.iter().position(|c| c.gen_ == close.0) else {
             return CloseSlice::default();
         };
@@ -1682,6 +1777,7 @@ impl<V: Payload> Registry<V> {
 
     /// Fires every timer due at `now`: wait timeouts, quiet periods, hello timeouts.
     pub fn handle_timeout(&mut self, now: Mono) {
+        self.entered();
         while let Some(&(at, timer)) = self.timers.first() {
             if at > now {
                 break;
@@ -1735,6 +1831,7 @@ impl<V: Payload> Registry<V> {
     /// host that opens endpoints with [`EndpointSpec::batch_sends`] calls it whenever
     /// [`Registry::holds_sends`] says so before it yields; others never need to.
     pub fn flush_sends(&mut self) {
+        self.entered();
         while !self.held.is_empty() {
             self.flush_held(0);
         }
@@ -1785,16 +1882,42 @@ impl<V: Payload> Registry<V> {
     /// The next output for the host.
     #[must_use]
     pub fn poll_output(&mut self) -> Option<Output<V>> {
+        self.drained();
         self.outputs.pop_front()
     }
 
     /// All pending outputs, in order.
     #[must_use]
     pub fn drain_outputs(&mut self) -> std::collections::vec_deque::Drain<'_, Output<V>> {
+        self.drained();
         self.outputs.drain(..)
     }
 
     // ----- internals ------------------------------------------------------------------------
+
+    /// An entry point other than the output drains and the withdrawals was called: a
+    /// request sent by an earlier call is taken back no more, unless the host is still
+    /// carrying out that call's outputs (see [`Posting`]).
+    fn entered(&mut self) {
+        self.unposted_inputs
+            .retain_mut(|u| u.posting.after_call().map(|p| u.posting = p).is_some());
+        self.unposted_runs
+            .retain_mut(|(_, posting)| posting.after_call().map(|p| *posting = p).is_some());
+    }
+
+    /// The host drains outputs (see [`Posting`]).
+    fn drained(&mut self) {
+        let outputs = !self.outputs.is_empty();
+        self.unposted_inputs.retain_mut(|u| {
+            u.posting
+                .after_drain(outputs)
+                .map(|p| u.posting = p)
+                .is_some()
+        });
+        self.unposted_runs.retain_mut(|(_, posting)| {
+            posting.after_drain(outputs).map(|p| *posting = p).is_some()
+        });
+    }
 
     /// Dispatches queued jobs while the endpoint is ready and under its concurrency limit.
     fn pump(&mut self, endpoint: EndpointId, now: Mono) {

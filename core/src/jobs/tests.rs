@@ -1033,9 +1033,11 @@ fn withdrawing_is_refused_once_the_run_is_not_just_sent() {
     let _ = reg.drain_outputs().count();
     refused(&mut reg, c);
     reg.withdraw_unposted(Mono::from_ms(4), d).unwrap();
-    reg.withdraw_unposted(Mono::from_ms(4), b).unwrap();
+    // b's run went out turns ago (a's outcome started it): not to be taken back, though
+    // nothing is recorded for it since and its endpoint sent nothing after it.
+    refused(&mut reg, b);
     let left: Vec<JobId> = reg.jobs().map(|j| j.id).collect();
-    assert_eq!(left, [a, c]);
+    assert_eq!(left, [a, b, c]);
 }
 
 /// Withdrawals repeated behind a finished job (its record held) issue the same job and wire
@@ -1282,4 +1284,113 @@ fn withdrawing_an_input_is_refused_once_it_is_not_just_sent() {
     let i = reg.send_input(Mono::from_ms(1), j, None, json!(0)).unwrap();
     let err = reg.withdraw_unposted_input(j, &i).unwrap_err();
     assert_eq!(err.code(), "INVALID_ARGUMENT", "{err}");
+}
+
+/// An input posted in a call long gone is not withdrawn in a later turn, though nothing was
+/// recorded for its job nor sent on its endpoint since.
+#[test]
+fn an_input_posted_in_an_earlier_turn_is_not_withdrawn() {
+    let mut reg: Registry<Value> = Registry::default();
+    let ep = endpoint(&mut reg, "app", caps(true, true));
+    let job = reg
+        .submit(Mono::from_ms(1), Submit::new("a", ep, json!(1)))
+        .unwrap()
+        .job;
+    let _ = reg.drain_outputs().count();
+    let id = reg
+        .send_input(Mono::from_ms(2), job, None, json!(1))
+        .unwrap();
+    // Posted fine: the host's turn ends.
+    assert_eq!(frames(&mut reg), [1]);
+    // Later turns: the host waits for the job, reads it, subscribes from `next`... nothing
+    // recorded for the job, nothing sent on its endpoint.
+    let _ = reg.wait(Mono::from_ms(50), job, None).unwrap();
+    let _ = reg.drain_outputs().count();
+    // A withdrawal now (a host bug, or a second runtime call path) is refused.
+    let events = journal_names(&reg, job);
+    let err = reg.withdraw_unposted_input(job, &id).unwrap_err();
+    assert_eq!(err.code(), "INVALID_ARGUMENT", "{err}");
+    assert_eq!(journal_names(&reg, job), events);
+    assert_eq!(reg.endpoint(ep).unwrap().frames_sent, 2);
+}
+
+/// The same for a submit's run: posted in an earlier turn, it is not withdrawn later though
+/// the job is as it was (nothing from the worker, no wait or subscription left).
+#[test]
+fn a_run_posted_in_an_earlier_turn_is_not_withdrawn() {
+    let mut reg: Registry<Value> = Registry::default();
+    let ep = endpoint(&mut reg, "app", caps(true, true));
+    let job = reg
+        .submit(Mono::from_ms(1), Submit::new("a", ep, json!(1)))
+        .unwrap()
+        .job;
+    assert_eq!(frames(&mut reg), [1]);
+    let w = reg.wait(Mono::from_ms(2), job, None).unwrap();
+    reg.cancel_wait(w).unwrap();
+    let _ = reg.drain_outputs().count();
+    let err = reg.withdraw_unposted(Mono::from_ms(3), job).unwrap_err();
+    assert_eq!(err.code(), "INVALID_ARGUMENT", "{err}");
+    assert_eq!(reg.job(job).unwrap().state, JobState::Running);
+}
+
+/// While the host carries out a call's outputs, a call its transport makes as it posts the
+/// request (a submit on another endpoint, drained later) does not stop the withdrawal; a
+/// call made before the request was drained does, and so does a drain after a later call.
+#[test]
+fn a_withdrawal_is_valid_only_while_the_call_s_outputs_are_carried_out() {
+    let mut reg: Registry<Value> = Registry::default();
+    let a = endpoint(&mut reg, "app", caps(true, true));
+    let b = endpoint(&mut reg, "app", caps(true, true));
+    let job = reg
+        .submit(Mono::from_ms(1), Submit::new("a", a, json!(1)))
+        .unwrap()
+        .job;
+    let _ = reg.drain_outputs().count();
+    // The input's post runs a's transport, which submits on b, then throws.
+    let id = reg
+        .send_input(Mono::from_ms(2), job, None, json!(1))
+        .unwrap();
+    let _ = reg.drain_outputs().count();
+    let on_b = reg
+        .submit(Mono::from_ms(2), Submit::new("a", b, json!(2)))
+        .unwrap()
+        .job;
+    reg.withdraw_unposted_input(job, &id).unwrap();
+    assert_eq!(journal_names(&reg, job), ["submitted", "started"]);
+    assert_eq!(reg.job(on_b).unwrap().state, JobState::Running);
+    let _ = reg.drain_outputs().count();
+    // The same for a run: its post submits on b, then throws.
+    let run = reg
+        .submit(Mono::from_ms(2), Submit::new("a", a, json!(3)))
+        .unwrap()
+        .job;
+    let _ = reg.drain_outputs().count();
+    let on_b = reg
+        .submit(Mono::from_ms(2), Submit::new("a", b, json!(4)))
+        .unwrap()
+        .job;
+    reg.withdraw_unposted(Mono::from_ms(2), run).unwrap();
+    assert!(reg.job(run).is_none());
+    // The nested submit's run goes out in the next drain: withdrawable while carried out,
+    // not once the host drained again after another call.
+    let _ = reg.drain_outputs().count();
+    let _ = reg.read_mailbox(&OwnerId::new("a"));
+    let _ = reg.drain_outputs().count();
+    let err = reg.withdraw_unposted(Mono::from_ms(2), on_b).unwrap_err();
+    assert_eq!(err.code(), "INVALID_ARGUMENT", "{err}");
+    // A call before the send was drained: refused.
+    let id = reg
+        .send_input(Mono::from_ms(3), job, None, json!(2))
+        .unwrap();
+    let _ = reg.read_mailbox(&OwnerId::new("a"));
+    let _ = reg.drain_outputs().count();
+    let err = reg.withdraw_unposted_input(job, &id).unwrap_err();
+    assert_eq!(err.code(), "INVALID_ARGUMENT", "{err}");
+    // A drain that hands out nothing new after it keeps it (an app drains twice).
+    let id = reg
+        .send_input(Mono::from_ms(4), job, None, json!(3))
+        .unwrap();
+    let _ = reg.drain_outputs().count();
+    let _ = reg.drain_outputs().count();
+    reg.withdraw_unposted_input(job, &id).unwrap();
 }

@@ -220,6 +220,7 @@ impl<V: Payload> Registry<V> {
         mut spec: EndpointSpec,
         remote: RemoteSpec,
     ) -> Result<EndpointId, JobsError> {
+        self.entered();
         check_url(&remote.url, remote.allow_insecure).map_err(JobsError::InvalidArgument)?;
         if remote.window_ms == 0 || remote.heartbeat_ms == 0 {
             return Err(JobsError::InvalidArgument(
@@ -269,6 +270,7 @@ impl<V: Payload> Registry<V> {
 
     /// The socket of a remote endpoint opened: sends hello (or resume).
     pub fn on_socket_open(&mut self, now: Mono, endpoint: EndpointId) -> Result<(), JobsError> {
+        self.entered();
         let link = self
             .links
             .get_mut(&endpoint)
@@ -312,6 +314,7 @@ impl<V: Payload> Registry<V> {
         endpoint: EndpointId,
         reason: &str,
     ) -> Result<(), JobsError> {
+        self.entered();
         if !self.links.contains_key(&endpoint) {
             return Err(JobsError::UnknownEndpoint(endpoint));
         }
@@ -329,6 +332,7 @@ impl<V: Payload> Registry<V> {
         endpoint: EndpointId,
         msg: &V,
     ) -> Result<(), JobsError> {
+        self.entered();
         let max = self
             .endpoints
             .get(&endpoint)
