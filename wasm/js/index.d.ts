@@ -272,7 +272,10 @@ export class Endpoint {
    * Submits a job. The payload is captured at the call, as `postMessage` captures it: a run
    * that does not leave at once (queued before the hello, behind others, or held for a batch
    * frame) carries a copy, so the caller may reuse the object; a payload that cannot be
-   * cloned throws `DataCloneError` here and submits nothing.
+   * cloned throws `DataCloneError` here and submits nothing. (Should the transport have put
+   * another run on the wire as it posted this one, the job cannot be withdrawn: it stays,
+   * never delivered, and a `WeftError` `INVALID_ARGUMENT` is thrown, the `DataCloneError` its
+   * `cause`.)
    */
   submit<T = unknown>(payload: unknown, options?: SubmitOptions): Job<T>;
   terminate(reason?: string): void;

@@ -704,10 +704,12 @@ export class Runtime {
   // only then; calls the transport made as it posted do not count): no record, slot, reuse
   // key or event is left of a run; nothing of an input, whose observers' notification comes
   // later in this batch (the core puts the send first) and then has nothing to deliver. The
-  // error is kept for the call, which throws it. Should the core refuse the withdrawal, the
-  // run or input stays (recorded as sent, never delivered) and the pump throws what posting
-  // threw. Any other `send` that throws is thrown by the pump once it is over
-  // (`#dispatchAll`).
+  // error is kept for the call, which throws it. Should the core refuse the withdrawal (the
+  // transport put another request on the wire as it posted), the run or input stays
+  // (recorded as sent, never delivered) and the pump throws: for an input what posting threw
+  // (as for any input not withdrawn), for a run the refusal (INVALID_ARGUMENT, what posting
+  // threw as its `cause`), so that the caller can tell that a job is left. Any other `send`
+  // that throws is thrown by the pump once it is over (`#dispatchAll`).
   #postOwn(o) {
     try {
       this.#endpoints.get(o.endpoint)?._post(o.message);
@@ -726,8 +728,9 @@ export class Runtime {
         this.#calls++;
         try {
           this.#reg.withdrawUnposted(this.#now(), this.#ownJob);
-        } catch {
-          throw err;
+        } catch (refused) {
+          if (refused instanceof Error && refused.cause === undefined) refused.cause = err;
+          throw refused;
         }
       } else {
         throw err;
@@ -1009,7 +1012,9 @@ export class Endpoint {
 
   /**
    * Submits a job: `{owner, origin: {thread, turn, toolCall}, reuseKey, note, wake}`. A payload
-   * the transport cannot copy (a function, a Proxy) throws DataCloneError and leaves no job.
+   * the transport cannot copy (a function, a Proxy) throws DataCloneError and leaves no job
+   * (unless the transport put another run on the wire as it posted: then the job stays, never
+   * delivered, and the core's INVALID_ARGUMENT refusal is thrown, the DataCloneError its cause).
    */
   submit(payload, options) {
     // No options cross as `undefined`: the core reads each field of it without a property lookup.

@@ -467,6 +467,40 @@ test('a Job.send copied at the call (it joins a batch frame) whose post throws: 
   rt.dispose();
 });
 
+test("a submit whose run cannot be posted but cannot be withdrawn either (its transport put another run on the wire first): the caller gets the core's refusal, the post's DataCloneError its cause, and the job stays", async () => {
+  const rt = createRuntime();
+  const sent = [];
+  let hook = null;
+  const ep = rt.openEndpoint(
+    () => ({
+      post: (m) => {
+        const h = hook;
+        hook = null;
+        h?.();
+        sent.push(structuredClone(m));
+      },
+      terminate() {},
+    }),
+    { hello: { declared: { input: true, cancelAck: true } } },
+  );
+  const nested = [];
+  hook = () => nested.push(ep.submit({ n: 2 }));
+  let thrown;
+  const uncaught = await uncaughtDuring(() => {
+    try {
+      ep.submit({ n: 1, f() {} });
+    } catch (e) {
+      thrown = e;
+    }
+  });
+  assert.deepEqual(uncaught, []);
+  assert.equal(thrown?.code, 'INVALID_ARGUMENT', String(thrown));
+  assert.equal(thrown.cause?.name, 'DataCloneError');
+  assert.deepEqual(sent, [{ id: 2, type: 'run', payload: { n: 2 } }], 'only the nested run went out');
+  assert.deepEqual(rt.jobs().map((j) => [j.job, j.state]), [[1, 'running'], [nested[0].id, 'running']], 'the job stays');
+  rt.dispose();
+});
+
 /** Resolves at the first journal event `pick` accepts (replaying history). */
 function firstEvent(job, pick) {
   return new Promise((resolve) => {
