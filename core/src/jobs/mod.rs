@@ -283,25 +283,25 @@ pub struct Registry<V> {
     /// Whether a consumer took the journal watches ([`Registry::attach_journal_consumer`]).
     journal_consumer: bool,
     /// The inputs [`Registry::send_input`] put on a local transport by themselves that
-    /// [`Registry::withdraw_unposted_input`] can take back (those of the call whose outputs
-    /// the host carries out, and of calls made meanwhile: at most [`UNPOSTED_MAX`]).
+    /// [`Registry::withdraw_unposted_input`] can take back (that of the call whose outputs
+    /// the host carries out, and one of a call made meanwhile). With `unposted_runs` it holds
+    /// at most two entries: a call adds at most one, `Pending`, and the next call drops it
+    /// unless a drain took it; a drain that takes one drops every older one, which the call
+    /// that made the newer turned `TakenThenCalled`.
     unposted_inputs: Vec<UnpostedInput>,
     /// The jobs whose runs a [`Registry::submit`] started that [`Registry::withdraw_unposted`]
     /// can take back, and how far the host got with each (as `unposted_inputs`).
     unposted_runs: Vec<(JobId, Posting)>,
 }
 
-/// The requests sent by calls made while the host carries out one call's outputs (its
-/// transport calling into the registry as it posts) that can still be withdrawn: the newest
-/// beyond it are not.
-const UNPOSTED_MAX: usize = 8;
-
 /// How far the host got, since the call that sent it, with a request the registry put on a
 /// local transport that may be taken back ([`Registry::withdraw_unposted_input`],
 /// [`Registry::withdraw_unposted`]). Only while the host carries out the outputs of that
 /// call: every entry point but the output drains ([`Registry::drain_outputs`],
 /// [`Registry::poll_output`], [`Registry::take_changed_jobs`]) and the withdrawals moves it
-/// on ([`Posting::after_call`]), as does every drain ([`Posting::after_drain`]).
+/// on ([`Posting::after_call`]), as does every drain ([`Posting::after_drain`]). A host that
+/// withdraws drains with [`Registry::drain_outputs`]: each [`Registry::poll_output`] counts as
+/// a drain, so polling one output at a time ends a request's carrying-out at the second poll.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Posting {
     /// Its `send` is among the outputs the host has not drained.
@@ -887,7 +887,7 @@ impl<V: Payload> Registry<V> {
             .queue
             .push_back(id);
         self.pump(req.endpoint, now);
-        if self.jobs[&id].state == JobState::Running && self.unposted_runs.len() < UNPOSTED_MAX {
+        if self.jobs[&id].state == JobState::Running {
             self.unposted_runs.push((id, Posting::Pending));
         }
         Ok(Submitted {
@@ -1035,7 +1035,7 @@ impl<V: Payload> Registry<V> {
                 input_id: input_id.clone(),
             },
         );
-        if revocable && self.unposted_inputs.len() < UNPOSTED_MAX {
+        if revocable {
             self.unposted_inputs.push(UnpostedInput {
                 job,
                 seq: self.jobs[&job].recorded,
@@ -1114,12 +1114,14 @@ impl<V: Payload> Registry<V> {
                 "cannot be withdrawn: something was recorded for its job or sent on its endpoint since",
             );
         }
-        let untaken = j.subs.iter().all(|sub| {
-            matches!(self.subs.get(sub).and_then(|s| s.queue.back()),
-                Some(Delivery::Event(e)) if e.seq == u.seq)
-                || matches!(self.subs.get(sub).and_then(|s| s.queue.back()),
-                Some(Delivery::Missed { to, .. }) if *to == u.seq)
-        });
+        let untaken =
+            j.subs.iter().all(
+                |sub| match self.subs.get(sub).and_then(|s| s.queue.back()) {
+                    Some(Delivery::Event(e)) => e.seq == u.seq,
+                    Some(Delivery::Missed { to, .. }) => *to == u.seq,
+                    _ => false,
+                },
+            );
         if !untaken {
             return refuse("cannot be withdrawn: an observer took its event");
         }
@@ -1133,9 +1135,8 @@ impl<V: Payload> Registry<V> {
         self.events_recorded -= 1;
         let endpoint = j.endpoint;
         for &sub in &j.subs {
-            let Some(s) = self.subs.get_mut(&sub) else {
-                continue;
-            };
+            // (Each holds the event: `untaken` above.)
+            let s = self.subs.get_mut(&sub).expect("checked");
             match s.queue.back_mut() {
                 Some(Delivery::Missed { from, to, .. }) if *from < *to => *to -= 1,
                 Some(Delivery::Missed { .. }) => {
@@ -1899,6 +1900,7 @@ impl<V: Payload> Registry<V> {
     /// request sent by an earlier call is taken back no more, unless the host is still
     /// carrying out that call's outputs (see [`Posting`]).
     fn entered(&mut self) {
+        debug_assert!(self.unposted_inputs.len() + self.unposted_runs.len() <= 2);
         self.unposted_inputs
             .retain_mut(|u| u.posting.after_call().map(|p| u.posting = p).is_some());
         self.unposted_runs
