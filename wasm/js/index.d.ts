@@ -254,7 +254,10 @@ export class Job<T = unknown> {
    * Sends structured input to a running job that accepts it; returns the input id. A value the
    * transport cannot copy (a function, a Proxy) throws its `DataCloneError` and changes nothing:
    * no `input_delivered` event, nothing sent, the input id free to be used again; the run goes
-   * on. (A value sent to a remote endpoint is written as JSON text at the call.)
+   * on. (A value sent to a remote endpoint is written as JSON text at the call. Should the
+   * transport have put something else on the wire as it posted this input, the input cannot
+   * be withdrawn: it stays, recorded as delivered, and a `WeftError` `INVALID_ARGUMENT` is
+   * thrown, the `DataCloneError` its `cause`.)
    */
   send(value: unknown, options?: { inputId?: string }): string;
   wait(options?: { signal?: AbortSignal; timeoutMs?: number }): Promise<Outcome<T>>;

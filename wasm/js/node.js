@@ -20,7 +20,7 @@ import { setFsBackend } from './actors.js';
 let wasm = null;
 const apps = () => (wasm ??= initSync({ module: readFileSync(new URL('./weft_apps_bg.wasm', import.meta.url)) }));
 __weftInitOnFirstUse(apps);
-setRegistryClass(JobRegistry, { deferred: true });
+setRegistryClass(JobRegistry);
 
 /** Node's runtimes run on the apps module (compiled on its first use): resolves at once. */
 export async function loadApps() {}

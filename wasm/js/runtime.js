@@ -15,15 +15,9 @@ let workerFactory = null;
 // browser) or the apps module's (Node, `weft/apps`, after `loadApps()`: an agent's session and
 // its runtime's registry must live in one WebAssembly module). Set by the entry modules.
 let JobRegistry = null;
-// Whether a new runtime creates its registry on its first use rather than at once (Node: the
-// apps module is then instantiated on first use, so a first `openWorker` spawns its Worker
-// before the compile, see node.js).
-let deferRegistry = false;
-
 /** @internal Entry modules and `loadApps` install the registry class of the loaded module. */
-export function setRegistryClass(registryClass, { deferred = false } = {}) {
+export function setRegistryClass(registryClass) {
   JobRegistry = registryClass;
-  deferRegistry = deferred;
 }
 
 /** @internal Entry modules install the environment's Worker transport (DOM or worker_threads). */
@@ -73,8 +67,7 @@ export class Deadline {
 }
 
 export class Runtime {
-  // The registry: undefined until its first use when creating it is deferred (`#create`), null
-  // once disposed.
+  // The registry: undefined until its first use (`#create`), null once disposed.
   #r;
   #create = null;
   get #reg() {
@@ -135,10 +128,13 @@ export class Runtime {
    */
   constructor({ now = defaultNow, firstJobId, core, onOutput, onPumped } = {}) {
     const own = core === undefined || core === null;
-    if (own && deferRegistry) {
+    // Its own registry is created on first use (in Node the apps module is then instantiated
+    // on first use, so a first `openWorker` spawns its Worker before the compile: node.js), of
+    // the registry class loaded when the runtime is made.
+    if (own) {
       const Registry = JobRegistry;
       this.#create = () => new Registry(firstJobId);
-    } else this.#reg = core ?? new JobRegistry(firstJobId);
+    } else this.#reg = core;
     // Its own registry is pumped in one call per round (outputs and next deadline); an app's
     // core (a wrapper) drains and polls separately.
     this.#batched = own;
@@ -589,20 +585,7 @@ export class Runtime {
         return r;
       }
       r = this.#out[0];
-      this.#ownEp = endpoint;
-      this.#ownJob = r;
-      this.#own = payload;
-      this.#ownFailed = false;
-      try {
-        this.#pumpBatched(this.#out, 1);
-      } catch (err) {
-        this.#ownPumpThrew(err);
-      } finally {
-        this.#ownEp = -1;
-        this.#ownJob = -1;
-        this.#own = undefined;
-      }
-      if (this.#ownFailed) this.#throwOwn();
+      this.#pumpOwn(endpoint, r, null, payload, true);
       return r;
     }
     // Inside a pump (a listener submitting) the run is posted only once the listener
@@ -616,25 +599,9 @@ export class Runtime {
       this._pump();
       throw err;
     }
-    if (own) {
-      this.#ownEp = endpoint;
-      this.#ownJob = r.job;
-      this.#own = payload;
-      this.#ownFailed = false;
-    }
-    try {
-      this._pump();
-    } catch (err) {
-      // (Not `own`: inside a pump, `_pump` returns at once and throws nothing.)
-      this.#ownPumpThrew(err);
-    } finally {
-      if (own) {
-        this.#ownEp = -1;
-        this.#ownJob = -1;
-        this.#own = undefined;
-      }
-    }
-    if (own && this.#ownFailed) this.#throwOwn();
+    // (Not `own`: inside a pump, `_pump` returns at once and throws nothing.)
+    if (own) this.#pumpOwn(endpoint, r.job, null, payload, false);
+    else this._pump();
     return r.reused ? -r.job : r.job;
   }
 
@@ -662,39 +629,39 @@ export class Runtime {
     }
     // Inside a pump the pump running carries out its outputs.
     if (!own) return id;
+    this.#pumpOwn(-1, job, id, value, false);
+    return id;
+  }
+
+  // Carries out the outputs of a `_submit` (its own run: endpoint `ep`, `job`, payload `value`)
+  // or a `_send` (its own input: `job`, `inputId`, `value`), telling its own request apart
+  // (#postOwn); `fused`: the batch is in #out. When posting the own request threw (it was
+  // withdrawn), that error is thrown, and an error of the pump (another output: a transport's
+  // post, say) is reported as an uncaught error on a microtask (as a throwing listener's is:
+  // `safely`), not lost; otherwise the pump's error is the caller's.
+  #pumpOwn(ep, job, inputId, value, fused) {
+    this.#ownEp = ep;
     this.#ownJob = job;
-    this.#ownInput = id;
+    this.#ownInput = inputId;
     this.#own = value;
-    this.#ownFailed = false;
     try {
-      this._pump();
+      if (fused) this.#pumpBatched(this.#out, 1);
+      else this._pump();
     } catch (err) {
-      this.#ownPumpThrew(err);
+      if (!this.#ownFailed) throw err;
+      reportUncaught(err);
     } finally {
+      this.#ownEp = -1;
       this.#ownJob = -1;
       this.#ownInput = null;
       this.#own = undefined;
     }
-    if (this.#ownFailed) this.#throwOwn();
-    return id;
-  }
-
-  // Throws what posting the call's own run or input threw (it was withdrawn), resetting.
-  #throwOwn() {
-    const err = this.#ownErr;
-    this.#ownFailed = false;
-    this.#ownErr = undefined;
-    throw err;
-  }
-
-  // The pump that carries out a `_submit`'s or `_send`'s outputs threw `err` (another output:
-  // a transport's post, say). When posting the call's own run or input failed (and it was
-  // withdrawn), that error is the caller's and `err` is reported as an uncaught error on a
-  // microtask (as a throwing listener's is: `safely`), not lost; otherwise `err` is the
-  // caller's.
-  #ownPumpThrew(err) {
-    if (!this.#ownFailed) throw err;
-    reportUncaught(err);
+    if (this.#ownFailed) {
+      const err = this.#ownErr;
+      this.#ownFailed = false;
+      this.#ownErr = undefined;
+      throw err;
+    }
   }
 
   // Posts a `send` while `_submit` or `_send` carries out its outputs. The submit's own run, or
@@ -706,9 +673,9 @@ export class Runtime {
   // later in this batch (the core puts the send first) and then has nothing to deliver. The
   // error is kept for the call, which throws it. Should the core refuse the withdrawal (the
   // transport put another request on the wire as it posted), the run or input stays
-  // (recorded as sent, never delivered) and the pump throws: for an input what posting threw
-  // (as for any input not withdrawn), for a run the refusal (INVALID_ARGUMENT, what posting
-  // threw as its `cause`), so that the caller can tell that a job is left. Any other `send`
+  // (recorded as sent, never delivered) and the pump throws the refusal (INVALID_ARGUMENT, what
+  // posting threw as its `cause`), so that the caller can tell that a job or its input is
+  // left. Any other `send`
   // that throws is thrown by the pump once it is over (`#dispatchAll`).
   #postOwn(o) {
     try {
@@ -716,24 +683,18 @@ export class Runtime {
     } catch (err) {
       const m = o.message;
       if (this.#ownFailed) throw err;
-      if (m.type === 'input') {
-        if (m.inputId !== this.#ownInput || m.value !== this.#own) throw err;
-        this.#calls++;
-        try {
-          this.#reg.withdrawUnpostedInput(this.#ownJob, m.inputId);
-        } catch {
-          throw err;
-        }
-      } else if (m.type === 'run' && o.endpoint === this.#ownEp && m.payload === this.#own) {
-        this.#calls++;
-        try {
-          this.#reg.withdrawUnposted(this.#now(), this.#ownJob);
-        } catch (refused) {
-          if (refused instanceof Error && refused.cause === undefined) refused.cause = err;
-          throw refused;
-        }
-      } else {
-        throw err;
+      const input = m.type === 'input';
+      const own = input
+        ? m.inputId === this.#ownInput && m.value === this.#own
+        : m.type === 'run' && o.endpoint === this.#ownEp && m.payload === this.#own;
+      if (!own) throw err;
+      this.#calls++;
+      try {
+        if (input) this.#reg.withdrawUnpostedInput(this.#ownJob, m.inputId);
+        else this.#reg.withdrawUnposted(this.#now(), this.#ownJob);
+      } catch (refused) {
+        if (refused instanceof Error && refused.cause === undefined) refused.cause = err;
+        throw refused;
       }
       this.#ownFailed = true;
       this.#ownErr = err;
@@ -1134,7 +1095,10 @@ export class Job {
    * Sends structured input to a running job that accepts it; returns the input id. A value the
    * transport cannot copy (a function, a Proxy) throws its DataCloneError and changes nothing:
    * no `input_delivered` event, nothing sent, the input id free to be used again; the run goes
-   * on. (A value sent to a remote endpoint is written as JSON text at the call.)
+   * on. (A value sent to a remote endpoint is written as JSON text at the call. Should the
+   * transport have put something else on the wire as it posted this input, the input cannot
+   * be withdrawn: it stays, recorded as delivered, and a `WeftError` `INVALID_ARGUMENT` is
+   * thrown, the `DataCloneError` its `cause`.)
    */
   send(value, { inputId } = {}) {
     return this.#rt._send(this.id, value, inputId);

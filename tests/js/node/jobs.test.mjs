@@ -501,6 +501,41 @@ test("a submit whose run cannot be posted but cannot be withdrawn either (its tr
   rt.dispose();
 });
 
+test("an input that cannot be posted but cannot be withdrawn either (its transport put a run on the wire first): the caller gets the core's refusal, the post's DataCloneError its cause, and the input stays recorded", async () => {
+  const rt = createRuntime();
+  const sent = [];
+  let hook = null;
+  const ep = rt.openEndpoint(
+    () => ({
+      post: (m) => {
+        const h = hook;
+        hook = null;
+        h?.();
+        sent.push(structuredClone(m));
+      },
+      terminate() {},
+    }),
+    { hello: { declared: { input: true, cancelAck: true } } },
+  );
+  const job = ep.submit({ n: 1 });
+  sent.length = 0;
+  hook = () => ep.submit({ n: 2 });
+  let thrown;
+  const uncaught = await uncaughtDuring(() => {
+    try {
+      job.send({ f() {} }, { inputId: 'x' });
+    } catch (e) {
+      thrown = e;
+    }
+  });
+  assert.deepEqual(uncaught, []);
+  assert.equal(thrown?.code, 'INVALID_ARGUMENT', String(thrown));
+  assert.equal(thrown.cause?.name, 'DataCloneError');
+  assert.deepEqual(sent, [{ id: 2, type: 'run', payload: { n: 2 } }], 'only the nested run went out');
+  assert.equal(job.journal().at(-1).type, 'input_delivered', 'the input stays recorded');
+  rt.dispose();
+});
+
 /** Resolves at the first journal event `pick` accepts (replaying history). */
 function firstEvent(job, pick) {
   return new Promise((resolve) => {
