@@ -355,13 +355,13 @@ async function uncaughtDuring(fn) {
   return errors;
 }
 
-test("a submit or send whose own post fails while another output of its pump throws: withdrawn all the same (no ghost job, no input event), the caller gets its DataCloneError, the other error is reported uncaught; the next calls work", async () => {
-  const rt = createRuntime();
-  const hello = { hello: { declared: { input: true, cancelAck: true } } };
-  const sent = [];
-  // Endpoint a's post runs `hook` first (a transport calling into the runtime), then copies.
+/**
+ * An endpoint whose post runs the hook set by `onNextPost` first (a transport calling into the
+ * runtime as it posts), once, then records a copy of the message in `sent`.
+ */
+function hookedEndpoint(rt, sent, options = { hello: { declared: { input: true, cancelAck: true } } }) {
   let hook = null;
-  const a = rt.openEndpoint(
+  const ep = rt.openEndpoint(
     () => ({
       post: (m) => {
         const h = hook;
@@ -371,12 +371,21 @@ test("a submit or send whose own post fails while another output of its pump thr
       },
       terminate() {},
     }),
-    hello,
+    options,
   );
+  return { ep, onNextPost: (f) => (hook = f) };
+}
+
+test("a submit or send whose own post fails while another output of its pump throws: withdrawn all the same (no ghost job, no input event), the caller gets its DataCloneError, the other error is reported uncaught; the next calls work", async () => {
+  const rt = createRuntime();
+  const hello = { hello: { declared: { input: true, cancelAck: true } } };
+  const sent = [];
+  // Endpoint a's post runs a hook first (a transport calling into the runtime), then copies.
+  const { ep: a, onNextPost } = hookedEndpoint(rt, sent, hello);
   const b = rt.openEndpoint(() => ({ post() { throw new Error('endpoint b is down'); }, terminate() {} }), hello);
   // Submitted inside a's post: b's run is posted by the same pump, after a's, and throws.
   const onB = [];
-  hook = () => onB.push(b.submit({ n: 2 }));
+  onNextPost(() => onB.push(b.submit({ n: 2 })));
   let uncaught = await uncaughtDuring(() => assert.throws(() => a.submit({ n: 1, f() {} }), { name: 'DataCloneError' }));
   assert.deepEqual(uncaught.map((e) => e.message), ['endpoint b is down']);
   assert.deepEqual(rt.jobs().map((j) => j.job), [onB[0].id], "no ghost of a's job");
@@ -386,7 +395,7 @@ test("a submit or send whose own post fails while another output of its pump thr
   assert.deepEqual(sent, [{ id: 1, type: 'run', payload: { n: 3 } }], "a's wire id is issued again");
   // The same for an input.
   const journal = job.journal();
-  hook = () => onB.push(b.submit({ n: 4 }));
+  onNextPost(() => onB.push(b.submit({ n: 4 })));
   uncaught = await uncaughtDuring(() => assert.throws(() => job.send({ f() {} }), { name: 'DataCloneError' }));
   assert.deepEqual(uncaught.map((e) => e.message), ['endpoint b is down']);
   assert.deepEqual(job.journal(), journal);
@@ -470,21 +479,9 @@ test('a Job.send copied at the call (it joins a batch frame) whose post throws: 
 test("a submit whose run cannot be posted but cannot be withdrawn either (its transport put another run on the wire first): the caller gets the core's refusal, the post's DataCloneError its cause, and the job stays", async () => {
   const rt = createRuntime();
   const sent = [];
-  let hook = null;
-  const ep = rt.openEndpoint(
-    () => ({
-      post: (m) => {
-        const h = hook;
-        hook = null;
-        h?.();
-        sent.push(structuredClone(m));
-      },
-      terminate() {},
-    }),
-    { hello: { declared: { input: true, cancelAck: true } } },
-  );
+  const { ep, onNextPost } = hookedEndpoint(rt, sent);
   const nested = [];
-  hook = () => nested.push(ep.submit({ n: 2 }));
+  onNextPost(() => nested.push(ep.submit({ n: 2 })));
   let thrown;
   const uncaught = await uncaughtDuring(() => {
     try {
@@ -504,22 +501,10 @@ test("a submit whose run cannot be posted but cannot be withdrawn either (its tr
 test("an input that cannot be posted but cannot be withdrawn either (its transport put a run on the wire first): the caller gets the core's refusal, the post's DataCloneError its cause, and the input stays recorded", async () => {
   const rt = createRuntime();
   const sent = [];
-  let hook = null;
-  const ep = rt.openEndpoint(
-    () => ({
-      post: (m) => {
-        const h = hook;
-        hook = null;
-        h?.();
-        sent.push(structuredClone(m));
-      },
-      terminate() {},
-    }),
-    { hello: { declared: { input: true, cancelAck: true } } },
-  );
+  const { ep, onNextPost } = hookedEndpoint(rt, sent);
   const job = ep.submit({ n: 1 });
   sent.length = 0;
-  hook = () => ep.submit({ n: 2 });
+  onNextPost(() => ep.submit({ n: 2 }));
   let thrown;
   const uncaught = await uncaughtDuring(() => {
     try {
