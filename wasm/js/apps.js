@@ -3,9 +3,12 @@
 // the job registry (an app and an agent borrow their runtime's registry, so both must be in one
 // module). `import 'weft'` loads only the jobs-only module (weft_jobs_bg.wasm); this one loads
 // with `await loadApps()` or `import 'weft/apps'`, and before that the functions below throw
-// NOT_LOADED. Once it is loaded, every new runtime is created over its registry; a runtime
-// created earlier keeps running jobs on the jobs-only module but cannot host an agent
-// (RUNTIME_WITHOUT_APPS: loading does not change it).
+// NOT_LOADED. A runtime creates its job registry on its first use (an endpoint opened, a job
+// submitted, `createAgent` itself), of the module loaded then: once this one is loaded, every
+// runtime first used afterwards runs on its registry, a runtime made at page start included,
+// and can host an agent. A runtime used before the load (jobs ran on it) keeps running its
+// jobs on the jobs-only module but cannot host an agent (RUNTIME_WITHOUT_APPS: loading does
+// not move its registry).
 import { WeftError } from './error.js';
 import { RUNTIME_WITHOUT_APPS } from './codes.js';
 import { lazyModule } from './lazy.js';
@@ -20,8 +23,8 @@ let loading = null;
 /** The classes of the apps module: undefined until `loadApps()` resolves. */
 export let App, Operation, Claims, Agent;
 
-/** Loads the apps module (once). After it, `createApp` etc. are synchronous, and new runtimes
- * run on its registry. */
+/** Loads the apps module (once). After it, `createApp` etc. are synchronous, and every runtime
+ * whose registry is created afterwards (on its first use) runs on its registry. */
 export function loadApps() {
   loading ??= Promise.all([wasm.load(), import('./ops.js'), import('./agent.js')])
     .then(([g, o, a]) => {
@@ -70,15 +73,17 @@ export function createClaims(options) {
 }
 
 /** An agent session on `runtime` (NOT_LOADED before the apps module is loaded;
- * RUNTIME_WITHOUT_APPS when the runtime was created before it was: its registry is in the
- * jobs-only module, and only a runtime created after the load can host an agent). */
+ * RUNTIME_WITHOUT_APPS when the runtime was used before it was: its registry, created on its
+ * first use, is in the jobs-only module; a runtime first used after the load, wherever it was
+ * made, hosts an agent). */
 export function createAgent(runtime, options) {
   need('createAgent');
+  // (A runtime not used yet creates its registry here, of the apps module.)
   const reg = runtime?.registry;
   if (reg && typeof reg.takeAgentNotes !== 'function') {
     throw new WeftError(
       RUNTIME_WITHOUT_APPS,
-      "createAgent: this runtime was created before the apps module was loaded (its job registry is in the jobs-only module, an agent's session must be in the same module): create the runtime after await loadApps() or import 'weft/apps'",
+      "createAgent: this runtime cannot host an agent: jobs ran on it before the apps module was loaded (it was used, an endpoint opened or a job submitted, before loadApps() resolved, so its job registry is in the jobs-only module, and an agent's session must be in the same module as its runtime's registry; loading does not move a registry). It keeps running its jobs. Create the runtime for the agent after await loadApps() (or import 'weft/apps'), or load the apps module before this runtime's first use",
     );
   }
   return agent.createAgent(runtime, options);

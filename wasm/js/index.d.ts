@@ -316,6 +316,8 @@ export class Runtime {
   dispose(): void;
 }
 
+/** Creates a runtime. Its job registry is created on its first use, in a browser of the module
+ * loaded then (the apps module once `loadApps()` has resolved: see there). */
 export function createRuntime(options?: { now?: () => number; firstJobId?: number }): Runtime;
 
 /** Bytes of wasm linear memory in use by the job registries (it grows, never shrinks): in a
@@ -328,10 +330,13 @@ export function wasmMemoryBytes(): number;
  * holds the job registry too. In a browser `import 'weft'` loads only the jobs-only module, and
  * `createApp`, `createClaims`, `createAgent` and `validateToolArguments` throw `NOT_LOADED`
  * until this resolves (importing `weft/apps` has done it), and the classes `App`, `Operation`,
- * `Claims` and `Agent` are `undefined` (for `instanceof`). Runtimes created afterwards run on
- * the apps module's registry; one created before keeps running jobs but cannot host an agent
- * (`createAgent` throws `RUNTIME_WITHOUT_APPS`, which loading does not cure: create the runtime
- * after the load). In Node every
+ * `Claims` and `Agent` are `undefined` (for `instanceof`). A runtime creates its job registry on
+ * its first use (an endpoint opened, a job submitted, `createAgent`): every runtime first used
+ * after this resolves runs on the apps module's registry and can host an agent, one created at
+ * page start included. A runtime used before (jobs ran on it) keeps running its jobs on the
+ * jobs-only module but cannot host an agent (`createAgent` throws `RUNTIME_WITHOUT_APPS`, which
+ * loading does not cure: create the agent's runtime after the load, or load before the
+ * runtime's first use). In Node every
  * runtime runs on the apps module, compiled synchronously on its first use: this resolves at once.
  */
 export function loadApps(): Promise<void>;
@@ -907,8 +912,10 @@ export class Agent {
 }
 
 /** An agent session on `runtime`. In a browser `NOT_LOADED` before `loadApps()` / `import
- * 'weft/apps'`, and `RUNTIME_WITHOUT_APPS` for a runtime created before the load (its registry
- * is in the jobs-only module; create the runtime after the load). */
+ * 'weft/apps'`, and `RUNTIME_WITHOUT_APPS` for a runtime used before the load (jobs ran on it:
+ * its registry, created on its first use, is in the jobs-only module; create the agent's
+ * runtime after the load). A runtime created before the load and first used after it hosts
+ * an agent. */
 export function createAgent(runtime: Runtime, options?: AgentOptions): Agent;
 
 /** A deterministic model answering with `responses` in order (then SCRIPT_EXHAUSTED). */

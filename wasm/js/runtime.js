@@ -11,9 +11,12 @@ const defaultNow = () => Math.floor(performance.now());
 
 let workerFactory = null;
 
-// The JobRegistry class new runtimes are created with: the jobs-only module's (`weft` in a
-// browser) or the apps module's (Node, `weft/apps`, after `loadApps()`: an agent's session and
-// its runtime's registry must live in one WebAssembly module). Set by the entry modules.
+// The JobRegistry class a runtime's own registry is created with, on the runtime's first use:
+// the jobs-only module's (`weft` in a browser) or the apps module's (Node, `weft/apps`, after
+// `loadApps()`: an agent's session and its runtime's registry must live in one WebAssembly
+// module). Set by the entry modules and `loadApps`; read when a registry is created, not when
+// its runtime is made, so that a runtime made at page start and first used after `loadApps()`
+// runs on the apps module.
 let JobRegistry = null;
 /** @internal Entry modules and `loadApps` install the registry class of the loaded module. */
 export function setRegistryClass(registryClass) {
@@ -130,11 +133,10 @@ export class Runtime {
     const own = core === undefined || core === null;
     // Its own registry is created on first use (in Node the apps module is then instantiated
     // on first use, so a first `openWorker` spawns its Worker before the compile: node.js), of
-    // the registry class loaded when the runtime is made.
-    if (own) {
-      const Registry = JobRegistry;
-      this.#create = () => new Registry(firstJobId);
-    } else this.#reg = core;
+    // the registry class installed then (`setRegistryClass`): in a browser the apps module's
+    // once `loadApps()` has resolved, even for a runtime made before it (apps.js).
+    if (own) this.#create = () => new JobRegistry(firstJobId);
+    else this.#reg = core;
     // Its own registry is pumped in one call per round (outputs and next deadline); an app's
     // core (a wrapper) drains and polls separately.
     this.#batched = own;

@@ -104,7 +104,10 @@ test('apps: NOT_LOADED before loadApps; an earlier runtime keeps its jobs but ho
     const code = eval(codeOf);
     const weft = await import('/wasm/pkg/index.js');
     window.early = weft.createRuntime();
+    // A job runs on it before the load: its registry is the jobs-only module's.
+    const ran = (await window.early.openLocal(async (n) => n * 2).submit(1).wait()).value;
     return {
+      ran,
       createApp: code(() => weft.createApp()),
       createClaims: code(() => weft.createClaims({ acquire: () => 1, release: () => {} })),
       createAgent: code(() => weft.createAgent(window.early)),
@@ -117,6 +120,7 @@ test('apps: NOT_LOADED before loadApps; an earlier runtime keeps its jobs but ho
   for (const name of ['createApp', 'createClaims', 'createAgent', 'validateToolArguments']) {
     assert.match(before[name], /^NOT_LOADED: .*await loadApps\(\)/, name);
   }
+  assert.equal(before.ran, 2);
   assert.equal(before.App, 'undefined');
   assert.equal(before.scripted, 'function');
   assert.deepEqual(fetched, ['weft_jobs_bg.wasm'], 'the failed calls fetched nothing');
@@ -129,7 +133,7 @@ test('apps: NOT_LOADED before loadApps; an earlier runtime keeps its jobs but ho
     app.load({ controls: [{ name: 'x', type: 'number', min: 0, max: 10, value: 3 }], cells: [{ name: 'y', deps: ['x'], compute: ({ x }) => x * 2 }] });
     await app.observe({ writes: { x: 4 }, waitFor: ['y'] });
     const y = app.cell('y').value;
-    // The runtime created before the load still runs jobs (on the jobs-only module).
+    // The runtime used before the load still runs jobs (on the jobs-only module).
     const ep = window.early.openLocal(async (n) => n + 1);
     const early = await ep.submit(41).wait();
     const earlyAgent = code(() => weft.createAgent(window.early));
@@ -149,7 +153,7 @@ test('apps: NOT_LOADED before loadApps; an earlier runtime keeps its jobs but ho
   }, codeOf);
   assert.equal(later.y, 8);
   assert.equal(later.early, 42);
-  assert.match(later.earlyAgent, /^RUNTIME_WITHOUT_APPS: createAgent: this runtime was created before the apps module was loaded/);
+  assert.match(later.earlyAgent, /^RUNTIME_WITHOUT_APPS: createAgent: this runtime cannot host an agent: jobs ran on it before the apps module was loaded/);
   assert.equal(later.text, 'hi');
   assert.deepEqual(later.same, [], 'weft/apps exports the same functions as weft');
   assert.equal(later.keys, true, 'weft/apps exports what weft does');
@@ -157,6 +161,46 @@ test('apps: NOT_LOADED before loadApps; an earlier runtime keeps its jobs but ho
   assert.equal(later.isApp, true);
   assert.deepEqual(fetched.slice(0, 1), ['weft_jobs_bg.wasm']);
   assert.deepEqual(fetched.slice(1).sort(), ['agent.js', 'ops.js', 'weft_apps.js', 'weft_apps_bg.wasm']);
+  await p.close();
+});
+
+test('apps: a runtime created at page start and first used after loadApps hosts an agent; one whose jobs ran before the load still refuses (RUNTIME_WITHOUT_APPS, saying why)', { timeout: 30_000 }, async () => {
+  const { p, fetched } = await page();
+  const out = await p.evaluate(async () => {
+    const weft = await import('/wasm/pkg/index.js');
+    // The common pattern: runtimes made at page start, the apps module loaded later.
+    const early = weft.createRuntime();
+    const used = weft.createRuntime();
+    // Jobs run on `used` before the load: its registry is the jobs-only module's.
+    const before = (await used.openLocal(async (n) => n * 2).submit(21).wait()).value;
+    await weft.loadApps();
+    // `early` was not used before the load: it runs its jobs and hosts an agent.
+    const job = (await early.openLocal(async (n) => n + 1).submit(41).wait()).value;
+    const agent = weft.createAgent(early, { model: weft.scriptedModel([{ text: 'hi' }]) });
+    const text = (await agent.run('hello')).text;
+    let refused = null;
+    try {
+      weft.createAgent(used);
+    } catch (e) {
+      refused = { code: e.code, message: e.message, weft: e instanceof weft.WeftError };
+    }
+    // The refused runtime keeps running its jobs.
+    const after = (await used.openLocal(async (n) => n - 1).submit(43).wait()).value;
+    agent.dispose();
+    early.dispose();
+    used.dispose();
+    return { before, job, text, refused, after };
+  });
+  assert.equal(out.before, 42);
+  assert.equal(out.job, 42);
+  assert.equal(out.text, 'hi');
+  assert.ok(out.refused, 'createAgent refused the runtime whose jobs ran before the load');
+  assert.equal(out.refused.code, 'RUNTIME_WITHOUT_APPS');
+  assert.equal(out.refused.weft, true);
+  assert.match(out.refused.message, /jobs ran on it before the apps module was loaded/);
+  assert.match(out.refused.message, /create the runtime for the agent after await loadApps\(\)/i);
+  assert.equal(out.after, 42);
+  assert.deepEqual(fetched.slice(0, 1), ['weft_jobs_bg.wasm']);
   await p.close();
 });
 
