@@ -32,6 +32,15 @@ pub trait Payload: Clone + Debug {
     fn same_as(&self, other: &Self) -> bool;
     /// The JSON form, for journals and exports.
     fn to_json(&self) -> serde_json::Value;
+    /// The value as JSON data, for a wire that carries JSON text (a remote endpoint's):
+    /// a copy holding only null, booleans, finite numbers, strings, arrays and plain objects,
+    /// nested at most [`MAX_JSON_DEPTH`] arrays and objects deep, taken now (a later change to
+    /// the original does not reach it), or `Err` saying which part of the value is not JSON
+    /// data, by its path from `name` (`payload.a[2] is a function`). The rule for each
+    /// representation is in its implementation: a JSON value is JSON data already (only its
+    /// depth is checked); the JS binding's (`wasm/src/js.rs`, `jsonData`) refuses what
+    /// `JSON.stringify` would drop or change silently (a function, a cycle, a BigInt, NaN).
+    fn json_data(&self, name: &str) -> Result<Self, String>;
     /// The JSON `null` of this representation.
     fn null() -> Self;
 }
@@ -70,8 +79,42 @@ impl Payload for serde_json::Value {
     fn to_json(&self) -> serde_json::Value {
         self.clone()
     }
+    fn json_data(&self, name: &str) -> Result<Self, String> {
+        // (A `serde_json::Value` holds no non-finite number, cycle or function.)
+        if json_depth(self, MAX_JSON_DEPTH + 1) > MAX_JSON_DEPTH {
+            return Err(too_deep(name));
+        }
+        Ok(self.clone())
+    }
     fn null() -> Self {
         serde_json::Value::Null
+    }
+}
+
+/// How deep JSON data sent on a JSON wire may nest (arrays and objects, the outermost counting
+/// one): what crosses a remote endpoint ([`Payload::json_data`]). A frame is parsed with
+/// serde_json's recursion limit (127 levels) and holds its value two levels in, so a deeper
+/// value could not be read back (it would become `null` or fail the frame); 100 leaves room.
+pub const MAX_JSON_DEPTH: usize = 100;
+
+/// The refusal of a value nested deeper than [`MAX_JSON_DEPTH`].
+pub fn too_deep(name: &str) -> String {
+    format!("{name} is nested more than {MAX_JSON_DEPTH} arrays or objects deep")
+}
+
+/// How deep `v` nests (arrays and objects; a scalar is 0), counted up to `cap`.
+fn json_depth(v: &serde_json::Value, cap: usize) -> usize {
+    let inner = |items: &mut dyn Iterator<Item = &serde_json::Value>| {
+        1 + if cap <= 1 {
+            0
+        } else {
+            items.map(|x| json_depth(x, cap - 1)).max().unwrap_or(0)
+        }
+    };
+    match v {
+        serde_json::Value::Array(a) => inner(&mut a.iter()),
+        serde_json::Value::Object(o) => inner(&mut o.values()),
+        _ => 0,
     }
 }
 
@@ -137,7 +180,24 @@ fn json_fits(v: &serde_json::Value, budget: &mut i64) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use super::number_text;
+    use super::{MAX_JSON_DEPTH, Payload, number_text};
+
+    #[test]
+    fn json_data_is_refused_beyond_the_depth_a_frame_can_carry() {
+        let nest = |n: usize| (0..n).fold(serde_json::json!(1), |v, _| serde_json::json!([v]));
+        let ok = nest(MAX_JSON_DEPTH);
+        assert_eq!(ok.json_data("payload").unwrap(), ok);
+        let err = nest(MAX_JSON_DEPTH + 1).json_data("payload").unwrap_err();
+        assert_eq!(
+            err,
+            "payload is nested more than 100 arrays or objects deep"
+        );
+        // What is refused would not survive a frame (two levels in, parsed by serde_json).
+        let frame = |v: serde_json::Value| serde_json::json!({"body": {"payload": v}}).to_string();
+        let parse = |t: String| serde_json::from_str::<serde_json::Value>(&t);
+        assert!(parse(frame(nest(MAX_JSON_DEPTH))).is_ok());
+        assert!(parse(frame(nest(126))).is_err());
+    }
 
     #[test]
     fn numbers_print_like_their_json() {

@@ -254,10 +254,11 @@ export class Job<T = unknown> {
    * Sends structured input to a running job that accepts it; returns the input id. A value the
    * transport cannot copy (a function, a Proxy) throws its `DataCloneError` and changes nothing:
    * no `input_delivered` event, nothing sent, the input id free to be used again; the run goes
-   * on. (A value sent to a remote endpoint is written as JSON text at the call. Should the
-   * transport have put something else on the wire as it posted this input, the input cannot
-   * be withdrawn: it stays, recorded as delivered, and a `WeftError` `INVALID_ARGUMENT` is
-   * thrown, the `DataCloneError` its `cause`.)
+   * on. (Should the transport have put something else on the wire as it posted this input,
+   * the input cannot be withdrawn: it stays, recorded as delivered, and a `WeftError`
+   * `INVALID_ARGUMENT` is thrown, the `DataCloneError` its `cause`.) On a remote endpoint the
+   * value must be JSON data (see `Runtime.openRemote`): what is not throws `INVALID_JSON` and
+   * changes nothing in the same way; what is sent is its JSON copy, taken at the call.
    */
   send(value: unknown, options?: { inputId?: string }): string;
   wait(options?: { signal?: AbortSignal; timeoutMs?: number }): Promise<Outcome<T>>;
@@ -278,7 +279,9 @@ export class Endpoint {
    * cloned throws `DataCloneError` here and submits nothing. (Should the transport have put
    * another run on the wire as it posted this one, the job cannot be withdrawn: it stays,
    * never delivered, and a `WeftError` `INVALID_ARGUMENT` is thrown, the `DataCloneError` its
-   * `cause`.)
+   * `cause`.) On a remote endpoint the payload must be JSON data (see `Runtime.openRemote`):
+   * what is not throws `INVALID_JSON` and submits nothing; what is recorded and sent is its
+   * JSON copy, taken at the call.
    */
   submit<T = unknown>(payload: unknown, options?: SubmitOptions): Job<T>;
   terminate(reason?: string): void;
@@ -295,6 +298,15 @@ export class Runtime {
    * within `resumeWindowMs` with nothing lost; past it running jobs are `lost` with the
    * evidence `remote_disconnected`. UNSUPPORTED without a WebSocket; INVALID_ARGUMENT for a
    * URL that is neither `wss://` nor `ws://` to loopback (unless `allowInsecure`).
+   *
+   * Its wire is JSON text, so a payload or input sent to it must be JSON data: null, booleans,
+   * strings, finite numbers (-0 crosses as 0), arrays, and plain objects (own enumerable string
+   * keys; a property whose value is `undefined` is left out), nested at most 100 arrays or
+   * objects deep (what a frame can carry). A value with `toJSON` crosses as
+   * what that returns (a `Date`: its ISO string). Anything else is refused at the call with
+   * `INVALID_JSON`, naming the part (`payload.f is a function`), and nothing is recorded: an
+   * `undefined` value or array element (or hole), `NaN` / `±Infinity`, a BigInt, a function, a
+   * symbol, a cycle, a `Map`, `Set`, typed array, class instance or other non-plain object.
    */
   openRemote(url: string | URL, options: RemoteOptions): Endpoint;
   job(id: number): Job | undefined;

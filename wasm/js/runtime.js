@@ -277,7 +277,10 @@ export class Runtime {
    * session: heartbeats, reconnection with backoff, resumption within `resumeWindowMs`
    * (nothing lost, every missed event delivered in order), and `lost` with the evidence
    * `remote_disconnected` when the window passes. `WebSocket`: the constructor to use
-   * (default `globalThis.WebSocket`; Node 20 needs `--experimental-websocket`).
+   * (default `globalThis.WebSocket`; Node 20 needs `--experimental-websocket`). A payload or
+   * input sent to it must be JSON data (its wire is JSON text): the core copies it as JSON
+   * data at the call, and refuses what is not with INVALID_JSON, recording nothing (the rule:
+   * `jsonData` in wasm/src/js.rs).
    */
   openRemote(url, options = {}) {
     const WS = options.WebSocket ?? globalThis.WebSocket;
@@ -978,6 +981,8 @@ export class Endpoint {
    * the transport cannot copy (a function, a Proxy) throws DataCloneError and leaves no job
    * (unless the transport put another run on the wire as it posted: then the job stays, never
    * delivered, and the core's INVALID_ARGUMENT refusal is thrown, the DataCloneError its cause).
+   * On a remote endpoint a payload that is not JSON data throws INVALID_JSON and leaves no
+   * job (the rule: `jsonData` in wasm/src/js.rs; see `Runtime.openRemote`).
    */
   submit(payload, options) {
     // No options cross as `undefined`: the core reads each field of it without a property lookup.
@@ -1097,10 +1102,11 @@ export class Job {
    * Sends structured input to a running job that accepts it; returns the input id. A value the
    * transport cannot copy (a function, a Proxy) throws its DataCloneError and changes nothing:
    * no `input_delivered` event, nothing sent, the input id free to be used again; the run goes
-   * on. (A value sent to a remote endpoint is written as JSON text at the call. Should the
-   * transport have put something else on the wire as it posted this input, the input cannot
-   * be withdrawn: it stays, recorded as delivered, and a `WeftError` `INVALID_ARGUMENT` is
-   * thrown, the `DataCloneError` its `cause`.)
+   * on. (Should the transport have put something else on the wire as it posted this input,
+   * the input cannot be withdrawn: it stays, recorded as delivered, and a `WeftError`
+   * `INVALID_ARGUMENT` is thrown, the `DataCloneError` its `cause`.) On a remote endpoint a
+   * value that is not JSON data throws `INVALID_JSON` and changes nothing in the same way (the
+   * core refuses it before recording: the rule is `jsonData` in wasm/src/js.rs).
    */
   send(value, { inputId } = {}) {
     return this.#rt._send(this.id, value, inputId);

@@ -54,6 +54,87 @@ export function toJsonText(v) {
   return text === undefined ? 'null' : text;
 }
 export function parseJson(text) { return JSON.parse(text); }
+// What crosses a remote endpoint (its wire is JSON text), the one place of the rule: JSON's
+// data model, a value that JSON.stringify would drop or change silently refused. Returns a copy
+// of `v` holding only JSON data, or throws a string naming (by its path from `name`) the first
+// part that is not JSON data. The rule:
+// - null, booleans, strings and finite numbers cross as they are (-0 as 0);
+// - an array crosses element by element (its other properties, as in JSON, do not);
+// - a plain object (its prototype Object.prototype or null) crosses with its own enumerable
+//   string-keyed properties (as structuredClone and JSON.stringify read them); a property
+//   whose value is undefined is left out (JSON has no undefined; it reads as absent);
+// - a value with a toJSON method (a Date: its ISO string) crosses as what toJSON returns,
+//   which these rules then check (JSON's own convention, as JSON.stringify applies it);
+// - refused: undefined as the value or an array element (a hole too: JSON.stringify would
+//   write null), NaN and ±Infinity (JSON has no non-finite numbers: they would become null),
+//   a BigInt, a function, a symbol, a cycle, any other object (Map, Set, a typed array, an
+//   ArrayBuffer, a class instance, RegExp, Error, ...: JSON would write {} or fail), a value
+//   nested more than `max` arrays and objects deep (the core's MAX_JSON_DEPTH: what a frame
+//   can carry), and a getter or toJSON that throws. Shared (acyclic) references cross as
+//   copies.
+export function jsonData(v, name, max) {
+  const open = new Map();
+  let at = name;
+  const step = (x, key) => {
+    if (((typeof x === 'object' && x !== null) || typeof x === 'bigint') && typeof x.toJSON === 'function') return x.toJSON(key);
+    return x;
+  };
+  const walk = (x, path, depth) => {
+    at = path;
+    switch (typeof x) {
+      case 'string': case 'boolean': return x;
+      case 'number':
+        if (Number.isFinite(x)) return x === 0 ? 0 : x;
+        throw `${path} is ${x}`;
+      case 'undefined': throw `${path} is undefined`;
+      case 'bigint': throw `${path} is a BigInt`;
+      case 'function': throw `${path} is a function`;
+      case 'symbol': throw `${path} is a symbol`;
+    }
+    if (x === null) return null;
+    const cycle = open.get(x);
+    if (cycle !== undefined) throw `${path} is a cycle: it refers back to ${cycle}`;
+    if (depth === max) throw `${name} is nested more than ${max} arrays or objects deep`;
+    if (Array.isArray(x)) {
+      open.set(x, path);
+      const n = x.length;
+      const out = new Array(n);
+      for (let i = 0; i < n; i++) {
+        const p = `${path}[${i}]`;
+        at = p;
+        const e = step(x[i], String(i));
+        if (e === undefined) throw `${p} is ${i in x ? 'undefined' : 'a hole'}`;
+        out[i] = walk(e, p, depth + 1);
+      }
+      open.delete(x);
+      return out;
+    }
+    const proto = Object.getPrototypeOf(x);
+    if (proto !== Object.prototype && proto !== null) {
+      const kind = proto?.constructor?.name || Object.prototype.toString.call(x).slice(8, -1);
+      throw `${path} is ${/^[AEIOU]/.test(kind) ? 'an' : 'a'} ${kind}, not a plain object`;
+    }
+    open.set(x, path);
+    const out = {};
+    for (const k of Object.keys(x)) {
+      const p = /^[A-Za-z_$][\w$]*$/.test(k) ? `${path}.${k}` : `${path}[${JSON.stringify(k)}]`;
+      at = p;
+      const e = step(x[k], k);
+      if (e === undefined) continue;
+      const c = walk(e, p, depth + 1);
+      if (k === '__proto__') Object.defineProperty(out, k, { value: c, enumerable: true, writable: true, configurable: true });
+      else out[k] = c;
+    }
+    open.delete(x);
+    return out;
+  };
+  try {
+    return walk(step(v, ''), name, 0);
+  } catch (e) {
+    if (typeof e === 'string') throw e;
+    throw `reading ${at} threw: ${e?.message ?? e}`;
+  }
+}
 const TYPES = ['null', 'array', 'object', 'string', 'number', 'boolean', 'undefined', 'bigint', 'function', 'symbol'];
 export function typeCode(v) {
   if (v === null) return 0;
@@ -99,6 +180,11 @@ extern "C" {
     /// `JSON.parse` of text this module produced (valid JSON by construction).
     #[wasm_bindgen(js_name = parseJson)]
     fn parse_json(text: &str) -> JsValue;
+    /// A copy of `v` holding only JSON data nested at most `max` deep, or a thrown string
+    /// saying (by its path from `name`) what is not: the rule of what crosses a remote
+    /// endpoint (see there).
+    #[wasm_bindgen(js_name = jsonData, catch)]
+    fn json_data_js(v: &JsValue, name: &str, max: u32) -> Result<JsValue, JsValue>;
     #[wasm_bindgen(js_name = typeCode)]
     fn type_code(v: &JsValue) -> u32;
     /// Structural equality of plain data (`Object.is` on leaves; typed arrays element-wise;
@@ -327,6 +413,16 @@ impl Payload for Js {
     }
     fn to_json(&self) -> serde_json::Value {
         from_js_json(&self.to_js()).unwrap_or(serde_json::Value::Null)
+    }
+    fn json_data(&self, name: &str) -> Result<Self, String> {
+        match self {
+            Js::Null | Js::Bool(_) | Js::Name(_) => Ok(self.clone()),
+            Js::Num(n) if n.is_finite() => Ok(Js::Num(if *n == 0.0 { 0.0 } else { *n })),
+            // The rest (undefined, a non-finite number, objects) by the one rule, in JS.
+            _ => json_data_js(&self.to_js(), name, weft_core::value::MAX_JSON_DEPTH as u32)
+                .map(Js::from_js)
+                .map_err(|e| e.as_string().unwrap_or_else(|| describe(&e))),
+        }
     }
     fn null() -> Self {
         Js::Null

@@ -79,6 +79,16 @@ pub enum JobsError {
     InvalidArgument(String),
     #[error("{0} is a remote endpoint whose connection is down; retry once it resumes")]
     RemoteDisconnected(EndpointId),
+    /// A value sent to a remote endpoint is not JSON data (its wire carries JSON text): refused
+    /// at the call, nothing recorded.
+    #[error(
+        "the {what} cannot be sent to {endpoint}, a remote endpoint, whose wire carries JSON data only (null, booleans, finite numbers, strings, arrays, plain objects): {why}"
+    )]
+    NotJsonData {
+        what: &'static str,
+        endpoint: EndpointId,
+        why: String,
+    },
 }
 
 impl JobsError {
@@ -95,6 +105,7 @@ impl JobsError {
             JobsError::UnknownSubscription(_) => "UNKNOWN_SUBSCRIPTION",
             JobsError::InvalidArgument(_) => "INVALID_ARGUMENT",
             JobsError::RemoteDisconnected(_) => "REMOTE_DISCONNECTED",
+            JobsError::NotJsonData { .. } => "INVALID_JSON",
         }
     }
 }
@@ -806,8 +817,10 @@ impl<V: Payload> Registry<V> {
     // ----- jobs -----------------------------------------------------------------------------
 
     /// Accepts a discrete request and returns its identity. Equal requests stay separate
-    /// unless a reuse key is given.
-    pub fn submit(&mut self, now: Mono, req: Submit<V>) -> Result<Submitted, JobsError> {
+    /// unless a reuse key is given. A payload for a remote endpoint must be JSON data
+    /// ([`Payload::json_data`]): otherwise `NotJsonData`, and nothing is recorded; what is
+    /// recorded and sent is its JSON data, copied at the call.
+    pub fn submit(&mut self, now: Mono, mut req: Submit<V>) -> Result<Submitted, JobsError> {
         self.entered();
         let ep = self
             .endpoints
@@ -815,6 +828,9 @@ impl<V: Payload> Registry<V> {
             .ok_or(JobsError::UnknownEndpoint(req.endpoint))?;
         if matches!(ep.state, EndpointState::Closed { .. }) {
             return Err(JobsError::EndpointClosed(req.endpoint));
+        }
+        if self.links.contains_key(&req.endpoint) {
+            req.payload = remote_json(&req.payload, "payload", req.endpoint)?;
         }
         if let Some(key) = &req.reuse_key {
             if key.is_empty() {
@@ -961,7 +977,10 @@ impl<V: Payload> Registry<V> {
     }
 
     /// Delivers structured input to a running job whose worker announced `input`. Returns the
-    /// input id; `input_applied` follows when the worker applies it.
+    /// input id; `input_applied` follows when the worker applies it. An input for a job on a
+    /// remote endpoint must be JSON data ([`Payload::json_data`]): otherwise `NotJsonData`,
+    /// nothing recorded and no input id issued; what is sent is its JSON data, copied at the
+    /// call.
     pub fn send_input(
         &mut self,
         now: Mono,
@@ -970,7 +989,16 @@ impl<V: Payload> Registry<V> {
         value: V,
     ) -> Result<String, JobsError> {
         self.entered();
-        self.live_job(job).ok_or(JobsError::UnknownJob(job))?;
+        let endpoint = self
+            .live_job(job)
+            .ok_or(JobsError::UnknownJob(job))?
+            .endpoint;
+        // Refused before anything is recorded or an input id issued.
+        let value = if self.links.contains_key(&endpoint) {
+            remote_json(&value, "input", endpoint)?
+        } else {
+            value
+        };
         let j = self.jobs.get_mut(&job).expect("checked");
         j.input_seq += 1;
         let input_id = input_id.unwrap_or_else(|| format!("input-{}", j.input_seq));
@@ -1056,8 +1084,8 @@ impl<V: Payload> Registry<V> {
     /// [`Registry::watch_journal`]) or trim the job's journal window. A host whose values
     /// are references (the JS binding) snapshots the value at the call when this is false,
     /// so that posting it cannot fail. `true` when the input would not be sent (an unknown
-    /// job, one not running or taking no input: refused) and for a remote endpoint (its
-    /// values are JSON text on the wire, written at the call).
+    /// job, one not running or taking no input: refused) and for a remote endpoint (the
+    /// registry copies its values as JSON data at the call: [`Payload::json_data`]).
     #[must_use]
     pub fn input_withdrawable(&self, job: JobId) -> bool {
         let Some(j) = self.live_job(job) else {
@@ -1853,7 +1881,8 @@ impl<V: Payload> Registry<V> {
     /// references (the JS binding) snapshots the payload when it would not, so what is sent
     /// is what the caller passed, not what the value became by the time it left. `true` for
     /// an unknown endpoint (the submit fails anyway, with its own error) and for a remote
-    /// one (its payloads are JSON text on the wire, written by the link's own rules).
+    /// one (the registry copies its payloads as JSON data at the call:
+    /// [`Payload::json_data`]).
     #[must_use]
     pub fn sends_at_once(&self, endpoint: EndpointId) -> bool {
         if self.links.contains_key(&endpoint) {
@@ -2179,6 +2208,20 @@ impl<V: Payload> Registry<V> {
             self.pump(endpoint, at);
         }
     }
+}
+
+/// A value for remote endpoint `endpoint` as JSON data (its wire carries JSON text), or the
+/// refusal naming what is not: `what` is `"payload"` or `"input"`.
+fn remote_json<V: Payload>(
+    value: &V,
+    what: &'static str,
+    endpoint: EndpointId,
+) -> Result<V, JobsError> {
+    value.json_data(what).map_err(|why| JobsError::NotJsonData {
+        what,
+        endpoint,
+        why,
+    })
 }
 
 /// Appends `job`'s display form (`job-{n}`, as `JobId`'s `Display`) to `out`.

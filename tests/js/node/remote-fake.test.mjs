@@ -252,3 +252,129 @@ test("remote (fake socket): an app's Worker cell runs on a remote endpoint of th
   assert.deepEqual([cell.state, cell.value], ['ready', 6]);
   app.dispose();
 });
+
+// What crosses a remote endpoint is JSON data (its wire is JSON text). A value that is not is
+// refused at the call with INVALID_JSON, as a Worker endpoint refuses what it cannot clone
+// (DataCloneError): no job, no event, no frame, the input id free again; nothing is dropped or
+// changed silently.
+function notJson() {
+  const cycle = { n: 1 };
+  cycle.self = cycle;
+  return [
+    ['a function', { n: 1, f: () => 1 }, /payload\.f is a function/],
+    ['a cycle', cycle, /payload\.self is a cycle: it refers back to payload/],
+    ['a BigInt', { n: 10n }, /payload\.n is a BigInt/],
+  ];
+}
+
+test('remote (fake socket): a payload or input that is not JSON data is refused with INVALID_JSON, nothing recorded; valid ones go on', async () => {
+  const rt = createRuntime();
+  const fake = fakeSockets();
+  const ep = rt.openRemote(URL_, { token: 'tok', script: 'ticker', WebSocket: fake.FakeSocket, heartbeatMs: 60_000 });
+  const ws = fake.sockets.at(-1);
+  ws.open();
+  ws.serve({ t: 'welcome', session: 's-1', secret: 'sec', windowMs: 30_000, heartbeatMs: 60_000, limits: LIMITS });
+  ws.serve({ t: 'msg', seq: 1, ack: 0, body: { ...HELLO, capabilities: { ...HELLO.capabilities, input: true } } });
+  const job = ep.submit({ ticks: 100 });
+  assert.equal(job.state, 'running');
+  const sent = () => JSON.stringify(ws.sent);
+  const jobsBefore = JSON.stringify(rt.jobs());
+  const journal = JSON.stringify(job.journal());
+  const framesBefore = sent();
+
+  for (const [what, value, message] of notJson()) {
+    // A submit: refused, no job.
+    let thrown = null;
+    try {
+      ep.submit(value);
+    } catch (e) {
+      thrown = e;
+    }
+    assert.equal(thrown?.code, 'INVALID_JSON', `${what}: ${thrown}`);
+    assert.ok(thrown instanceof Error);
+    assert.match(thrown.message, message, what);
+    assert.match(thrown.message, /remote endpoint/, what);
+    assert.equal(JSON.stringify(rt.jobs()), jobsBefore, `${what}: a job was recorded`);
+    // An input: refused, no event, nothing sent; the run goes on.
+    thrown = null;
+    try {
+      job.send(value);
+    } catch (e) {
+      thrown = e;
+    }
+    assert.equal(thrown?.code, 'INVALID_JSON', `${what}: ${thrown}`);
+    assert.match(thrown.message, new RegExp(message.source.replace(/payload/g, 'input')), what);
+    assert.equal(JSON.stringify(job.journal()), journal, `${what}: the journal changed`);
+    assert.equal(sent(), framesBefore, `${what}: a frame was sent`);
+    assert.equal(job.state, 'running');
+  }
+
+  // The input id was not used: the next input is the first.
+  assert.equal(job.send({ x: 1 }), 'input-1');
+  const input = ws.msgs().at(-1).body;
+  assert.deepEqual([input.type, input.inputId, input.value], ['input', 'input-1', { x: 1 }]);
+  assert.deepEqual(job.journal().at(-1).type, 'input_delivered');
+  // A later valid submit gets the next job id and its run frame.
+  const next = ep.submit({ ticks: 1 });
+  assert.equal(next.id, job.id + 1);
+  assert.deepEqual(ws.msgs().at(-1).body.payload, { ticks: 1 });
+  rt.close();
+});
+
+test('remote (fake socket): the JSON data rule: undefined properties left out, toJSON applied (a Date as its ISO string), copied at the call; NaN, Infinity, undefined elements, holes, a Map, a typed array, a symbol refused', () => {
+  const rt = createRuntime();
+  const fake = fakeSockets();
+  // Not live yet: the runs queue, and leave once the host's worker says hello.
+  const ep = rt.openRemote(URL_, { token: 'tok', script: 'ticker', WebSocket: fake.FakeSocket, heartbeatMs: 60_000 });
+  const ws = fake.sockets.at(-1);
+  const when = new Date(Date.UTC(2026, 11, 3, 17, 0, 0));
+  const payload = { a: 1, gone: undefined, when, nested: { list: [1, 'two', null, true, -0], shared: null }, money: { toJSON: () => '1.50 EUR' } };
+  const shared = { s: 1 };
+  payload.nested.shared = [shared, shared];
+  const queued = ep.submit(payload);
+  assert.equal(queued.state, 'queued');
+  // Changed after the call: what crosses is the value at the call.
+  payload.a = 2;
+  payload.nested.list.push('later');
+  const expected = { a: 1, when: '2026-12-03T17:00:00.000Z', nested: { list: [1, 'two', null, true, 0], shared: [{ s: 1 }, { s: 1 }] }, money: '1.50 EUR' };
+  assert.deepEqual(queued.journal()[0].payload, expected, 'the journal records the JSON data that crosses');
+  ws.open();
+  ws.serve({ t: 'welcome', session: 's-1', secret: 'sec', windowMs: 30_000, heartbeatMs: 60_000, limits: LIMITS });
+  ws.serve({ t: 'msg', seq: 1, ack: 0, body: HELLO });
+  assert.equal(queued.state, 'running');
+  assert.deepEqual(ws.msgs().at(-1).body.payload, expected);
+
+  const refused = (value) => {
+    try {
+      ep.submit(value);
+    } catch (e) {
+      assert.equal(e.code, 'INVALID_JSON', String(e));
+      // (What is not JSON data, after the rule's summary.)
+      return e.message.slice(e.message.indexOf('): ') + 3);
+    }
+    return 'accepted';
+  };
+  // Nested 100 deep crosses (what a frame can carry: the core's MAX_JSON_DEPTH); 101 is refused
+  // (beyond 127 the frame's value used to become null).
+  const nest = (n) => {
+    let v = 1;
+    for (let i = 0; i < n; i++) v = i % 2 ? { v } : [v];
+    return v;
+  };
+  assert.equal(refused(nest(100)), 'accepted');
+  assert.equal(JSON.stringify(ws.msgs().at(-1).body.payload), JSON.stringify(nest(100)));
+  const jobs = rt.jobs().length;
+  assert.match(refused(nest(101)), /^payload is nested more than 100 arrays or objects deep/);
+  assert.match(refused(nest(200)), /^payload is nested more than 100/);
+  assert.match(refused({ x: NaN }), /^payload\.x is NaN/);
+  assert.match(refused([1, Infinity]), /^payload\[1\] is Infinity/);
+  assert.match(refused(undefined), /^payload is undefined/);
+  assert.match(refused([1, undefined]), /^payload\[1\] is undefined/);
+  assert.match(refused([1, , 3]), /^payload\[1\] is a hole/);
+  assert.match(refused({ m: new Map() }), /^payload\.m is a Map, not a plain object/);
+  assert.match(refused({ 'a b': new Float32Array(2) }), /^payload\["a b"\] is a Float32Array/);
+  assert.match(refused({ s: Symbol('s') }), /^payload\.s is a symbol/);
+  assert.match(refused({ get boom() { throw new Error('no'); } }), /^reading payload\.boom threw: no/);
+  assert.equal(rt.jobs().length, jobs, 'a refused submit left a job');
+  rt.close();
+});

@@ -1678,3 +1678,119 @@ fn debug_forms_redact_tokens_and_secrets() {
     );
     assert!(link.contains("s-1"));
 }
+
+/// A payload whose JSON data refuses any object with a `"fn"` key: stands in for a host value
+/// that is not JSON data (a JS function, cycle or BigInt; the JS rule is `jsonData` in
+/// wasm/src/js.rs, tested in tests/js/node/remote-fake.test.mjs).
+#[derive(Clone, Debug)]
+struct Strict(Value);
+
+impl crate::value::Payload for Strict {
+    fn field(&self, key: &str) -> Option<Self> {
+        self.0.field(key).map(Strict)
+    }
+    fn as_f64(&self) -> Option<f64> {
+        self.0.as_f64()
+    }
+    fn as_text(&self) -> Option<String> {
+        self.0.as_text()
+    }
+    fn as_bool(&self) -> Option<bool> {
+        self.0.as_bool()
+    }
+    fn type_name(&self) -> &'static str {
+        self.0.type_name()
+    }
+    fn fits_within(&self, limit: usize) -> bool {
+        self.0.fits_within(limit)
+    }
+    fn elements(&self, max: usize) -> Option<Result<Vec<Self>, usize>> {
+        self.0
+            .elements(max)
+            .map(|r| r.map(|v| v.into_iter().map(Strict).collect()))
+    }
+    fn same_as(&self, other: &Self) -> bool {
+        self.0 == other.0
+    }
+    fn to_json(&self) -> Value {
+        self.0.clone()
+    }
+    fn json_data(&self, name: &str) -> Result<Self, String> {
+        match self.0.get("fn") {
+            Some(_) => Err(format!("{name}.fn is a function")),
+            None => Ok(self.clone()),
+        }
+    }
+    fn null() -> Self {
+        Strict(Value::Null)
+    }
+}
+
+#[test]
+fn a_value_that_is_not_json_data_is_refused_for_a_remote_endpoint_before_anything_is_recorded() {
+    let now = Mono::from_ms(0);
+    let mut reg: Registry<Strict> = Registry::default();
+    let r = RemoteSpec::new(
+        "ws://127.0.0.1:9/api/jobs/remote",
+        "tok",
+        RemoteTarget::Script("ticker".into()),
+    );
+    let ep = reg
+        .open_remote(now, EndpointSpec::new("app", "remote"), r)
+        .unwrap();
+    reg.on_socket_open(now, ep).unwrap();
+    let frame = |v: Value| Strict(v);
+    reg.on_socket_frame(
+        now,
+        ep,
+        &frame(json!({"t": "welcome", "session": "s-1", "secret": "sec",
+        "windowMs": WINDOW, "heartbeatMs": HB,
+        "limits": {"maxFrameBytes": 1 << 20, "replayFrames": 4096, "replayBytes": 4 << 20}})),
+    )
+    .unwrap();
+    reg.on_socket_frame(
+        now,
+        ep,
+        &frame(json!({"t": "msg", "seq": 1, "ack": 0, "body": {
+        "type": "hello", "protocol": "weft-worker/1",
+        "capabilities": {"input": true, "cancelAck": true, "errorCode": true}}})),
+    )
+    .unwrap();
+    let job = reg
+        .submit(now, Submit::new("app", ep, Strict(json!({"ticks": 3}))))
+        .unwrap()
+        .job;
+    assert_eq!(reg.job(job).unwrap().state, JobState::Running);
+    reg.drain_outputs().for_each(drop);
+    let journal = reg.job(job).unwrap().journal().len();
+
+    let bad = || Strict(json!({"fn": 1}));
+    let err = reg.submit(now, Submit::new("app", ep, bad())).unwrap_err();
+    assert_eq!(err.code(), "INVALID_JSON");
+    assert!(
+        err.to_string().contains("payload.fn is a function"),
+        "{err}"
+    );
+    assert_eq!(reg.jobs().count(), 1, "a refused submit left a job");
+    let err = reg.send_input(now, job, None, bad()).unwrap_err();
+    assert_eq!(err.code(), "INVALID_JSON");
+    assert!(err.to_string().contains("input.fn is a function"), "{err}");
+    assert_eq!(
+        reg.job(job).unwrap().journal().len(),
+        journal,
+        "a refused input was recorded"
+    );
+    assert_eq!(reg.drain_outputs().count(), 0, "a refusal sent something");
+
+    // Valid values go on: the input id and the job id were not used by the refusals.
+    assert_eq!(
+        reg.send_input(now, job, None, Strict(json!({"x": 1})))
+            .unwrap(),
+        "input-1"
+    );
+    let next = reg
+        .submit(now, Submit::new("app", ep, Strict(json!({"ticks": 1}))))
+        .unwrap()
+        .job;
+    assert_eq!(next.0, job.0 + 1);
+}
