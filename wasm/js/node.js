@@ -53,8 +53,11 @@ function scriptUrl(specifier) {
 setWorkerFactory((specifier, options = {}) => {
   let w = null;
   let failed = null;
+  // The worker's idle wait (worker-shim.mjs, `atomics`): [0] counts the frames posted, [1] is
+  // 1 while the worker waits in Atomics.wait (only then is a notify needed).
+  const wake = options.atomics === false ? null : new Int32Array(new SharedArrayBuffer(8));
   try {
-    w = new Worker(shim, { workerData: { script: scriptUrl(specifier) } });
+    w = new Worker(shim, { workerData: { script: scriptUrl(specifier), wake } });
     if (options.unref) w.unref();
   } catch (err) {
     failed = { err };
@@ -65,7 +68,15 @@ setWorkerFactory((specifier, options = {}) => {
     w.on('messageerror', (err) => h.undecodable(`messageerror: ${err?.message ?? err}`));
     w.on('error', (err) => h.closed(`worker threw an uncaught error: ${err?.stack ?? err}`));
     w.on('exit', (code) => h.closed(`worker exited with code ${code}`));
-    return { post: (m) => w.postMessage(m), terminate: () => void w.terminate() };
+    const post =
+      wake === null
+        ? (m) => w.postMessage(m)
+        : (m) => {
+            w.postMessage(m);
+            Atomics.add(wake, 0, 1);
+            if (Atomics.load(wake, 1) !== 0) Atomics.notify(wake, 0, 1);
+          };
+    return { post, terminate: () => void w.terminate() };
   };
   connect.abandon = () => {
     if (!w) return;
