@@ -19,7 +19,8 @@
 //             the endpoint with the fewest in flight, as the pools schedule)
 //   startup   a fresh `node` process: `import` of the library → first result (and import alone)
 //   cancel    cancel → evidence that the run stopped (2 ms chunks) and cancel → next task done
-//             on the same endpoint/pool, p50/p99
+//             on the same endpoint/pool, p50/p99 (raw, weft and weft (before) sample by sample
+//             in turn)
 //   retained  submit → done through weft's public JS API (openEndpoint, submit, wait) while
 //             finished jobs accumulate: µs/job in the block ending at 10k, 100k, 1M retained
 //             jobs; then closing the owner (longest event-loop stall, total time)
@@ -326,54 +327,71 @@ function startup() {
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 const SAMPLES = Number(flag('cancel-samples', 200));
 
+// raw and weft take their samples interleaved (one of each in turn, the order rotating), so
+// that the machine's load falls on both alike; piscina and workerpool (which terminate the
+// worker) run after them. Each `open` returns {sample() → {ack, next}, close()}.
 async function cancelWeft(create = createRuntime) {
   const rt = create();
   const ep = rt.openWorker(new URL('../../../examples/diffusion/worker.js', import.meta.url));
-  const ack = [];
-  const next = [];
   await ep.submit({ points: 20, simTime: 0.0001 }).wait();
-  for (let i = 0; i < SAMPLES; i++) {
-    const job = ep.submit({ points: 400, simTime: 50, chunkMs: CHUNK_MS });
-    await new Promise((resolve) => {
-      const stop = job.observe((d) => {
-        if (d.type === 'progress') {
-          stop();
-          resolve();
-        }
+  return {
+    async sample() {
+      const job = ep.submit({ points: 400, simTime: 50, chunkMs: CHUNK_MS });
+      await new Promise((resolve) => {
+        const stop = job.observe((d) => {
+          if (d.type === 'progress') {
+            stop();
+            resolve();
+          }
+        });
       });
-    });
-    await sleep(Math.random() * 2 * CHUNK_MS);
-    const t0 = performance.now();
-    job.cancel();
-    const out = await job.wait();
-    const t1 = performance.now();
-    if (out.evidence !== 'acknowledged') throw new Error(`weft cancel: ${JSON.stringify(out)}`);
-    await ep.submit({ points: 20, simTime: 0.0001 }).wait();
-    ack.push(t1 - t0);
-    next.push(performance.now() - t0);
-  }
-  rt.close();
-  return { ack, next };
+      await sleep(Math.random() * 2 * CHUNK_MS);
+      const t0 = performance.now();
+      job.cancel();
+      const out = await job.wait();
+      const t1 = performance.now();
+      if (out.evidence !== 'acknowledged') throw new Error(`weft cancel: ${JSON.stringify(out)}`);
+      await ep.submit({ points: 20, simTime: 0.0001 }).wait();
+      return { ack: t1 - t0, next: performance.now() - t0 };
+    },
+    close: () => rt.close(),
+  };
 }
 
 async function cancelRaw() {
   const pool = rawPool(1, path('./workers/raw-diffusion.mjs'));
-  const ack = [];
-  const next = [];
+  await pool.run(0, { n: 100 });
+  return {
+    async sample() {
+      const run = pool.long(0);
+      await run.started;
+      await sleep(Math.random() * 2 * CHUNK_MS);
+      const t0 = performance.now();
+      run.cancel();
+      await run.done;
+      const t1 = performance.now();
+      await pool.run(0, { n: 100 });
+      return { ack: t1 - t0, next: performance.now() - t0 };
+    },
+    close: () => pool.close(),
+  };
+}
+
+async function interleaved(opens) {
+  const names = Object.keys(opens);
+  const runs = {};
+  for (const k of names) runs[k] = await opens[k]();
+  const res = Object.fromEntries(names.map((k) => [k, { ack: [], next: [] }]));
   for (let i = 0; i < SAMPLES; i++) {
-    const run = pool.long(0);
-    await run.started;
-    await sleep(Math.random() * 2 * CHUNK_MS);
-    const t0 = performance.now();
-    run.cancel();
-    await run.done;
-    const t1 = performance.now();
-    await pool.run(0, { n: 100 });
-    ack.push(t1 - t0);
-    next.push(performance.now() - t0);
+    for (let j = 0; j < names.length; j++) {
+      const k = names[(i + j) % names.length];
+      const { ack, next } = await runs[k].sample();
+      res[k].ack.push(ack);
+      res[k].next.push(next);
+    }
   }
-  await pool.close();
-  return { ack, next };
+  for (const k of names) await runs[k].close();
+  return res;
 }
 
 async function cancelPiscina() {
@@ -430,11 +448,14 @@ async function cancelWorkerpool() {
 }
 
 async function cancel() {
-  console.log(`\nCancel (${SAMPLES} samples each, ${CHUNK_MS} ms chunks; piscina and workerpool terminate the worker, workerpool with workerTerminateTimeout 10 ms): p50 / p99 ms`);
-  const runs = [['raw', cancelRaw], ['weft', () => cancelWeft()], ['piscina', cancelPiscina], ['workerpool', cancelWorkerpool]];
-  if (before) runs.push(['weft (before)', () => cancelWeft(before.createRuntime)]);
-  for (const [name, fn] of runs) {
-    const { ack, next } = await fn();
+  console.log(`\nCancel (${SAMPLES} samples each, ${CHUNK_MS} ms chunks; raw and weft interleaved sample by sample; piscina and workerpool terminate the worker, workerpool with workerTerminateTimeout 10 ms): p50 / p99 ms`);
+  const opens = { raw: cancelRaw, weft: () => cancelWeft() };
+  if (before) opens['weft (before)'] = () => cancelWeft(before.createRuntime);
+  const res = await interleaved(opens);
+  res.piscina = await cancelPiscina();
+  res.workerpool = await cancelWorkerpool();
+  for (const name of ['raw', 'weft', 'piscina', 'workerpool', ...(before ? ['weft (before)'] : [])]) {
+    const { ack, next } = res[name];
     console.log(
       `  ${name.padEnd(14)} cancel → stopped ${pct(ack, 50).toFixed(2)} / ${pct(ack, 99).toFixed(2)}   cancel → next done ${pct(next, 50).toFixed(2)} / ${pct(next, 99).toFixed(2)}`,
     );
