@@ -169,10 +169,11 @@ export interface WorkerOptions extends EndpointOptions {
    * `atomics: 'sync'` does; a faster wake-up for one request at a time). Idle means: every run
    * delivered has had its `done`, `error` or `cancelled` sent, no promise a message handler
    * returned is pending, and nothing else keeps the Worker's event loop alive (no ref'd timer,
-   * socket, file request or other port). A wait lasts at most 20 ms; work the Worker's event
-   * loop would run meanwhile that this check cannot see (an unref'd timer, a promise or
-   * `process.nextTick` callback queued after an idle run's last reply) waits until the next
-   * message or those 20 ms. false: the Worker always receives through its event loop.
+   * socket, file request or other port, and no `message` listener of the script's own on
+   * `parentPort`). A wait lasts at most 20 ms; work the Worker's event loop would run
+   * meanwhile that this check cannot see (an unref'd timer, a promise or `process.nextTick`
+   * callback queued after an idle run's last reply) waits until the next message or those
+   * 20 ms. false: the Worker always receives through its event loop.
    */
   atomics?: boolean;
 }

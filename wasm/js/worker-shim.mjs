@@ -117,10 +117,11 @@ if (!isMainThread && parentPort) {
     // says the worker waits. Once the worker is idle — every `run` delivered has had its
     // `done`, `error` or `cancelled` sent, no promise a handler returned is pending, and nothing
     // keeps the event loop alive (no ref'd timer, socket, file request or other port:
-    // `getActiveResourcesInfo()` lists this port alone) — it blocks in `Atomics.wait` from a
-    // microtask queued after the delivery, and reads what the host posts with
-    // `receiveMessageOnPort`: it wakes on a futex and stays in the same turn, instead of going
-    // through the event loop's async handle and a `message` event.
+    // `getActiveResourcesInfo()` lists this port alone; no `message` listener on parentPort but
+    // the shim's) — it blocks in `Atomics.wait` from a microtask queued after the delivery, and
+    // reads what the host posts with `receiveMessageOnPort`: it wakes on a futex and stays in
+    // the same turn, instead of going through the event loop's async handle and a `message`
+    // event.
     // A run in flight (a handler awaiting async work, a chunked run with its timers) keeps the
     // worker in its event loop, so a cancel arrives as before. A wait lasts at most WAIT_MS, and
     // then the worker returns to its event loop until its next run ends: what the check cannot
@@ -166,6 +167,8 @@ if (!isMainThread && parentPort) {
       if (running.size > 0 || pending > 0 || !ready) return;
       const res = process.getActiveResourcesInfo();
       if (res.length > 1 || (res.length === 1 && res[0] !== 'MessagePort')) return;
+      // A script listening on parentPort itself would miss what receiveMessageOnPort reads.
+      if (parentPort.listenerCount('message') !== 1) return;
       for (;;) {
         const seen = Atomics.load(wake, 0);
         const e = receiveMessageOnPort(parentPort);
