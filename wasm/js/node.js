@@ -53,9 +53,9 @@ function scriptUrl(specifier) {
 setWorkerFactory((specifier, options = {}) => {
   let w = null;
   let failed = null;
-  // The worker's idle wait (worker-shim.mjs, `atomics`): [0] counts the frames posted, [1] is
-  // 1 while the worker waits in Atomics.wait (only then is a notify needed).
-  const wake = options.atomics === false ? null : new Int32Array(new SharedArrayBuffer(8));
+  // The worker's idle wait (worker-shim.mjs, `atomics: true`; off by default): [0] counts the
+  // frames posted, [1] is 1 while the worker waits in Atomics.wait (only then is a notify needed).
+  const wake = options.atomics === true ? new Int32Array(new SharedArrayBuffer(8)) : null;
   try {
     w = new Worker(shim, { workerData: { script: scriptUrl(specifier), wake } });
     if (options.unref) w.unref();

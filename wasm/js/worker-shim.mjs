@@ -9,8 +9,8 @@
 // while handling a batch, or in one microtask, go out as one frame, held at most about 1 ms;
 // the first reply to a single message leaves at once; `close()` sends what is held first). As a child process it does not (one JSON message per
 // line, as the native hosts expect).
-// In a Worker opened with `atomics` (the default of `openWorker` in Node), an idle worker
-// waits for the host's next message in `Atomics.wait` (see the Worker branch below).
+// In a Worker opened with `atomics: true` (`openWorker` in Node; off by default), an idle
+// worker waits for the host's next message in `Atomics.wait` (see the Worker branch below).
 // As in a DOM Worker, a handler that throws is reported as an uncaught error (a rethrow from a
 // microtask: `process.on('uncaughtException')` sees it, else the worker dies with it) and the
 // other listeners, and the rest of a batch, still get their messages; `addEventListener`
@@ -112,8 +112,7 @@ if (!isMainThread && parentPort) {
     flush = b.flush;
     parentPort.on('message', b.receive);
   } else {
-    // The idle wait (`openWorker`'s `atomics`, on by default; what piscina's `atomics: 'sync'`
-    // does): the host bumps `wake[0]` after every frame it posts, and notifies when `wake[1]`
+    // The idle wait (`openWorker`'s `atomics: true`; what piscina's `atomics: 'sync'` does): the host bumps `wake[0]` after every frame it posts, and notifies when `wake[1]`
     // says the worker waits. Once the worker is idle — every `run` delivered has had its
     // `done`, `error` or `cancelled` sent, no promise a handler returned is pending, and nothing
     // keeps the event loop alive (no ref'd timer, socket, file request or other port:

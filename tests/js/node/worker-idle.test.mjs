@@ -1,11 +1,12 @@
-// The Node Worker's idle wait (worker-shim.mjs, `openWorker`'s `atomics`): an idle worker
+// The Node Worker's idle wait (worker-shim.mjs, `openWorker`'s `atomics: true`): an idle worker
 // blocks in `Atomics.wait` and reads the host's next message with `receiveMessageOnPort`.
 // These check what it must keep: a run in flight, a worker's own timers and a handler's work
 // after its reply keep the worker in its event loop, a cancel reaches a running job, and
-// `atomics: false` turns the wait off. Counts and outcomes only, no timing.
+// without `atomics: true` the worker never waits. Counts and outcomes only, no timing.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { createRuntime } from 'weft';
+import { scenarios } from '../scenarios.mjs';
 
 const script = new URL('../../workers/idle-wait.js', import.meta.url);
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
@@ -19,7 +20,7 @@ async function run(ep, op) {
 test('an idle worker reads the next run after its idle wait (one in flight)', async () => {
   const rt = createRuntime();
   try {
-    const ep = rt.openWorker(script);
+    const ep = rt.openWorker(script, { atomics: true });
     for (let i = 0; i < 30; i++) assert.equal(await run(ep, 'sum'), 4950);
     const { idleWakes } = await run(ep, 'stats');
     assert.ok(idleWakes > 0, `messages read after an idle wait: ${idleWakes}`);
@@ -28,12 +29,14 @@ test('an idle worker reads the next run after its idle wait (one in flight)', as
   }
 });
 
-test('atomics: false: the worker never waits idle', async () => {
+test('by default (and with atomics: false) the worker never waits idle', async () => {
   const rt = createRuntime();
   try {
-    const ep = rt.openWorker(script, { atomics: false });
-    for (let i = 0; i < 30; i++) assert.equal(await run(ep, 'sum'), 4950);
-    assert.equal((await run(ep, 'stats')).idleWakes, 0);
+    for (const options of [undefined, { atomics: false }]) {
+      const ep = rt.openWorker(script, options);
+      for (let i = 0; i < 30; i++) assert.equal(await run(ep, 'sum'), 4950);
+      assert.equal((await run(ep, 'stats')).idleWakes, 0);
+    }
   } finally {
     rt.close();
   }
@@ -42,7 +45,7 @@ test('atomics: false: the worker never waits idle', async () => {
 test("a run that keeps a timer completes; the worker's own interval keeps it out of the wait", async () => {
   const rt = createRuntime();
   try {
-    const ep = rt.openWorker(script);
+    const ep = rt.openWorker(script, { atomics: true });
     for (let i = 0; i < 5; i++) assert.equal(await run(ep, 'timer'), 'timer');
     const start = await run(ep, 'interval-start');
     for (let i = 0; i < 5; i++) {
@@ -61,7 +64,7 @@ test("a run that keeps a timer completes; the worker's own interval keeps it out
 test("a handler's work after its reply runs before the worker waits idle", async () => {
   const rt = createRuntime();
   try {
-    const ep = rt.openWorker(script);
+    const ep = rt.openWorker(script, { atomics: true });
     for (let i = 0; i < 10; i++) {
       assert.equal(await run(ep, 'async-after'), 'replied');
       assert.equal((await run(ep, 'stats')).after, true);
@@ -75,7 +78,7 @@ test("a handler's work after its reply runs before the worker waits idle", async
 test('a cancel reaches a running job of a worker that waited idle before', async () => {
   const rt = createRuntime();
   try {
-    const ep = rt.openWorker(script);
+    const ep = rt.openWorker(script, { atomics: true });
     for (let round = 0; round < 3; round++) {
       for (let i = 0; i < 10; i++) await run(ep, 'sum');
       const before = (await run(ep, 'stats')).idleWakes;
@@ -103,7 +106,7 @@ test('a cancel reaches a running job of a worker that waited idle before', async
 test('a run in flight keeps the worker out of the wait: its cancel arrives through the event loop', async () => {
   const rt = createRuntime();
   try {
-    const ep = rt.openWorker(script);
+    const ep = rt.openWorker(script, { atomics: true });
     for (let round = 0; round < 3; round++) {
       for (let i = 0; i < 10; i++) await run(ep, 'sum');
       // Async work the resource check cannot see (off-thread wasm compiles), no timers.
@@ -130,7 +133,7 @@ test('a run in flight keeps the worker out of the wait: its cancel arrives throu
 test('a script listening on parentPort itself gets every message (the worker does not wait idle)', async () => {
   const rt = createRuntime();
   try {
-    const ep = rt.openWorker(new URL('../../workers/idle-wait-port.js', import.meta.url));
+    const ep = rt.openWorker(new URL('../../workers/idle-wait-port.js', import.meta.url), { atomics: true });
     let last;
     for (let i = 0; i < 20; i++) last = await run(ep, 'any');
     // Its listener (registered after the shim's, so it runs after the handler) had seen the 19
@@ -141,3 +144,18 @@ test('a script listening on parentPort itself gets every message (the worker doe
     rt.close();
   }
 });
+
+// The job-runtime scenarios of jobs.test.mjs again, every Worker opened with `atomics: true`.
+const worker = (name) =>
+  name === 'diffusion'
+    ? new URL('../../../examples/diffusion/worker.js', import.meta.url)
+    : new URL(`../../workers/${name}.js`, import.meta.url);
+const withAtomics = (options) => {
+  const rt = createRuntime(options);
+  const open = rt.openWorker.bind(rt);
+  rt.openWorker = (specifier, o = {}) => open(specifier, { atomics: true, ...o });
+  return rt;
+};
+for (const [name, run] of Object.entries(scenarios)) {
+  test(`worker_threads, atomics: true: ${name}`, { timeout: 30_000 }, () => run({ createRuntime: withAtomics, worker }));
+}
