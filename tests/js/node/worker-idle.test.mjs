@@ -11,6 +11,17 @@ import { scenarios } from '../scenarios.mjs';
 const script = new URL('../../workers/idle-wait.js', import.meta.url);
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
+// Resolves once `job` has reported progress (it is running in the worker).
+const firstProgress = (job) =>
+  new Promise((resolve) => {
+    const stop = job.observe((d) => {
+      if (d.type === 'progress') {
+        stop();
+        resolve();
+      }
+    });
+  });
+
 async function run(ep, op) {
   const out = await ep.submit({ op }).wait();
   assert.equal(out.outcome, 'succeeded', JSON.stringify(out));
@@ -83,14 +94,7 @@ test('a cancel reaches a running job of a worker that waited idle before', async
       for (let i = 0; i < 10; i++) await run(ep, 'sum');
       const before = (await run(ep, 'stats')).idleWakes;
       const job = ep.submit({ op: 'loop' });
-      await new Promise((resolve) => {
-        const stop = job.observe((d) => {
-          if (d.type === 'progress') {
-            stop();
-            resolve();
-          }
-        });
-      });
+      await firstProgress(job);
       job.cancel();
       const out = await job.wait();
       assert.equal(out.outcome, 'cancelled');
@@ -111,14 +115,7 @@ test('a run in flight keeps the worker out of the wait: its cancel arrives throu
       for (let i = 0; i < 10; i++) await run(ep, 'sum');
       // Async work the resource check cannot see (off-thread wasm compiles), no timers.
       const job = ep.submit({ op: 'compile-loop' });
-      await new Promise((resolve) => {
-        const stop = job.observe((d) => {
-          if (d.type === 'progress') {
-            stop();
-            resolve();
-          }
-        });
-      });
+      await firstProgress(job);
       job.cancel();
       const out = await job.wait();
       assert.equal(out.outcome, 'cancelled');
