@@ -162,22 +162,6 @@ export interface WorkerOptions extends EndpointOptions {
   name?: string;
   /** Node only: do not keep the process alive for this Worker. */
   unref?: boolean;
-  /**
-   * Node only (browsers ignore it). false (the default): the Worker receives through its event
-   * loop. true: an idle Worker waits for its next message in `Atomics.wait` on a
-   * SharedArrayBuffer the host bumps after each post, and reads it with `receiveMessageOnPort`
-   * instead (what piscina's `atomics: 'sync'` does): a faster wake-up for one request at a time
-   * where waking a sleeping thread is slow (on the project's VM, in its slow-wake spells,
-   * 1.2-1.7x the rate one in flight); elsewhere it measured level at 1 thread and 5-30% slower
-   * with two Workers taking turns, hence off by default. Idle means: every run delivered has
-   * had its `done`, `error` or `cancelled` sent, no promise a message handler returned is
-   * pending, and nothing else keeps the Worker's event loop alive (no ref'd timer, socket, file
-   * request or other port, and no `message` listener of the script's own on `parentPort`). A
-   * wait lasts at most 20 ms; work the Worker's event loop would run meanwhile that this check
-   * cannot see (an unref'd timer, a promise or `process.nextTick` callback queued after an idle
-   * run's last reply) waits until the next message or those 20 ms.
-   */
-  atomics?: boolean;
 }
 
 /** Options of `Runtime.openRemote`: exactly one of `script` or `kind`. */

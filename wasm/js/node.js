@@ -53,11 +53,8 @@ function scriptUrl(specifier) {
 setWorkerFactory((specifier, options = {}) => {
   let w = null;
   let failed = null;
-  // The worker's idle wait (worker-shim.mjs, `atomics: true`; off by default): [0] counts the
-  // frames posted, [1] is 1 while the worker waits in Atomics.wait (only then is a notify needed).
-  const wake = options.atomics === true ? new Int32Array(new SharedArrayBuffer(8)) : null;
   try {
-    w = new Worker(shim, { workerData: { script: scriptUrl(specifier), wake } });
+    w = new Worker(shim, { workerData: { script: scriptUrl(specifier) } });
     if (options.unref) w.unref();
   } catch (err) {
     failed = { err };
@@ -68,15 +65,7 @@ setWorkerFactory((specifier, options = {}) => {
     w.on('messageerror', (err) => h.undecodable(`messageerror: ${err?.message ?? err}`));
     w.on('error', (err) => h.closed(`worker threw an uncaught error: ${err?.stack ?? err}`));
     w.on('exit', (code) => h.closed(`worker exited with code ${code}`));
-    const post =
-      wake === null
-        ? (m) => w.postMessage(m)
-        : (m) => {
-            w.postMessage(m);
-            Atomics.add(wake, 0, 1);
-            if (Atomics.load(wake, 1) !== 0) Atomics.notify(wake, 0, 1);
-          };
-    return { post, terminate: () => void w.terminate() };
+    return { post: (m) => w.postMessage(m), terminate: () => void w.terminate() };
   };
   connect.abandon = () => {
     if (!w) return;

@@ -16,8 +16,7 @@
 // Sections:
 //   burst     N small tasks submitted at once, 1 and 2 threads: ms per N, tasks/s
 //   serial    one in flight (submit, await, next), 1 and 2 threads (round robin; "weft idle-first":
-//             the endpoint with the fewest in flight, as the pools schedule; "weft atomics": Workers
-//             opened with `atomics: true`, the idle wait in Atomics.wait)
+//             the endpoint with the fewest in flight, as the pools schedule)
 //   startup   a fresh `node` process: `import` of the library → first result (and import alone)
 //   cancel    cancel → evidence that the run stopped (2 ms chunks) and cancel → next task done
 //             on the same endpoint/pool, p50/p99 (raw, weft and weft (before) sample by sample
@@ -139,10 +138,10 @@ function workerpoolPool(threads, extra = {}, script = path('./workers/workerpool
 // `idleFirst`: each task goes to the first endpoint with the fewest tasks in flight (counted
 // here, by the caller: what piscina's and workerpool's schedulers do inside), not round robin —
 // with one in flight always the same endpoint.
-function weftPool(threads, script = here('./workers/weft-task.js'), create = createRuntime, idleFirst = false, options = {}) {
+function weftPool(threads, script = here('./workers/weft-task.js'), create = createRuntime, idleFirst = false) {
   const rt = create();
   const eps = [];
-  for (let t = 0; t < threads; t++) eps.push(rt.openWorker(script, options));
+  for (let t = 0; t < threads; t++) eps.push(rt.openWorker(script));
   const busy = new Array(threads).fill(0);
   const pick = (i) => {
     if (!idleFirst) return i % threads;
@@ -179,8 +178,6 @@ const contenders = {
   'workerpool thread+min': (t) => workerpoolPool(t, { workerType: 'thread', minWorkers: t }),
   weft: (t) => weftPool(t),
   'weft idle-first': (t) => weftPool(t, undefined, createRuntime, true),
-  // The Worker's idle wait in Atomics.wait (`openWorker`'s `atomics: true`, off by default).
-  'weft atomics': (t) => weftPool(t, undefined, createRuntime, false, { atomics: true }),
 };
 if (before) contenders['weft (before)'] = (t) => weftPool(t, undefined, before.createRuntime);
 // `--with raw,weft` runs only those contenders in the burst and one-in-flight sections.
