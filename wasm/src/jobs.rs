@@ -141,7 +141,22 @@ const leaf = (x) => {
     default: return 8;
   }
 };
-export function readReply(m, limit, out) {
+// `readReply`'s numbers go into six f64s of the calling module's memory at `at`, through one
+// view kept between calls (not a typed array made per call), made again when that memory grew
+// (its old buffer is detached: the view's length is 0) or another module calls (two modules
+// share this file: `weft` and `weft/apps` in one page).
+let scratchMem = null;
+let scratchAt = -1;
+let scratch = new Float64Array(0);
+export function readReply(m, limit, mem, at) {
+  if (scratch.length === 0 || mem !== scratchMem || at !== scratchAt) {
+    scratchMem = mem;
+    scratchAt = at;
+    scratch = new Float64Array(mem.buffer, at, 6);
+  }
+  return readReplyInto(m, limit, scratch);
+}
+function readReplyInto(m, limit, out) {
   out[0] = -1;
   if (typeof m !== 'object' || m === null || Array.isArray(m) || ArrayBuffer.isView(m) || m instanceof ArrayBuffer) return undefined;
   const kind = KINDS.indexOf(m.type);
@@ -183,7 +198,7 @@ export function readBatch(list, limit, out) {
   const o = [0, 0, 0, 0, 0, 0];
   for (let i = 0; i < n; i++) {
     const m = list[i];
-    const v = readReply(m, limit, o);
+    const v = readReplyInto(m, limit, o);
     // A batch inside is read field by field (the core refuses it).
     if (o[0] === 8) o[0] = -1;
     for (let k = 0; k < 6; k++) out[6 * i + k] = o[k];
@@ -236,8 +251,9 @@ extern "C" {
         b: &JsValue,
         c: &JsValue,
     ) -> u32;
+    /// Reads `msg` (see there), its six numbers written at `at` in this module's `memory`.
     #[wasm_bindgen(js_name = readReply)]
-    fn read_reply(msg: &JsValue, limit: f64, out: &mut [f64]) -> JsValue;
+    fn read_reply(msg: &JsValue, limit: f64, memory: &JsValue, at: u32) -> JsValue;
     #[wasm_bindgen(js_name = readBatch)]
     fn read_batch(list: &JsValue, limit: f64, out: &mut [f64]) -> Vec<JsValue>;
     #[wasm_bindgen(js_name = outBatch)]
@@ -313,12 +329,29 @@ fn batch_payload(raw: JsValue, list: JsValue, len: f64, limit: usize) -> Js {
     }))
 }
 
+/// Where `readReply` writes a message's six numbers: a buffer of this module's memory that
+/// JS writes through one view kept between calls (a typed array made per call, as a `&mut
+/// [f64]` argument makes, was ~70 ns of each message), and the memory itself.
+struct ReplyScratch {
+    numbers: std::cell::Cell<[f64; 6]>,
+    memory: JsValue,
+}
+
+thread_local! {
+    static REPLY: ReplyScratch = ReplyScratch {
+        numbers: std::cell::Cell::new([0.0; 6]),
+        memory: wasm_bindgen::memory(),
+    };
+}
+
 /// A worker's message as the core's payload: read in one JS call when it has the usual shape
 /// (see `readReply`), field by field otherwise.
 /// `spare`: a box left by an earlier message, reused (no allocation per message).
 fn reply_payload(msg: JsValue, limit: usize, spare: &mut Option<Box<Msg>>) -> Js {
-    let mut out = [0.0f64; 6];
-    let v = read_reply(&msg, limit as f64, &mut out);
+    let (v, out) = REPLY.with(|r| {
+        let v = read_reply(&msg, limit as f64, &r.memory, r.numbers.as_ptr() as u32);
+        (v, r.numbers.get())
+    });
     let Some(&kind) = usize::try_from(out[0] as i64)
         .ok()
         .and_then(|k| KINDS.get(k))

@@ -571,3 +571,78 @@ test('a real Worker: an input postMessage cannot copy throws DataCloneError and 
   await job.wait();
   rt.dispose();
 });
+
+// Both WebAssembly modules that hold a job registry (the jobs-only one of `import 'weft'` in a
+// browser, the apps one) run their registries in one page once `loadApps()` has loaded the
+// second, and their glue shares one JS file: a worker's message read for one module must land
+// in that module's memory, also after either memory grew (readReply in wasm/src/jobs.rs).
+test('two modules’ registries read their workers’ replies into their own memory', async () => {
+  const { Runtime } = await import('weft');
+  const dir = new URL('./', import.meta.resolve('weft'));
+  const jobsGlue = await import(new URL('weft_jobs.js', dir).href);
+  jobsGlue.initSync({ module: readFileSync(new URL('weft_jobs_bg.wasm', dir)) });
+  const a = createRuntime();
+  const b = new Runtime({ core: new jobsGlue.JobRegistry() });
+  const open = (rt, label) => {
+    let h;
+    const ep = rt.openEndpoint(
+      (handlers) => {
+        h = handlers;
+        return { post() {}, terminate() {} };
+      },
+      { hello: 'skip', label },
+    );
+    return { ep, reply: (m) => h.message(m) };
+  };
+  const ea = open(a, 'apps module');
+  const eb = open(b, 'jobs module');
+  // Wire ids are per endpoint: 1, 2, ... in submission order.
+  for (let round = 0; round < 3; round++) {
+    const ja = [];
+    const jb = [];
+    for (let i = 0; i < 200; i++) {
+      ja.push(ea.ep.submit({ i }));
+      jb.push(eb.ep.submit({ i }));
+    }
+    const wa = ja.map((j) => j.wait());
+    const wb = jb.map((j) => j.wait());
+    for (let i = 0; i < 200; i++) {
+      const id = round * 200 + i + 1;
+      ea.reply({ id, type: 'progress', value: i / 200 });
+      eb.reply({ id, type: 'progress', value: -i });
+      ea.reply({ id, type: 'done', value: 1000 + i });
+      eb.reply({ id, type: 'error', message: `b${i}`, code: 'E_B' });
+    }
+    const [ra, rb] = [await Promise.all(wa), await Promise.all(wb)];
+    for (let i = 0; i < 200; i++) {
+      assert.deepEqual(ra[i], { outcome: 'succeeded', value: 1000 + i });
+      assert.equal(rb[i].outcome, 'failed');
+      assert.equal(rb[i].message, `b${i}`);
+      assert.equal(rb[i].code, 'E_B');
+      const progress = jb[i].journal().find((e) => e.type === 'progress');
+      assert.equal(progress.value, -i);
+      assert.equal(ja[i].journal().find((e) => e.type === 'progress').value, i / 200);
+    }
+  }
+  // One module's messages in a row while its memory grows (long error messages are copied
+  // into it): each is read into the grown memory, not into the old buffer.
+  const grown = [];
+  for (let i = 0; i < 40; i++) grown.push(eb.ep.submit({ i }));
+  const waits = grown.map((j) => j.wait());
+  const memory = (glue) => glue.initSync({ module: readFileSync(new URL('weft_jobs_bg.wasm', dir)) }).memory.buffer.byteLength;
+  const before = memory(jobsGlue);
+  for (let i = 0; i < 40; i++) {
+    eb.reply({ id: 601 + i, type: 'progress', value: 7 + i });
+    eb.reply({ id: 601 + i, type: 'error', message: String(i).padEnd(1 << 18, '.') });
+  }
+  assert.ok(memory(jobsGlue) > before, 'the jobs module’s memory grew');
+  const outs = await Promise.all(waits);
+  for (let i = 0; i < 40; i++) {
+    assert.equal(outs[i].outcome, 'failed');
+    assert.equal(outs[i].message.length, 1 << 18);
+    assert.equal(parseInt(outs[i].message, 10), i);
+    assert.equal(grown[i].journal().find((e) => e.type === 'progress').value, 7 + i);
+  }
+  a.dispose();
+  b.dispose();
+});
