@@ -69,6 +69,11 @@ export function outWait(wait, job, end, outcome) {
   if (outcome !== undefined) { o.outcome = outcome.outcome; o.result = outcome; }
   return o;
 }
+// `outWait` of a success and its outcome (`mkOutcome`'s) in one call: a job's usual end.
+export function outWaitSucceeded(wait, job, value, num) {
+  const result = { outcome: 'succeeded', value: num === undefined ? value : num };
+  return { output: 'wait_settled', wait, job, end: 'finished', outcome: 'succeeded', result };
+}
 export function outJob(kind, job, outcome, owner) {
   switch (kind) {
     case 0: return { output: 'job_finished', job, outcome: KIND[outcome] };
@@ -219,6 +224,9 @@ extern "C" {
     ) -> JsValue;
     #[wasm_bindgen(js_name = outWait)]
     fn out_wait(wait: f64, job: f64, end: u32, outcome: &JsValue) -> JsValue;
+    /// A `wait_settled` of a job that succeeded, with its outcome (`num`: a numeric value).
+    #[wasm_bindgen(js_name = outWaitSucceeded)]
+    fn out_wait_succeeded(wait: f64, job: f64, value: &JsValue, num: Option<f64>) -> JsValue;
     #[wasm_bindgen(js_name = outJob)]
     fn out_job(kind: u32, job: f64, outcome: u32, owner: &JsValue) -> JsValue;
     #[wasm_bindgen(js_name = mkOutcome)]
@@ -1404,25 +1412,41 @@ impl JobRegistry {
                 let (code, outcome) = match end {
                     // The record may be released already (closing an owner releases its
                     // jobs in the same call): the wait then settles with the outcome's kind.
-                    WaitEnd::Finished(kind) => (
-                        0,
-                        self.inner
-                            .held_outcome(job)
-                            .map(outcome_js)
-                            .unwrap_or_else(|| {
-                                mk_outcome(
-                                    kind_code(kind),
-                                    &none,
-                                    None,
-                                    None,
-                                    None,
-                                    false,
-                                    0,
-                                    0.0,
-                                    None,
-                                )
-                            }),
-                    ),
+                    WaitEnd::Finished(kind) => match self.inner.held_outcome(job) {
+                        // A success (a job's usual end): the output and its outcome in one
+                        // call, a number passed as one.
+                        Some(Outcome::Succeeded { value: Js::Num(n) }) => {
+                            return out_wait_succeeded(
+                                wait.0 as f64,
+                                job.0 as f64,
+                                &none,
+                                Some(*n),
+                            );
+                        }
+                        Some(Outcome::Succeeded { value }) => {
+                            return out_wait_succeeded(
+                                wait.0 as f64,
+                                job.0 as f64,
+                                &value.to_js(),
+                                None,
+                            );
+                        }
+                        Some(o) => (0, outcome_js(o)),
+                        None => (
+                            0,
+                            mk_outcome(
+                                kind_code(kind),
+                                &none,
+                                None,
+                                None,
+                                None,
+                                false,
+                                0,
+                                0.0,
+                                None,
+                            ),
+                        ),
+                    },
                     WaitEnd::TimedOut => (1, none),
                     WaitEnd::Cancelled => (2, none),
                 };
