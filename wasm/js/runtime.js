@@ -1020,6 +1020,15 @@ export class Endpoint {
   }
 }
 
+// `Job.wait`'s promise executor, shared: it hands the settlers over through these (the
+// executor runs synchronously inside the Promise constructor, which calls nothing else).
+let takenResolve = null;
+let takenReject = null;
+function takeSettlers(resolve, reject) {
+  takenResolve = resolve;
+  takenReject = reject;
+}
+
 /** A pending `Job.wait`: settled by the core's `wait_settled` output (or by its abort signal's cancelWait). */
 class WaitEntry {
   constructor(rt, resolve, reject, signal, timeoutMs) {
@@ -1121,13 +1130,18 @@ export class Job {
     if (signal?.aborted) {
       return Promise.reject(new WeftError(WAIT_CANCELLED, 'the wait was cancelled', { cause: signal.reason }));
     }
-    return new Promise((resolve, reject) => {
-      try {
-        rt._wait(this.id, timeoutMs, resolve, reject, signal);
-      } catch (err) {
-        reject(err);
-      }
-    });
+    // The promise's settlers are taken by a shared executor (no closure per wait), then the
+    // wait is registered as it was inside one: a refusal rejects the promise.
+    const promise = new Promise(takeSettlers);
+    const resolve = takenResolve;
+    const reject = takenReject;
+    takenResolve = takenReject = null;
+    try {
+      rt._wait(this.id, timeoutMs, resolve, reject, signal);
+    } catch (err) {
+      reject(err);
+    }
+    return promise;
   }
 
   /**
