@@ -10,26 +10,34 @@ export function percentiles(xs) {
   return { n: s.length, p50: at(50), p99: at(99), max: s.at(-1) };
 }
 
+/** One weft sample on endpoint `ep` (a diffusion worker): submits a run of `chunkMs` chunks,
+ * waits until it reports progress, then a random part of two chunks, and cancels it.
+ * `t0`: when `cancel()` was called; `ack`: ms from it to the outcome; `out`: the outcome. */
+export async function cancelRunning(ep, chunkMs = CHUNK_MS) {
+  const job = ep.submit({ points: 400, simTime: 50, chunkMs });
+  await new Promise((resolve) => {
+    const stop = job.observe((d) => {
+      if (d.type === 'progress') {
+        stop();
+        resolve();
+      }
+    });
+  });
+  await sleep(Math.random() * 2 * chunkMs);
+  const t0 = performance.now();
+  job.cancel();
+  const out = await job.wait();
+  return { t0, ack: performance.now() - t0, out };
+}
+
 /** weft: cancel() → outcome `cancelled` (acknowledged by the worker at its next chunk boundary). */
 export async function measureWeft(createRuntime, diffusionUrl, samples) {
   const rt = createRuntime();
   const ep = rt.openWorker(diffusionUrl);
   const lat = [];
   for (let i = 0; i < samples; i++) {
-    const job = ep.submit({ points: 400, simTime: 50, chunkMs: CHUNK_MS });
-    await new Promise((resolve) => {
-      const stop = job.observe((d) => {
-        if (d.type === 'progress') {
-          stop();
-          resolve();
-        }
-      });
-    });
-    await sleep(Math.random() * 2 * CHUNK_MS);
-    const t0 = performance.now();
-    job.cancel();
-    const out = await job.wait();
-    lat.push(performance.now() - t0);
+    const { ack, out } = await cancelRunning(ep);
+    lat.push(ack);
     if (out.evidence !== 'acknowledged') throw new Error(`unexpected outcome ${JSON.stringify(out)}`);
   }
   rt.close();

@@ -35,6 +35,7 @@ import * as Comlink from 'comlink';
 import nodeEndpoint from 'comlink/dist/esm/node-adapter.mjs';
 import Piscina from 'piscina';
 import workerpool from 'workerpool';
+import { cancelRunning } from './cancel-core.mjs';
 
 const args = process.argv.slice(2);
 const flag = (name, dflt) => {
@@ -336,23 +337,10 @@ async function cancelWeft(create = createRuntime) {
   await ep.submit({ points: 20, simTime: 0.0001 }).wait();
   return {
     async sample() {
-      const job = ep.submit({ points: 400, simTime: 50, chunkMs: CHUNK_MS });
-      await new Promise((resolve) => {
-        const stop = job.observe((d) => {
-          if (d.type === 'progress') {
-            stop();
-            resolve();
-          }
-        });
-      });
-      await sleep(Math.random() * 2 * CHUNK_MS);
-      const t0 = performance.now();
-      job.cancel();
-      const out = await job.wait();
-      const t1 = performance.now();
+      const { t0, ack, out } = await cancelRunning(ep, CHUNK_MS);
       if (out.evidence !== 'acknowledged') throw new Error(`weft cancel: ${JSON.stringify(out)}`);
       await ep.submit({ points: 20, simTime: 0.0001 }).wait();
-      return { ack: t1 - t0, next: performance.now() - t0 };
+      return { ack, next: performance.now() - t0 };
     },
     close: () => rt.close(),
   };
