@@ -10,7 +10,9 @@
 //!
 //! The roots are generated on disk (a template task spawned through the CLI, copied under new
 //! ids with the parent's `spawned[]`, routing markers, `graph.json` entries and metathread
-//! records a spawn writes), not spawned one by one.
+//! records a spawn writes), not spawned one by one; all of them before the first timed spawn,
+//! which then go round the sizes (one per size per round), so that every size sees the disk in
+//! the same state. The raw fsync rate is one figure for the whole run.
 //!
 //! `--harness PATH` (optional; the benchmark runs without it) also drives dev-centr/harness's
 //! CLI (`PATH spawn ROOT --parent=coordinator --type=task --title=ID`, one process per spawn,
@@ -238,35 +240,64 @@ fn main() {
         );
     }
     println!();
-    for &n in &sizes {
-        let root = dir.join(format!("root-{n}"));
-        generate(&bin, &root, n);
-        let (lazy, full) = opens(&root, &n.to_string());
-        let r = root.to_str().expect("utf-8 path");
-        let h_root = dir.join(format!("harness-root-{n}"));
-        if let Some(h) = &harness {
-            generate_harness(h, &h_root, n);
-        }
-        let hr = h_root.to_str().expect("utf-8 path");
-        // Interleaved with the raw probe (and the harness), so all see the same disk.
-        let (mut t, mut raw_n, mut raw_t, mut ht) = (0.0f64, 0usize, 0.0f64, 0.0f64);
-        for i in 0..spawns {
-            if i % 10 == 0 {
-                let k = 40;
-                let rate = raw_fsync_rate(&dir, k, 200).expect("raw fsync probe");
-                raw_n += k;
-                raw_t += k as f64 / rate;
+    // Every root is generated first, then the spawns go round the sizes (one per size per
+    // round, the order rotating), so that every size sees the same disk: on this kind of VM
+    // creating inodes is slow for minutes after many were freed or made, and measuring the
+    // sizes one after another (each just after growing its root) charged that to the last.
+    struct Row {
+        n: usize,
+        root: PathBuf,
+        h_root: PathBuf,
+        lazy: (u64, u64, u64),
+        full: (u64, u64, u64),
+        t: f64,
+        ht: f64,
+    }
+    let mut rows: Vec<Row> = sizes
+        .iter()
+        .map(|&n| {
+            let root = dir.join(format!("root-{n}"));
+            generate(&bin, &root, n);
+            let (lazy, full) = opens(&root, &n.to_string());
+            let h_root = dir.join(format!("harness-root-{n}"));
+            if let Some(h) = &harness {
+                generate_harness(h, &h_root, n);
             }
-            let id = format!("cli-{i:05}");
+            Row {
+                n,
+                root,
+                h_root,
+                lazy,
+                full,
+                t: 0.0,
+                ht: 0.0,
+            }
+        })
+        .collect();
+    // Interleaved with the raw probe (and the harness), so all see the same disk.
+    let (mut raw_n, mut raw_t) = (0usize, 0.0f64);
+    for i in 0..spawns {
+        if i % 10 == 0 {
+            let k = 40;
+            let rate = raw_fsync_rate(&dir, k, 200).expect("raw fsync probe");
+            raw_n += k;
+            raw_t += k as f64 / rate;
+        }
+        let id = format!("cli-{i:05}");
+        let count = rows.len();
+        for j in 0..count {
+            let row = &mut rows[(i + j) % count];
+            let r = row.root.to_str().expect("utf-8 path");
             let weft_spawn = || {
                 let start = Instant::now();
                 run(&bin, &["actors", "spawn", r, "--id", &id, "--json"]);
                 start.elapsed().as_secs_f64()
             };
             let Some(h) = &harness else {
-                t += weft_spawn();
+                row.t += weft_spawn();
                 continue;
             };
+            let hr = row.h_root.to_str().expect("utf-8 path");
             let title = format!("--title={id}");
             let harness_spawn = || {
                 let start = Instant::now();
@@ -276,40 +307,53 @@ fn main() {
             };
             // Alternate who goes first, so neither always follows the other's writes.
             if i % 2 == 0 {
-                t += weft_spawn();
-                ht += harness_spawn();
+                row.t += weft_spawn();
+                row.ht += harness_spawn();
             } else {
-                ht += harness_spawn();
-                t += weft_spawn();
+                row.ht += harness_spawn();
+                row.t += weft_spawn();
             }
         }
+    }
+    for row in &rows {
         print!(
             "{:>8}  {:>12.1}  {:>10.2}  {:>10}  {:>11}  {:>10}  {:>11}  {:>12}  {:>12}  {:>14.0}",
-            n,
-            spawns as f64 / t,
-            1000.0 * t / spawns as f64,
-            lazy.0,
-            lazy.1,
-            full.0,
-            full.1,
-            lazy.2,
-            full.2,
+            row.n,
+            spawns as f64 / row.t,
+            1000.0 * row.t / spawns as f64,
+            row.lazy.0,
+            row.lazy.1,
+            row.full.0,
+            row.full.1,
+            row.lazy.2,
+            row.full.2,
             raw_n as f64 / raw_t
         );
         if harness.is_some() {
             print!(
                 "  {:>16.1}  {:>16.2}  {:>13.2}",
-                spawns as f64 / ht,
-                1000.0 * ht / spawns as f64,
-                ht / t
+                spawns as f64 / row.ht,
+                1000.0 * row.ht / spawns as f64,
+                row.ht / row.t
             );
         }
         println!();
-        if keep {
-            continue;
+    }
+    if let (Some(first), Some(last)) = (rows.first(), rows.last())
+        && rows.len() > 1
+    {
+        println!(
+            "CLI rate at {} nodes ÷ at {} nodes: {:.2} (target: within 20%)",
+            last.n,
+            first.n,
+            first.t / last.t
+        );
+    }
+    if !keep {
+        for row in &rows {
+            let _ = std::fs::remove_dir_all(&row.root);
+            let _ = std::fs::remove_dir_all(&row.h_root);
         }
-        let _ = std::fs::remove_dir_all(&root);
-        let _ = std::fs::remove_dir_all(&h_root);
     }
     if !keep {
         let _ = std::fs::remove_dir_all(&dir);
