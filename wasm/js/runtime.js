@@ -719,21 +719,24 @@ export class Runtime {
     // Listening to the signal first: its `addEventListener` may be user code that calls into
     // this runtime, which must not run between the call below and the carrying-out of its
     // batch (#out). An abort before the wait exists is applied once it does.
-    const entry = new WaitEntry(this, resolve, reject, signal, timeoutMs);
+    // A plain wait (no signal, no timeout) can only end `finished`, which resolves: its entry
+    // is its `resolve` alone (no WaitEntry per wait); `cancelWait` is called only by a signal.
+    const plain = !signal && (timeoutMs === undefined || timeoutMs === null);
+    const entry = plain ? resolve : new WaitEntry(this, resolve, reject, signal, timeoutMs);
     let waitId;
     if (this.#fused()) {
       let r;
       try {
         r = reg.waitPump(now, job, timeoutMs, this.#interest(), this.#out);
       } catch (err) {
-        entry.unlisten();
+        if (!plain) entry.unlisten();
         this._pump();
         throw err;
       }
       // As in `_submit`: the wait's id alone, or NaN and the batch in #out.
       const idle = r === r;
       waitId = idle ? r : this.#out[0];
-      entry.waitId = waitId;
+      if (!plain) entry.waitId = waitId;
       this.#waits.set(waitId, entry);
       if (idle) this.#pumpedIdle();
       else this.#pumpBatched(this.#out, 1);
@@ -741,10 +744,10 @@ export class Runtime {
       try {
         waitId = reg.wait(now, job, timeoutMs);
       } catch (err) {
-        entry.unlisten();
+        if (!plain) entry.unlisten();
         throw err;
       }
-      entry.waitId = waitId;
+      if (!plain) entry.waitId = waitId;
       this.#waits.set(waitId, entry);
       this._pump();
     }
@@ -789,7 +792,9 @@ export class Runtime {
         const w = this.#waits.get(o.wait);
         if (!w) break;
         this.#waits.delete(o.wait);
-        w.settle(o);
+        // A plain wait's entry is its `resolve` (it ends `finished` only: see `_wait`).
+        if (typeof w === 'function') w(o.result ?? { outcome: o.outcome });
+        else w.settle(o);
         break;
       }
       case 'observed':
@@ -1029,6 +1034,9 @@ function takeSettlers(resolve, reject) {
   takenReject = reject;
 }
 
+// `Job.wait`'s options when it is given none.
+const NO_OPTIONS = Object.freeze({});
+
 /** A pending `Job.wait`: settled by the core's `wait_settled` output (or by its abort signal's cancelWait). */
 class WaitEntry {
   constructor(rt, resolve, reject, signal, timeoutMs) {
@@ -1125,7 +1133,9 @@ export class Job {
    * Resolves with the terminal outcome. Aborting `signal` or reaching `timeoutMs` rejects
    * (codes WAIT_CANCELLED / WAIT_TIMED_OUT) and leaves the job running.
    */
-  wait({ signal, timeoutMs } = {}) {
+  wait(options) {
+    // No options object made per call when there are none (as the `= {}` default would).
+    const { signal, timeoutMs } = options === undefined ? NO_OPTIONS : options;
     const rt = this.#rt;
     if (signal?.aborted) {
       return Promise.reject(new WeftError(WAIT_CANCELLED, 'the wait was cancelled', { cause: signal.reason }));
