@@ -18,6 +18,13 @@ fn caps(input: bool, cancel_ack: bool) -> Capabilities {
     }
 }
 
+/// Submits `payload` for owner "a" on `ep` at `ms`: the job's id.
+fn submit(reg: &mut Registry<Value>, ms: u64, ep: EndpointId, payload: Value) -> JobId {
+    reg.submit(Mono::from_ms(ms), Submit::new("a", ep, payload))
+        .unwrap()
+        .job
+}
+
 fn endpoint(reg: &mut Registry<Value>, owner: &str, c: Capabilities) -> EndpointId {
     let mut spec = EndpointSpec::new(owner, "test");
     spec.hello = Hello::Declared(c);
@@ -29,10 +36,7 @@ fn endpoint(reg: &mut Registry<Value>, owner: &str, c: Capabilities) -> Endpoint
 fn late_done_after_acknowledged_cancel_is_evidence_not_completion() {
     let mut reg = Registry::default();
     let ep = endpoint(&mut reg, "app", caps(false, true));
-    let job = reg
-        .submit(Mono::from_ms(0), Submit::new("a", ep, json!(1)))
-        .unwrap()
-        .job;
+    let job = submit(&mut reg, 0, ep, json!(1));
     assert_eq!(
         reg.cancel(Mono::from_ms(5), job, "user").unwrap(),
         CancelStatus::Requested { ack_expected: true }
@@ -736,10 +740,7 @@ fn watched_journals_are_reported_once_per_change_in_id_order() {
 fn an_endpoint_keeps_the_jobs_of_recent_and_held_runs_only() {
     let mut reg = Registry::default();
     let ep = endpoint(&mut reg, "app", caps(false, true));
-    let long = reg
-        .submit(Mono::from_ms(0), Submit::new("a", ep, json!(0)))
-        .unwrap()
-        .job;
+    let long = submit(&mut reg, 0, ep, json!(0));
     let n = 5_000u64;
     let mut last = long;
     for i in 0..n {
@@ -973,21 +974,12 @@ fn withdrawing_is_refused_once_the_run_is_not_just_sent() {
     spec.hello = Hello::Declared(caps(true, true));
     spec.max_concurrent = Some(1);
     let ep = reg.open_endpoint(Mono::from_ms(0), spec);
-    let a = reg
-        .submit(Mono::from_ms(1), Submit::new("a", ep, json!(1)))
-        .unwrap()
-        .job;
+    let a = submit(&mut reg, 1, ep, json!(1));
     // Not drained yet: the withdrawal takes the send back.
     reg.withdraw_unposted(Mono::from_ms(1), a).unwrap();
     assert_eq!(reg.drain_outputs().count(), 0);
-    let a = reg
-        .submit(Mono::from_ms(1), Submit::new("a", ep, json!(1)))
-        .unwrap()
-        .job;
-    let b = reg
-        .submit(Mono::from_ms(1), Submit::new("a", ep, json!(2)))
-        .unwrap()
-        .job;
+    let a = submit(&mut reg, 1, ep, json!(1));
+    let b = submit(&mut reg, 1, ep, json!(2));
     let _ = reg.drain_outputs().count();
     let refused = |reg: &mut Registry<Value>, job| {
         let recorded = reg.events_recorded();
@@ -1022,14 +1014,8 @@ fn withdrawing_is_refused_once_the_run_is_not_just_sent() {
     let mut spec = EndpointSpec::new("app", "two");
     spec.hello = Hello::Declared(caps(true, true));
     let ep2 = reg.open_endpoint(Mono::from_ms(0), spec);
-    let c = reg
-        .submit(Mono::from_ms(4), Submit::new("a", ep2, json!(3)))
-        .unwrap()
-        .job;
-    let d = reg
-        .submit(Mono::from_ms(4), Submit::new("a", ep2, json!(4)))
-        .unwrap()
-        .job;
+    let c = submit(&mut reg, 4, ep2, json!(3));
+    let d = submit(&mut reg, 4, ep2, json!(4));
     let _ = reg.drain_outputs().count();
     refused(&mut reg, c);
     reg.withdraw_unposted(Mono::from_ms(4), d).unwrap();
@@ -1046,10 +1032,7 @@ fn withdrawing_is_refused_once_the_run_is_not_just_sent() {
 fn withdrawals_behind_a_held_record_reissue_the_ids() {
     let mut reg: Registry<Value> = Registry::default();
     let ep = batching_endpoint(&mut reg);
-    let a = reg
-        .submit(Mono::from_ms(1), Submit::new("a", ep, json!(1)))
-        .unwrap()
-        .job;
+    let a = submit(&mut reg, 1, ep, json!(1));
     let _ = reg.drain_outputs().count();
     reg.on_message(
         Mono::from_ms(2),
@@ -1061,20 +1044,14 @@ fn withdrawals_behind_a_held_record_reissue_the_ids() {
     let _ = reg.drain_outputs().count();
     let recorded = reg.events_recorded();
     for _ in 0..3 {
-        let b = reg
-            .submit(Mono::from_ms(3), Submit::new("a", ep, json!(2)))
-            .unwrap()
-            .job;
+        let b = submit(&mut reg, 3, ep, json!(2));
         assert_eq!(b, JobId(a.0 + 1));
         let _ = reg.drain_outputs().count();
         reg.withdraw_unposted(Mono::from_ms(3), b).unwrap();
         reg.flush_sends();
         assert_eq!(reg.events_recorded(), recorded);
     }
-    let c = reg
-        .submit(Mono::from_ms(4), Submit::new("a", ep, json!(3)))
-        .unwrap()
-        .job;
+    let c = submit(&mut reg, 4, ep, json!(3));
     let sent: Vec<Value> = reg.drain_outputs().map(|o| o.to_json()).collect();
     assert_eq!(sent.len(), 1);
     assert_eq!(sent[0]["message"]["id"], json!(2), "{sent:?}");
@@ -1105,10 +1082,7 @@ fn withdrawing_an_unposted_input_leaves_the_job_as_before() {
         } else {
             endpoint(&mut reg, "app", caps(true, true))
         };
-        let job = reg
-            .submit(Mono::from_ms(1), Submit::new("a", ep, json!(1)))
-            .unwrap()
-            .job;
+        let job = submit(&mut reg, 1, ep, json!(1));
         // Heard from: the wire is idle again, a run would leave at once.
         reg.on_message(
             Mono::from_ms(2),
@@ -1205,10 +1179,7 @@ fn withdrawing_an_unposted_input_leaves_the_job_as_before() {
 fn withdrawing_an_input_is_refused_once_it_is_not_just_sent() {
     let mut reg: Registry<Value> = Registry::default();
     let ep = batching_endpoint(&mut reg);
-    let a = reg
-        .submit(Mono::from_ms(1), Submit::new("a", ep, json!(1)))
-        .unwrap()
-        .job;
+    let a = submit(&mut reg, 1, ep, json!(1));
     let _ = reg.drain_outputs().count();
     let refused = |reg: &mut Registry<Value>, job, id: &str| {
         let recorded = reg.events_recorded();
@@ -1219,10 +1190,7 @@ fn withdrawing_an_input_is_refused_once_it_is_not_just_sent() {
         assert_eq!(reg.endpoint(ep).unwrap().frames(), frames);
     };
     // A second run is held for the batch: an input would leave with it.
-    let b = reg
-        .submit(Mono::from_ms(1), Submit::new("a", ep, json!(2)))
-        .unwrap()
-        .job;
+    let b = submit(&mut reg, 1, ep, json!(2));
     assert!(!reg.input_withdrawable(a));
     let i = reg.send_input(Mono::from_ms(1), a, None, json!(0)).unwrap();
     assert_eq!(
@@ -1271,10 +1239,7 @@ fn withdrawing_an_input_is_refused_once_it_is_not_just_sent() {
     let mut reg: Registry<Value> = Registry::default();
     reg.set_journal_window(Some(1));
     let ep = endpoint(&mut reg, "app", caps(true, true));
-    let j = reg
-        .submit(Mono::from_ms(1), Submit::new("a", ep, json!(1)))
-        .unwrap()
-        .job;
+    let j = submit(&mut reg, 1, ep, json!(1));
     assert!(reg.input_withdrawable(j));
     let i = reg.send_input(Mono::from_ms(1), j, None, json!(0)).unwrap();
     reg.withdraw_unposted_input(j, &i).unwrap();
@@ -1292,10 +1257,7 @@ fn withdrawing_an_input_is_refused_once_it_is_not_just_sent() {
 fn an_input_posted_in_an_earlier_turn_is_not_withdrawn() {
     let mut reg: Registry<Value> = Registry::default();
     let ep = endpoint(&mut reg, "app", caps(true, true));
-    let job = reg
-        .submit(Mono::from_ms(1), Submit::new("a", ep, json!(1)))
-        .unwrap()
-        .job;
+    let job = submit(&mut reg, 1, ep, json!(1));
     let _ = reg.drain_outputs().count();
     let id = reg
         .send_input(Mono::from_ms(2), job, None, json!(1))
@@ -1320,10 +1282,7 @@ fn an_input_posted_in_an_earlier_turn_is_not_withdrawn() {
 fn a_run_posted_in_an_earlier_turn_is_not_withdrawn() {
     let mut reg: Registry<Value> = Registry::default();
     let ep = endpoint(&mut reg, "app", caps(true, true));
-    let job = reg
-        .submit(Mono::from_ms(1), Submit::new("a", ep, json!(1)))
-        .unwrap()
-        .job;
+    let job = submit(&mut reg, 1, ep, json!(1));
     assert_eq!(frames(&mut reg), [1]);
     let w = reg.wait(Mono::from_ms(2), job, None).unwrap();
     reg.cancel_wait(w).unwrap();
@@ -1341,34 +1300,22 @@ fn a_withdrawal_is_valid_only_while_the_call_s_outputs_are_carried_out() {
     let mut reg: Registry<Value> = Registry::default();
     let a = endpoint(&mut reg, "app", caps(true, true));
     let b = endpoint(&mut reg, "app", caps(true, true));
-    let job = reg
-        .submit(Mono::from_ms(1), Submit::new("a", a, json!(1)))
-        .unwrap()
-        .job;
+    let job = submit(&mut reg, 1, a, json!(1));
     let _ = reg.drain_outputs().count();
     // The input's post runs a's transport, which submits on b, then throws.
     let id = reg
         .send_input(Mono::from_ms(2), job, None, json!(1))
         .unwrap();
     let _ = reg.drain_outputs().count();
-    let on_b = reg
-        .submit(Mono::from_ms(2), Submit::new("a", b, json!(2)))
-        .unwrap()
-        .job;
+    let on_b = submit(&mut reg, 2, b, json!(2));
     reg.withdraw_unposted_input(job, &id).unwrap();
     assert_eq!(journal_names(&reg, job), ["submitted", "started"]);
     assert_eq!(reg.job(on_b).unwrap().state, JobState::Running);
     let _ = reg.drain_outputs().count();
     // The same for a run: its post submits on b, then throws.
-    let run = reg
-        .submit(Mono::from_ms(2), Submit::new("a", a, json!(3)))
-        .unwrap()
-        .job;
+    let run = submit(&mut reg, 2, a, json!(3));
     let _ = reg.drain_outputs().count();
-    let on_b = reg
-        .submit(Mono::from_ms(2), Submit::new("a", b, json!(4)))
-        .unwrap()
-        .job;
+    let on_b = submit(&mut reg, 2, b, json!(4));
     reg.withdraw_unposted(Mono::from_ms(2), run).unwrap();
     assert!(reg.job(run).is_none());
     // The nested submit's run goes out in the next drain: withdrawable while carried out,
