@@ -1,14 +1,15 @@
 //! Registry throughput: submit → progress → succeed N in-process jobs with full journals, none
 //! released (the block ending at N has N jobs retained). Prints jobs/s, journal events/s, the
 //! jobs/s of the 10k-job blocks ending at 10k, 100k and 1M retained (when N reaches them: flat
-//! means per-job cost does not grow with what is retained) and heap bytes per retained job.
+//! means per-job cost does not grow with what is retained), heap bytes per retained job and
+//! allocations per job (reallocations counted; the test's own messages included).
 //!
 //!     cargo run --release -p weft-bench --bin registry [-- N]
 
 use std::time::Instant;
 
 use serde_json::json;
-use weft_bench::{Counting, live_bytes};
+use weft_bench::{Counting, allocations, live_bytes};
 use weft_core::jobs::{EndpointSpec, Hello, Registry, Submit};
 
 #[global_allocator]
@@ -30,6 +31,7 @@ fn main() {
     let mut report = String::new();
     for round in 0..3 {
         let before = live_bytes();
+        let allocs_before = allocations();
         let mut reg = Registry::default();
         let mut spec = EndpointSpec::new("app", "in-process");
         spec.hello = Hello::Skip;
@@ -66,16 +68,18 @@ fn main() {
         let secs = t.elapsed().as_secs_f64();
         let events = reg.events_recorded();
         let retained = live_bytes() - before;
+        let allocs = allocations() - allocs_before;
         assert_eq!(reg.jobs().count() as u64, n);
         if secs < best {
             best = secs;
             report = format!(
                 "registry (native): {n} jobs, {events} journal events in {:.1} ms: {:.0} jobs/s, {:.0} events/s; \
-                 {:.0} heap bytes per retained job (journal + completion note)",
+                 {:.0} heap bytes per retained job (journal + completion note), {:.2} allocations per job",
                 secs * 1e3,
                 n as f64 / secs,
                 events as f64 / secs,
-                retained as f64 / n as f64
+                retained as f64 / n as f64,
+                allocs as f64 / n as f64
             );
         }
         eprintln!("round {round}: {:.1} ms", secs * 1e3);
