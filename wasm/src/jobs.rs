@@ -923,7 +923,7 @@ impl JobRegistry {
     /// Number of unread notes of the owner.
     #[wasm_bindgen(js_name = mailboxLength)]
     pub fn mailbox_length(&self, owner: &str) -> f64 {
-        self.inner.peek_mailbox(&OwnerId::new(owner)).count() as f64
+        self.inner.mailbox_len(&OwnerId::new(owner)) as f64
     }
 
     /// Releases one finished job (its record, journal and reuse key) now, instead of when its

@@ -188,8 +188,52 @@ struct OwnerState {
     gen_: u64,
     jobs: BTreeSet<JobId>,
     endpoints: VecMap<EndpointId, ()>,
-    mailbox: VecDeque<Note>,
+    mailbox: VecDeque<MailNote>,
     reuse: HashMap<String, JobId>,
+}
+
+/// A completion note as a mailbox holds it: only what its [`Note`] says beyond its mailbox's
+/// owner, its job and its outcome. The owner is the mailbox's, the correlation is
+/// `{job}:{outcome}`, a success's summary is `{job} succeeded`, and an empty origin is not
+/// stored; the [`Note`] is made when the note is read (a retained job's note is 32 bytes
+/// with no allocation, not a 112-byte `Note` with three strings).
+#[derive(Debug)]
+struct MailNote {
+    job: JobId,
+    at: Mono,
+    outcome: OutcomeKind,
+    /// The summary, unless the outcome is a success (then `{job} succeeded`).
+    summary: Option<Box<str>>,
+    /// The origin, unless it is empty.
+    origin: Option<Box<Origin>>,
+}
+
+impl MailNote {
+    /// The note of `owner`'s mailbox.
+    fn note(&self, owner: &OwnerId) -> Note {
+        let mut correlation = String::with_capacity(24);
+        push_job_id(&mut correlation, self.job);
+        correlation.push(':');
+        correlation.push_str(self.outcome.as_str());
+        let summary = match &self.summary {
+            Some(s) => s.to_string(),
+            None => {
+                let mut s = String::with_capacity(32);
+                push_job_id(&mut s, self.job);
+                s.push_str(" succeeded");
+                s
+            }
+        };
+        Note {
+            correlation,
+            job: self.job,
+            owner: owner.clone(),
+            origin: self.origin.as_deref().cloned().unwrap_or_default(),
+            outcome: self.outcome,
+            summary,
+            at: self.at,
+        }
+    }
 }
 
 /// A close of an owner in progress (see [`Registry::begin_close_owner`]).
@@ -237,8 +281,10 @@ struct Closing {
     jobs: BTreeSet<JobId>,
     /// What the jobs that were unfinished when the close began were then.
     was: HashMap<JobId, &'static str>,
+    /// The owner (its notes' owner).
+    owner: OwnerId,
     /// The owner's unread notes, still to hand back.
-    notes: VecDeque<Note>,
+    notes: VecDeque<MailNote>,
 }
 
 /// Hashing for maps keyed by the registry's counters (wait and subscription ids): one
@@ -1584,16 +1630,21 @@ impl<V: Payload> Registry<V> {
         self.entered();
         self.owners
             .get_mut(owner)
-            .map(|o| o.mailbox.drain(..).collect())
+            .map(|o| o.mailbox.drain(..).map(|n| n.note(owner)).collect())
             .unwrap_or_default()
     }
 
     /// The owner's unread notes, without taking them.
-    pub fn peek_mailbox(&self, owner: &OwnerId) -> impl Iterator<Item = &Note> {
+    pub fn peek_mailbox<'a>(&'a self, owner: &'a OwnerId) -> impl Iterator<Item = Note> + 'a {
         self.owners
             .get(owner)
             .into_iter()
-            .flat_map(|o| o.mailbox.iter())
+            .flat_map(move |o| o.mailbox.iter().map(move |n| n.note(owner)))
+    }
+
+    /// The number of the owner's unread notes.
+    pub fn mailbox_len(&self, owner: &OwnerId) -> usize {
+        self.owners.get(owner).map_or(0, |o| o.mailbox.len())
     }
 
     /// Disposes everything the owner owns. Unfinished jobs get an explicit outcome: queued jobs
@@ -1715,6 +1766,7 @@ impl<V: Payload> Registry<V> {
                 gen_,
                 jobs: state.jobs,
                 was,
+                owner: owner.clone(),
                 notes: state.mailbox,
             });
         }
@@ -1740,7 +1792,7 @@ impl<V: Payload> Registry<V> {
         };
         let c = &mut self.closing[at];
         let take = budget.min(c.notes.len());
-        let unread_notes: Vec<Note> = c.notes.drain(..take).collect();
+        let unread_notes: Vec<Note> = c.notes.drain(..take).map(|n| n.note(&c.owner)).collect();
         let budget = budget - take;
         let mut out = Vec::with_capacity(budget.min(c.jobs.len()));
         while out.len() < budget {
@@ -2135,27 +2187,21 @@ impl<V: Payload> Registry<V> {
         let j = self.jobs.get(&job).expect("exists");
         debug_assert!(!j.is_finished(), "a job has exactly one terminal outcome");
         let kind = outcome.kind();
-        // Each text is written once into a buffer of its final size (no intermediate strings).
-        let note = j.note.then(|| {
-            // `{job}:{kind}` and `{job} {summary}`, the id's digits written by hand (the
-            // formatting machinery costs more than the rest of a note).
-            let mut correlation = String::with_capacity(24);
-            push_job_id(&mut correlation, j.id);
-            correlation.push(':');
-            correlation.push_str(kind.as_str());
-            let mut summary = String::with_capacity(32);
-            push_job_id(&mut summary, j.id);
-            summary.push(' ');
-            outcome.write_summary(&mut summary);
-            Note {
-                correlation,
-                job,
-                owner: j.owner.clone(),
-                origin: j.origin.clone(),
-                outcome: kind,
-                summary,
-                at,
-            }
+        // Only what the note's owner, job and outcome do not say is kept (see `MailNote`): a
+        // summary other than a success's, written once into a buffer of its final size, the
+        // id's digits by hand (the formatting machinery costs more than the rest of a note).
+        let note = j.note.then(|| MailNote {
+            job,
+            at,
+            outcome: kind,
+            summary: (kind != OutcomeKind::Succeeded).then(|| {
+                let mut summary = String::with_capacity(32);
+                push_job_id(&mut summary, j.id);
+                summary.push(' ');
+                outcome.write_summary(&mut summary);
+                summary.into_boxed_str()
+            }),
+            origin: (j.origin != Origin::default()).then(|| Box::new(j.origin.clone())),
         });
         let (wake, endpoint) = (j.wake, j.endpoint);
         if j.quiet_deadline.is_some() {

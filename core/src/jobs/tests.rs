@@ -1,7 +1,7 @@
 //! Unit and property tests of the registry. Scenario coverage lives in the conformance vectors
 //! (`tests/vectors/jobs.json`), which every host runs.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 
 use crate::Mono;
 use proptest::prelude::*;
@@ -1340,4 +1340,68 @@ fn a_withdrawal_is_valid_only_while_the_call_s_outputs_are_carried_out() {
     let _ = reg.drain_outputs().count();
     let _ = reg.drain_outputs().count();
     reg.withdraw_unposted_input(job, &id).unwrap();
+}
+
+/// What a mailbox holds per retained job's note is small: at most 48 bytes on a 64-bit target
+/// (a whole `Note`, with its origin and three strings, is 184), and the notes read back are
+/// whole: correlation, owner, origin and summary, for a success and for a failure.
+#[test]
+fn a_mailbox_holds_a_small_entry_per_note_and_reads_back_whole_notes() {
+    fn entry_size<T>(_: &VecDeque<T>) -> usize {
+        std::mem::size_of::<T>()
+    }
+    let size = entry_size(&OwnerState::default().mailbox);
+    if cfg!(target_pointer_width = "64") {
+        assert!(size <= 48, "a mailbox entry is {size} bytes");
+    }
+    let mut reg: Registry<Value> = Registry::default();
+    let ep = endpoint(&mut reg, "a", caps(false, false));
+    let ok = submit(&mut reg, 1, ep, json!(1));
+    let mut req = Submit::new("a", ep, json!(2));
+    req.origin.turn = Some("t1".into());
+    let bad = reg.submit(Mono::from_ms(1), req).unwrap().job;
+    let wire = |reg: &Registry<Value>, j| reg.job(j).unwrap().wire_id.unwrap();
+    let (w1, w2) = (wire(&reg, ok), wire(&reg, bad));
+    reg.on_message(
+        Mono::from_ms(2),
+        ep,
+        &json!({"id": w1, "type": "done", "value": 1}),
+    )
+    .unwrap();
+    reg.on_message(
+        Mono::from_ms(3),
+        ep,
+        &json!({"id": w2, "type": "error", "message": "no", "code": "E1"}),
+    )
+    .unwrap();
+    let owner = OwnerId::new("a");
+    assert_eq!(reg.mailbox_len(&owner), 2);
+    let peeked: Vec<Note> = reg.peek_mailbox(&owner).collect();
+    let notes = reg.read_mailbox(&owner);
+    assert_eq!(peeked, notes);
+    assert_eq!(reg.mailbox_len(&owner), 0);
+    let want = vec![
+        Note {
+            correlation: format!("{ok}:succeeded"),
+            job: ok,
+            owner: owner.clone(),
+            origin: Origin::default(),
+            outcome: OutcomeKind::Succeeded,
+            summary: format!("{ok} succeeded"),
+            at: Mono::from_ms(2),
+        },
+        Note {
+            correlation: format!("{bad}:failed"),
+            job: bad,
+            owner: owner.clone(),
+            origin: Origin {
+                turn: Some("t1".into()),
+                ..Origin::default()
+            },
+            outcome: OutcomeKind::Failed,
+            summary: format!("{bad} failed [E1]: no"),
+            at: Mono::from_ms(3),
+        },
+    ];
+    assert_eq!(notes, want);
 }
