@@ -33,7 +33,13 @@ for module in jobs:weft_jobs apps:weft_apps frames:weft_frames actors:weft_actor
   node wasm/tools/guard-exports.mjs "$out.parts/$name/$name.js" "$out.parts/$name/${name}_bg.wasm"
   # Node's `weft` has the apps glue instantiate its module on first use, not at import, so that
   # a first `openWorker` spawns its Worker before the compile (see there).
-  if [ "$name" = weft_apps ]; then node wasm/tools/init-on-first-use.mjs "$out.parts/$name/$name.js"; fi
+  # Its functions that return more than one value are taken from an exported table on their
+  # first call instead of being exports: V8 11 compiles a wrapper for each of their signatures
+  # when the module is compiled, more than half of that compile (see there).
+  if [ "$name" = weft_apps ]; then
+    node wasm/tools/init-on-first-use.mjs "$out.parts/$name/$name.js"
+    node wasm/tools/lazy-exports.mjs "$out.parts/$name/$name.js" "$out.parts/$name/${name}_bg.wasm"
+  fi
 done
 # Merge the modules; snippets (inline JS) of the shared bindings must agree.
 for part in "$out.parts"/*; do

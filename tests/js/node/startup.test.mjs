@@ -19,6 +19,7 @@ import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { externrefReturns } from '../../../wasm/tools/guard-exports.mjs';
+import { lazyExports } from '../../../wasm/tools/lazy-exports.mjs';
 
 // A resolve hook (it runs on the loader thread) reports every module the package loads.
 const hooks = `export async function initialize({ port }) { globalThis.port = port; }
@@ -127,6 +128,33 @@ test('on V8 11 each glue calls exactly the exports that return one externref thr
   rt.registry.onMessage(0, ep, { id: job, type: 'done', value: 7 });
   assert.ok(Array.isArray(rt.registry.drainOutputs()));
   assert.equal(rt.registry.job(job).state, 'succeeded');
+  rt.close();
+});
+
+test('the apps module exports no function that returns more than one value: the glue takes each from its table', async () => {
+  const dir = new URL('./', import.meta.resolve('weft'));
+  const bytes = readFileSync(new URL('weft_apps_bg.wasm', dir));
+  // V8 11 compiles a wrapper per such export signature when the module is compiled: none is left.
+  assert.deepEqual(lazyExports(bytes).names, []);
+  const table = WebAssembly.Module.exports(new WebAssembly.Module(bytes)).find((e) => e.name === '__weft_lazy');
+  assert.equal(table?.kind, 'table');
+  const glue = await import(new URL('weft_apps.js', dir).href);
+  const exports = glue.initSync({ module: bytes });
+  assert.equal(exports.__weft_lazy, undefined);
+  // Functions moved to the table (they return a string or a Result: more than one value) are
+  // reachable as before, and called again once taken out.
+  const { createRuntime } = await import('weft');
+  const rt = createRuntime();
+  const ep = rt.registry.openEndpoint(0, { owner: 'app', label: 'lazy', hello: 'skip' });
+  for (let i = 1; i <= 2; i++) {
+    const { job } = rt.registry.submit(0, ep, { n: i }, { owner: 'agent' });
+    // A fresh runtime's endpoint: the i-th job is wire id i.
+    rt.registry.onMessage(0, ep, { id: i, type: 'done', value: i });
+    assert.ok(Array.isArray(rt.registry.drainOutputs()));
+    assert.equal(rt.registry.job(job).state, 'succeeded');
+  }
+  assert.equal(glue.validateToolArguments({ type: 'object', required: ['a'] }, { a: 1 }).ok, true);
+  assert.equal(glue.validateToolArguments({ type: 'object', required: ['a'] }, {}).ok, false);
   rt.close();
 });
 
