@@ -70,6 +70,13 @@ find "$out.tmp" -name '*.js' -o -name '*.mjs' | xargs "$esbuild" --minify-whites
 # import it from core.js, the glue and the modules loaded on first use left as they are (see
 # wasm/tools/core-bundle.mjs).
 node wasm/tools/core-bundle.mjs "$out.tmp"
+# The worker shim with worker-batch.js inside it (its Worker branch imported it, one more module
+# load between the Worker's start and the task script): esbuild bundles the dynamic import
+# into the file, still evaluated in that branch only; `node:` modules and the script stay
+# imports. (The native hosts embed wasm/js/worker-shim.mjs itself: a child process never
+# loads worker-batch.js.)
+"$esbuild" wasm/js/worker-shim.mjs --bundle --format=esm --platform=node --target=es2022 \
+  --minify-whitespace --minify-syntax --log-level=error --allow-overwrite --outfile="$out.tmp/worker-shim.mjs"
 # Every module, raw and gzipped; what a browser downloads for `import 'weft'` and for
 # `import 'weft/apps'` (the entry's static import graph and the module it loads at import, each
 # file gzipped on its own, as HTTP serves them); the whole package (every file, one gzip stream).

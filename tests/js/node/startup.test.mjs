@@ -80,6 +80,15 @@ self.onmessage = (e) => {
   assert.equal(o.value.includes('NativeModule readline'), false, `loaded: ${o.value}`);
 });
 
+test("the package's worker shim loads no module file of its own in a Worker (worker-batch.js is inside it)", () => {
+  const shim = readFileSync(new URL('./worker-shim.mjs', import.meta.resolve('weft')), 'utf8');
+  // Every import left is a built-in module's or the task script's (\`import(script)\`).
+  const specifiers = [...shim.matchAll(/\bimport\s*\(\s*(["'][^"']*["'])|\bfrom\s*(["'][^"']*["'])/g)].map((m) => (m[1] ?? m[2]).slice(1, -1));
+  assert.ok(specifiers.length > 0);
+  for (const s of specifiers) assert.match(s, /^node:/, `the shim imports ${s}`);
+  assert.match(shim, /\bbatching\b/);
+});
+
 test('import weft sets no V8 flag: a Worker started after it loads from Node\'s code cache', (t) => {
   const dir = mkdtempSync(join(tmpdir(), 'weft-startup-'));
   t.after(() => rmSync(dir, { recursive: true, force: true }));
