@@ -22,78 +22,15 @@
 // (tests/js/node/startup.test.mjs imports `externrefReturns` to check the built package.)
 import { readFileSync, writeFileSync } from 'node:fs';
 import { pathToFileURL } from 'node:url';
+import { readModule } from './wasm-module.mjs';
 
 /** The names of the module's function exports whose signature returns exactly one externref. */
 export function externrefReturns(bytes) {
-  if (bytes.readUInt32LE(0) !== 0x6d736100) throw new Error('guard-exports: not a wasm module');
-  let p = 8;
-  const leb = () => {
-    let r = 0;
-    let shift = 0;
-    let x;
-    do {
-      x = bytes[p++];
-      r += (x & 0x7f) * 2 ** shift;
-      shift += 7;
-    } while (x & 0x80);
-    return r;
-  };
-  const skipName = () => {
-    const n = leb();
-    p += n;
-  };
-  const skipLimits = () => {
-    const flags = bytes[p++];
-    leb();
-    if (flags & 1) leb();
-  };
-  const types = [];
-  const funcTypes = [];
-  let importedFuncs = 0;
+  const { exports, resultsOf } = readModule(bytes, 'guard-exports');
   const found = [];
-  while (p < bytes.length) {
-    const id = bytes[p++];
-    const size = leb();
-    const end = p + size;
-    if (id === 1) {
-      for (let i = leb(); i > 0; i--) {
-        if (bytes[p++] !== 0x60) throw new Error('guard-exports: a type that is not a function type');
-        const params = leb();
-        p += params;
-        const results = [];
-        for (let r = leb(); r > 0; r--) results.push(bytes[p++]);
-        types.push(results);
-      }
-    } else if (id === 2) {
-      for (let i = leb(); i > 0; i--) {
-        skipName();
-        skipName();
-        const kind = bytes[p++];
-        if (kind === 0) {
-          leb();
-          importedFuncs++;
-        } else if (kind === 1) {
-          p++;
-          skipLimits();
-        } else if (kind === 2) skipLimits();
-        else if (kind === 3) p += 2;
-        else throw new Error(`guard-exports: import kind ${kind}`);
-      }
-    } else if (id === 3) {
-      for (let i = leb(); i > 0; i--) funcTypes.push(leb());
-    } else if (id === 7) {
-      for (let i = leb(); i > 0; i--) {
-        const n = leb();
-        const name = bytes.subarray(p, p + n).toString('utf8');
-        p += n;
-        const kind = bytes[p++];
-        const index = leb();
-        if (kind !== 0 || index < importedFuncs) continue;
-        const results = types[funcTypes[index - importedFuncs]];
-        if (results.length === 1 && results[0] === 0x6f) found.push(name);
-      }
-    }
-    p = end;
+  for (const { name, kind, index } of exports) {
+    const results = kind === 0 ? resultsOf(index) : undefined;
+    if (results?.length === 1 && results[0] === 0x6f) found.push(name);
   }
   return found.sort();
 }

@@ -22,6 +22,7 @@
 //     node wasm/tools/lazy-exports.mjs GLUE.js MODULE.wasm
 import { readFileSync, writeFileSync } from 'node:fs';
 import { pathToFileURL } from 'node:url';
+import { readModule, readUleb, uleb } from './wasm-module.mjs';
 
 const TABLE_EXPORT = '__weft_lazy';
 
@@ -30,134 +31,52 @@ const TABLE_EXPORT = '__weft_lazy';
  * to a new exported funcref table. Returns `{ bytes, names }` (`names[i]` is in slot i).
  */
 export function lazyExports(bytes) {
-  if (bytes.readUInt32LE(0) !== 0x6d736100) throw new Error('lazy-exports: not a wasm module');
-  let p = 8;
-  const leb = () => {
-    let r = 0;
-    let shift = 0;
-    let x;
-    do {
-      x = bytes[p++];
-      r += (x & 0x7f) * 2 ** shift;
-      shift += 7;
-    } while (x & 0x80);
-    return r;
-  };
-  const enc = (n) => {
-    const out = [];
-    do {
-      let x = n % 128;
-      n = Math.floor(n / 128);
-      if (n) x |= 0x80;
-      out.push(x);
-    } while (n);
-    return Buffer.from(out);
-  };
-  const skipLimits = () => {
-    const flags = bytes[p++];
-    leb();
-    if (flags & 1) leb();
-  };
-  const sections = [];
-  const types = [];
-  const funcTypes = [];
-  let importedFuncs = 0;
-  let tables = 0;
-  while (p < bytes.length) {
-    const start = p;
-    const id = bytes[p++];
-    const size = leb();
-    const body = p;
-    const end = p + size;
-    sections.push({ id, start, body, end });
-    if (id === 1) {
-      for (let i = leb(); i > 0; i--) {
-        if (bytes[p++] !== 0x60) throw new Error('lazy-exports: a type that is not a function type');
-        const params = leb();
-        p += params;
-        const results = leb();
-        p += results;
-        types.push(results);
-      }
-    } else if (id === 2) {
-      for (let i = leb(); i > 0; i--) {
-        for (let k = 0; k < 2; k++) {
-          const n = leb();
-          p += n;
-        }
-        const kind = bytes[p++];
-        if (kind === 0) {
-          leb();
-          importedFuncs++;
-        } else if (kind === 1) {
-          p++;
-          skipLimits();
-          tables++;
-        } else if (kind === 2) skipLimits();
-        else if (kind === 3) p += 2;
-        else throw new Error(`lazy-exports: import kind ${kind}`);
-      }
-    } else if (id === 3) {
-      for (let i = leb(); i > 0; i--) funcTypes.push(leb());
-    } else if (id === 4) {
-      tables += leb();
-    }
-    p = end;
-  }
+  const { sections, tables, exports, resultsOf } = readModule(bytes, 'lazy-exports');
   const section = (id) => sections.find((s) => s.id === id);
   const exp = section(7);
   const tab = section(4);
   if (!exp || !tab) throw new Error('lazy-exports: the module has no export or no table section');
   // The export section, without the moved functions.
-  p = exp.body;
   const kept = [];
   const moved = [];
   let done = false;
-  for (let i = leb(); i > 0; i--) {
-    const e0 = p;
-    const n = leb();
-    const name = bytes.subarray(p, p + n).toString('utf8');
-    p += n;
-    const kind = bytes[p++];
-    const index = leb();
-    if (name === TABLE_EXPORT) done = true;
-    if (kind === 0 && index >= importedFuncs && types[funcTypes[index - importedFuncs]] > 1) moved.push({ name, index });
-    else kept.push(bytes.subarray(e0, p));
+  for (const e of exports) {
+    if (e.name === TABLE_EXPORT) done = true;
+    if (e.kind === 0 && resultsOf(e.index)?.length > 1) moved.push({ name: e.name, index: e.index });
+    else kept.push(e.bytes);
   }
   if (moved.length === 0) return { bytes, names: [] };
   if (done) throw new Error(`lazy-exports: the module already exports ${TABLE_EXPORT}`);
   const table = tables; // the new table's index
   const name = Buffer.from(TABLE_EXPORT, 'utf8');
-  kept.push(Buffer.concat([enc(name.length), name, Buffer.from([1]), enc(table)]));
-  const exportBody = Buffer.concat([enc(kept.length), ...kept]);
+  kept.push(Buffer.concat([uleb(name.length), name, Buffer.from([1]), uleb(table)]));
+  const exportBody = Buffer.concat([uleb(kept.length), ...kept]);
   // The table section with one more table: funcref, exactly as many slots as moved functions.
-  p = tab.body;
-  const tableCount = leb();
+  const [tableCount, tableRest] = readUleb(bytes, tab.body);
   const tableBody = Buffer.concat([
-    enc(tableCount + 1),
-    bytes.subarray(p, tab.end),
+    uleb(tableCount + 1),
+    bytes.subarray(tableRest, tab.end),
     Buffer.from([0x70, 0x01]),
-    enc(moved.length),
-    enc(moved.length),
+    uleb(moved.length),
+    uleb(moved.length),
   ]);
   // The element section with one more segment: active, explicit table, offset 0, function indices.
   const segment = Buffer.concat([
     Buffer.from([0x02]),
-    enc(table),
+    uleb(table),
     Buffer.from([0x41, 0x00, 0x0b, 0x00]),
-    enc(moved.length),
-    ...moved.map((m) => enc(m.index)),
+    uleb(moved.length),
+    ...moved.map((m) => uleb(m.index)),
   ]);
   const elem = section(9);
   let elemBody;
   if (elem) {
-    p = elem.body;
-    const count = leb();
-    elemBody = Buffer.concat([enc(count + 1), bytes.subarray(p, elem.end), segment]);
+    const [count, elemRest] = readUleb(bytes, elem.body);
+    elemBody = Buffer.concat([uleb(count + 1), bytes.subarray(elemRest, elem.end), segment]);
   } else {
-    elemBody = Buffer.concat([enc(1), segment]);
+    elemBody = Buffer.concat([uleb(1), segment]);
   }
-  const framed = (id, b) => Buffer.concat([Buffer.from([id]), enc(b.length), b]);
+  const framed = (id, b) => Buffer.concat([Buffer.from([id]), uleb(b.length), b]);
   const out = [bytes.subarray(0, 8)];
   // Section order: the element section (9) follows export (7) and start (8), precedes the rest.
   const before9 = (id) => id !== 0 && id !== 12 && id < 9;
