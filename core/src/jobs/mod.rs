@@ -220,7 +220,8 @@ impl MailNote {
             None => {
                 let mut s = String::with_capacity(32);
                 push_job_id(&mut s, self.job);
-                s.push_str(" succeeded");
+                s.push(' ');
+                s.push_str(self.outcome.as_str());
                 s
             }
         };

@@ -220,7 +220,8 @@ impl<V: Payload> Outcome<V> {
     pub fn write_summary(&self, out: &mut String) {
         use std::fmt::Write;
         let _ = match self {
-            Outcome::Succeeded { .. } => out.write_str("succeeded"),
+            // A success's summary is its kind's name (a mailbox rebuilds it from the kind).
+            Outcome::Succeeded { .. } => out.write_str(OutcomeKind::Succeeded.as_str()),
             Outcome::Failed {
                 message,
                 code: Some(code),
