@@ -154,9 +154,10 @@ const median = (a) => {
   return s.length % 2 ? s[s.length >> 1] : (s[s.length / 2 - 1] + s[s.length / 2]) / 2;
 };
 const range = (a) => `${Math.min(...a).toFixed(1)}–${Math.max(...a).toFixed(1)}`;
-console.log(`\nChromium, navigation → first result (${RUNS} runs each, fresh context): median [range] ms; import alone`);
+console.log(`\nChromium, navigation → first result (${RUNS} runs each, fresh context): median [range] ms; import alone; import → first result (the same run's difference: the Worker's start and the first task, without the module loading before it)`);
 for (const [k, v] of Object.entries(res)) {
-  console.log(`  ${k.padEnd(14)} first result ${median(v.first).toFixed(1).padStart(6)} [${range(v.first)}]   import ${median(v.imp).toFixed(1).padStart(6)} [${range(v.imp)}]`);
+  const after = v.first.map((f, i) => f - v.imp[i]);
+  console.log(`  ${k.padEnd(14)} first result ${median(v.first).toFixed(1).padStart(6)} [${range(v.first)}]   import ${median(v.imp).toFixed(1).padStart(6)} [${range(v.imp)}]   import → first ${median(after).toFixed(1).padStart(5)} [${range(after)}]`);
 }
 const w = median(res.weft.first);
 console.log(`  weft ÷ comlink ${(w / median(res.comlink.first)).toFixed(2)}×, ÷ raw ${(w / median(res.raw.first)).toFixed(2)}×`);
