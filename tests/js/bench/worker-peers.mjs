@@ -4,7 +4,7 @@
 // full journal). Prints medians, ranges (min–max over rounds) and ratios.
 //
 //     cd tests/js && node --expose-gc bench/worker-peers.mjs [--rounds 5] [--n 10000]
-//         [--serial 2000] [--only burst,serial,startup,cancel,retained] [--retained 1000000]
+//         [--serial 2000] [--only burst,serial,startup,cancel,retained,chromium] [--retained 1000000]
 //         [--before DIR] [--before-retained 300000] [--with 'piscina c64,weft (before)']
 //         [--threads 1,2] [--weft DIR]
 //
@@ -24,6 +24,11 @@
 //   retained  submit → done through weft's public JS API (openEndpoint, submit, wait) while
 //             finished jobs accumulate: µs/job in the block ending at 10k, 100k, 1M retained
 //             jobs; then closing the owner (longest event-loop stall, total time)
+//   chromium  the same modes in headless Chromium, with the same rounds, tasks and threads:
+//             burst and one in flight against a bare DOM Worker and comlink
+//             (bench/worker-browser.mjs), then navigation → first result (bench/startup-browser.mjs,
+//             2 × rounds runs), each run here as a child process (`--before DIR` is passed on);
+//             both interleave their contenders round by round, as the sections above do
 //
 // Not a test: figures move with machine load (the program prints `uptime` first).
 import { execFileSync, spawnSync } from 'node:child_process';
@@ -48,7 +53,7 @@ const SERIAL = Number(flag('serial', 2000));
 const RETAINED_AFTER = Number(flag('retained', 1_000_000));
 // The retained section of `--before` (its cost per job may grow with the count).
 const RETAINED_BEFORE = Number(flag('before-retained', 300_000));
-const ONLY = new Set(String(flag('only', 'burst,serial,startup,cancel,retained')).split(','));
+const ONLY = new Set(String(flag('only', 'burst,serial,startup,cancel,retained,chromium')).split(','));
 // `--threads 1` runs the burst and one-in-flight sections with 1 thread only.
 const THREADS = String(flag('threads', '1,2')).split(',').map(Number);
 const here = (p) => new URL(p, import.meta.url);
@@ -542,6 +547,22 @@ async function retained(label = 'weft', create = createRuntime, memory = wasmMem
   rt.dispose();
 }
 
+// ----- Chromium -------------------------------------------------------------------------------
+
+/** The Chromium programs, one after the other, their output inline; a failure stops the run. */
+function chromium() {
+  const runs = [
+    ['worker-browser.mjs', '--rounds', String(ROUNDS), '--n', String(N), '--serial', String(SERIAL), '--threads', THREADS.join(',')],
+    ['startup-browser.mjs', '--runs', String(ROUNDS * 2)],
+  ];
+  for (const [file, ...rest] of runs) {
+    const a = [path(`./${file}`), ...rest, ...(BEFORE ? ['--before', BEFORE] : [])];
+    console.log(`\nChromium: node bench/${file} ${a.slice(1).join(' ')}`);
+    const r = spawnSync(process.execPath, a, { cwd: path('..'), stdio: 'inherit' });
+    if (r.status !== 0) throw new Error(`bench/${file} failed (exit ${r.status ?? r.signal})`);
+  }
+}
+
 // ----- main -----------------------------------------------------------------------------------
 
 console.log(`worker-peers: Node ${process.version}, ${execFileSync('nproc').toString().trim()} cores; uptime: ${execFileSync('uptime').toString().trim()}`);
@@ -553,4 +574,5 @@ if (ONLY.has('retained')) {
   await retained();
   if (before) await retained('weft (before)', before.createRuntime, before.wasmMemoryBytes, Math.min(RETAINED_AFTER, RETAINED_BEFORE));
 }
+if (ONLY.has('chromium')) chromium();
 console.log(`\nuptime after: ${execFileSync('uptime').toString().trim()}`);
