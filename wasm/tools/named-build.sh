@@ -23,7 +23,8 @@ for module in jobs:weft_jobs apps:weft_apps; do
     "$target_dir/wasm32-unknown-unknown/wasm-release/weft_wasm.wasm"
   # The package's apps glue takes its multi-value functions from the table `__weft_lazy`
   # (wasm/build.sh): the same rewrite of this module (function indices, and so the names, are
-  # unchanged; the rewritten glue is thrown away, the package's is kept).
+  # unchanged). lazy-exports.mjs rewrites the glue guard-exports.mjs made, so both run here, on
+  # this build's own glue, which is then thrown away: the package's is kept.
   if [ "$name" = weft_apps ]; then
     node wasm/tools/guard-exports.mjs "$dir.parts/$name/$name.js" "$dir.parts/$name/${name}_bg.wasm"
     node wasm/tools/lazy-exports.mjs "$dir.parts/$name/$name.js" "$dir.parts/$name/${name}_bg.wasm"

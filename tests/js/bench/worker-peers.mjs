@@ -27,8 +27,9 @@
 //   chromium  the same modes in headless Chromium, with the same rounds, tasks and threads:
 //             burst and one in flight against a bare DOM Worker and comlink
 //             (bench/worker-browser.mjs), then navigation → first result (bench/startup-browser.mjs,
-//             2 × rounds runs), each run here as a child process (`--before DIR` is passed on);
-//             both interleave their contenders round by round, as the sections above do
+//             2 × rounds runs), each run here as a child process (`--before DIR` is passed on;
+//             they serve wasm/pkg, so `--weft DIR` does not apply to them); both interleave
+//             their contenders round by round, as the sections above do
 //
 // Not a test: figures move with machine load (the program prints `uptime` first).
 import { execFileSync, spawnSync } from 'node:child_process';
@@ -555,6 +556,7 @@ function chromium() {
     ['worker-browser.mjs', '--rounds', String(ROUNDS), '--n', String(N), '--serial', String(SERIAL), '--threads', THREADS.join(',')],
     ['startup-browser.mjs', '--runs', String(ROUNDS * 2)],
   ];
+  if (WEFT) console.log(`\nChromium: the browser programs serve wasm/pkg; --weft ${WEFT} does not apply to them`);
   for (const [file, ...rest] of runs) {
     const a = [path(`./${file}`), ...rest, ...(BEFORE ? ['--before', BEFORE] : [])];
     console.log(`\nChromium: node bench/${file} ${a.slice(1).join(' ')}`);
