@@ -11,14 +11,15 @@
 //! The roots are generated on disk (a template task spawned through the CLI, copied under new
 //! ids with the parent's `spawned[]`, routing markers, `graph.json` entries and metathread
 //! records a spawn writes), not spawned one by one; all of them before the first timed spawn,
-//! which then go round the sizes (one per size per round), so that every size sees the disk in
-//! the same state. The raw fsync rate is one figure for the whole run.
+//! and flushed to disk (`sync`) before it; the timed spawns then go round the sizes (one per
+//! size per round), so that every size sees the disk in the same state. The raw fsync rate is one figure for the whole run.
 //!
 //! `--harness PATH` (optional; the benchmark runs without it) also drives dev-centr/harness's
 //! CLI (`PATH spawn ROOT --parent=coordinator --type=task --title=ID`, one process per spawn,
 //! no fsync) on a harness-format root of the same shape, generated the same way from a
 //! template the harness spawned itself, interleaved spawn by spawn with weft's on the same
-//! disk, and prints its rate beside weft's and the ratio. The harness binary is yours to
+//! disk (each spawn followed by an untimed `sync`, so that neither pays for what the other
+//! left unwritten), and prints its rate beside weft's and the ratio. The harness binary is yours to
 //! provide: this repository carries neither its code nor a recipe that builds it.
 
 use std::path::{Path, PathBuf};
@@ -274,6 +275,21 @@ fn main() {
             }
         })
         .collect();
+    // The roots were written without fsync (tens of thousands of files at 10,000 nodes): their
+    // writeback is flushed now, so that no timed spawn's fsync pays for it (on ext4 the first
+    // journal commits after generating carry the generated files' data, and a spawn into a
+    // directory under writeback waits for it).
+    let flushed = Instant::now();
+    let synced = Command::new("sync").status().is_ok_and(|s| s.success());
+    println!(
+        "  (generated roots {} in {:.2} s before the first timed spawn)",
+        if synced {
+            "flushed to disk (`sync`)"
+        } else {
+            "NOT flushed: `sync` failed"
+        },
+        flushed.elapsed().as_secs_f64()
+    );
     // Interleaved with the raw probe (and the harness), so all see the same disk.
     let (mut raw_n, mut raw_t) = (0usize, 0.0f64);
     for i in 0..spawns {
@@ -305,13 +321,24 @@ fn main() {
                 run_harness(h, &a);
                 start.elapsed().as_secs_f64()
             };
-            // Alternate who goes first, so neither always follows the other's writes.
+            // Alternate who goes first, so neither always follows the other. After each spawn
+            // (untimed) what it left unsynced is flushed: the harness never fsyncs, and its
+            // writes (at 10,000 nodes its rewritten graph) would otherwise be committed by
+            // weft's next fsync (an ext4 journal commit carries every pending metadata change
+            // of the filesystem, and in ordered mode the data they need) and timed as weft's.
+            let flush = || {
+                let _ = Command::new("sync").status();
+            };
             if i % 2 == 0 {
                 row.t += weft_spawn();
+                flush();
                 row.ht += harness_spawn();
+                flush();
             } else {
                 row.ht += harness_spawn();
+                flush();
                 row.t += weft_spawn();
+                flush();
             }
         }
     }
