@@ -12,15 +12,16 @@
 //! ids with the parent's `spawned[]`, routing markers, `graph.json` entries and metathread
 //! records a spawn writes), not spawned one by one; all of them before the first timed spawn,
 //! and flushed to disk (`sync`) before it; the timed spawns then go round the sizes (one per
-//! size per round), so that every size sees the disk in the same state. The raw fsync rate is one figure for the whole run.
+//! size per round), so that every size sees the disk in the same state. The raw fsync rate is
+//! one figure for the whole run.
 //!
 //! `--harness PATH` (optional; the benchmark runs without it) also drives dev-centr/harness's
 //! CLI (`PATH spawn ROOT --parent=coordinator --type=task --title=ID`, one process per spawn,
 //! no fsync) on a harness-format root of the same shape, generated the same way from a
 //! template the harness spawned itself, interleaved spawn by spawn with weft's on the same
 //! disk (each spawn followed by an untimed `sync`, so that neither pays for what the other
-//! left unwritten), and prints its rate beside weft's and the ratio. The harness binary is yours to
-//! provide: this repository carries neither its code nor a recipe that builds it.
+//! left unwritten), and prints its rate beside weft's and the ratio. The harness binary is
+//! yours to provide: this repository carries neither its code nor a recipe that builds it.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -189,6 +190,12 @@ fn opens(root: &Path, tag: &str) -> ((u64, u64, u64), (u64, u64, u64)) {
     (lazy, full)
 }
 
+/// Writes every file system's pending changes out (`sync`; the callers do not time it): false
+/// when `sync` could not be run.
+fn sync_disk() -> bool {
+    Command::new("sync").status().is_ok_and(|s| s.success())
+}
+
 fn main() {
     let bin = PathBuf::from(arg("--weft").unwrap_or_else(|| "target/release/weft".into()));
     assert!(bin.is_file(), "{} is not built", bin.display());
@@ -275,12 +282,10 @@ fn main() {
             }
         })
         .collect();
-    // The roots were written without fsync (tens of thousands of files at 10,000 nodes): their
-    // writeback is flushed now, so that no timed spawn's fsync pays for it (on ext4 the first
-    // journal commits after generating carry the generated files' data, and a spawn into a
-    // directory under writeback waits for it).
+    // The roots were written without fsync (tens of thousands of files at 10,000 nodes): they
+    // are flushed now, so that no timed spawn's fsync pays for their writeback.
     let flushed = Instant::now();
-    let synced = Command::new("sync").status().is_ok_and(|s| s.success());
+    let synced = sync_disk();
     println!(
         "  (generated roots {} in {:.2} s before the first timed spawn)",
         if synced {
@@ -326,19 +331,16 @@ fn main() {
             // writes (at 10,000 nodes its rewritten graph) would otherwise be committed by
             // weft's next fsync (an ext4 journal commit carries every pending metadata change
             // of the filesystem, and in ordered mode the data they need) and timed as weft's.
-            let flush = || {
-                let _ = Command::new("sync").status();
-            };
             if i % 2 == 0 {
                 row.t += weft_spawn();
-                flush();
+                sync_disk();
                 row.ht += harness_spawn();
-                flush();
+                sync_disk();
             } else {
                 row.ht += harness_spawn();
-                flush();
+                sync_disk();
                 row.t += weft_spawn();
-                flush();
+                sync_disk();
             }
         }
     }
