@@ -63,7 +63,9 @@ if [ ! -x "$esbuild" ]; then
   echo "wasm/build.sh: $esbuild is missing: run tests/setup.sh (or npm ci in wasm/tools)" >&2
   exit 1
 fi
-find "$out.tmp" -name '*.js' -o -name '*.mjs' | xargs "$esbuild" --minify-whitespace --minify-syntax \
+# (The .js files only: esbuild names what it writes .js, so the shim, worker-shim.mjs, would
+# leave a stray worker-shim.js; it is bundled on its own below.)
+find "$out.tmp" -name '*.js' | xargs "$esbuild" --minify-whitespace --minify-syntax \
   --format=esm --target=es2022 --log-level=error --allow-overwrite --outbase="$out.tmp" --outdir="$out.tmp"
 # The runtime's shared modules in one file, core.js (start-up: a browser pays for every file of
 # `import 'weft'`'s graph, 16 → 7 files): one instance of each, every importer rewritten to
@@ -77,6 +79,12 @@ node wasm/tools/core-bundle.mjs "$out.tmp"
 # loads worker-batch.js.)
 "$esbuild" wasm/js/worker-shim.mjs --bundle --format=esm --platform=node --target=es2022 \
   --minify-whitespace --minify-syntax --log-level=error --allow-overwrite --outfile="$out.tmp/worker-shim.mjs"
+# The same shim as CommonJS, worker-shim.cjs: what `weft` in Node starts its Workers with. A
+# Worker whose entry is an ES module first sets up Node's ES module loader (~5 ms here) and
+# then loads the task script through it as a second module; with a CommonJS entry the loader
+# is set up once, for the task script (issue 16). `import(script)` stays an import.
+"$esbuild" wasm/js/worker-shim.mjs --bundle --format=cjs --platform=node --target=es2022 \
+  --minify-whitespace --minify-syntax --log-level=error --allow-overwrite --outfile="$out.tmp/worker-shim.cjs"
 # Every module, raw and gzipped; what a browser downloads for `import 'weft'` and for
 # `import 'weft/apps'` (the entry's static import graph and the module it loads at import, each
 # file gzipped on its own, as HTTP serves them); the whole package (every file, one gzip stream).

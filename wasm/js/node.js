@@ -34,7 +34,8 @@ export function wasmMemoryBytes() {
 // `openActorStore({ root })`: a `$CHAT_ROOT` directory (loaded on first use; browsers never name it).
 setFsBackend(() => import('./actors-fs.js'));
 
-const shim = new URL('./worker-shim.mjs', import.meta.url);
+// The shim as CommonJS (wasm/build.sh): the Worker's first module load is then the task script.
+const shim = new URL('./worker-shim.cjs', import.meta.url);
 
 function scriptUrl(specifier) {
   if (specifier instanceof URL) return specifier.href;

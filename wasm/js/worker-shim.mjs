@@ -19,6 +19,10 @@
 // The native hosts run this file as `node --eval` text, without its directory: the Worker
 // branch alone imports worker-batch.js, and the listener rules below are kept here (the same
 // as worker.js's for DOM Workers).
+// No top-level await: wasm/build.sh also bundles this file as CommonJS (worker-shim.cjs, what
+// `weft` in Node starts its Workers with), since a Worker whose entry is an ES module spends
+// ~5 ms setting up Node's ES module loader before its first line; with a CommonJS entry that is
+// paid once, for the task script (issue 16).
 import { isMainThread, parentPort, workerData } from 'node:worker_threads';
 
 // A handler's error, as uncaught, without unwinding the delivery (Node has no reportError).
@@ -87,65 +91,77 @@ const toJson = (_k, v) => (ArrayBuffer.isView(v) && !(v instanceof DataView) ? A
 let post;
 let script;
 let flush = () => {};
-if (!isMainThread && parentPort) {
-  script = workerData.script;
-  const { batching } = await import('./worker-batch.js');
-  const b = batching((m, t) => parentPort.postMessage(m, t), dispatch);
-  post = b.post;
-  flush = b.flush;
-  parentPort.on('message', b.receive);
-} else {
-  const [{ resolve }, { pathToFileURL }, { format }, { createInterface }] = await Promise.all([
-    import('node:path'),
-    import('node:url'),
-    import('node:util'),
-    import('node:readline'),
-  ]);
-  const arg = process.argv[process.argv.length - 1];
-  script = /^[a-z]+:/i.test(arg) ? arg : pathToFileURL(resolve(arg)).href;
-  const out = (...a) => process.stderr.write(format(...a) + '\n');
-  console.log = console.info = console.debug = out;
-  post = (m) => process.stdout.write(JSON.stringify(m, toJson) + '\n');
-  const rl = createInterface({ input: process.stdin, crlfDelay: Infinity });
-  rl.on('line', (line) => {
-    if (!line.trim()) return;
-    let msg;
-    try {
-      msg = JSON.parse(line);
-    } catch {
-      process.stderr.write(`weft worker shim: ignored a line that is not JSON\n`);
-      return;
-    }
-    dispatch(msg);
+
+/** Sets up the transport and the globals, then runs the script and delivers what was held. */
+async function start() {
+  if (!isMainThread && parentPort) {
+    script = workerData.script;
+    const { batching } = await import('./worker-batch.js');
+    const b = batching((m, t) => parentPort.postMessage(m, t), dispatch);
+    post = b.post;
+    flush = b.flush;
+    parentPort.on('message', b.receive);
+  } else {
+    const [{ resolve }, { pathToFileURL }, { format }, { createInterface }] = await Promise.all([
+      import('node:path'),
+      import('node:url'),
+      import('node:util'),
+      import('node:readline'),
+    ]);
+    const arg = process.argv[process.argv.length - 1];
+    script = /^[a-z]+:/i.test(arg) ? arg : pathToFileURL(resolve(arg)).href;
+    const out = (...a) => process.stderr.write(format(...a) + '\n');
+    console.log = console.info = console.debug = out;
+    post = (m) => process.stdout.write(JSON.stringify(m, toJson) + '\n');
+    const rl = createInterface({ input: process.stdin, crlfDelay: Infinity });
+    rl.on('line', (line) => {
+      if (!line.trim()) return;
+      let msg;
+      try {
+        msg = JSON.parse(line);
+      } catch {
+        process.stderr.write(`weft worker shim: ignored a line that is not JSON\n`);
+        return;
+      }
+      dispatch(msg);
+    });
+    // The host closing stdin means the endpoint is gone: stop.
+    rl.on('close', () => process.exit(0));
+  }
+
+  // `weft/worker` (worker.js), imported by a script that also runs in browsers, does nothing
+  // under the shim: in a Worker the shim batches itself, as a child process nothing batches.
+  globalThis.__weftWorkerShim = true;
+  globalThis.self = globalThis;
+  globalThis.postMessage = post;
+  globalThis.addEventListener = (type, fn, options) => {
+    if (type === 'message') listen(fn, options);
+  };
+  globalThis.removeEventListener = (type, fn, options) => {
+    if (type === 'message') unlisten(fn, options);
+  };
+  Object.defineProperty(globalThis, 'onmessage', {
+    configurable: true,
+    get: () => handler,
+    set: (fn) => {
+      handler = fn;
+    },
   });
-  // The host closing stdin means the endpoint is gone: stop.
-  rl.on('close', () => process.exit(0));
+  // What the script posted before closing goes out first (held replies would be lost).
+  globalThis.close = () => {
+    flush();
+    process.exit(0);
+  };
+
+  await import(script);
+  ready = true;
+  for (const m of held.splice(0)) dispatch(m);
 }
 
-// `weft/worker` (worker.js), imported by a script that also runs in browsers, does nothing
-// under the shim: in a Worker the shim batches itself, as a child process nothing batches.
-globalThis.__weftWorkerShim = true;
-globalThis.self = globalThis;
-globalThis.postMessage = post;
-globalThis.addEventListener = (type, fn, options) => {
-  if (type === 'message') listen(fn, options);
-};
-globalThis.removeEventListener = (type, fn, options) => {
-  if (type === 'message') unlisten(fn, options);
-};
-Object.defineProperty(globalThis, 'onmessage', {
-  configurable: true,
-  get: () => handler,
-  set: (fn) => {
-    handler = fn;
-  },
-});
-// What the script posted before closing goes out first (held replies would be lost).
-globalThis.close = () => {
-  flush();
-  process.exit(0);
-};
-
-await import(script);
-ready = true;
-for (const m of held.splice(0)) dispatch(m);
+// A script that fails to load (or throws at its top level) is an uncaught error, as a rejected
+// top-level await was: the Worker emits `error` and exits, a child process prints it and exits 1.
+start().catch((e) =>
+  process.nextTick(() => {
+    throw e;
+  }),
+);

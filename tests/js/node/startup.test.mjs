@@ -2,7 +2,10 @@
 // apps module's, which holds the job registry, and the frames engine's, whose first call may be
 // synchronous; not the browsers' jobs-only module); the actor
 // graph's and the model codecs' glue are imported on their first (async) use, and work then.
-// The Worker shim does not load its child-process helpers (readline...) in a Worker.
+// The Worker shim does not load its child-process helpers (readline...) in a Worker, and
+// `weft` starts its Workers from the CommonJS build of the shim (worker-shim.cjs: the Worker's
+// only ES module is then the task script); a task script that fails to load closes its endpoint
+// with the script's error, ES module or CommonJS alike.
 // `import 'weft'` sets no V8 flag (a Worker then starts from Node's code cache); on V8 11 (Node
 // 20) the glue calls the exports that return one externref through a Proxy instead (V8 11 aborts
 // when such a call, inlined into optimized JS, is deoptimized lazily: wasm/tools/guard-exports.mjs).
@@ -80,13 +83,58 @@ self.onmessage = (e) => {
   assert.equal(o.value.includes('NativeModule readline'), false, `loaded: ${o.value}`);
 });
 
-test("the package's worker shim loads no module file of its own in a Worker (worker-batch.js is inside it)", () => {
-  const shim = readFileSync(new URL('./worker-shim.mjs', import.meta.resolve('weft')), 'utf8');
-  // Every import left is a built-in module's or the task script's (\`import(script)\`).
-  const specifiers = [...shim.matchAll(/\bimport\s*\(\s*(["'][^"']*["'])|\bfrom\s*(["'][^"']*["'])/g)].map((m) => (m[1] ?? m[2]).slice(1, -1));
-  assert.ok(specifiers.length > 0);
-  for (const s of specifiers) assert.match(s, /^node:/, `the shim imports ${s}`);
-  assert.match(shim, /\bbatching\b/);
+test("the package's worker shims load no module file of their own in a Worker (worker-batch.js is inside them)", () => {
+  for (const file of ['worker-shim.mjs', 'worker-shim.cjs']) {
+    const shim = readFileSync(new URL(`./${file}`, import.meta.resolve('weft')), 'utf8');
+    // Every import or require left is a built-in module's, or the task script's (\`import(script)\`).
+    const specifiers = [...shim.matchAll(/\b(?:import|require)\s*\(\s*(["'][^"']*["'])|\bfrom\s*(["'][^"']*["'])/g)].map((m) => (m[1] ?? m[2]).slice(1, -1));
+    assert.ok(specifiers.includes('node:worker_threads'), `${file}: ${specifiers}`);
+    for (const s of specifiers) assert.match(s, /^node:/, `${file} imports ${s}`);
+    assert.match(shim, /\bimport\(script\)/, file);
+    assert.match(shim, /\bbatching\b/, file);
+  }
+  // The CommonJS build is CommonJS: no static import, no top-level await.
+  const cjs = readFileSync(new URL('./worker-shim.cjs', import.meta.resolve('weft')), 'utf8');
+  assert.doesNotMatch(cjs, /(^|[;}\n])\s*import\s*[{*\w]/);
+  assert.match(cjs, /require\("node:worker_threads"\)/);
+});
+
+test('a Worker runs from the CommonJS shim; a task script that throws, does not parse or is missing closes its endpoint with its error', { timeout: 30_000 }, async (t) => {
+  const dir = mkdtempSync(join(tmpdir(), 'weft-startup-'));
+  t.after(() => rmSync(dir, { recursive: true, force: true }));
+  const ok = `self.postMessage({ type: 'hello', protocol: 'weft-worker/1' });
+self.onmessage = (e) => {
+  if (e.data.type === 'run') self.postMessage({ id: e.data.id, type: 'done', value: e.data.payload.n + 1 });
+};`;
+  // The same DOM-style script as an ES module and as CommonJS; each runs.
+  writeFileSync(join(dir, 'ok.mjs'), ok);
+  writeFileSync(join(dir, 'ok.cjs'), ok);
+  writeFileSync(join(dir, 'throws.mjs'), "self.postMessage({ type: 'hello', protocol: 'weft-worker/1' });\nthrow new Error('thrown at load');\n");
+  writeFileSync(join(dir, 'throws.cjs'), "throw new Error('thrown at load, CommonJS');\n");
+  writeFileSync(join(dir, 'syntax.mjs'), 'self.onmessage = (e => {;\n');
+  const { createRuntime } = await import('weft');
+  const rt = createRuntime();
+  t.after(() => rt.close());
+  for (const f of ['ok.mjs', 'ok.cjs']) {
+    const o = await rt.openWorker(join(dir, f)).submit({ n: 41 }).wait();
+    assert.deepEqual([o.outcome, o.value], ['succeeded', 42], f);
+  }
+  const failing = {
+    'throws.mjs': /thrown at load/,
+    'throws.cjs': /thrown at load, CommonJS/,
+    'syntax.mjs': /SyntaxError/,
+    // The missing script's error names the module that imported it: the CommonJS shim.
+    'missing.mjs': /ERR_MODULE_NOT_FOUND[\s\S]*worker-shim\.cjs/,
+  };
+  for (const [f, why] of Object.entries(failing)) {
+    const ep = rt.openWorker(join(dir, f));
+    const o = await ep.submit({ n: 1 }).wait();
+    // Closed before the run started (failed) or after it was posted (lost): either way the
+    // endpoint's reason carries the script's error, and the endpoint takes no more jobs.
+    assert.ok(['failed', 'lost'].includes(o.outcome), `${f}: ${JSON.stringify(o)}`);
+    assert.match(o.reason ?? o.message, why, f);
+    assert.throws(() => ep.submit({ n: 2 }), (e) => e.code === 'ENDPOINT_CLOSED', f);
+  }
 });
 
 test('import weft sets no V8 flag: a Worker started after it loads from Node\'s code cache', (t) => {
