@@ -80,7 +80,8 @@ for (const f of readdirSync(dir)) {
   await build({ ...minify, entryPoints: [join(dir, f)], bundle: true, outfile: join(dir, f), allowOverwrite: true, plugins: [toCore()] });
 }
 // Fewer files in the round of requests after the entry (issue 16, stop 34: 5 → 2 files for
-// `import 'weft'` took navigation → first result in Chromium from 184 to 161 ms over 40 runs):
+// `import 'weft'` brought navigation → first result in Chromium 3–23 ms sooner in four
+// interleaved runs of bench/startup-browser.mjs, e.g. 158.5 → 147.5 ms over 60):
 // each wasm-bindgen glue carries its snippets (the inline JS of the bindings: stateless helpers
 // and a scratch view keyed by the module's memory, so a copy per glue is safe), and the browser
 // entries carry the DOM Worker transport (dom-worker.js) instead of importing it.
